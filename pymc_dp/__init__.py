@@ -1,0 +1,29 @@
+"""pymc-dp: differentially private Bayesian inference for PyMC models.
+
+Public names only; see the README for a quick start and ``docs/`` for the guarantees.
+"""
+
+from importlib import metadata
+
+from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
+from pymc_dp.data import ModelStructureError, RowLikelihood
+from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
+from pymc_dp.step_methods import DPPenaltyMH
+
+try:
+    __version__ = metadata.version("pymc-dp")
+except metadata.PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0.0.0"
+
+__all__ = [
+    "DPPenaltyMH",
+    "ModelStructureError",
+    "PrivacyBudget",
+    "PrivacyBudgetExceededError",
+    "PrivacySpent",
+    "RowLikelihood",
+    "__version__",
+    "privacy_spent",
+    "sample",
+    "strip_private_groups",
+]

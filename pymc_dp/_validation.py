@@ -1,0 +1,79 @@
+"""Validation of user-supplied privacy and sampler parameters.
+
+Every check raises ``ValueError`` (or ``TypeError`` for a wrong kind of object) with a
+message of the form "`name` must be .... Found value." and never mutates anything, so a
+caller can validate all arguments before it changes any state.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "check_finite_positive",
+    "check_neighbouring",
+    "check_nonnegative_int",
+    "check_positive",
+    "check_positive_int",
+    "check_unit_interval_open",
+]
+
+NEIGHBOURING_RELATIONS = ("substitute", "add_remove")
+
+
+def _as_real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.floating | np.integer):
+        raise TypeError(f"`{name}` must be a real number. Found {value!r} of type {type(value).__name__}.")
+    return float(value)
+
+
+def check_positive(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float after checking it is > 0 (and finite unless ``allow_inf``)."""
+    x = _as_real(name, value)
+    if math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
+        what = "a positive number (infinity allowed)" if allow_inf else "a positive finite number"
+        raise ValueError(f"`{name}` must be {what}. Found {value!r}.")
+    return x
+
+
+def check_finite_positive(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking it is finite and > 0."""
+    return check_positive(name, value, allow_inf=False)
+
+
+def check_unit_interval_open(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking 0 < value < 1."""
+    x = _as_real(name, value)
+    if not 0.0 < x < 1.0:
+        raise ValueError(f"`{name}` must be in the open interval (0, 1). Found {value!r}.")
+    return x
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Return ``value`` as an int after checking it is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
+        raise TypeError(f"`{name}` must be a positive integer. Found {value!r} of type {type(value).__name__}.")
+    if int(value) < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Found {value!r}.")
+    return int(value)
+
+
+def check_nonnegative_int(name: str, value: object) -> int:
+    """Return ``value`` as an int after checking it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
+        raise TypeError(
+            f"`{name}` must be a non-negative integer. Found {value!r} of type {type(value).__name__}."
+        )
+    if int(value) < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer. Found {value!r}.")
+    return int(value)
+
+
+def check_neighbouring(name: str, value: object) -> str:
+    """Return the neighbouring relation after checking it is one we support."""
+    if value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"`{name}` must be one of {NEIGHBOURING_RELATIONS}. Found {value!r}.")
+    return str(value)

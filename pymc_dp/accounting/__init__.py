@@ -1,0 +1,34 @@
+"""Privacy accounting: pure functions of public settings, no PyMC, no data."""
+
+from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
+from pymc_dp.accounting.events import (
+    GaussianReleases,
+    PrivacySpent,
+    RdpReleases,
+    compose_epsilon,
+    event_from_dict,
+)
+from pymc_dp.accounting.gaussian import (
+    gaussian_delta,
+    gaussian_epsilon,
+    gaussian_mu_for_target,
+    noise_multiplier_for_target,
+)
+from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "GaussianReleases",
+    "PrivacyBudget",
+    "PrivacyBudgetExceededError",
+    "PrivacySpent",
+    "RdpReleases",
+    "compose_epsilon",
+    "event_from_dict",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_mu_for_target",
+    "gaussian_rdp",
+    "noise_multiplier_for_target",
+    "rdp_to_epsilon",
+]

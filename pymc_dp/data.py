@@ -1,0 +1,385 @@
+"""Data access: per-row log-likelihoods and gradients compiled from a PyMC model.
+
+This module, together with :mod:`pymc_dp.mechanisms`, is the only code that evaluates
+anything depending on the observed data. It returns *raw* per-row values; callers must pass
+them through a mechanism (clip + noise) before anything leaves a step method.
+
+The model must be made of rows: every observed variable has a leading row axis of the
+same length N, rows are conditionally independent given the parameters, and the prior does
+not read row data. Potentials are allowed only when they do not read data (they are then
+part of the prior).
+
+Rows are addressed on the flat unconstrained parameter vector θ, in the order of the value
+variables given (sorted into model order), exactly as PyMC's ``RaveledVars`` lays it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pymc.model import modelcontext
+from pymc.pytensorf import compile as pm_compile
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pymc.util import get_value_vars_from_user_vars
+from pymc.vartypes import continuous_types
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.traversal import ancestors
+
+__all__ = ["ModelStructureError", "RowLikelihood", "data_dependent_deterministics", "sorted_value_vars"]
+
+
+class ModelStructureError(ValueError):
+    """The model cannot be split into independent rows (the message names the variable)."""
+
+
+def sorted_value_vars(model, vars: Sequence | None) -> list[Variable]:
+    """Value variables for ``vars`` (RVs or value vars), sorted into model order.
+
+    Sorting matters: PyMC ravels a point in model order, so a step compiled for another
+    order would silently read permuted parameters (a bug PyMC's own Metropolis has).
+    """
+    if vars is None:
+        chosen = set(model.value_vars)
+    else:
+        chosen = set(get_value_vars_from_user_vars(vars, model))
+    return [v for v in model.value_vars if v in chosen]
+
+
+def _jvp(output: Variable, wrt: Variable, tangent: Variable) -> Variable:
+    pushforward = getattr(pytensor.gradient, "pushforward", None)
+    if pushforward is not None:  # PyTensor 3 (PyMC 6): Rop is deprecated
+        return pushforward(output, wrt, tangent)
+    return pytensor.gradient.Rop(output, wrt, tangent)
+
+
+def _rowsum(term: Variable) -> Variable:
+    return term if term.ndim <= 1 else term.sum(axis=tuple(range(1, term.ndim)))
+
+
+def _leading_length(var: Variable) -> int | None:
+    if isinstance(var, Constant):
+        data = np.asarray(var.data)
+        return int(data.shape[0]) if data.ndim >= 1 else None
+    if isinstance(var, SharedVariable):
+        value = np.asarray(var.get_value(borrow=True))
+        return int(value.shape[0]) if value.ndim >= 1 else None
+    if var.ndim == 0:
+        return None
+    return int(pytensor.function([], var.shape[0], on_unused_input="ignore")())
+
+
+def _value_of(var: Variable) -> np.ndarray:
+    if isinstance(var, Constant):
+        return np.asarray(var.data)
+    if isinstance(var, SharedVariable):
+        return np.asarray(var.get_value(borrow=True))
+    return np.asarray(pytensor.function([], var)())
+
+
+def _same_data(a: Variable, b: Variable) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Constant) and isinstance(b, Constant):
+        da, db = np.asarray(a.data), np.asarray(b.data)
+        return da.shape == db.shape and np.array_equal(da, db)
+    return False
+
+
+def _observed_value(model, rv) -> Variable:
+    return model.rvs_to_values[rv]
+
+
+def _row_structure(model) -> tuple[int, str | None, list[Variable]]:
+    """N, the row dim name, and the observed value variables; raises on non-row models."""
+    observed = list(model.observed_RVs)
+    if not observed:
+        raise ModelStructureError("The model has no observed variables: there is no data to protect.")
+    lengths: dict[str, int] = {}
+    first_dims: dict[str, str | None] = {}
+    for rv in observed:
+        op_name = type(rv.owner.op).__name__ if rv.owner is not None else ""
+        if op_name == "MinibatchRandomVariable":
+            raise ModelStructureError(
+                f"Observed variable `{rv.name}` uses `total_size` (pm.Minibatch scaling). pymc-dp does its own row "
+                "subsampling and accounting; build the model on the full data without `total_size`."
+            )
+        value = _observed_value(model, rv)
+        length = _leading_length(value)
+        if length is None:
+            raise ModelStructureError(
+                f"Observed variable `{rv.name}` has no row axis: it must have at least one dimension whose first "
+                "axis indexes independent rows."
+            )
+        lengths[rv.name] = length
+        dims = model.named_vars_to_dims.get(rv.name)
+        first_dims[rv.name] = dims[0] if dims else None
+    if len(set(lengths.values())) != 1:
+        raise ModelStructureError(
+            "Observed variables must share one row axis of the same length. Found lengths "
+            + ", ".join(f"`{k}`: {v}" for k, v in lengths.items())
+            + "."
+        )
+    named = {d for d in first_dims.values() if d is not None}
+    if len(named) > 1:
+        raise ModelStructureError(
+            "Observed variables must share one row dimension. Found first dims "
+            + ", ".join(f"`{k}`: {v!r}" for k, v in first_dims.items())
+            + "."
+        )
+    row_dim = named.pop() if named else None
+    return next(iter(lengths.values())), row_dim, [_observed_value(model, rv) for rv in observed]
+
+
+def _data_in_graph(graph_outputs: Sequence[Variable], n_rows: int) -> list[Variable]:
+    """Shared data and non-scalar constants with leading length N in a graph."""
+    found = []
+    for var in ancestors(list(graph_outputs)):
+        if isinstance(var, Constant | SharedVariable) and getattr(var, "ndim", 0) >= 1:
+            if _leading_length(var) == n_rows:
+                found.append(var)
+    return found
+
+
+def data_dependent_deterministics(model) -> list[str]:
+    """Names of deterministics that read data (rows, covariates or any ``pm.Data``).
+
+    Such deterministics would be evaluated on the raw data and stored with every draw, so
+    :func:`pymc_dp.sample` leaves them out of the trace.
+    """
+    n_rows, _, observed_values = _row_structure(model)
+    lik_terms = model.logp(vars=model.observed_RVs, sum=False)
+    data = list(model.data_vars) + observed_values + _data_in_graph(lik_terms, n_rows)
+    names = []
+    for det in model.deterministics:
+        deps = [v for v in ancestors([det]) if isinstance(v, Constant | SharedVariable)]
+        if any(_same_data(d, x) for d in deps for x in data):
+            names.append(det.name)
+    return names
+
+
+class RowLikelihood:
+    """Per-row log-likelihood and gradients of a PyMC model.
+
+    All functions take the flat unconstrained parameter vector θ of ``vars`` (sorted into
+    model order) and an optional index array of rows; the other value variables are read
+    from ``shared_inputs`` (the shared variables an ``ArrayStepShared`` keeps up to date).
+    Nothing is recompiled between calls, whatever the subset.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        Taken from the context if omitted.
+    vars : list, optional
+        Parameters to differentiate with respect to (RVs or value variables). Default: all
+        value variables.
+    shared_inputs : dict, optional
+        Value variable → shared variable for every value variable not in ``vars``. Default:
+        shared variables holding ``initial_point``.
+    initial_point : dict, optional
+        Used for shapes and for the default ``shared_inputs``.
+    compile_kwargs : dict, optional
+        Passed to ``pymc.pytensorf.compile`` (e.g. ``{"mode": "FAST_COMPILE"}``).
+
+    Attributes
+    ----------
+    n_rows : int
+        N, the length of the shared row axis.
+    n_params : int
+        Length of θ.
+    row_dim : str or None
+        Name of the row dimension when the observed variables have dims.
+    subset_mode : {"index", "slice"}
+        "index" when every row-indexed array is a ``pm.Data`` container: a subset of B rows
+        costs O(B). "slice" when some row data are numpy constants baked into the graph
+        (``observed=np.array``): a subset is computed on all rows and sliced.
+
+    Raises
+    ------
+    ModelStructureError
+        For models that cannot be split into rows; the message names the variable.
+
+    Notes
+    -----
+    The per-row gradient matrix is computed in forward mode (one Jacobian-vector product
+    vectorised over the P unit tangents), which the PyMC integration study measured as the
+    fastest per-row gradient on PyMC 6 and within 5 % of the fastest on PyMC 5; it never
+    uses ``pytensor.gradient.jacobian`` (quadratic in N).
+    """
+
+    def __init__(
+        self,
+        model=None,
+        vars: Sequence | None = None,
+        shared_inputs: dict | None = None,
+        *,
+        initial_point: dict[str, np.ndarray] | None = None,
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        model = modelcontext(model)
+        self.model = model
+        self.value_vars = sorted_value_vars(model, vars)
+        if not self.value_vars:
+            raise ValueError("`vars` must name at least one free variable of the model. Found none.")
+        initial_point = model.initial_point() if initial_point is None else initial_point
+        if shared_inputs is None:
+            shared_inputs = make_shared_replacements(initial_point, self.value_vars, model)
+        self._compile_kwargs = dict(compile_kwargs or {})
+
+        self.n_rows, self.row_dim, observed_values = _row_structure(model)
+        lik_terms = model.logp(vars=model.observed_RVs, sum=False)
+        for rv, term in zip(model.observed_RVs, lik_terms, strict=True):
+            if term.ndim == 0:
+                raise ModelStructureError(
+                    f"Observed variable `{rv.name}` has a log-likelihood without a row axis (a scalar)."
+                )
+        lik = pt.add(*[_rowsum(t) for t in lik_terms]) if len(lik_terms) > 1 else _rowsum(lik_terms[0])
+
+        row_data = self._row_data(model, lik_terms, observed_values)
+        prior_terms = [model.logp(vars=model.free_RVs, jacobian=True, sum=True)]
+        for pot in model.potentials:
+            if self._reads(pot, row_data + list(model.data_vars) + observed_values):
+                raise ModelStructureError(
+                    f"Potential `{pot.name}` reads data and cannot be split into rows. Express it as an observed "
+                    "variable with a row axis, or drop it."
+                )
+            prior_terms.append(pt.sum(pot))
+        prior = pt.add(*prior_terms) if len(prior_terms) > 1 else prior_terms[0]
+        if self._reads(prior, row_data):
+            raise ModelStructureError(
+                "The prior of the free variables reads row data; only the likelihood may depend on rows."
+            )
+
+        [lik_flat, prior_flat], theta = join_nonshared_inputs(
+            point=initial_point, outputs=[lik, prior], inputs=self.value_vars, shared_inputs=shared_inputs
+        )
+        self._theta = theta
+        self.n_params = int(sum(np.asarray(initial_point[v.name]).size for v in self.value_vars))
+        self._continuous = all(v.dtype in continuous_types for v in self.value_vars)
+
+        # Full-data functions.
+        self._f_lik = self._compile([theta], lik_flat)
+        prior_grad = pytensor.grad(prior_flat, theta) if self._continuous else None
+        self._f_prior = self._compile([theta], prior_flat)
+        self._f_prior_grad = self._compile([theta], [prior_flat, prior_grad]) if self._continuous else None
+        self._lik_flat = lik_flat
+        self._f_lik_grad_full = None
+
+        # Index-subset functions, when every row-indexed array is a shared variable.
+        self._rows_input = pt.lvector("rows")
+        self.subset_mode = "slice"
+        self._lik_idx = None
+        self._f_lik_idx = None
+        self._f_lik_grad_idx = None
+        if row_data and all(isinstance(d, SharedVariable) for d in row_data):
+            replace = {d: d[self._rows_input] for d in row_data}
+            if self.row_dim is not None:
+                dim_length = model.dim_lengths.get(self.row_dim)
+                if isinstance(dim_length, SharedVariable):
+                    replace[dim_length] = pt.cast(self._rows_input.shape[0], dim_length.dtype)
+            try:
+                lik_idx = graph_replace(lik_flat, replace, strict=False)
+                f_idx = self._compile([theta, self._rows_input], lik_idx)
+                probe = np.array([0, self.n_rows - 1], dtype=np.int64)
+                theta0 = self._flat_initial(initial_point)
+                if np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True):
+                    self._lik_idx, self._f_lik_idx, self.subset_mode = lik_idx, f_idx, "index"
+            except (AssertionError, TypeError, ValueError):  # graph could not be re-indexed
+                pass
+
+    # -- construction helpers -------------------------------------------------------------
+    def _compile(self, inputs, outputs):
+        fn = pm_compile(inputs, outputs, **self._compile_kwargs)
+        fn.trust_input = True
+        return fn
+
+    def _flat_initial(self, initial_point) -> np.ndarray:
+        return np.concatenate([np.asarray(initial_point[v.name], dtype=float).ravel() for v in self.value_vars])
+
+    def _row_data(self, model, lik_terms, observed_values) -> list[Variable]:
+        n = self.n_rows
+        found: list[Variable] = []
+        candidates = [v for v in observed_values if isinstance(v, Constant | SharedVariable)]
+        for var in candidates + _data_in_graph(lik_terms, n):
+            if any(var is f for f in found):
+                continue
+            if isinstance(var, SharedVariable) and self.row_dim is not None:
+                dims = model.named_vars_to_dims.get(var.name)
+                if dims and dims[0] != self.row_dim:
+                    continue
+            found.append(var)
+        return found
+
+    @staticmethod
+    def _reads(output: Variable, data: list[Variable]) -> bool:
+        deps = [v for v in ancestors([output]) if isinstance(v, Constant | SharedVariable)]
+        return any(_same_data(d, x) for d in deps for x in data)
+
+    def _check_theta(self, theta: np.ndarray) -> np.ndarray:
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (self.n_params,):
+            raise ValueError(f"`theta` must be a flat vector of length {self.n_params}. Found shape {theta.shape}.")
+        return theta
+
+    def _check_rows(self, rows) -> np.ndarray:
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+            raise ValueError(f"`rows` must be a 1-d integer index array. Found dtype {rows.dtype}, shape {rows.shape}.")
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_rows):
+            raise ValueError(f"`rows` must index rows 0..{self.n_rows - 1}. Found an index out of that range.")
+        return rows.astype(np.int64, copy=False)
+
+    def _require_continuous(self) -> None:
+        if not self._continuous:
+            names = [v.name for v in self.value_vars if v.dtype not in continuous_types]
+            raise ValueError(f"Gradients need continuous parameters. Found discrete: {names}.")
+
+    # -- public evaluation ----------------------------------------------------------------
+    def loglik_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per-row log-likelihood, shape (N,) or (len(rows),). Raw data: pass it to a mechanism."""
+        theta = self._check_theta(theta)
+        if rows is None:
+            return np.asarray(self._f_lik(theta))
+        rows = self._check_rows(rows)
+        if self._f_lik_idx is not None:
+            return np.asarray(self._f_lik_idx(theta, rows))
+        return np.asarray(self._f_lik(theta))[rows]
+
+    def loglik_grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row log-likelihood (B,) and gradient matrix (B, P) w.r.t. θ. Raw data."""
+        self._require_continuous()
+        theta = self._check_theta(theta)
+        if rows is None or self._lik_idx is None:
+            if self._f_lik_grad_full is None:
+                self._f_lik_grad_full = self._compile_grad(self._lik_flat, [self._theta])
+            ll, jac = self._f_lik_grad_full(theta)
+            if rows is not None:
+                rows = self._check_rows(rows)
+                return np.asarray(ll)[rows], np.asarray(jac)[rows]
+            return np.asarray(ll), np.asarray(jac)
+        rows = self._check_rows(rows)
+        if self._f_lik_grad_idx is None:
+            self._f_lik_grad_idx = self._compile_grad(self._lik_idx, [self._theta, self._rows_input])
+        ll, jac = self._f_lik_grad_idx(theta, rows)
+        return np.asarray(ll), np.asarray(jac)
+
+    def _compile_grad(self, lik, inputs):
+        tangent = pt.vector("tangent", dtype=self._theta.dtype)
+        jvp = _jvp(lik, self._theta, tangent)
+        jac = vectorize_graph(jvp, {tangent: pt.eye(self.n_params, dtype=self._theta.dtype)}).T
+        return self._compile(inputs, [lik, jac])
+
+    def prior_logp(self, theta: np.ndarray) -> float:
+        """log prior + log|Jacobian| of the transforms (+ data-free potentials). Data-free."""
+        return float(self._f_prior(self._check_theta(theta)))
+
+    def prior_logp_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`prior_logp` and its gradient w.r.t. θ. Data-free."""
+        self._require_continuous()
+        value, grad = self._f_prior_grad(self._check_theta(theta))
+        return float(value), np.asarray(grad)

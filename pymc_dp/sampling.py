@@ -1,0 +1,344 @@
+"""Running DP samplers: planning, budget checks, result clean-up and privacy attributes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.model import modelcontext
+from pymc.step_methods.compound import CompoundStep
+
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_nonnegative_int,
+    check_positive_int,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
+from pymc_dp.accounting.events import PrivacySpent, compose_epsilon, event_from_dict
+from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
+from pymc_dp.data import data_dependent_deterministics
+from pymc_dp.step_methods.base import DPStep
+
+__all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups"]
+
+#: Groups PyMC adds that hold raw data or exact per-row values.
+PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood", "log_prior", "predictions_constant_data")
+
+#: ``pm.sample`` keywords that would release non-private values or bypass the DP steps.
+_REFUSED_KWARGS = {
+    "nuts_sampler": "pymc_dp runs PyMC's own sampler loop; external NUTS samplers do not use the DP steps",
+    "nuts_sampler_kwargs": "pymc_dp runs PyMC's own sampler loop; external NUTS samplers do not use the DP steps",
+}
+
+ACCOUNTANT_FORMAT = 1
+
+
+def _flatten_steps(step: Any) -> list[Any]:
+    if isinstance(step, CompoundStep):
+        return [s for sub in step.methods for s in _flatten_steps(sub)]
+    if isinstance(step, list | tuple):
+        return [s for sub in step for s in _flatten_steps(sub)]
+    return [step]
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in ("pymc-dp", "pymc", "pytensor", "dp-accounting", "numpy", "scipy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "unknown"
+    return out
+
+
+def _group_names(idata: Any) -> list[str]:
+    groups = idata.groups() if callable(getattr(idata, "groups", None)) else idata.groups
+    return [g.strip("/") for g in groups if g.strip("/")]
+
+
+def _group(idata: Any, name: str):
+    """The xarray Dataset of a group, for InferenceData (PyMC 5) and DataTree (PyMC 6)."""
+    node = idata[name]
+    return node.to_dataset() if hasattr(node, "to_dataset") else node
+
+
+def _posterior_attrs(idata: Any) -> dict:
+    return idata["posterior"].attrs
+
+
+def strip_private_groups(idata: Any) -> Any:
+    """Delete the groups holding raw data or per-row values (in place); return ``idata``."""
+    present = set(_group_names(idata))
+    for group in PRIVATE_GROUPS:
+        if group in present:
+            del idata[group]
+    return idata
+
+
+def _plan_calibration(steps: list[DPStep], k: int, epsilon: float | None, delta: float, mu_spent: float) -> list[DPStep]:
+    """Copies of ``steps`` with unset noise calibrated so the run (plus ``mu_spent``) meets ε."""
+    planned = [copy.copy(s) for s in steps]
+    unset = [s for s in planned if not s.is_calibrated]
+    if not unset:
+        return planned
+    if epsilon is None:
+        names = ", ".join(type(s).__name__ for s in unset)
+        raise ValueError(
+            f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None."
+        )
+    mu_target = gaussian_mu_for_target(epsilon, delta)
+    mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if s.is_calibrated)
+    mu_left = mu_target - mu_spent - mu_fixed
+    if mu_left <= 0:
+        raise PrivacyBudgetExceededError(
+            f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) allows μ={mu_target:.6g}, "
+            f"and {mu_spent + mu_fixed:.6g} is already spent or fixed. Nothing was run or charged."
+        )
+    for s in unset:
+        s.set_noise_for_mu(mu_left / (k * len(unset)))
+    return planned
+
+
+def sample(
+    *,
+    step: Any,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    budget: PrivacyBudget | None = None,
+    model: Any = None,
+    var_names: list[str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Sample with DP step methods and return a result carrying its privacy guarantee.
+
+    Plans the whole run before touching data: counts every iteration of every chain
+    (``chains × (tune + draws)``), calibrates noise left unset from (``epsilon``, ``delta``),
+    refuses a run that would exceed ``epsilon`` or the ``budget``, refuses variables no DP
+    step covers, and leaves data-dependent deterministics out of the trace. After sampling
+    it removes the raw-data groups and writes the ``dp_*`` attributes on the posterior.
+
+    Parameters
+    ----------
+    step : DPStep or list of DPStep
+        DP step methods covering every free variable of the model.
+    epsilon : float, optional
+        Target ε of this run. Required when a step leaves its noise unset; otherwise the
+        run is refused if its ε would exceed it.
+    delta : float
+        δ in (0, 1) at which ε is computed. Typically below 1/N.
+    draws, tune, chains : int
+        As for ``pm.sample``; tuning iterations are accounted like draws.
+    budget : PrivacyBudget, optional
+        A budget spanning several runs on the same data; the run is charged before it starts
+        and refused (with nothing charged) if it would overspend.
+    model : pm.Model, optional
+        Taken from the context if omitted.
+    var_names : list of str, optional
+        Variables to store; data-dependent deterministics are refused.
+    **kwargs
+        Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...).
+
+    Returns
+    -------
+    arviz.InferenceData (PyMC 5) or xarray.DataTree (PyMC 6)
+        Without ``observed_data``/``constant_data``; ``posterior.attrs`` holds
+        ``dp_epsilon``, ``dp_delta``, ``dp_neighbouring``, ``dp_n_rows`` and
+        ``dp_accountant`` (JSON with every public setting needed to recompute ε).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For invalid settings; nothing is run or charged.
+    PrivacyBudgetExceededError
+        When the run would exceed ``epsilon`` or the budget; nothing is run or charged.
+
+    Notes
+    -----
+    Neighbouring relation: that of the steps (substitute by default: one row replaced, N
+    public); all steps and the budget must agree. ε covers every value the steps release in
+    every iteration of every chain, tuning included; the draws, sampler statistics and
+    tuned settings are post-processing of those releases. Compositions of Gaussian
+    mechanisms are accounted exactly (Sommer et al. 2019, Lemma 12).
+    """
+    model = modelcontext(model)
+    if delta is None:
+        raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
+    delta = check_unit_interval_open("delta", delta)
+    if epsilon is not None:
+        epsilon = check_finite_positive("epsilon", epsilon)
+    draws = check_positive_int("draws", draws)
+    tune = check_nonnegative_int("tune", tune)
+    chains = check_positive_int("chains", chains)
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
+    for key, why in _REFUSED_KWARGS.items():
+        if key in kwargs:
+            raise ValueError(f"`{key}` is not supported by pymc_dp.sample: {why}.")
+    if kwargs.get("return_inferencedata", True) is not True:
+        raise ValueError("`return_inferencedata` must be True: pymc_dp attaches its guarantee to the returned object.")
+    idata_kwargs = dict(kwargs.get("idata_kwargs") or {})
+    if idata_kwargs.get("log_likelihood") or idata_kwargs.get("log_prior"):
+        raise ValueError(
+            "`idata_kwargs` must not request log_likelihood or log_prior: they are exact per-row values of the data."
+        )
+
+    steps = _flatten_steps(step)
+    foreign = [type(s).__name__ for s in steps if not isinstance(s, DPStep)]
+    if foreign:
+        raise ValueError(
+            f"`step` must contain only pymc_dp step methods. Found {foreign}, which evaluate the exact "
+            "full-data log-density."
+        )
+    covered = {v for s in steps for v in s.vars}
+    uncovered = [v.name for v in model.value_vars if v not in covered]
+    if uncovered:
+        raise ValueError(
+            f"Every free variable must be sampled by a DP step. Found uncovered: {uncovered}. PyMC would assign "
+            "them a non-private sampler (NUTS or Gibbs) that reads the raw data; add them to a DP step's `vars`."
+        )
+    relations = {s.neighbouring for s in steps}
+    if budget is not None:
+        relations.add(budget.neighbouring)
+    if len(relations) > 1:
+        raise ValueError(f"All steps and the budget must use one neighbouring relation. Found {sorted(relations)}.")
+    neighbouring = relations.pop()
+    n_rows = steps[0].n_rows
+    if budget is not None and budget.n_rows != n_rows:
+        raise ValueError(f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}.")
+
+    hidden = data_dependent_deterministics(model)
+    if var_names is None:
+        var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
+    else:
+        leaking = [name for name in var_names if name in hidden]
+        if leaking:
+            raise ValueError(f"`var_names` must not include deterministics that read data. Found {leaking}.")
+        var_names = list(var_names)
+
+    iterations = chains * (tune + draws)
+    mu_spent = 0.0
+    if budget is not None and any(not s.is_calibrated for s in steps):
+        mu_spent = gaussian_mu_for_target(budget.epsilon, budget.delta) - budget.remaining_mu()
+        if epsilon is None:
+            epsilon, delta = budget.epsilon, budget.delta
+    planned = _plan_calibration(steps, iterations, epsilon, delta, mu_spent)
+    events = [e for s in planned for e in s.privacy_events(iterations)]
+    run_epsilon, method, mu = compose_epsilon(events, delta)
+    if epsilon is not None and run_epsilon > epsilon and budget is None:
+        raise PrivacyBudgetExceededError(
+            f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
+            "use more noise, fewer chains or fewer iterations."
+        )
+    if budget is not None:
+        budget.check(events)
+
+    # Every check passed: commit the calibration and charge the budget, then touch data.
+    for real, plan in zip(steps, planned, strict=True):
+        if not real.is_calibrated:
+            real.set_noise_for_mu(plan.gaussian_mu_per_iteration())
+    if budget is not None:
+        budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
+
+    idata = pm.sample(
+        draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
+    )
+    strip_private_groups(idata)
+    record = {
+        "format": ACCOUNTANT_FORMAT,
+        "method": method,
+        "mu": mu,
+        "delta": delta,
+        "epsilon": run_epsilon,
+        "neighbouring": neighbouring,
+        "n_rows": n_rows,
+        "chains": chains,
+        "tune": tune,
+        "draws": draws,
+        "iterations_per_chain": tune + draws,
+        "steps": [s.accountant_settings() for s in steps],
+        "events": [e.to_dict() for e in events],
+        "versions": _versions(),
+    }
+    if budget is not None:
+        record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
+    attrs = _posterior_attrs(idata)
+    attrs["dp_epsilon"] = run_epsilon
+    attrs["dp_delta"] = delta
+    attrs["dp_neighbouring"] = neighbouring
+    attrs["dp_n_rows"] = n_rows
+    attrs["dp_accountant"] = json.dumps(record)
+    return idata
+
+
+def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
+    """ε of a result, recomputed from the result alone.
+
+    For a :func:`pymc_dp.sample` result it recomputes ε from ``dp_accountant``. For a plain
+    ``pm.sample`` result with DP steps it uses the ``dp_mu`` sampler statistic, the number
+    of chains and draws and ``tuning_steps``: every tuning iteration is counted.
+
+    Parameters
+    ----------
+    idata : InferenceData or DataTree
+        A sampling result.
+    delta : float, optional
+        δ at which to report ε; defaults to the recorded ``dp_delta`` and is required when
+        there is none.
+
+    Returns
+    -------
+    PrivacySpent
+
+    Notes
+    -----
+    For a plain ``pm.sample`` result this prices only what the DP steps released. Raw data
+    groups PyMC added, and any non-DP sampler in the run, are not covered: use
+    :func:`pymc_dp.sample` for those checks.
+    """
+    attrs = _posterior_attrs(idata)
+    if delta is None:
+        delta = attrs.get("dp_delta")
+        if delta is None:
+            raise ValueError("`delta` must be given: this result records no dp_delta. Found None.")
+    delta = check_unit_interval_open("delta", float(delta))
+    if "dp_accountant" in attrs:
+        record = json.loads(attrs["dp_accountant"])
+        events = [event_from_dict(e) for e in record["events"]]
+        eps, method, mu = compose_epsilon(events, delta)
+        return PrivacySpent(eps, delta, record["neighbouring"], method, mu, record["n_rows"], tuple(events))
+
+    if "sample_stats" not in _group_names(idata):
+        raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
+    stats = _group(idata, "sample_stats")
+    if "dp_mu" not in stats:
+        raise ValueError("`idata` has no dp_mu sampler statistic: it was not sampled with pymc_dp steps.")
+    per_draw = stats["dp_mu"]
+    extra = [d for d in per_draw.dims if d not in ("chain", "draw")]
+    per_draw = np.asarray(per_draw.sum(dim=extra) if extra else per_draw, dtype=float)
+    n_chains, n_draws = per_draw.shape
+    tuning_steps = int(attrs.get("tuning_steps", 0))
+    warmup_total = 0.0
+    if tuning_steps and "warmup_sample_stats" in _group_names(idata):
+        warm = _group(idata, "warmup_sample_stats")["dp_mu"]
+        warm_extra = [d for d in warm.dims if d not in ("chain", "draw")]
+        warmup_total = float(np.asarray(warm.sum(dim=warm_extra) if warm_extra else warm).sum())
+    elif tuning_steps:
+        if not np.all(per_draw == per_draw.flat[0]):
+            raise ValueError(
+                "The per-iteration privacy cost varies between draws, so the discarded tuning iterations cannot be "
+                "priced from the draws; sample with discard_tuned_samples=False or with pymc_dp.sample."
+            )
+        warmup_total = float(per_draw.flat[0]) * n_chains * tuning_steps
+    mu = float(per_draw.sum()) + warmup_total
+    if not math.isfinite(mu):
+        raise ValueError("`idata` holds a non-finite dp_mu statistic.")
+    return PrivacySpent(gaussian_epsilon(delta, mu), delta, "unknown", "gaussian_closed_form", mu, None, ())

@@ -1,0 +1,80 @@
+"""Plumbing shared by the DP step methods: PyMC 5/6 per-chain hooks and the privacy interface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.util import get_random_generator
+
+from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.mechanisms import spawn_noise_rng
+
+__all__ = ["DPStep"]
+
+
+class DPStep(ArrayStepShared):
+    """Base class of the DP step methods.
+
+    Subclasses implement :meth:`astep`, :meth:`privacy_events` (what ``n`` iterations
+    release, from public settings alone), :meth:`set_noise_for_mu` (calibration) and
+    :meth:`accountant_settings`.
+
+    The per-chain hook works on both PyMC 5 (``set_rng``) and PyMC 6
+    (``setup_chain(rng, tune, draws)``): it re-derives every generator from the chain's
+    generator, resets all per-chain state (tuning, caches) and checks that the noise is
+    set, before the chain touches any data. That makes draws with the same ``random_seed``
+    identical for ``cores=1`` and ``cores>1``.
+    """
+
+    default_blocked = True
+    #: PyMC 6 resolves ``pm.sample(tune=None)`` from this.
+    default_tune_steps = 1000
+
+    # -- per-chain hooks ------------------------------------------------------------------
+    def _new_chain(self, rng: Any, tune: int | None = None) -> None:
+        self._check_ready()
+        self.rng = get_random_generator(rng, copy=False)
+        self.noise_rng = spawn_noise_rng(self.rng)
+        self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
+        self.reset_tuning()
+        self._reset_chain_state()
+
+    def set_rng(self, rng: Any) -> None:  # PyMC 5
+        self._new_chain(rng)
+
+    def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6
+        self._new_chain(rng, tune)
+
+    def _reset_chain_state(self) -> None:
+        """Reset caches and counters that must not carry over between chains."""
+
+    def _check_ready(self) -> None:
+        """Raise before sampling if a privacy parameter is unset (override)."""
+
+    # -- privacy interface ----------------------------------------------------------------
+    @property
+    def is_calibrated(self) -> bool:
+        """Whether every noise scale is set."""
+        raise NotImplementedError
+
+    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
+        """Releases made by ``n_iterations`` iterations of one chain (public settings only)."""
+        raise NotImplementedError
+
+    def gaussian_mu_per_iteration(self) -> float:
+        """μ (Sommer et al. 2019, Lemma 12) of one iteration, for Gaussian-only steps."""
+        raise NotImplementedError
+
+    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
+        """Set the unset noise scales so one iteration costs ``mu_per_iteration``."""
+        raise NotImplementedError
+
+    def accountant_settings(self) -> dict[str, Any]:
+        """Public settings recorded in ``dp_accountant``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _as_float_array(value: Any) -> np.ndarray:
+        return np.atleast_1d(np.asarray(value, dtype=float))
