@@ -248,7 +248,7 @@ class RowLikelihood:
                     f"Potential `{pot.name}` reads data and cannot be split into rows. Express it as an observed "
                     "variable with a row axis, or drop it."
                 )
-            prior_terms.append(pt.sum(pot))
+            prior_terms.append(model.logp(vars=[pot], sum=True))  # RVs replaced by value variables
         prior = pt.add(*prior_terms) if len(prior_terms) > 1 else prior_terms[0]
         if self._reads(prior, row_data):
             raise ModelStructureError(

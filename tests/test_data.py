@@ -1,0 +1,202 @@
+"""Data-layer tests: per-row values reproduce the model's own logp and gradient."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.blocking import DictToArrayBijection
+
+from pymc_dp.data import ModelStructureError, RowLikelihood, data_dependent_deterministics
+
+RNG = np.random.default_rng(20261122)
+N = 120
+
+
+def logistic_regression():
+    X = RNG.normal(size=(N, 3))
+    y = (RNG.random(N) < 1 / (1 + np.exp(-(X @ [1.0, -0.5, 0.2])))).astype("int64")
+    with pm.Model(coords={"obs": range(N), "feature": range(3)}) as model:
+        Xd = pm.Data("X", X, dims=("obs", "feature"))
+        yd = pm.Data("y_obs", y, dims="obs")
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, dims="feature")
+        pm.Bernoulli("y", logit_p=alpha + Xd @ beta, observed=yd, dims="obs")
+        pm.Deterministic("mean_eta", (alpha + Xd @ beta).mean())
+        pm.Deterministic("beta_norm", pm.math.sqrt((beta**2).sum()))
+    return model
+
+
+def hierarchical():
+    groups = RNG.integers(0, 4, size=N)
+    y = RNG.normal(groups * 0.5, 1.0)
+    with pm.Model(coords={"obs": range(N), "group": range(4)}) as model:
+        g = pm.Data("g", groups, dims="obs")
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfNormal("tau", 2)
+        theta = pm.Normal("theta", mu, tau, dims="group")
+        sigma = pm.LogNormal("sigma", 0, 1)
+        pm.Normal("y", theta[g], sigma, observed=y, dims="obs")
+    return model
+
+
+def two_observed_numpy():
+    x = RNG.normal(size=N)
+    counts = RNG.poisson(3.0, size=(N, 2))
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 3)
+        s = pm.HalfNormal("s", 2)
+        rate = pm.Gamma("rate", 2, 1)
+        pm.Normal("x", m, s, observed=x)
+        pm.Poisson("counts", rate, observed=counts)
+    return model
+
+
+def positive_only():
+    with pm.Model() as model:
+        lam = pm.Exponential("lam", 1.0)
+        pm.Exponential("y", lam, observed=RNG.exponential(2.0, size=N))
+    return model
+
+
+MODELS = {
+    "logistic_pm_data": (logistic_regression, "index"),
+    "hierarchical": (hierarchical, "slice"),  # y is a numpy array
+    "two_observed_numpy": (two_observed_numpy, "slice"),
+    "positive_only": (positive_only, "slice"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def built(request):
+    factory, mode = MODELS[request.param]
+    model = factory()
+    return model, RowLikelihood(model), mode
+
+
+def _random_point(model, rows):
+    ip = model.initial_point()
+    q = DictToArrayBijection.map({v.name: ip[v.name] for v in rows.value_vars})
+    theta = q.data + RNG.normal(scale=0.3, size=q.data.shape)
+    point = DictToArrayBijection.rmap(q._replace(data=theta))
+    return theta, point
+
+
+def test_rows_plus_prior_reproduce_model_logp_and_gradient(built):
+    model, rows, mode = built
+    assert rows.n_rows == N and rows.subset_mode == mode
+    theta, point = _random_point(model, rows)
+    ll = rows.loglik_rows(theta)
+    assert ll.shape == (N,)
+    np.testing.assert_allclose(ll.sum() + rows.prior_logp(theta), model.compile_logp()(point), rtol=1e-10)
+    ll2, jac = rows.loglik_grad_rows(theta)
+    prior, prior_grad = rows.prior_logp_and_grad(theta)
+    assert jac.shape == (N, rows.n_params)
+    np.testing.assert_allclose(ll2, ll, rtol=1e-12)
+    dlogp = model.compile_dlogp(vars=[model.values_to_rvs[v] for v in rows.value_vars])(point)
+    np.testing.assert_allclose(jac.sum(axis=0) + prior_grad, dlogp, rtol=1e-9, atol=1e-9)
+
+
+def test_subset_equals_slice(built):
+    model, rows, _ = built
+    theta, _ = _random_point(model, rows)
+    idx = np.array([N - 1, 3, 3, 0, 57])
+    ll, jac = rows.loglik_grad_rows(theta)
+    np.testing.assert_allclose(rows.loglik_rows(theta, idx), ll[idx], rtol=1e-12)
+    sub_ll, sub_jac = rows.loglik_grad_rows(theta, idx)
+    np.testing.assert_allclose(sub_ll, ll[idx], rtol=1e-12)
+    np.testing.assert_allclose(sub_jac, jac[idx], rtol=1e-10, atol=1e-12)
+    assert rows.loglik_rows(theta, np.array([], dtype=int)).shape == (0,)
+
+
+def test_per_row_gradient_matches_closed_form_for_logistic_regression():
+    model = logistic_regression()
+    rows = RowLikelihood(model)
+    theta = RNG.normal(size=4)
+    X = model["X"].get_value()
+    y = model["y_obs"].get_value()
+    p = 1 / (1 + np.exp(-(theta[0] + X @ theta[1:])))
+    expected = (y - p)[:, None] * np.column_stack([np.ones(N), X])
+    np.testing.assert_allclose(rows.loglik_grad_rows(theta)[1], expected, rtol=1e-9, atol=1e-12)
+
+
+def test_subset_of_parameters_reads_the_others_from_shared_inputs():
+    model = hierarchical()
+    ip = model.initial_point()
+    rows = RowLikelihood(model, vars=[model["theta"]])
+    assert [v.name for v in rows.value_vars] == ["theta"] and rows.n_params == 4
+    full = RowLikelihood(model)
+    theta = np.array([0.1, 0.2, -0.3, 0.4])
+    flat = np.concatenate([np.atleast_1d(ip[v.name]) for v in full.value_vars])
+    flat[2:6] = theta  # mu, tau_log__, theta[4], sigma_log__
+    np.testing.assert_allclose(rows.loglik_rows(theta), full.loglik_rows(flat), rtol=1e-12)
+
+
+def test_vars_are_sorted_into_model_order():
+    model = two_observed_numpy()
+    rows = RowLikelihood(model, vars=[model["rate"], model["m"]])
+    assert [v.name for v in rows.value_vars] == ["m", "rate_log__"]
+
+
+def test_data_dependent_deterministics_are_found():
+    assert data_dependent_deterministics(logistic_regression()) == ["mean_eta"]
+
+
+def test_scalar_observed_is_refused_by_name():
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("total", m, 1, observed=3.0)
+    with pytest.raises(ModelStructureError, match="`total`"):
+        RowLikelihood(model)
+
+
+def test_rows_of_different_lengths_are_refused_by_name():
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("a", m, 1, observed=np.zeros(5))
+        pm.Normal("b", m, 1, observed=np.zeros(7))
+    with pytest.raises(ModelStructureError, match="`a`: 5, `b`: 7"):
+        RowLikelihood(model)
+
+
+def test_potential_reading_data_is_refused_by_name():
+    x = np.arange(10.0)
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("x", m, 1, observed=x)
+        pm.Potential("penalty", -((m - pm.math.constant(x)) ** 2).sum())
+    with pytest.raises(ModelStructureError, match="`penalty`"):
+        RowLikelihood(model)
+
+
+def test_data_free_potential_is_part_of_the_prior():
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("x", m, 1, observed=np.arange(10.0))
+        pm.Potential("shrink", -(m**2))
+    rows = RowLikelihood(model)
+    theta = np.array([0.7])
+    assert rows.prior_logp(theta) == pytest.approx(-0.5 * 0.49 - 0.5 * np.log(2 * np.pi) - 0.49)
+
+
+def test_total_size_is_refused_by_name():
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("x", m, 1, observed=np.zeros(10), total_size=1000)
+    with pytest.raises(ModelStructureError, match="`x`.*total_size"):
+        RowLikelihood(model)
+
+
+def test_no_observed_is_refused():
+    with pm.Model() as model:
+        pm.Normal("m")
+    with pytest.raises(ModelStructureError, match="no observed"):
+        RowLikelihood(model)
+
+
+def test_bad_theta_and_rows_name_the_parameter():
+    rows = RowLikelihood(positive_only())
+    with pytest.raises(ValueError, match="`theta` must"):
+        rows.loglik_rows(np.zeros(3))
+    with pytest.raises(ValueError, match="`rows` must"):
+        rows.loglik_rows(np.zeros(1), np.array([N]))
+    with pytest.raises(ValueError, match="`rows` must"):
+        rows.loglik_rows(np.zeros(1), np.array([0.5]))
