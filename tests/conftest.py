@@ -1,0 +1,52 @@
+"""Shared models for the sampler tests.
+
+The models are built once per session: on PyMC 6 every compiled function is JIT-compiled by
+Numba on first use, so reusing models keeps the suite fast.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytest
+
+
+@dataclass
+class ConjugateNormal:
+    """y_i ~ N(m, 1), m ~ N(0, prior_sd²): the posterior of m is Gaussian in closed form."""
+
+    model: pm.Model
+    y: np.ndarray
+    prior_sd: float
+
+    def posterior(self, temperature: float = 1.0) -> tuple[float, float]:
+        precision = 1 / self.prior_sd**2 + temperature * self.y.size
+        return temperature * self.y.sum() / precision, 1 / np.sqrt(precision)
+
+
+@pytest.fixture(scope="session")
+def conjugate_normal() -> ConjugateNormal:
+    y = np.random.default_rng(7).normal(0.5, 1.0, size=200)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        pm.Normal("y", m, 1.0, observed=y)
+    return ConjugateNormal(model, y, 10.0)
+
+
+@pytest.fixture(scope="session")
+def regression():
+    """A small linear regression with a positive parameter, pm.Data rows and two deterministics."""
+    rng = np.random.default_rng(11)
+    n = 150
+    x = rng.normal(size=n)
+    y = 1.0 + 2.0 * x + rng.normal(0, 0.5, size=n)
+    with pm.Model(coords={"obs": range(n)}) as model:
+        xd = pm.Data("x", x, dims="obs")
+        yd = pm.Data("y_obs", y, dims="obs")
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 5)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", a + b * xd, s, observed=yd, dims="obs")
+        pm.Deterministic("fitted_mean", (a + b * xd).mean())  # reads data: must never be released
+        pm.Deterministic("slope_ratio", b / s)  # data-free: kept
+    return model, x, y

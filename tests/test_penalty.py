@@ -1,0 +1,205 @@
+"""DPPenaltyMH: the penalty test, invariance, the noise → 0 limit, and its accounting."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.blocking import DictToArrayBijection
+from scipy import stats
+
+import pymc_dp as pmdp
+from pymc_dp.accounting import gaussian_epsilon
+from pymc_dp.step_methods import penalty as penalty_module
+from pymc_dp.step_methods.penalty import penalty_log_acceptance
+
+Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
+
+
+def test_penalty_log_acceptance_formula():
+    # T λ̂ − (Tσ)²/2 + log prior ratio + log proposal ratio
+    assert penalty_log_acceptance(2.0, 1.5, -0.3, 0.1, 0.5) == pytest.approx(1.0 - 0.5 * 0.75**2 - 0.3 + 0.1)
+    assert penalty_log_acceptance(-1.0, 0.0, 0.2) == pytest.approx(-0.8)
+
+
+def test_penalty_test_is_unbiased_for_the_acceptance_ratio():
+    # Ceperley-Dewing: E[exp(λ̂ − σ²/2)] = exp(λ) for λ̂ ~ N(λ, σ²). Monte Carlo with a standard error.
+    rng = np.random.default_rng(0)
+    lam, sigma, n = -0.7, 0.8, 200_000
+    values = np.exp([penalty_log_acceptance(x, sigma, 0.0) for x in rng.normal(lam, sigma, n)])
+    z = (values.mean() - math.exp(lam)) / (values.std(ddof=1) / math.sqrt(n))
+    assert abs(z) < Z_CRIT
+
+
+def run_chains_from(step, starts: np.ndarray, n_steps: int, seed: int) -> tuple[np.ndarray, float]:
+    """Run one independent chain per start value through ``step.astep``; return end points and acceptance."""
+    name = step.vars[0].name
+    ends, accepted = np.empty_like(starts), 0
+    for i, start in enumerate(starts):
+        step.set_rng(np.random.default_rng([seed, i]))
+        q = DictToArrayBijection.map({name: np.asarray(start)})
+        for _ in range(n_steps):
+            q, stats_list = step.astep(q)
+            accepted += stats_list[0]["dp_accepted"]
+        ends[i] = q.data[0]
+    return ends, accepted / (len(starts) * n_steps)
+
+
+def invariance_z_scores(ends: np.ndarray, mean: float, sd: float) -> tuple[float, float]:
+    n = ends.size
+    z_mean = (ends.mean() - mean) / (sd / math.sqrt(n))
+    # Sample variance of n Gaussian draws: (n−1) s²/σ² ~ χ²(n−1); convert to a z-score.
+    chi2 = (n - 1) * ends.var(ddof=1) / sd**2
+    z_var = stats.norm.isf(stats.chi2.sf(chi2, n - 1))
+    return z_mean, z_var
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.4])
+def test_invariance_with_noise_on(conjugate_normal, temperature):
+    """Chains started at exact (tempered) posterior draws keep its mean and variance."""
+    mean, sd = conjugate_normal.posterior(temperature)
+    assert np.max(np.abs(conjugate_normal.y - mean)) + 5 * sd < 10.0  # llr_clip=10 never clips
+    with conjugate_normal.model:
+        step = pmdp.DPPenaltyMH(
+            proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.08 / sd, temperature=temperature, tune=False
+        )
+    # noise sd of λ̂ at a typical move is 2τb|d| ≈ 2·(0.08/sd)·10·1.2 sd ≈ 1.9: the penalty matters.
+    starts = np.random.default_rng(1).normal(mean, sd, size=600)
+    ends, acceptance = run_chains_from(step, starts, n_steps=12, seed=2)
+    assert 0.05 < acceptance < 0.9
+    z_mean, z_var = invariance_z_scores(ends, mean, sd)
+    assert abs(z_mean) < Z_CRIT and abs(z_var) < Z_CRIT
+
+
+def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch):
+    """Power check: without the −σ²/2 penalty the same test must fail."""
+    mean, sd = conjugate_normal.posterior()
+    monkeypatch.setattr(
+        penalty_module,
+        "penalty_log_acceptance",
+        lambda llr, std, prior, proposal=0.0, temperature=1.0: temperature * llr + prior + proposal,
+    )
+    with conjugate_normal.model:
+        step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.2 / sd, tune=False)
+    starts = np.random.default_rng(1).normal(mean, sd, size=600)
+    ends, _ = run_chains_from(step, starts, n_steps=12, seed=2)
+    z_mean, z_var = invariance_z_scores(ends, mean, sd)
+    assert max(abs(z_mean), abs(z_var)) > Z_CRIT
+
+
+def test_noise_to_zero_without_clipping_matches_pymc_metropolis(conjugate_normal):
+    kwargs = dict(draws=300, tune=300, chains=2, random_seed=11, progressbar=False, compute_convergence_checks=False)
+    with conjugate_normal.model:
+        reference = pm.sample(step=pm.Metropolis(), cores=1, **kwargs)
+        private = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=1e3, noise_scale=1e-12), cores=1, **kwargs)
+    np.testing.assert_array_equal(private.posterior["m"].values, reference.posterior["m"].values)
+
+
+def test_same_seed_same_draws_for_one_and_two_cores(conjugate_normal):
+    kwargs = dict(draws=200, tune=200, chains=2, random_seed=5, progressbar=False, compute_convergence_checks=False)
+    with conjugate_normal.model:
+        one = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), cores=1, **kwargs)
+        two = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), cores=2, **kwargs)
+    np.testing.assert_array_equal(one.posterior["m"].values, two.posterior["m"].values)
+    np.testing.assert_array_equal(one.sample_stats["dp_noisy_llr"].values, two.sample_stats["dp_noisy_llr"].values)
+    assert not np.array_equal(one.posterior["m"].values[0], one.posterior["m"].values[1])
+
+
+@pytest.mark.parametrize(("chains", "tune", "draws", "tau"), [(2, 100, 150, 40.0), (3, 0, 120, 15.0)])
+def test_epsilon_attribute_equals_closed_form(conjugate_normal, chains, tune, draws, tau):
+    delta = 1e-6
+    with conjugate_normal.model:
+        idata = pmdp.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=tau),
+            delta=delta,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    k = chains * (tune + draws)
+    # Independent evaluation: dp_accounting's analytic Gaussian on the composed std τ/√k.
+    expected = dp_accounting.get_epsilon_gaussian(sigma=tau / math.sqrt(k), delta=delta)
+    assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert pmdp.privacy_spent(idata).epsilon == idata.posterior.attrs["dp_epsilon"]
+
+
+def test_plain_pm_sample_result_is_priced_with_tuning(conjugate_normal):
+    tau, chains, tune, draws = 25.0, 2, 150, 100
+    with conjugate_normal.model:
+        idata = pm.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=tau),
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    spent = pmdp.privacy_spent(idata, delta=1e-6)
+    assert spent.mu == pytest.approx(chains * (tune + draws) / (2 * tau**2), rel=1e-12)
+    assert spent.epsilon == pytest.approx(gaussian_epsilon(1e-6, chains * (tune + draws) / (2 * tau**2)), rel=1e-12)
+    with pytest.raises(ValueError, match="`delta` must be given"):
+        pmdp.privacy_spent(idata)
+
+
+def test_sampling_without_noise_scale_fails_before_touching_data(conjugate_normal):
+    with conjugate_normal.model:
+        step = pmdp.DPPenaltyMH()
+        with pytest.raises(ValueError, match="`noise_scale` must be set before sampling"):
+            pm.sample(step=step, draws=10, tune=0, chains=1, progressbar=False, compute_convergence_checks=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"llr_clip": -1.0}, "llr_clip"),
+        ({"llr_clip": 0.0}, "llr_clip"),
+        ({"llr_clip": float("nan")}, "llr_clip"),
+        ({"noise_scale": 0.0}, "noise_scale"),
+        ({"noise_scale": -3.0}, "noise_scale"),
+        ({"noise_scale": float("inf")}, "noise_scale"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"proposal_scale": -0.1}, "proposal_scale"),
+        ({"proposal_scale": [0.1, 0.2]}, "proposal_scale"),
+        ({"neighbouring": "replace"}, "neighbouring"),
+        ({"tune_interval": 0}, "tune_interval"),
+    ],
+)
+def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):
+    with conjugate_normal.model, pytest.raises(ValueError, match=f"`{name}` must"):
+        pmdp.DPPenaltyMH(**kwargs)
+
+
+def test_discrete_variables_are_refused_by_name():
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", k, 1.0, observed=np.zeros(5))
+        with pytest.raises(ValueError, match=r"discrete variables: \['k'\]"):
+            pmdp.DPPenaltyMH(vars=[k])
+
+
+def test_tuning_uses_private_accept_decisions_and_resets_per_chain(conjugate_normal):
+    _, sd = conjugate_normal.posterior()
+    with conjugate_normal.model:
+        idata = pm.sample(
+            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_scale=1.0),
+            draws=50,
+            tune=400,
+            chains=2,
+            cores=1,
+            random_seed=2,
+            progressbar=False,
+            discard_tuned_samples=False,
+            compute_convergence_checks=False,
+        )
+    warm = idata.warmup_sample_stats
+    # Both chains start from the initial scale (per-chain reset); a scale of 1 is 14 posterior sds, so the
+    # privatized acceptance is low and tuning shrinks the scale in both chains.
+    np.testing.assert_allclose(warm["dp_proposal_scale"].values[:, 0], 1.0)
+    assert 1.0 > 10 * sd
+    assert np.all(idata.sample_stats["dp_proposal_scale"].values[:, -1] < 1.0)
+    assert warm["dp_tuning"].values.all() and not idata.sample_stats["dp_tuning"].values.any()
