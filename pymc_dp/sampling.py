@@ -21,7 +21,7 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import PrivacySpent, compose_epsilon, event_from_dict
-from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
+from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN, gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import data_dependent_deterministics
 from pymc_dp.step_methods.base import DPStep
 
@@ -92,7 +92,7 @@ def _plan_calibration(steps: list[DPStep], k: int, epsilon: float | None, delta:
         raise ValueError(
             f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None."
         )
-    mu_target = gaussian_mu_for_target(epsilon, delta)
+    mu_target = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
     mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if s.is_calibrated)
     mu_left = mu_target - mu_spent - mu_fixed
     if mu_left <= 0:

@@ -92,7 +92,9 @@ def test_noise_to_zero_without_clipping_matches_pymc_metropolis(conjugate_normal
     kwargs = dict(draws=300, tune=300, chains=2, random_seed=11, progressbar=False, compute_convergence_checks=False)
     with conjugate_normal.model:
         reference = pm.sample(step=pm.Metropolis(), cores=1, **kwargs)
-        private = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=1e3, noise_scale=1e-12), cores=1, **kwargs)
+        private = pm.sample(
+            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=1e3, noise_scale=1e-12), cores=1, **kwargs
+        )
     np.testing.assert_array_equal(private.posterior["m"].values, reference.posterior["m"].values)
 
 

@@ -31,7 +31,12 @@ from scipy import optimize, special
 
 from pymc_dp._validation import check_finite_positive, check_positive_int, check_unit_interval_open
 
+#: Relative margin by which calibration aims below a target ε, so that the ε recomputed from
+#: the calibrated noise (by a root finder accurate to ~1e-13) never exceeds the target.
+CALIBRATION_MARGIN = 1e-10
+
 __all__ = [
+    "CALIBRATION_MARGIN",
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu_for_target",
@@ -184,7 +189,8 @@ def noise_multiplier_for_target(epsilon: float, delta: float, count: int, mu_spe
     """
     count = check_positive_int("count", count)
     mu_spent = _check_mu(mu_spent)
-    mu_total = gaussian_mu_for_target(epsilon, delta)
+    epsilon = check_finite_positive("epsilon", epsilon)
+    mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
     mu_left = mu_total - mu_spent
     if mu_left <= 0.0:
         raise ValueError(

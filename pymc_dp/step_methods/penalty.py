@@ -80,7 +80,9 @@ class DPPenaltyMH(DPStep):
         Continuous variables to sample (default: all free variables of the model).
     proposal_scale : float or array, optional
         Initial random-walk standard deviation s on the unconstrained scale, a scalar or one
-        value per flat coordinate. Default 1.0; tuned during tuning.
+        value per flat coordinate. Default 2.38/√(P·N), the optimal random-walk scale for a
+        P-dimensional posterior whose rows carry unit Fisher information (data-free: N is
+        public); tuned during tuning.
     llr_clip : float, default 1.0
         b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. Choose it from public
         knowledge (a bound on ‖∇θ log p(x | θ)‖ over plausible rows and θ). The sampler is
@@ -174,7 +176,7 @@ class DPPenaltyMH(DPStep):
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
         if not isinstance(tune, bool | np.bool_):
             raise TypeError(f"`tune` must be a bool. Found {tune!r}.")
-        scale = self._as_float_array(1.0 if proposal_scale is None else proposal_scale)
+        scale = self._as_float_array(1.0 if proposal_scale is None else proposal_scale)  # placeholder until N is known
         if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
             raise ValueError(
                 f"`proposal_scale` must be positive and finite (a scalar or one per coordinate). Found {proposal_scale!r}."
@@ -198,6 +200,8 @@ class DPPenaltyMH(DPStep):
             model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs
         )
         self.n_rows = self._rows.n_rows
+        if proposal_scale is None:
+            scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._proposal_scale_initial = np.broadcast_to(scale, (size,)).copy()
         self.proposal_scale = self._proposal_scale_initial.copy()
         self._tune_initial = bool(tune)
