@@ -1,0 +1,45 @@
+"""Shared pieces of the benchmarks: the logistic-regression model and a timer."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pymc as pm
+
+
+def logistic_regression(n_rows: int = 100_000, n_features: int = 10, seed: int = 0) -> pm.Model:
+    """Logistic regression with pm.Data rows: P = n_features + 1 parameters."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, n_features))
+    beta = rng.normal(size=n_features)
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-(0.3 + x @ beta)))).astype("int64")
+    coords = {"row": np.arange(n_rows), "feature": np.arange(n_features)}
+    with pm.Model(coords=coords) as model:
+        xd = pm.Data("x", x, dims=("row", "feature"))
+        yd = pm.Data("y_obs", y, dims="row")
+        alpha = pm.Normal("alpha", 0, 2)
+        b = pm.Normal("beta", 0, 2, dims="feature")
+        pm.Bernoulli("y", logit_p=alpha + xd @ b, observed=yd, dims="row")
+    return model
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 5) -> float:
+    """Median over ``repeats`` rounds of the mean time of ``number`` calls (after one warm-up call)."""
+    fn()
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        rounds.append((time.perf_counter() - start) / number)
+    return float(np.median(rounds))
+
+
+def environment() -> str:
+    import pytensor
+
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    return f"pymc {pm.__version__}, pytensor {pytensor.__version__}, linker {pytensor.config.linker}, OMP_NUM_THREADS={threads}"
