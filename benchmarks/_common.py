@@ -42,4 +42,7 @@ def environment() -> str:
     import pytensor
 
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    return f"pymc {pm.__version__}, pytensor {pytensor.__version__}, linker {pytensor.config.linker}, OMP_NUM_THREADS={threads}"
+    return (
+        f"pymc {pm.__version__}, pytensor {pytensor.__version__}, linker {pytensor.config.linker}, "
+        f"OMP_NUM_THREADS={threads}"
+    )

@@ -42,7 +42,8 @@ def main() -> None:
         dp_step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=50.0)
     t_metropolis = seconds_per_iteration(model, metropolis, args.iterations)
     t_dp = seconds_per_iteration(model, dp_step, args.iterations)
-    proposals_metropolis = n_params if metropolis.elemwise_update else 1
+    # pm.Metropolis() becomes one Metropolis per variable, each updating its coordinates one at a time.
+    proposals_metropolis = n_params
 
     print(environment())
     print(f"rows N = {args.rows}, parameters P = {n_params}, iterations = {args.iterations}")

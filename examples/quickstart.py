@@ -82,9 +82,7 @@ def main() -> None:
 
     start = time.perf_counter()
     with model:
-        exact = pm.sample(
-            draws=300, tune=300, chains=args.chains, random_seed=args.seed, progressbar=False
-        )
+        exact = pm.sample(draws=300, tune=300, chains=args.chains, random_seed=args.seed, progressbar=False)
     exact_seconds = time.perf_counter() - start
 
     spent = pmdp.privacy_spent(private)
@@ -104,9 +102,7 @@ def main() -> None:
         ex_draws = exact.posterior[name].values.reshape(-1, *exact.posterior[name].shape[2:])
         for index in np.ndindex(dp_draws.shape[1:]):
             label = name if not index else f"{name}[{['age', 'bmi'][index[0]]}]"
-            rows.append(
-                (label, ex_draws[(slice(None), *index)], dp_draws[(slice(None), *index)])
-            )
+            rows.append((label, ex_draws[(slice(None), *index)], dp_draws[(slice(None), *index)]))
     print(f"\n{'parameter':<16}{'non-private mean':>18}{'sd':>9}{'DP mean':>12}{'sd':>9}")
     for label, ex, dp in rows:
         print(f"{label:<16}{ex.mean():>18.3f}{ex.std():>9.3f}{dp.mean():>12.3f}{dp.std():>9.3f}")

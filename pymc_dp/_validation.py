@@ -64,9 +64,7 @@ def check_positive_int(name: str, value: object) -> int:
 def check_nonnegative_int(name: str, value: object) -> int:
     """Return ``value`` as an int after checking it is an integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
-        raise TypeError(
-            f"`{name}` must be a non-negative integer. Found {value!r} of type {type(value).__name__}."
-        )
+        raise TypeError(f"`{name}` must be a non-negative integer. Found {value!r} of type {type(value).__name__}.")
     if int(value) < 0:
         raise ValueError(f"`{name}` must be a non-negative integer. Found {value!r}.")
     return int(value)

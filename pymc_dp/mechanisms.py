@@ -91,13 +91,17 @@ def sensitivity_of_clipped_sum(bound: float, neighbouring: str = "substitute") -
     return (2.0 if neighbouring == "substitute" else 1.0) * bound
 
 
-def gaussian_noise(rng: np.random.Generator, std: float, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
+def gaussian_noise(
+    rng: np.random.Generator, std: float, size: int | tuple[int, ...] | None = None
+) -> np.ndarray | float:
     """Draw N(0, std²) noise from ``rng``; ``std`` must be finite and > 0."""
     std = check_finite_positive("std", std)
     return rng.normal(0.0, std, size=size)
 
 
-def laplace_noise(rng: np.random.Generator, scale: float, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
+def laplace_noise(
+    rng: np.random.Generator, scale: float, size: int | tuple[int, ...] | None = None
+) -> np.ndarray | float:
     """Draw Laplace(0, scale) noise from ``rng``; ``scale`` must be finite and > 0."""
     scale = check_finite_positive("scale", scale)
     return rng.laplace(0.0, scale, size=size)
@@ -218,9 +222,7 @@ class NoisyLogLikelihoodRatio:
             self._cached_point = key
         return self._cached_loglik
 
-    def release(
-        self, theta: np.ndarray, theta_proposed: np.ndarray, rng: np.random.Generator
-    ) -> tuple[float, float]:
+    def release(self, theta: np.ndarray, theta_proposed: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
         """Release λ̂ for the move θ → θ′; returns (λ̂, σ).
 
         After the call the cache holds θ′, so that a caller who accepts θ′ pays one

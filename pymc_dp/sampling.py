@@ -81,7 +81,9 @@ def strip_private_groups(idata: Any) -> Any:
     return idata
 
 
-def _plan_calibration(steps: list[DPStep], k: int, epsilon: float | None, delta: float, mu_spent: float) -> list[DPStep]:
+def _plan_calibration(
+    steps: list[DPStep], k: int, epsilon: float | None, delta: float, mu_spent: float
+) -> list[DPStep]:
     """Copies of ``steps`` with unset noise calibrated so the run (plus ``mu_spent``) meets ε."""
     planned = [copy.copy(s) for s in steps]
     unset = [s for s in planned if not s.is_calibrated]
@@ -89,15 +91,14 @@ def _plan_calibration(steps: list[DPStep], k: int, epsilon: float | None, delta:
         return planned
     if epsilon is None:
         names = ", ".join(type(s).__name__ for s in unset)
-        raise ValueError(
-            f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None."
-        )
+        raise ValueError(f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None.")
     mu_target = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
     mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if s.is_calibrated)
     mu_left = mu_target - mu_spent - mu_fixed
     if mu_left <= 0:
         raise PrivacyBudgetExceededError(
-            f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) allows μ={mu_target:.6g}, "
+            f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) allows "
+            f"μ={mu_target:.6g}, "
             f"and {mu_spent + mu_fixed:.6g} is already spent or fixed. Nothing was run or charged."
         )
     for s in unset:
@@ -248,9 +249,7 @@ def sample(
     if budget is not None:
         budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
 
-    idata = pm.sample(
-        draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
-    )
+    idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
     strip_private_groups(idata)
     record = {
         "format": ACCOUNTANT_FORMAT,
@@ -324,7 +323,7 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
     per_draw = stats["dp_mu"]
     extra = [d for d in per_draw.dims if d not in ("chain", "draw")]
     per_draw = np.asarray(per_draw.sum(dim=extra) if extra else per_draw, dtype=float)
-    n_chains, n_draws = per_draw.shape
+    n_chains = per_draw.shape[0]
     tuning_steps = int(attrs.get("tuning_steps", 0))
     warmup_total = 0.0
     if tuning_steps and "warmup_sample_stats" in _group_names(idata):

@@ -88,7 +88,7 @@ def test_rows_plus_prior_reproduce_model_logp_and_gradient(built):
     assert ll.shape == (N,)
     np.testing.assert_allclose(ll.sum() + rows.prior_logp(theta), model.compile_logp()(point), rtol=1e-10)
     ll2, jac = rows.loglik_grad_rows(theta)
-    prior, prior_grad = rows.prior_logp_and_grad(theta)
+    _, prior_grad = rows.prior_logp_and_grad(theta)
     assert jac.shape == (N, rows.n_params)
     np.testing.assert_allclose(ll2, ll, rtol=1e-12)
     dlogp = model.compile_dlogp(vars=[model.values_to_rvs[v] for v in rows.value_vars])(point)
@@ -181,7 +181,7 @@ def test_total_size_is_refused_by_name():
     with pm.Model() as model:
         m = pm.Normal("m")
         pm.Normal("x", m, 1, observed=np.zeros(10), total_size=1000)
-    with pytest.raises(ModelStructureError, match="`x`.*total_size"):
+    with pytest.raises(ModelStructureError, match=r"`x`.*total_size"):
         RowLikelihood(model)
 
 

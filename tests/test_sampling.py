@@ -26,9 +26,7 @@ def calibrated_run(regression):
     model, _, _ = regression
     with model:
         step = pmdp.DPPenaltyMH(llr_clip=0.5, proposal_scale=0.05)
-        idata = pmdp.sample(
-            step=step, epsilon=3.0, delta=1e-5, draws=200, tune=200, chains=2, random_seed=4, **QUIET
-        )
+        idata = pmdp.sample(step=step, epsilon=3.0, delta=1e-5, draws=200, tune=200, chains=2, random_seed=4, **QUIET)
     return idata, step
 
 
@@ -152,14 +150,27 @@ def test_budget_spans_runs_and_refuses_without_charging(regression):
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=150)
     with model:
         first = pmdp.sample(
-            step=pmdp.DPPenaltyMH(llr_clip=4.0), epsilon=1.0, delta=1e-5, budget=budget,
-            draws=50, tune=50, chains=1, random_seed=1, **QUIET,
+            step=pmdp.DPPenaltyMH(llr_clip=4.0),
+            epsilon=1.0,
+            delta=1e-5,
+            budget=budget,
+            draws=50,
+            tune=50,
+            chains=1,
+            random_seed=1,
+            **QUIET,
         )
         assert budget.spent().epsilon == pytest.approx(first.posterior.attrs["dp_epsilon"], rel=1e-12)
         # noise left unset and no epsilon: use what remains of the budget
         second = pmdp.sample(
-            step=pmdp.DPPenaltyMH(llr_clip=4.0), delta=1e-5, budget=budget,
-            draws=50, tune=50, chains=1, random_seed=2, **QUIET,
+            step=pmdp.DPPenaltyMH(llr_clip=4.0),
+            delta=1e-5,
+            budget=budget,
+            draws=50,
+            tune=50,
+            chains=1,
+            random_seed=2,
+            **QUIET,
         )
         assert second.posterior.attrs["dp_epsilon"] > 0
         assert budget.spent().epsilon == pytest.approx(2.0, rel=1e-9) and budget.spent().epsilon <= 2.0
@@ -169,7 +180,7 @@ def test_budget_spans_runs_and_refuses_without_charging(regression):
             pmdp.sample(step=step, delta=1e-5, budget=budget, draws=50, tune=50, chains=1, **QUIET)
         assert (budget.events, budget.labels) == before and step.noise_scale is None
         wrong = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=151)
-        with pytest.raises(ValueError, match="`budget.n_rows` must equal"):
+        with pytest.raises(ValueError, match=r"`budget\.n_rows` must equal"):
             pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=50.0), delta=1e-5, budget=wrong, draws=5, tune=0, chains=1)
         assert wrong.spent().epsilon == 0.0
 

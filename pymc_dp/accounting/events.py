@@ -130,7 +130,9 @@ class PrivacySpent:
     events: tuple = field(default=(), repr=False)
 
 
-def compose_epsilon(events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
+def compose_epsilon(
+    events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], delta: float
+) -> tuple[float, str, float | None]:
     """ε at ``delta`` of the composition of ``events``.
 
     All-Gaussian compositions use the exact closed form (μ adds). Anything with an RDP

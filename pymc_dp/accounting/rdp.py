@@ -69,6 +69,6 @@ def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float) -> tuple[f
             f"`orders` and `rdp` must be 1-d arrays of equal length. Found shapes {orders.shape} and {rdp.shape}."
         )
     if np.any(np.isnan(rdp)):
-        raise ValueError("`rdp` must not contain NaN. Found NaN at orders " f"{orders[np.isnan(rdp)].tolist()}.")
+        raise ValueError(f"`rdp` must not contain NaN. Found NaN at orders {orders[np.isnan(rdp)].tolist()}.")
     eps, order = compute_epsilon(orders.tolist(), rdp.tolist(), delta)
     return float(eps), float(order)

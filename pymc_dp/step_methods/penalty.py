@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars
@@ -142,7 +142,7 @@ class DPPenaltyMH(DPStep):
     """
 
     name = "dp_penalty_mh"
-    stats_dtypes_shapes = {
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         "dp_accept": (np.float64, []),
         "dp_accepted": (bool, []),
         "dp_noisy_llr": (np.float64, []),
@@ -179,7 +179,8 @@ class DPPenaltyMH(DPStep):
         scale = self._as_float_array(1.0 if proposal_scale is None else proposal_scale)  # placeholder until N is known
         if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
             raise ValueError(
-                f"`proposal_scale` must be positive and finite (a scalar or one per coordinate). Found {proposal_scale!r}."
+                "`proposal_scale` must be positive and finite (a scalar or one per coordinate). "
+                f"Found {proposal_scale!r}."
             )
 
         model = modelcontext(model)
