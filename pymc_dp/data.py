@@ -268,36 +268,48 @@ class RowLikelihood:
 
         # Full-data functions.
         self._f_lik = self._compile([theta], lik_flat)
-        prior_grad = pytensor.grad(prior_flat, theta) if self._continuous else None
         self._f_prior = self._compile([theta], prior_flat)
-        self._f_prior_grad = self._compile([theta], [prior_flat, prior_grad]) if self._continuous else None
+        self._prior_flat = prior_flat
+        self._f_prior_grad = None  # compiled on first use
         self._lik_flat = lik_flat
         self._f_lik_grad_full = None
 
-        # Index-subset functions, when every row-indexed array is a shared variable.
+        # Index-subset functions, when every row-indexed array is a shared variable; built on
+        # first use so that full-data samplers never compile them.
         self._rows_input = pt.lvector("rows")
-        self.subset_mode = "slice"
-        self._lik_idx = None
+        self._subset_mode: str | None = None
         self._f_lik_idx = None
         self._f_lik_grad_idx = None
         self._row_data_vars = row_data
         self._row_dim_length = None
         if self.row_dim is not None and isinstance(model.dim_lengths.get(self.row_dim), SharedVariable):
             self._row_dim_length = model.dim_lengths[self.row_dim]
-        if row_data and all(isinstance(d, SharedVariable) for d in row_data):
-            replace = {d: d[self._rows_input] for d in row_data}
-            if self._row_dim_length is not None:
-                dim_length = self._row_dim_length
-                replace[dim_length] = pt.cast(self._rows_input.shape[0], dim_length.dtype)
-            try:
-                lik_idx = graph_replace(lik_flat, replace, strict=False)
-                f_idx = self._compile([theta, self._rows_input], lik_idx)
-                probe = np.array([0, self.n_rows - 1], dtype=np.int64)
-                theta0 = self._flat_initial(initial_point)
-                if np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True):
-                    self._lik_idx, self._f_lik_idx, self.subset_mode = lik_idx, f_idx, "index"
-            except (AssertionError, TypeError, ValueError):  # graph could not be re-indexed
-                pass
+        self._theta_initial = self._flat_initial(initial_point)
+
+    @property
+    def subset_mode(self) -> str:
+        """ "index" when subsets cost O(B) (all row data are ``pm.Data``), else "slice"."""
+        if self._subset_mode is None:
+            self._subset_mode = "slice"
+            if self._row_data_vars and all(isinstance(d, SharedVariable) for d in self._row_data_vars):
+                self._build_index_mode()
+        return self._subset_mode
+
+    def _build_index_mode(self) -> None:
+        replace = {d: d[self._rows_input] for d in self._row_data_vars}
+        if self._row_dim_length is not None:
+            dim_length = self._row_dim_length
+            replace[dim_length] = pt.cast(self._rows_input.shape[0], dim_length.dtype)
+        try:
+            lik_idx = graph_replace(self._lik_flat, replace, strict=False)
+            f_idx = self._compile([self._theta, self._rows_input], lik_idx)
+            # Guard against arrays that only look row-indexed: a subset must equal the slice.
+            probe = np.array([0, self.n_rows - 1], dtype=np.int64)
+            theta0 = self._theta_initial
+            if np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True):
+                self._f_lik_idx, self._subset_mode = f_idx, "index"
+        except (AssertionError, TypeError, ValueError):  # the graph could not be re-indexed
+            pass
 
     # -- construction helpers -------------------------------------------------------------
     def _compile(self, inputs, outputs):
@@ -353,7 +365,7 @@ class RowLikelihood:
         if rows is None:
             return np.asarray(self._f_lik(theta))
         rows = self._check_rows(rows)
-        if self._f_lik_idx is not None:
+        if self.subset_mode == "index":
             return np.asarray(self._f_lik_idx(theta, rows))
         return np.asarray(self._f_lik(theta))[rows]
 
@@ -402,5 +414,8 @@ class RowLikelihood:
     def prior_logp_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """:meth:`prior_logp` and its gradient w.r.t. θ. Data-free."""
         self._require_continuous()
+        if self._f_prior_grad is None:
+            grad = pytensor.grad(self._prior_flat, self._theta)
+            self._f_prior_grad = self._compile([self._theta], [self._prior_flat, grad])
         value, grad = self._f_prior_grad(self._check_theta(theta))
         return float(value), np.asarray(grad)

@@ -226,15 +226,15 @@ def sample(
         var_names = list(var_names)
 
     iterations = chains * (tune + draws)
-    mu_spent = 0.0
-    if budget is not None and any(not s.is_calibrated for s in steps):
+    if budget is not None and epsilon is None and any(not s.is_calibrated for s in steps):
+        # No target for this run: calibrate it to what is left of the budget.
         mu_spent = gaussian_mu_for_target(budget.epsilon, budget.delta) - budget.remaining_mu()
-        if epsilon is None:
-            epsilon, delta = budget.epsilon, budget.delta
-    planned = _plan_calibration(steps, iterations, epsilon, delta, mu_spent)
+        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, mu_spent)
+    else:
+        planned = _plan_calibration(steps, iterations, epsilon, delta, 0.0)
     events = [e for s in planned for e in s.privacy_events(iterations)]
     run_epsilon, method, mu = compose_epsilon(events, delta)
-    if epsilon is not None and run_epsilon > epsilon and budget is None:
+    if epsilon is not None and run_epsilon > epsilon:
         raise PrivacyBudgetExceededError(
             f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
             "use more noise, fewer chains or fewer iterations."

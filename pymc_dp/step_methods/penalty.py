@@ -129,7 +129,7 @@ class DPPenaltyMH(DPStep):
     - ``dp_noisy_llr``: the released noisy log-likelihood ratio λ̂.
     - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
     - ``dp_mu``: μ spent by this iteration (1/(2τ²)), used by :func:`pymc_dp.privacy_spent`.
-    - ``dp_tuning``: whether the iteration was a tuning iteration.
+    - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
 
     References
     ----------
@@ -277,7 +277,8 @@ class DPPenaltyMH(DPStep):
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
-        if self.tune and self._steps_until_tune == 0:
+        tuning = bool(self.tune and self._tune_initial)
+        if tuning and self._steps_until_tune == 0:
             self.proposal_scale = tune_scaling(self.proposal_scale, self._accepted_sum / float(self.tune_interval))
             self._steps_until_tune = self.tune_interval
             self._accepted_sum = 0
@@ -298,7 +299,7 @@ class DPPenaltyMH(DPStep):
             "dp_noisy_llr": float(noisy_llr),
             "dp_proposal_scale": float(np.mean(self.proposal_scale)),
             "dp_mu": self.gaussian_mu_per_iteration(),
-            "dp_tuning": bool(self.tune),
+            "dp_tuning": tuning,
         }
         return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
 
