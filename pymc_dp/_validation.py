@@ -72,6 +72,6 @@ def check_nonnegative_int(name: str, value: object) -> int:
 
 def check_neighbouring(name: str, value: object) -> str:
     """Return the neighbouring relation after checking it is one we support."""
-    if value not in NEIGHBOURING_RELATIONS:
+    if not isinstance(value, str) or value not in NEIGHBOURING_RELATIONS:
         raise ValueError(f"`{name}` must be one of {NEIGHBOURING_RELATIONS}. Found {value!r}.")
     return str(value)

@@ -146,20 +146,41 @@ def _data_in_graph(graph_outputs: Sequence[Variable], n_rows: int) -> list[Varia
     return found
 
 
-def data_dependent_deterministics(model) -> list[str]:
-    """Names of deterministics that read data (rows, covariates or any ``pm.Data``).
+def _graph_roots(outputs: Sequence[Variable]) -> list[Variable]:
+    return [v for v in ancestors(list(outputs)) if v.owner is None]
 
-    Such deterministics would be evaluated on the raw data and stored with every draw, so
-    :func:`pymc_dp.sample` leaves them out of the trace.
+
+def data_dependent_deterministics(model) -> list[str]:
+    """Names of deterministics that may read data; :func:`pymc_dp.sample` never stores them.
+
+    A deterministic is kept only when, after replacing random variables by their values, its
+    graph reads nothing but free value variables, scalar constants and constants that the
+    prior itself uses (the prior is checked not to read row data). Everything else —
+    observed variables, ``pm.Data`` containers, numpy arrays — counts as data. The check is
+    conservative: a deterministic using a public array that is not in the prior is also left
+    out. A scalar computed from the data in NumPy before building the model cannot be told
+    apart from a public constant.
     """
-    n_rows, _, observed_values = _row_structure(model)
+    _, _, observed_values = _row_structure(model)
+    free_values = set(model.value_vars)
     lik_terms = model.logp(vars=model.observed_RVs, sum=False)
-    data = list(model.data_vars) + observed_values + _data_in_graph(lik_terms, n_rows)
+    data = list(model.data_vars) + list(observed_values) + _data_in_graph(lik_terms, _row_structure(model)[0])
+    prior_constants = [
+        v
+        for v in _graph_roots([model.logp(vars=model.free_RVs, jacobian=True)])
+        if isinstance(v, Constant | SharedVariable) and not any(_same_data(v, d) for d in data)
+    ]
     names = []
     for det in model.deterministics:
-        deps = [v for v in ancestors([det]) if isinstance(v, Constant | SharedVariable)]
-        if any(_same_data(d, x) for d in deps for x in data):
+        [graph] = model.replace_rvs_by_values([det])
+        for root in _graph_roots([graph]):
+            if root in free_values or (isinstance(root, Constant) and root.ndim == 0):
+                if not any(_same_data(root, d) for d in data):
+                    continue
+            if isinstance(root, Constant | SharedVariable) and any(_same_data(root, c) for c in prior_constants):
+                continue
             names.append(det.name)
+            break
     return names
 
 

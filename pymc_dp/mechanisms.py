@@ -15,16 +15,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 
 __all__ = [
+    "NoisyLogLikelihoodRatio",
+    "SecureNoise",
     "clip_l2",
     "clip_values",
     "gaussian_noise",
     "laplace_noise",
+    "noise_generator",
     "noisy_clipped_sum",
     "sensitivity_of_clipped_sum",
     "spawn_noise_rng",
@@ -111,7 +115,7 @@ def noisy_clipped_sum(
     values: np.ndarray,
     bound: float,
     noise_multiplier: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | SecureNoise,
     neighbouring: str = "substitute",
 ) -> tuple[float, float]:
     """The Gaussian mechanism on a sum of per-row scalars clipped to ±bound.
@@ -141,6 +145,40 @@ def noisy_clipped_sum(
     return clipped_sum + float(rng.normal(0.0, std)), std
 
 
+class SecureNoise:
+    """Gaussian and Laplace noise from the operating system's CSPRNG (``os.urandom``).
+
+    Not reproducible by design: nobody, including whoever knows PyMC's ``random_seed``, can
+    regenerate the noise and subtract it from a release. Uniforms carry 53 random bits;
+    Gaussians use the Box–Muller transform and Laplace variates the inverse CDF. Like any
+    floating-point noise it remains open to precision attacks (Mironov 2012).
+    """
+
+    @staticmethod
+    def _uniform(size: int) -> np.ndarray:
+        """Uniforms on (0, 1) with 53 random bits each."""
+        words = np.frombuffer(os.urandom(8 * size), dtype=np.uint64) >> np.uint64(11)
+        return (words.astype(np.float64) + 0.5) / 2.0**53
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: int | tuple[int, ...] | None = None):
+        count = 1 if size is None else int(np.prod(size))
+        u1, u2 = self._uniform(count), self._uniform(count)
+        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        out = loc + scale * z
+        return float(out[0]) if size is None else out.reshape(size)
+
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size: int | tuple[int, ...] | None = None):
+        count = 1 if size is None else int(np.prod(size))
+        u = self._uniform(count) - 0.5
+        out = loc - scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+        return float(out[0]) if size is None else out.reshape(size)
+
+
+def noise_generator(rng: np.random.Generator, secure: bool) -> np.random.Generator | SecureNoise:
+    """The noise source of a chain: OS entropy when ``secure``, else derived from ``rng``."""
+    return SecureNoise() if secure else spawn_noise_rng(rng)
+
+
 def spawn_noise_rng(rng: np.random.Generator) -> np.random.Generator:
     """A generator for mechanism noise, derived from the chain's generator.
 
@@ -151,9 +189,11 @@ def spawn_noise_rng(rng: np.random.Generator) -> np.random.Generator:
 
     Notes
     -----
-    NumPy's PCG64 is not a cryptographically secure generator and floating-point Gaussian
-    noise is open to precision attacks (Mironov 2012); the guarantee is the textbook one for
-    exact real-valued noise.
+    The noise is then a deterministic function of PyMC's ``random_seed``: anyone who knows
+    the seed can regenerate it and subtract it from the releases, so a seed used with real
+    data is as sensitive as the data (never publish it). Use :class:`SecureNoise`
+    (``secure_noise=True`` on the steps) when reproducibility is not needed. NumPy's PCG64 is
+    not a cryptographically secure generator.
     """
     state = json.dumps(rng.bit_generator.state, sort_keys=True, default=str).encode()
     digest = hashlib.sha256(b"pymc-dp mechanism noise\0" + state).digest()
@@ -204,6 +244,7 @@ class NoisyLogLikelihoodRatio:
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self._cached_point: bytes | None = None
         self._cached_loglik: np.ndarray | None = None
+        self._pending: tuple[bytes, np.ndarray] | None = None
 
     @property
     def mu_per_release(self) -> float:
@@ -211,9 +252,15 @@ class NoisyLogLikelihoodRatio:
         return 0.5 / self.noise_multiplier**2
 
     def forget(self) -> None:
-        """Drop the cached per-row values (new chain, or other parameters changed)."""
+        """Drop the cached per-row values (new chain, other parameters changed, run over)."""
         self._cached_point = None
         self._cached_loglik = None
+        self._pending = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()  # never pickle raw per-row values
+        state.update(_cached_point=None, _cached_loglik=None, _pending=None)
+        return state
 
     def _loglik(self, theta: np.ndarray) -> np.ndarray:
         key = theta.tobytes()
@@ -241,7 +288,6 @@ class NoisyLogLikelihoodRatio:
 
     def keep(self, accepted: bool) -> None:
         """Tell the mechanism which point the chain kept after :meth:`release`."""
-        pending = getattr(self, "_pending", None)
-        if accepted and pending is not None:
-            self._cached_point, self._cached_loglik = pending
+        if accepted and self._pending is not None:
+            self._cached_point, self._cached_loglik = self._pending
         self._pending = None

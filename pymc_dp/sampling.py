@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
 from importlib import metadata
@@ -22,7 +23,7 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN, gaussian_epsilon, gaussian_mu_for_target
-from pymc_dp.data import data_dependent_deterministics
+from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups"]
@@ -34,6 +35,7 @@ PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood", "log_prior
 _REFUSED_KWARGS = {
     "nuts_sampler": "pymc_dp runs PyMC's own sampler loop; external NUTS samplers do not use the DP steps",
     "nuts_sampler_kwargs": "pymc_dp runs PyMC's own sampler loop; external NUTS samplers do not use the DP steps",
+    "trace": "trace backends (ZarrTrace, McBackend) store the raw data groups in their own store",
 }
 
 ACCOUNTANT_FORMAT = 1
@@ -86,14 +88,14 @@ def _plan_calibration(
 ) -> list[DPStep]:
     """Copies of ``steps`` with unset noise calibrated so the run (plus ``mu_spent``) meets ε."""
     planned = [copy.copy(s) for s in steps]
-    unset = [s for s in planned if not s.is_calibrated]
+    unset = [s for s in planned if s.needs_calibration]
     if not unset:
         return planned
     if epsilon is None:
         names = ", ".join(type(s).__name__ for s in unset)
         raise ValueError(f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None.")
     mu_target = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if s.is_calibrated)
+    mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if not s.needs_calibration)
     mu_left = mu_target - mu_spent - mu_fixed
     if mu_left <= 0:
         raise PrivacyBudgetExceededError(
@@ -184,6 +186,10 @@ def sample(
     for key, why in _REFUSED_KWARGS.items():
         if key in kwargs:
             raise ValueError(f"`{key}` is not supported by pymc_dp.sample: {why}.")
+    known = set(inspect.signature(pm.sample).parameters) - {"kwargs"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
     if kwargs.get("return_inferencedata", True) is not True:
         raise ValueError("`return_inferencedata` must be True: pymc_dp attaches its guarantee to the returned object.")
     idata_kwargs = dict(kwargs.get("idata_kwargs") or {})
@@ -212,21 +218,32 @@ def sample(
     if len(relations) > 1:
         raise ValueError(f"All steps and the budget must use one neighbouring relation. Found {sorted(relations)}.")
     neighbouring = relations.pop()
-    n_rows = steps[0].n_rows
-    if budget is not None and budget.n_rows != n_rows:
+    n_rows = _row_structure(model)[0]
+    if any(s.n_rows != n_rows for s in steps):
+        raise ValueError(
+            "`step` must be built on the model's current data: the number of rows changed since it was built "
+            "(pm.set_data?). Build the step again."
+        )
+    if neighbouring == "substitute" and budget is not None and budget.n_rows != n_rows:
         raise ValueError(f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}.")
 
     hidden = data_dependent_deterministics(model)
     if var_names is None:
         var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     else:
+        storable = {rv.name for rv in model.free_RVs} | {d.name for d in model.deterministics}
         leaking = [name for name in var_names if name in hidden]
         if leaking:
             raise ValueError(f"`var_names` must not include deterministics that read data. Found {leaking}.")
+        unknown_names = [name for name in var_names if name not in storable]
+        if unknown_names:
+            raise ValueError(
+                f"`var_names` must name free variables or deterministics of the model. Found {unknown_names}."
+            )
         var_names = list(var_names)
 
     iterations = chains * (tune + draws)
-    if budget is not None and epsilon is None and any(not s.is_calibrated for s in steps):
+    if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
         mu_spent = gaussian_mu_for_target(budget.epsilon, budget.delta) - budget.remaining_mu()
         planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, mu_spent)
@@ -242,14 +259,19 @@ def sample(
     if budget is not None:
         budget.check(events)
 
-    # Every check passed: commit the calibration and charge the budget, then touch data.
+    # Every check passed: commit the calibration and charge the budget, then touch data. A run
+    # that PyMC aborts after this point is still charged: it may have released partial results.
     for real, plan in zip(steps, planned, strict=True):
-        if not real.is_calibrated:
+        if real.needs_calibration:
             real.set_noise_for_mu(plan.gaussian_mu_per_iteration())
     if budget is not None:
         budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
 
-    idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
+    try:
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
+    finally:
+        for s in steps:
+            s.forget_private_state()
     strip_private_groups(idata)
     record = {
         "format": ACCOUNTANT_FORMAT,
@@ -258,7 +280,7 @@ def sample(
         "delta": delta,
         "epsilon": run_epsilon,
         "neighbouring": neighbouring,
-        "n_rows": n_rows,
+        "n_rows": n_rows if neighbouring == "substitute" else None,
         "chains": chains,
         "tune": tune,
         "draws": draws,
@@ -273,7 +295,8 @@ def sample(
     attrs["dp_epsilon"] = run_epsilon
     attrs["dp_delta"] = delta
     attrs["dp_neighbouring"] = neighbouring
-    attrs["dp_n_rows"] = n_rows
+    if neighbouring == "substitute":  # N is public only under substitute neighbours
+        attrs["dp_n_rows"] = n_rows
     attrs["dp_accountant"] = json.dumps(record)
     return idata
 
@@ -282,8 +305,10 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
     """ε of a result, recomputed from the result alone.
 
     For a :func:`pymc_dp.sample` result it recomputes ε from ``dp_accountant``. For a plain
-    ``pm.sample`` result with DP steps it uses the ``dp_mu`` sampler statistic, the number
-    of chains and draws and ``tuning_steps``: every tuning iteration is counted.
+    ``pm.sample`` result with DP steps it sums, over chains, the ``dp_mu_cumulative``
+    statistic of each chain's last stored draw: the μ that chain spent up to that draw,
+    tuning iterations included (so a result cut to fewer draws is priced for what it still
+    reveals, and a result whose tuning draws were discarded is still charged for them).
 
     Parameters
     ----------
@@ -299,9 +324,11 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
 
     Notes
     -----
-    For a plain ``pm.sample`` result this prices only what the DP steps released. Raw data
-    groups PyMC added, and any non-DP sampler in the run, are not covered: use
-    :func:`pymc_dp.sample` for those checks.
+    Neighbouring relation: the one the steps were built for (``"unknown"`` is reported for a
+    plain ``pm.sample`` result, whose statistics do not record it). A result with statistics
+    of non-DP samplers is refused. The raw data groups PyMC adds to a plain ``pm.sample``
+    result (``observed_data``, ``constant_data``) are not covered: remove them with
+    :func:`strip_private_groups` before publishing, or use :func:`pymc_dp.sample`.
     """
     attrs = _posterior_attrs(idata)
     if delta is None:
@@ -318,26 +345,19 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
     if "sample_stats" not in _group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
     stats = _group(idata, "sample_stats")
-    if "dp_mu" not in stats:
-        raise ValueError("`idata` has no dp_mu sampler statistic: it was not sampled with pymc_dp steps.")
-    per_draw = stats["dp_mu"]
-    extra = [d for d in per_draw.dims if d not in ("chain", "draw")]
-    per_draw = np.asarray(per_draw.sum(dim=extra) if extra else per_draw, dtype=float)
-    n_chains = per_draw.shape[0]
-    tuning_steps = int(attrs.get("tuning_steps", 0))
-    warmup_total = 0.0
-    if tuning_steps and "warmup_sample_stats" in _group_names(idata):
-        warm = _group(idata, "warmup_sample_stats")["dp_mu"]
-        warm_extra = [d for d in warm.dims if d not in ("chain", "draw")]
-        warmup_total = float(np.asarray(warm.sum(dim=warm_extra) if warm_extra else warm).sum())
-    elif tuning_steps:
-        if not np.all(per_draw == per_draw.flat[0]):
-            raise ValueError(
-                "The per-iteration privacy cost varies between draws, so the discarded tuning iterations cannot be "
-                "priced from the draws; sample with discard_tuned_samples=False or with pymc_dp.sample."
-            )
-        warmup_total = float(per_draw.flat[0]) * n_chains * tuning_steps
-    mu = float(per_draw.sum()) + warmup_total
+    if "dp_mu_cumulative" not in stats:
+        raise ValueError("`idata` has no dp_mu_cumulative statistic: it was not sampled with pymc_dp steps.")
+    foreign = sorted(str(name) for name in stats.data_vars if not str(name).startswith("dp_"))
+    if foreign:
+        raise ValueError(
+            f"`idata` holds statistics of non-DP samplers {foreign}: they read the data, so no ε covers this "
+            "result. Sample every variable with pymc_dp steps (pymc_dp.sample checks this)."
+        )
+    cumulative = stats["dp_mu_cumulative"]
+    extra = [d for d in cumulative.dims if d not in ("chain", "draw")]
+    cumulative = np.asarray(cumulative.sum(dim=extra) if extra else cumulative, dtype=float)
+    # μ spent by each chain up to its last stored draw (tuning included), summed over chains.
+    mu = float(np.max(cumulative, axis=1).sum())
     if not math.isfinite(mu):
-        raise ValueError("`idata` holds a non-finite dp_mu statistic.")
+        raise ValueError("`idata` holds a non-finite dp_mu_cumulative statistic.")
     return PrivacySpent(gaussian_epsilon(delta, mu), delta, "unknown", "gaussian_closed_form", mu, None, ())

@@ -46,7 +46,9 @@ def regression():
         a = pm.Normal("a", 0, 5)
         b = pm.Normal("b", 0, 5)
         s = pm.HalfNormal("s", 2)
-        pm.Normal("y", a + b * xd, s, observed=yd, dims="obs")
+        y_rv = pm.Normal("y", a + b * xd, s, observed=yd, dims="obs")
         pm.Deterministic("fitted_mean", (a + b * xd).mean())  # reads data: must never be released
+        pm.Deterministic("first_residual", y_rv[0] - a)  # reads the observed variable
+        pm.Deterministic("shifted_x", xd[:3] + 1.0)  # transformed data
         pm.Deterministic("slope_ratio", b / s)  # data-free: kept
     return model, x, y

@@ -205,6 +205,8 @@ class TestPrivacyBudget:
         (lambda: GaussianReleases(0.0, 10), "noise_multiplier"),
         (lambda: GaussianReleases(1.0, -1), "count"),
         (lambda: rdp_to_epsilon([2.0], [float("nan")], 1e-5), "rdp"),
+        (lambda: RdpReleases((2.0,), (-0.1,), 1), "rdp"),
+        (lambda: RdpReleases((1.0,), (0.1,), 1), "orders"),
     ],
 )
 def test_accounting_errors_name_the_parameter(call, name):

@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from pymc_dp.mechanisms import (
+    SecureNoise,
     clip_l2,
     clip_values,
     gaussian_noise,
@@ -102,3 +103,15 @@ def test_noise_rng_is_reproducible_and_leaves_parent_untouched():
     rebuilt.bit_generator.state = state
     np.testing.assert_array_equal(spawn_noise_rng(rebuilt).normal(size=5), a)
     assert not np.allclose(a, np.random.default_rng(42).normal(size=5))
+
+
+def test_secure_noise_moments_and_freshness():
+    noise, n = SecureNoise(), 40_000
+    x = noise.normal(1.0, 2.0, size=n)
+    assert abs((x.mean() - 1.0) / (2.0 / math.sqrt(n))) < stats.norm.isf(5e-5)
+    chi2 = (n - 1) * x.var(ddof=1) / 4.0
+    assert stats.chi2.ppf(5e-5, n - 1) < chi2 < stats.chi2.isf(5e-5, n - 1)
+    assert stats.kstest((x - 1.0) / 2.0, "norm").pvalue > 1e-4
+    lap = noise.laplace(0.0, 0.5, size=n)
+    assert stats.kstest(lap, "laplace", args=(0.0, 0.5)).pvalue > 1e-4
+    assert isinstance(noise.normal(), float) and noise.normal() != noise.normal()

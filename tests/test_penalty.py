@@ -81,7 +81,7 @@ def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch
         lambda llr, std, prior, proposal=0.0, temperature=1.0: temperature * llr + prior + proposal,
     )
     with conjugate_normal.model:
-        step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.2 / sd, tune=False)
+        step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.08 / sd, tune=False)
     starts = np.random.default_rng(1).normal(mean, sd, size=600)
     ends, _ = run_chains_from(step, starts, n_steps=12, seed=2)
     z_mean, z_var = invariance_z_scores(ends, mean, sd)
@@ -146,6 +146,52 @@ def test_plain_pm_sample_result_is_priced_with_tuning(conjugate_normal):
     assert spent.epsilon == pytest.approx(gaussian_epsilon(1e-6, chains * (tune + draws) / (2 * tau**2)), rel=1e-12)
     with pytest.raises(ValueError, match="`delta` must be given"):
         pmdp.privacy_spent(idata)
+    # A result cut to chain 0's draws 20..29 still reveals tune + 30 iterations of that chain.
+    cut = idata.isel(chain=[0], draw=slice(20, 30))
+    assert pmdp.privacy_spent(cut, delta=1e-6).mu == pytest.approx((tune + 30) / (2 * tau**2), rel=1e-12)
+
+
+def test_result_with_non_dp_sampler_statistics_is_refused(conjugate_normal):
+    with conjugate_normal.model:
+        idata = pm.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=25.0),
+            draws=10,
+            tune=5,
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    idata.sample_stats["energy"] = idata.sample_stats["dp_noisy_llr"] * 0
+    with pytest.raises(ValueError, match=r"non-DP samplers \['energy'\]"):
+        pmdp.privacy_spent(idata, delta=1e-6)
+
+
+def test_secure_noise_is_not_reproducible_but_priced_the_same(conjugate_normal):
+    kwargs = dict(
+        draws=30, tune=0, chains=1, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False
+    )
+    with conjugate_normal.model:
+        a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
+        b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
+    assert not np.array_equal(a.sample_stats["dp_noisy_llr"].values, b.sample_stats["dp_noisy_llr"].values)
+    assert pmdp.privacy_spent(a, delta=1e-6).mu == pytest.approx(30 / (2 * 3.0**2))
+
+
+def test_new_chain_resets_all_per_chain_state(conjugate_normal):
+    with conjugate_normal.model:
+        step = pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_scale=2.0, tune_interval=5)
+    q = DictToArrayBijection.map({"m": np.asarray(0.3)})
+    step.set_rng(np.random.default_rng(0))
+    for _ in range(23):
+        q, stats_list = step.astep(q)
+    assert stats_list[0]["dp_mu_cumulative"] == pytest.approx(23 / 8)
+    assert not np.allclose(step.proposal_scale, 1.0) and step._mechanism._cached_point is not None
+    step.setup_chain(np.random.default_rng(1), tune=10, draws=10)  # the PyMC 6 hook
+    np.testing.assert_allclose(step.proposal_scale, 1.0)
+    assert step._mechanism._cached_point is None and step._steps_until_tune == 5
+    _, stats_list = step.astep(q)
+    assert stats_list[0]["dp_mu_cumulative"] == pytest.approx(1 / 8)
 
 
 def test_sampling_without_noise_scale_fails_before_touching_data(conjugate_normal):
@@ -169,6 +215,7 @@ def test_sampling_without_noise_scale_fails_before_touching_data(conjugate_norma
         ({"proposal_scale": [0.1, 0.2]}, "proposal_scale"),
         ({"neighbouring": "replace"}, "neighbouring"),
         ({"tune_interval": 0}, "tune_interval"),
+        ({"proposal_scale": [[0.1]]}, "proposal_scale"),
     ],
 )
 def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):

@@ -49,7 +49,9 @@ def test_no_raw_data_leaves(calibrated_run, regression):
     idata, _ = calibrated_run
     _, x, y = regression
     assert set(_group_names(idata)) == {"posterior", "sample_stats"}
-    assert "fitted_mean" not in idata.posterior and "slope_ratio" in idata.posterior
+    for leaking in ("fitted_mean", "first_residual", "shifted_x"):
+        assert leaking not in idata.posterior
+    assert "slope_ratio" in idata.posterior
     data_values = np.concatenate([x, y])
     for group, name, values in _all_arrays(idata):
         assert values.shape[-1:] != (150,) or name == "draw", f"{group}/{name} has a row axis"
@@ -60,7 +62,7 @@ def test_no_raw_data_leaves(calibrated_run, regression):
         "dp_accepted",
         "dp_noisy_llr",
         "dp_proposal_scale",
-        "dp_mu",
+        "dp_mu_cumulative",
         "dp_tuning",
     }
 
@@ -99,7 +101,7 @@ def test_two_dp_steps_compose(regression):
     mu = 2 * 50 * (1 / (2 * 30.0**2) + 1 / (2 * 60.0**2))
     assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(gaussian_epsilon(1e-5, mu), rel=1e-12)
     assert pmdp.privacy_spent(idata).mu == pytest.approx(mu, rel=1e-12)
-    # Without the accountant record, the stacked per-step dp_mu statistics and tuning_steps give the same total.
+    # Without the accountant record, the stacked per-step dp_mu_cumulative statistics give the same total.
     del idata.posterior.attrs["dp_accountant"]
     assert pmdp.privacy_spent(idata).mu == pytest.approx(mu, rel=1e-12)
 
@@ -194,3 +196,55 @@ def test_neighbouring_relations_must_agree(regression):
         step = pmdp.DPPenaltyMH(noise_scale=50.0)
         with pytest.raises(ValueError, match="one neighbouring relation"):
             pmdp.sample(step=step, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, **QUIET)
+
+
+def test_refused_before_charging_when_pymc_arguments_are_wrong(regression):
+    model, _, _ = regression
+    budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=150)
+    with model:
+        step = pmdp.DPPenaltyMH()
+        with pytest.raises(TypeError, match=r"unknown: \['bogus'\]"):
+            pmdp.sample(step=step, epsilon=1.0, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, bogus=1)
+        with pytest.raises(ValueError, match=r"`var_names` must name.*\['nope'\]"):
+            pmdp.sample(
+                step=step, epsilon=1.0, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, var_names=["nope"]
+            )
+        with pytest.raises(ValueError, match="`trace` is not supported"):
+            pmdp.sample(step=step, epsilon=1.0, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, trace=None)
+    assert budget.events == () and step.noise_scale is None
+
+
+def test_each_run_is_calibrated_to_its_own_target_and_forgets_raw_values(regression):
+    model, _, _ = regression
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5)
+        first = pmdp.sample(step=step, epsilon=1.0, delta=1e-5, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
+        second = pmdp.sample(step=step, epsilon=2.0, delta=1e-5, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
+    assert first.posterior.attrs["dp_epsilon"] == pytest.approx(1.0, rel=1e-9)
+    assert second.posterior.attrs["dp_epsilon"] == pytest.approx(2.0, rel=1e-9)
+    assert step._mechanism._cached_loglik is None and step._mechanism._pending is None
+
+
+def test_step_built_on_other_data_is_refused():
+    rng = np.random.default_rng(0)
+    with pm.Model(coords={"obs": range(20)}):
+        yd = pm.Data("yd", rng.normal(size=20), dims="obs")
+        m = pm.Normal("m")
+        pm.Normal("y", m, 1, observed=yd, dims="obs")
+        step = pmdp.DPPenaltyMH(noise_scale=10.0)
+        pm.set_data({"yd": rng.normal(size=25)}, coords={"obs": range(25)})
+        with pytest.raises(ValueError, match="number of rows changed"):
+            pmdp.sample(step=step, delta=1e-5, draws=5, tune=0, chains=1, **QUIET)
+
+
+def test_add_remove_runs_never_release_n(conjugate_normal):
+    with conjugate_normal.model:
+        step = pmdp.DPPenaltyMH(llr_clip=5.0, neighbouring="add_remove")
+        budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-6, neighbouring="add_remove")
+        idata = pmdp.sample(step=step, delta=1e-6, budget=budget, draws=30, tune=10, chains=1, random_seed=2, **QUIET)
+    assert "dp_n_rows" not in idata.posterior.attrs
+    assert json.loads(idata.posterior.attrs["dp_accountant"])["n_rows"] is None
+    assert pmdp.privacy_spent(idata).n_rows is None
+    np.testing.assert_allclose(step._proposal_scale_initial, 1.0)  # the N-based default needs a public N
+    with pytest.raises(ValueError, match="`n_rows` must be given under substitute"):
+        pmdp.PrivacyBudget(epsilon=1.0, delta=1e-6)

@@ -33,8 +33,9 @@ class PrivacyBudget:
         Total ε allowed, > 0.
     delta : float
         δ at which ``epsilon`` must hold, in (0, 1).
-    n_rows : int
-        Number of rows N of the data set (public under the substitute relation).
+    n_rows : int or None
+        Number of rows N of the data set. Required under the substitute relation, where N is
+        public; under add/remove N is private, may be omitted and is never released.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         The neighbouring relation every run on this budget must use.
 
@@ -51,11 +52,15 @@ class PrivacyBudget:
     0.0
     """
 
-    def __init__(self, epsilon: float, delta: float, n_rows: int, neighbouring: str = "substitute") -> None:
+    def __init__(
+        self, epsilon: float, delta: float, n_rows: int | None = None, neighbouring: str = "substitute"
+    ) -> None:
         self.epsilon = check_finite_positive("epsilon", epsilon)
         self.delta = check_unit_interval_open("delta", delta)
-        self.n_rows = check_positive_int("n_rows", n_rows)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        if n_rows is None and self.neighbouring == "substitute":
+            raise ValueError("`n_rows` must be given under substitute neighbours (N is public there). Found None.")
+        self.n_rows = None if n_rows is None else check_positive_int("n_rows", n_rows)
         self._charges: list[_Charge] = []
 
     @property

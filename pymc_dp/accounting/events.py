@@ -71,6 +71,12 @@ class RdpReleases:
             raise ValueError(
                 f"`orders` and `rdp` must have equal length. Found {len(self.orders)} and {len(self.rdp)}."
             )
+        orders = np.asarray(self.orders, dtype=float)
+        rdp = np.asarray(self.rdp, dtype=float)
+        if np.any(~np.isfinite(orders)) or np.any(orders <= 1):
+            raise ValueError(f"`orders` must be finite and > 1. Found {list(self.orders)}.")
+        if np.any(np.isnan(rdp)) or np.any(rdp < 0):
+            raise ValueError("`rdp` must be non-negative (inf allowed). Found a negative or NaN value.")
 
     def rdp_at(self, orders: np.ndarray) -> np.ndarray:
         """Total RDP at ``orders`` (``inf`` at orders the curve does not cover)."""
@@ -94,9 +100,9 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
     """Rebuild an event from :meth:`to_dict` output."""
     kind = data.get("type")
     if kind == "gaussian":
-        return GaussianReleases(float(data["noise_multiplier"]), int(data["count"]), data.get("label", "gaussian"))
+        return GaussianReleases(float(data["noise_multiplier"]), data["count"], data.get("label", "gaussian"))
     if kind == "rdp":
-        return RdpReleases(tuple(data["orders"]), tuple(data["rdp"]), int(data["count"]), data.get("label", "rdp"))
+        return RdpReleases(tuple(data["orders"]), tuple(data["rdp"]), data["count"], data.get("label", "rdp"))
     raise ValueError(f"`type` of a privacy event must be 'gaussian' or 'rdp'. Found {kind!r}.")
 
 

@@ -26,6 +26,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 
 from scipy import optimize, special
 
@@ -45,13 +46,13 @@ __all__ = [
 
 
 def _check_mu(mu: float) -> float:
-    if not (isinstance(mu, int | float) and math.isfinite(mu) and mu >= 0):
+    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not (math.isfinite(mu) and mu >= 0):
         raise ValueError(f"`mu` must be a finite non-negative number. Found {mu!r}.")
     return float(mu)
 
 
 def _check_epsilon(epsilon: float) -> float:
-    if not (isinstance(epsilon, int | float) and not math.isnan(epsilon) and epsilon >= 0):
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon) or epsilon < 0:
         raise ValueError(f"`epsilon` must be a non-negative number. Found {epsilon!r}.")
     return float(epsilon)
 

@@ -9,7 +9,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.util import get_random_generator
 
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.mechanisms import spawn_noise_rng
+from pymc_dp.mechanisms import noise_generator
 
 __all__ = ["DPStep"]
 
@@ -31,12 +31,17 @@ class DPStep(ArrayStepShared):
     default_blocked = True
     #: PyMC 6 resolves ``pm.sample(tune=None)`` from this.
     default_tune_steps = 1000
+    #: Draw mechanism noise from OS entropy instead of the seeded chain generator.
+    secure_noise: bool = False
+    #: Whether the user set the noise (else :func:`pymc_dp.sample` calibrates it for each run).
+    _noise_user_set: bool = False
 
     # -- per-chain hooks ------------------------------------------------------------------
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:
         self._check_ready()
         self.rng = get_random_generator(rng, copy=False)
-        self.noise_rng = spawn_noise_rng(self.rng)
+        self.noise_rng = noise_generator(self.rng, self.secure_noise)
+        self._mu_spent_chain = 0.0
         self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
         self.reset_tuning()
         self._reset_chain_state()
@@ -58,6 +63,14 @@ class DPStep(ArrayStepShared):
     def is_calibrated(self) -> bool:
         """Whether every noise scale is set."""
         raise NotImplementedError
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether :func:`pymc_dp.sample` should (re)calibrate the noise for a run."""
+        return not self._noise_user_set
+
+    def forget_private_state(self) -> None:
+        """Drop cached raw per-row values (called when a run ends)."""
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         """Releases made by ``n_iterations`` iterations of one chain (public settings only)."""

@@ -16,7 +16,7 @@ from pymc.vartypes import continuous_types
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import RowLikelihood, sorted_value_vars
-from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
+from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, noise_generator
 from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
@@ -81,8 +81,9 @@ class DPPenaltyMH(DPStep):
     proposal_scale : float or array, optional
         Initial random-walk standard deviation s on the unconstrained scale, a scalar or one
         value per flat coordinate. Default 2.38/√(P·N), the optimal random-walk scale for a
-        P-dimensional posterior whose rows carry unit Fisher information (data-free: N is
-        public); tuned during tuning.
+        P-dimensional posterior whose rows carry unit Fisher information (N is public under
+        substitute neighbours; under add/remove, where it is not, the default is 1.0). Tuned
+        during tuning.
     llr_clip : float, default 1.0
         b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. Choose it from public
         knowledge (a bound on ‖∇θ log p(x | θ)‖ over plausible rows and θ). The sampler is
@@ -95,6 +96,10 @@ class DPPenaltyMH(DPStep):
         T > 0: target p(θ) p(X | θ)^T.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         Neighbouring relation the sensitivity is computed for.
+    secure_noise : bool, default False
+        Draw the mechanism noise from the operating system's CSPRNG. By default it is derived
+        from the chain's generator, so runs are reproducible from ``random_seed`` — and anyone
+        who knows the seed can regenerate the noise: keep such a seed secret.
     tune : bool, default True
         Tune the proposal scale during the tuning iterations.
     tune_interval : int, default 100
@@ -128,7 +133,8 @@ class DPPenaltyMH(DPStep):
     - ``dp_accepted``: whether the proposal was accepted.
     - ``dp_noisy_llr``: the released noisy log-likelihood ratio λ̂.
     - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
-    - ``dp_mu``: μ spent by this iteration (1/(2τ²)), used by :func:`pymc_dp.privacy_spent`.
+    - ``dp_mu_cumulative``: μ spent by this chain so far, tuning included (public: k/(2τ²)
+      after k iterations); :func:`pymc_dp.privacy_spent` reads it.
     - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
 
     References
@@ -147,7 +153,7 @@ class DPPenaltyMH(DPStep):
         "dp_accepted": (bool, []),
         "dp_noisy_llr": (np.float64, []),
         "dp_proposal_scale": (np.float64, []),
-        "dp_mu": (np.float64, []),
+        "dp_mu_cumulative": (np.float64, []),
         "dp_tuning": (bool, []),
     }
 
@@ -160,6 +166,7 @@ class DPPenaltyMH(DPStep):
         noise_scale: float | None = None,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
+        secure_noise: bool = False,
         tune: bool = True,
         tune_interval: int = 100,
         model=None,
@@ -174,9 +181,17 @@ class DPPenaltyMH(DPStep):
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        if not isinstance(tune, bool | np.bool_):
-            raise TypeError(f"`tune` must be a bool. Found {tune!r}.")
-        scale = self._as_float_array(1.0 if proposal_scale is None else proposal_scale)  # placeholder until N is known
+        for flag_name, flag in (("tune", tune), ("secure_noise", secure_noise)):
+            if not isinstance(flag, bool | np.bool_):
+                raise TypeError(f"`{flag_name}` must be a bool. Found {flag!r}.")
+        try:
+            scale = np.atleast_1d(np.asarray(1.0 if proposal_scale is None else proposal_scale, dtype=float))
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"`proposal_scale` must be a number or an array of numbers. Found {proposal_scale!r}."
+            ) from None
+        if isinstance(proposal_scale, bool) or scale.ndim != 1:
+            raise ValueError(f"`proposal_scale` must be a scalar or a flat array. Found {proposal_scale!r}.")
         if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
             raise ValueError(
                 "`proposal_scale` must be positive and finite (a scalar or one per coordinate). "
@@ -201,15 +216,19 @@ class DPPenaltyMH(DPStep):
             model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs
         )
         self.n_rows = self._rows.n_rows
-        if proposal_scale is None:
+        if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._proposal_scale_initial = np.broadcast_to(scale, (size,)).copy()
         self.proposal_scale = self._proposal_scale_initial.copy()
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
+        self.secure_noise = bool(secure_noise)
+        self._noise_user_set = noise_scale is not None
+        self._mu_spent_chain = 0.0
         self._mechanism: NoisyLogLikelihoodRatio | None = None
         self._reset_chain_state()
         super().__init__(value_vars, shared, blocked=blocked, rng=rng)
+        self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
 
     # -- privacy interface ----------------------------------------------------------------
     @property
@@ -247,6 +266,7 @@ class DPPenaltyMH(DPStep):
             "llr_clip": self.llr_clip,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
+            "secure_noise": self.secure_noise,
             "releases_per_iteration": 1,
         }
 
@@ -266,6 +286,10 @@ class DPPenaltyMH(DPStep):
         self.proposal_scale = self._proposal_scale_initial.copy()
         self._steps_until_tune = self.tune_interval
         self._accepted_sum = 0
+
+    def forget_private_state(self) -> None:
+        if self._mechanism is not None:
+            self._mechanism.forget()
 
     def _get_mechanism(self) -> NoisyLogLikelihoodRatio:
         if self._mechanism is None or self._mechanism.noise_multiplier != self.noise_scale:
@@ -288,17 +312,18 @@ class DPPenaltyMH(DPStep):
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
         log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
-        accepted = bool(np.isfinite(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
+        accepted = bool(not np.isnan(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
         mechanism.keep(accepted)
 
         self._accepted_sum += int(accepted)
         self._steps_until_tune -= 1
+        self._mu_spent_chain += self.gaussian_mu_per_iteration()
         stats = {
-            "dp_accept": float(np.exp(min(0.0, log_alpha))) if np.isfinite(log_alpha) else 0.0,
+            "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
             "dp_accepted": accepted,
             "dp_noisy_llr": float(noisy_llr),
             "dp_proposal_scale": float(np.mean(self.proposal_scale)),
-            "dp_mu": self.gaussian_mu_per_iteration(),
+            "dp_mu_cumulative": self._mu_spent_chain,
             "dp_tuning": tuning,
         }
         return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
