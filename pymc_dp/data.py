@@ -409,6 +409,12 @@ class RowLikelihood:
             return np.asarray(ll)[rows], np.asarray(jac)[rows]
         return np.asarray(ll), np.asarray(jac)
 
+    def warm_gradient(self) -> None:
+        """Build the all-rows gradient function now (raises if the likelihood is not differentiable)."""
+        self._require_continuous()
+        if self._f_lik_grad_full is None:
+            self._f_lik_grad_full = self._compile_forward_grad()
+
     def _compile_row_vectorised_grad(self):
         """Gradient of one row's log-likelihood, vectorised over a batch of rows ("vmap over rows")."""
         one_row = [pt.tensor(f"{d.name}_row", dtype=d.dtype, shape=(None,) * (d.ndim - 1)) for d in self._row_data_vars]

@@ -1,0 +1,431 @@
+"""DPHMC: Hamiltonian Monte Carlo with clipped noisy gradients and the penalty test."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from pymc.blocking import RaveledVars
+from pymc.model import modelcontext
+from pymc.pytensorf import make_shared_replacements
+from pymc.step_methods.compound import Competence
+from pymc.step_methods.step_sizes import DualAverageAdaptation
+from pymc.vartypes import continuous_types
+
+from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.data import RowLikelihood, sorted_value_vars
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, noise_generator
+from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.penalty import penalty_log_acceptance
+
+__all__ = ["DPHMC", "kinetic_energy", "leapfrog"]
+
+
+def leapfrog(
+    theta: np.ndarray,
+    momentum: np.ndarray,
+    step_size: float,
+    n_steps: int,
+    inv_mass: np.ndarray,
+    gradient: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n_steps`` leapfrog steps for H(θ, p) = −log π(θ) + ½ pᵀ M⁻¹ p.
+
+    ``gradient`` returns (an estimate of) ∇ log π and is called ``n_steps + 1`` times, at the
+    start point and after every position update; with a noisy gradient every call is a fresh
+    release. Half momentum steps open and close the trajectory (eq. (1) of Räisä et al.).
+
+    Parameters
+    ----------
+    theta, momentum : ndarray
+        Start point.
+    step_size : float
+        η.
+    n_steps : int
+        L ≥ 1.
+    inv_mass : ndarray
+        Diagonal of M⁻¹.
+    gradient : callable
+        θ ↦ gradient of the log target.
+
+    Returns
+    -------
+    (theta, momentum)
+        End point (momentum not negated).
+    """
+    p = momentum + 0.5 * step_size * gradient(theta)
+    for i in range(n_steps):
+        theta = theta + step_size * inv_mass * p
+        weight = step_size if i < n_steps - 1 else 0.5 * step_size
+        p = p + weight * gradient(theta)
+    return theta, p
+
+
+def kinetic_energy(momentum: np.ndarray, inv_mass: np.ndarray) -> float:
+    """½ pᵀ M⁻¹ p for a diagonal mass matrix."""
+    return 0.5 * float(np.dot(momentum * inv_mass, momentum))
+
+
+class DPHMC(DPStep):
+    """Differentially private Hamiltonian Monte Carlo (DP-HMC).
+
+    Each iteration draws p ~ N(0, M), runs L leapfrog steps in which every gradient of the
+    log-likelihood is a fresh release of :class:`pymc_dp.mechanisms.NoisyClippedGradient`
+    (per-row gradients clipped to L2 norm b_g, summed, plus N(0, σ_g² I)) and the prior
+    gradient is exact, then accepts with the penalty test on the released log-likelihood
+    ratio (:class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio`):
+
+        min{1, exp(T λ̂ − (Tσ_l)²/2 + log p(θ′) − log p(θ) + ½pᵀM⁻¹p − ½p′ᵀM⁻¹p′)}.
+
+    Parameters
+    ----------
+    vars : list, optional
+        Continuous variables to sample (default: all free variables).
+    step_size : float, optional
+        Initial leapfrog step size η. Default 0.5/√N under substitute neighbours (stable for
+        a posterior whose rows carry unit Fisher information), 0.05 under add/remove.
+    n_leapfrog : int, default 10
+        L ≥ 1 leapfrog steps per iteration (L + 1 gradient releases).
+    grad_clip : float, default 1.0
+        b_g > 0: L2 bound on each row's log-likelihood gradient.
+    llr_clip : float, default 1.0
+        b_l > 0: each row's log-likelihood ratio is clipped to ±b_l‖θ′ − θ‖₂.
+    grad_noise_scale, llr_noise_scale : float, optional
+        τ_g and τ_l: noise standard deviation per unit of sensitivity (σ_g = 2τ_g b_g and
+        σ_l = 2τ_l b_l‖θ′ − θ‖₂ under substitute neighbours). Give both or neither; when
+        neither, :func:`pymc_dp.sample` calibrates them from a target ε.
+    grad_budget_share : float, default 0.5
+        Share of each iteration's μ spent on the L + 1 gradients when calibrating (the rest
+        goes to the acceptance test).
+    step_size_jitter : float, default 0.0
+        j in [0, 1): each iteration uses η·U(1 − j, 1 + j) (data-free randomisation).
+    target_accept : float, default 0.65
+        Target of the dual-averaging step-size adaptation, applied to the privatized
+        acceptance probability during tuning.
+    adapt_mass_window : int, default 100
+        During tuning, every this many iterations the diagonal of M⁻¹ is set to the variance
+        of the chain's own draws in the window (post-processing of private outputs) and the
+        step-size adaptation restarts. 0 disables mass adaptation.
+    temperature : float, default 1.0
+        T > 0: target p(θ) p(X | θ)^T.
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        Neighbouring relation the sensitivities are computed for.
+    secure_noise : bool, default False
+        Draw the mechanism noise from the operating system's CSPRNG instead of the seeded
+        chain generator (see :func:`pymc_dp.mechanisms.spawn_noise_rng`).
+    tune : bool, default True
+        Adapt η and M during tuning.
+    model, rng, initial_point, compile_kwargs, blocked
+        As for PyMC step methods.
+
+    Notes
+    -----
+    **Neighbouring relation.** Substitute by default (same public N, one row replaced);
+    add/remove with ``neighbouring="add_remove"``.
+
+    **Sensitivity.** The clipped gradient sum has L2 sensitivity 2b_g (b_g for add/remove);
+    the clipped ratio sum 2b_l‖θ′ − θ‖₂ (b_l‖θ′ − θ‖₂). With σ = τΔ each gradient costs
+    μ = 1/(2τ_g²) and each acceptance test 1/(2τ_l²) (Sommer et al. 2019, Lemma 12).
+
+    **What ε covers.** k iterations in all (chains × (tune + draws)) release k ratios and
+    k(L + 1) gradients: μ = k/(2τ_l²) + k(L + 1)/(2τ_g²) (Räisä et al. 2021, Theorem 3.3).
+    The momentum, the step-size jitter, the proposal path and the prior are data-free; the
+    adapted step size and mass matrix are functions of released values. τ here equals
+    Räisä et al.'s τ·√n.
+
+    **Exactness.** Without clipping of the ratios the chain leaves the posterior (tempered
+    when T ≠ 1) invariant for any gradient noise (Räisä et al. 2021, Theorem 3.1); clipped
+    gradients only change the proposal.
+
+    Sampler statistics (all privatized or public):
+
+    - ``dp_accept``: privatized acceptance probability min(1, exp(log α̂)).
+    - ``dp_accepted``: whether the proposal was accepted.
+    - ``dp_noisy_llr``: the released noisy log-likelihood ratio λ̂.
+    - ``dp_step_size``: the (jittered) leapfrog step size used.
+    - ``dp_mu_cumulative``: μ spent by this chain so far, tuning included.
+    - ``dp_tuning``: whether η and M were being adapted in this iteration.
+
+    No energies, log-densities or gradients are recorded: they are exact functions of the
+    data.
+
+    References
+    ----------
+    .. [1] Räisä, O., Koskela, A. and Honkela, A. (2021). Differentially private Hamiltonian
+       Monte Carlo. eq. (1), Theorems 3.1 and 3.3.
+    .. [2] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
+       Statistics and Computing 29, Algorithm 1.
+    .. [3] Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15, §3.2
+       (dual averaging).
+    """
+
+    name = "dp_hmc"
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
+        "dp_accept": (np.float64, []),
+        "dp_accepted": (bool, []),
+        "dp_noisy_llr": (np.float64, []),
+        "dp_step_size": (np.float64, []),
+        "dp_mu_cumulative": (np.float64, []),
+        "dp_tuning": (bool, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | None = None,
+        n_leapfrog: int = 10,
+        grad_clip: float = 1.0,
+        llr_clip: float = 1.0,
+        grad_noise_scale: float | None = None,
+        llr_noise_scale: float | None = None,
+        grad_budget_share: float = 0.5,
+        step_size_jitter: float = 0.0,
+        target_accept: float = 0.65,
+        adapt_mass_window: int = 100,
+        temperature: float = 1.0,
+        neighbouring: str = "substitute",
+        secure_noise: bool = False,
+        tune: bool = True,
+        model=None,
+        rng=None,
+        initial_point: dict | None = None,
+        compile_kwargs: dict | None = None,
+        blocked: bool = True,
+    ) -> None:
+        # Validate every argument before building anything.
+        self.n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
+        self.grad_clip = check_finite_positive("grad_clip", grad_clip)
+        self.llr_clip = check_finite_positive("llr_clip", llr_clip)
+        if (grad_noise_scale is None) != (llr_noise_scale is None):
+            raise ValueError(
+                "`grad_noise_scale` and `llr_noise_scale` must be given together (or both left to calibration). "
+                f"Found grad_noise_scale={grad_noise_scale!r}, llr_noise_scale={llr_noise_scale!r}."
+            )
+        self.grad_noise_scale = (
+            None if grad_noise_scale is None else check_finite_positive("grad_noise_scale", grad_noise_scale)
+        )
+        self.llr_noise_scale = (
+            None if llr_noise_scale is None else check_finite_positive("llr_noise_scale", llr_noise_scale)
+        )
+        share = check_finite_positive("grad_budget_share", grad_budget_share)
+        if share >= 1.0:
+            raise ValueError(f"`grad_budget_share` must be in the open interval (0, 1). Found {grad_budget_share!r}.")
+        self.grad_budget_share = share
+        jitter = float(step_size_jitter)
+        if not 0.0 <= jitter < 1.0:
+            raise ValueError(f"`step_size_jitter` must be in [0, 1). Found {step_size_jitter!r}.")
+        self.step_size_jitter = jitter
+        target = float(target_accept)
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"`target_accept` must be in the open interval (0, 1). Found {target_accept!r}.")
+        self.target_accept = target
+        if isinstance(adapt_mass_window, bool) or not isinstance(adapt_mass_window, int) or adapt_mass_window < 0:
+            raise ValueError(f"`adapt_mass_window` must be a non-negative integer. Found {adapt_mass_window!r}.")
+        self.adapt_mass_window = adapt_mass_window
+        self.temperature = check_finite_positive("temperature", temperature)
+        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        for flag_name, flag in (("tune", tune), ("secure_noise", secure_noise)):
+            if not isinstance(flag, bool | np.bool_):
+                raise TypeError(f"`{flag_name}` must be a bool. Found {flag!r}.")
+        if step_size is not None:
+            step_size = check_finite_positive("step_size", step_size)
+
+        model = modelcontext(model)
+        initial_point = model.initial_point() if initial_point is None else initial_point
+        value_vars = sorted_value_vars(model, vars)
+        discrete = [v.name for v in value_vars if v.dtype not in continuous_types]
+        if discrete:
+            raise ValueError(f"`vars` must be continuous for DPHMC. Found discrete variables: {discrete}.")
+        shared = make_shared_replacements(initial_point, value_vars, model)
+        self._rows = RowLikelihood(
+            model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs
+        )
+        try:
+            self._rows.prior_logp_and_grad(self._rows._theta_initial)
+            self._rows.warm_gradient()
+        except (NotImplementedError, TypeError, ValueError) as err:
+            if "continuous" in str(err) or "`theta`" in str(err):
+                raise
+            raise ValueError(
+                f"The model must be differentiable in `vars` ({[v.name for v in value_vars]}) for DPHMC: "
+                f"building the gradient failed with {type(err).__name__}."
+            ) from None
+        self.n_rows = self._rows.n_rows
+        size = self._rows.n_params
+        if step_size is None:
+            step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
+        self._step_size_initial = float(step_size)
+        self._size = size
+        self._tune_initial = bool(tune)
+        self.tune = bool(tune)
+        self.secure_noise = bool(secure_noise)
+        self._noise_user_set = grad_noise_scale is not None
+        self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
+        self._grad_mechanism: NoisyClippedGradient | None = None
+        self._mu_spent_chain = 0.0
+        self._reset_chain_state()
+        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
+        self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
+
+    # -- privacy interface ----------------------------------------------------------------
+    @property
+    def is_calibrated(self) -> bool:
+        return self.grad_noise_scale is not None and self.llr_noise_scale is not None
+
+    def _check_ready(self) -> None:
+        if not self.is_calibrated:
+            raise ValueError(
+                "`grad_noise_scale` and `llr_noise_scale` must be set before sampling. Found None. Pass both to "
+                "DPHMC, or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate them."
+            )
+
+    def gaussian_mu_per_iteration(self) -> float:
+        self._check_ready()
+        return 0.5 / self.llr_noise_scale**2 + (self.n_leapfrog + 1) * 0.5 / self.grad_noise_scale**2
+
+    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
+        self._check_ready()
+        label = f"DPHMC[{','.join(self.var_names)}]"
+        return [
+            GaussianReleases(self.llr_noise_scale, int(n_iterations), label=f"{label} log-likelihood ratio"),
+            GaussianReleases(
+                self.grad_noise_scale, int(n_iterations) * (self.n_leapfrog + 1), label=f"{label} gradient"
+            ),
+        ]
+
+    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
+        mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
+        mu_grad, mu_llr = self.grad_budget_share * mu, (1.0 - self.grad_budget_share) * mu
+        self.grad_noise_scale = math.sqrt((self.n_leapfrog + 1) * 0.5 / mu_grad)
+        self.llr_noise_scale = math.sqrt(0.5 / mu_llr)
+        while self.gaussian_mu_per_iteration() > mu:
+            self.grad_noise_scale = math.nextafter(self.grad_noise_scale, math.inf)
+            self.llr_noise_scale = math.nextafter(self.llr_noise_scale, math.inf)
+        self._llr_mechanism = self._grad_mechanism = None
+
+    def accountant_settings(self) -> dict[str, Any]:
+        return {
+            "step": type(self).__name__,
+            "mechanism": "gaussian: clipped gradients (L+1 per iteration) and clipped log-likelihood ratio",
+            "vars": list(self.var_names),
+            "grad_noise_scale": self.grad_noise_scale,
+            "llr_noise_scale": self.llr_noise_scale,
+            "grad_clip": self.grad_clip,
+            "llr_clip": self.llr_clip,
+            "n_leapfrog": self.n_leapfrog,
+            "temperature": self.temperature,
+            "neighbouring": self.neighbouring,
+            "secure_noise": self.secure_noise,
+            "releases_per_iteration": {"llr": 1, "gradient": self.n_leapfrog + 1},
+        }
+
+    # -- per-chain state ------------------------------------------------------------------
+    def _reset_chain_state(self) -> None:
+        self.reset_tuning()
+        if self._llr_mechanism is not None:
+            self._llr_mechanism.forget()
+
+    def reset_tuning(self) -> None:
+        """Return η, M and the adaptation windows to their initial state."""
+        self.inv_mass = np.ones(self._size)
+        self.step_size = self._step_size_initial
+        self._adaptation = DualAverageAdaptation(self._step_size_initial, self.target_accept, 0.05, 0.75, 10)
+        self._window: list[np.ndarray] = []
+
+    def forget_private_state(self) -> None:
+        if self._llr_mechanism is not None:
+            self._llr_mechanism.forget()
+
+    def _mechanisms(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
+        if self._llr_mechanism is None or self._grad_mechanism is None:
+            self._check_ready()
+            self._llr_mechanism = NoisyLogLikelihoodRatio(
+                self._rows, self.llr_clip, self.llr_noise_scale, self.neighbouring
+            )
+            self._grad_mechanism = NoisyClippedGradient(
+                self._rows, self.grad_clip, self.grad_noise_scale, self.neighbouring
+            )
+        return self._llr_mechanism, self._grad_mechanism
+
+    # -- sampling -------------------------------------------------------------------------
+    def _log_target_gradient(self, grad_mechanism: NoisyClippedGradient) -> Callable[[np.ndarray], np.ndarray]:
+        def gradient(theta: np.ndarray) -> np.ndarray:
+            _, prior_grad = self._rows.prior_logp_and_grad(theta)
+            return prior_grad + self.temperature * grad_mechanism.release(theta, self.noise_rng)
+
+        return gradient
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        llr_mechanism, grad_mechanism = self._mechanisms()
+        if self.shared:  # other parameters may have moved since our last step
+            llr_mechanism.forget()
+        tuning = bool(self.tune and self._tune_initial)
+        step_size = float(self._adaptation.current(tuning)) if tuning else self.step_size
+        if self.step_size_jitter:
+            step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
+
+        theta = q0.data
+        momentum = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+        proposal, momentum_end = leapfrog(
+            theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
+        )
+        noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
+        log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
+        kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
+        log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
+        if np.isnan(log_alpha) or not np.all(np.isfinite(proposal)):
+            log_alpha = -np.inf
+        accepted = bool(np.log(self.rng.uniform()) < log_alpha)
+        llr_mechanism.keep(accepted)
+        accept_probability = float(np.exp(min(0.0, log_alpha)))
+        new = proposal if accepted else theta
+
+        if tuning:
+            self._adaptation.update(accept_probability, True)
+            if self.adapt_mass_window:
+                self._window.append(new.copy())
+                if len(self._window) == self.adapt_mass_window:
+                    self._update_mass()
+        self._mu_spent_chain += self.gaussian_mu_per_iteration()
+        stats = {
+            "dp_accept": accept_probability,
+            "dp_accepted": accepted,
+            "dp_noisy_llr": float(noisy_llr),
+            "dp_step_size": step_size,
+            "dp_mu_cumulative": self._mu_spent_chain,
+            "dp_tuning": tuning,
+        }
+        return RaveledVars(new, q0.point_map_info), [stats]
+
+    def _update_mass(self) -> None:
+        draws = np.asarray(self._window)
+        self._window = []
+        n = draws.shape[0]
+        variance = draws.var(axis=0, ddof=1)
+        moved = variance > 0
+        if not moved.any():
+            return
+        # Regularise towards a small multiple of the typical variance (Stan's windowed rule).
+        floor = 1e-3 * float(np.median(variance[moved]))
+        new_inv_mass = self.inv_mass.copy()
+        new_inv_mass[moved] = (n / (n + 5.0)) * variance[moved] + (5.0 / (n + 5.0)) * floor
+        # Keep the trajectory length in units of posterior scale: η scales with √(M⁻¹) change.
+        scale = math.sqrt(float(np.mean(self.inv_mass / new_inv_mass)))
+        self.inv_mass = new_inv_mass
+        current = float(self._adaptation.current(True)) * scale
+        self._adaptation = DualAverageAdaptation(current, self.target_accept, 0.05, 0.75, 10)
+
+    def stop_tuning(self) -> None:
+        """Fix η at the dual-averaging average when tuning ends (PyMC calls this)."""
+        if self.tune and self._tune_initial:
+            self.step_size = float(self._adaptation.current(False))
+        super().stop_tuning()
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Never chosen automatically: a DP step must be requested explicitly."""
+        return Competence.INCOMPATIBLE

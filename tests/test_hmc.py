@@ -1,0 +1,312 @@
+"""DPHMC: the leapfrog, invariance with noise, the noise → 0 limit, and Theorem 3.3 accounting."""
+
+import math
+import warnings
+
+import arviz as az
+import mpmath as mp
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pymc.blocking import DictToArrayBijection
+from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
+from scipy import stats
+
+import pymc_dp as pmdp
+from pymc_dp.accounting import gaussian_mu_for_target
+from pymc_dp.step_methods import hmc as hmc_module
+from pymc_dp.step_methods.hmc import kinetic_energy, leapfrog
+
+Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
+
+
+def gaussian_gradient(precision: np.ndarray, mean: np.ndarray):
+    return lambda theta: -precision @ (theta - mean)
+
+
+def test_leapfrog_is_reversible_and_volume_preserving():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3))
+    precision = a @ a.T + 3 * np.eye(3)
+    grad = gaussian_gradient(precision, np.array([0.5, -1.0, 2.0]))
+    inv_mass = np.array([0.5, 1.0, 2.0])
+    theta, p = rng.normal(size=3), rng.normal(size=3)
+    theta1, p1 = leapfrog(theta, p, 0.1, 12, inv_mass, grad)
+    back_theta, back_p = leapfrog(theta1, -p1, 0.1, 12, inv_mass, grad)
+    np.testing.assert_allclose(back_theta, theta, atol=1e-12)
+    np.testing.assert_allclose(-back_p, p, atol=1e-12)
+
+    def flow(z):
+        t, q = leapfrog(z[:3], z[3:], 0.1, 12, inv_mass, grad)
+        return np.concatenate([t, q])
+
+    z0, h = np.concatenate([theta, p]), 1e-6
+    jacobian = np.column_stack([(flow(z0 + h * e) - flow(z0 - h * e)) / (2 * h) for e in np.eye(6)])
+    assert np.linalg.det(jacobian) == pytest.approx(1.0, abs=1e-6)
+
+    # energy is nearly conserved for a small step
+    def energy(t, q):
+        return 0.5 * (t - [0.5, -1.0, 2.0]) @ precision @ (t - [0.5, -1.0, 2.0]) + kinetic_energy(q, inv_mass)
+
+    assert abs(energy(theta1, p1) - energy(theta, p)) < 0.05 * energy(theta, p)
+
+
+def test_leapfrog_calls_the_gradient_l_plus_one_times():
+    calls = []
+    leapfrog(np.zeros(2), np.ones(2), 0.1, 7, np.ones(2), lambda t: calls.append(1) or -t)
+    assert len(calls) == 8
+
+
+def run_chains_from(step, starts, n_steps, seed):
+    ends, accepted = np.empty_like(starts), 0
+    for i, start in enumerate(starts):
+        step.set_rng(np.random.default_rng([seed, i]))
+        q = DictToArrayBijection.map({"m": np.asarray(start)})
+        for _ in range(n_steps):
+            q, stats_list = step.astep(q)
+            accepted += stats_list[0]["dp_accepted"]
+        ends[i] = q.data[0]
+    return ends, accepted / (len(starts) * n_steps)
+
+
+def z_scores(ends, mean, sd):
+    n = ends.size
+    chi2 = (n - 1) * ends.var(ddof=1) / sd**2
+    return (ends.mean() - mean) / (sd / math.sqrt(n)), stats.norm.isf(stats.chi2.sf(chi2, n - 1))
+
+
+def noisy_step(model, sd):
+    # Gradient noise sd 2·τ_g·b_g = 10 against a gradient of order N·sd ≈ 14; ratio noise sd ≈ 1.4 at a
+    # typical move of one posterior sd: both kinds of noise matter. b = 10 never clips (|y − m| < 5).
+    with model:
+        return pmdp.DPHMC(
+            step_size=0.03,
+            n_leapfrog=10,
+            grad_clip=10.0,
+            llr_clip=10.0,
+            grad_noise_scale=0.5,
+            llr_noise_scale=0.07 / sd,
+            tune=False,
+        )
+
+
+def test_invariance_with_noise_on(conjugate_normal):
+    mean, sd = conjugate_normal.posterior()
+    assert np.max(np.abs(conjugate_normal.y - mean)) + 5 * sd < 10.0
+    step = noisy_step(conjugate_normal.model, sd)
+    starts = np.random.default_rng(3).normal(mean, sd, size=500)
+    ends, acceptance = run_chains_from(step, starts, n_steps=6, seed=4)
+    assert 0.05 < acceptance < 0.95
+    z_mean, z_var = z_scores(ends, mean, sd)
+    assert abs(z_mean) < Z_CRIT and abs(z_var) < Z_CRIT
+
+
+def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch):
+    mean, sd = conjugate_normal.posterior()
+    monkeypatch.setattr(
+        hmc_module,
+        "penalty_log_acceptance",
+        lambda llr, std, prior, proposal=0.0, temperature=1.0: temperature * llr + prior + proposal,
+    )
+    step = noisy_step(conjugate_normal.model, sd)
+    starts = np.random.default_rng(3).normal(mean, sd, size=500)
+    ends, _ = run_chains_from(step, starts, n_steps=6, seed=4)
+    assert max(abs(v) for v in z_scores(ends, mean, sd)) > Z_CRIT
+
+
+def test_noise_to_zero_without_clipping_matches_pymc_hmc(conjugate_normal):
+    """Same L and η, no noise, no clipping: both samplers target the same posterior.
+
+    Compared through their Monte Carlo standard errors (ArviZ ESS), on the mean and on E[m²].
+    """
+    mean, sd = conjugate_normal.posterior()
+    kwargs = dict(draws=1500, tune=300, chains=2, random_seed=8, progressbar=False, compute_convergence_checks=False)
+    eta, n_steps = 0.03, 10
+    with conjugate_normal.model:
+        private = pm.sample(
+            step=pmdp.DPHMC(
+                step_size=eta,
+                n_leapfrog=n_steps,
+                grad_clip=1e4,
+                llr_clip=1e4,
+                grad_noise_scale=1e-12,
+                llr_noise_scale=1e-12,
+                tune=False,
+            ),
+            **kwargs,
+        )
+        reference = pm.sample(
+            step=pm.HamiltonianMC(
+                path_length=eta * n_steps,
+                step_scale=eta,
+                adapt_step_size=False,
+                step_rand=lambda s, rng=None: s,
+                potential=QuadPotentialDiag(np.ones(1)),  # unit mass, as DPHMC's default
+            ),
+            **kwargs,
+        )
+    for result in (private, reference):
+        draws = result.posterior["m"]
+        for values, target in ((draws, mean), (draws**2, mean**2 + sd**2)):
+            mcse = float(az.mcse(values.to_dataset(name="x"))["x"])
+            assert abs(float(values.mean()) - target) / mcse < Z_CRIT
+    assert float(private.sample_stats["dp_accepted"].mean()) > 0.9
+
+
+@pytest.mark.parametrize(
+    ("chains", "tune", "draws", "n_leapfrog", "tau_l", "tau_g"),
+    [(2, 20, 30, 5, 30.0, 80.0), (1, 0, 40, 12, 50.0, 200.0), (3, 10, 10, 1, 8.0, 15.0)],
+)
+def test_epsilon_equals_theorem_3_3(conjugate_normal, chains, tune, draws, n_leapfrog, tau_l, tau_g):
+    delta = 1e-6
+    with conjugate_normal.model:
+        idata = pmdp.sample(
+            step=pmdp.DPHMC(
+                n_leapfrog=n_leapfrog, grad_clip=5.0, llr_clip=5.0, grad_noise_scale=tau_g, llr_noise_scale=tau_l
+            ),
+            delta=delta,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    k = chains * (tune + draws)
+    mu = k / (2 * tau_l**2) + k * (n_leapfrog + 1) / (2 * tau_g**2)  # Räisä et al. (2021), Theorem 3.3
+    eps = idata.posterior.attrs["dp_epsilon"]
+    with mp.workdps(40):  # the theorem's δ(ε), literally, in 40 digits
+        e, m = mp.mpf(eps), mp.mpf(mu)
+        delta_at_eps = 0.5 * (mp.erfc((e - m) / (2 * mp.sqrt(m))) - mp.exp(e) * mp.erfc((e + m) / (2 * mp.sqrt(m))))
+    assert float(delta_at_eps) == pytest.approx(delta, rel=1e-8)
+    assert pmdp.privacy_spent(idata).mu == pytest.approx(mu, rel=1e-12)
+    assert float(idata.sample_stats["dp_mu_cumulative"].values[:, -1].sum()) == pytest.approx(mu, rel=1e-12)
+
+
+def test_calibration_honours_the_gradient_share(conjugate_normal):
+    with conjugate_normal.model:
+        step = pmdp.DPHMC(n_leapfrog=4, grad_clip=5.0, llr_clip=5.0, grad_budget_share=0.3)
+        idata = pmdp.sample(
+            step=step,
+            epsilon=6.0,
+            delta=1e-6,
+            draws=20,
+            tune=10,
+            chains=2,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    k = 2 * 30
+    mu_grad = k * 5 / (2 * step.grad_noise_scale**2)
+    mu_llr = k / (2 * step.llr_noise_scale**2)
+    assert mu_grad / (mu_grad + mu_llr) == pytest.approx(0.3, rel=1e-9)
+    assert mu_grad + mu_llr == pytest.approx(gaussian_mu_for_target(6.0, 1e-6), rel=1e-9)
+    assert idata.posterior.attrs["dp_epsilon"] <= 6.0
+
+
+def test_tuning_adapts_step_size_and_mass_and_is_accounted(conjugate_normal):
+    _, sd = conjugate_normal.posterior()
+    with conjugate_normal.model:
+        step = pmdp.DPHMC(
+            step_size=0.5,
+            n_leapfrog=5,
+            grad_clip=10.0,
+            llr_clip=10.0,
+            grad_noise_scale=0.5,
+            llr_noise_scale=1.0,
+            adapt_mass_window=50,
+        )
+        idata = pm.sample(
+            step=step,
+            draws=100,
+            tune=200,
+            chains=1,
+            cores=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    warm = idata.warmup_sample_stats
+    assert warm["dp_tuning"].values.all() and not idata.sample_stats["dp_tuning"].values.any()
+    assert np.ptp(idata.sample_stats["dp_step_size"].values) == 0  # fixed after tuning
+    assert np.ptp(warm["dp_step_size"].values) > 0  # adapted during tuning
+    # M⁻¹ adapted towards the posterior variance from the chain's own draws (loose: 50-draw windows)
+    assert 0.1 * sd**2 < step.inv_mass[0] < 10 * sd**2
+    assert float(idata.sample_stats["dp_accepted"].mean()) > 0.2
+    per_iteration = 1 / (2 * 1.0**2) + 6 / (2 * 0.5**2)
+    assert pmdp.privacy_spent(idata, delta=1e-6).mu == pytest.approx(300 * per_iteration)
+
+
+def _black_box_model():
+    """A likelihood through a Python op without a gradient (how users wrap black-box code)."""
+
+    def double(m):
+        return np.asarray(2.0 * m)
+
+    wrap = getattr(pytensor, "wrap_py", None)
+    if wrap is None:  # PyTensor 2.38: as_op is the same thing under its old name
+        from pytensor.compile.ops import as_op as wrap
+    with warnings.catch_warnings():
+        # PyTensor 2.38 announces that as_op will be renamed wrap_py; not about our code.
+        warnings.simplefilter("ignore", FutureWarning)
+        op = wrap(itypes=[pt.dscalar], otypes=[pt.dscalar])(double)
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("y", op(m), 1, observed=np.zeros(5))
+    return model
+
+
+def test_non_differentiable_likelihood_is_refused():
+    with _black_box_model(), pytest.raises(ValueError, match=r"must be differentiable in `vars` \(\['m'\]\)"):
+        pmdp.DPHMC()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"n_leapfrog": 0}, "n_leapfrog"),
+        ({"step_size": 0.0}, "step_size"),
+        ({"step_size": -0.1}, "step_size"),
+        ({"grad_clip": 0.0}, "grad_clip"),
+        ({"grad_clip": float("nan")}, "grad_clip"),
+        ({"llr_clip": -1.0}, "llr_clip"),
+        ({"grad_noise_scale": 1.0}, "grad_noise_scale` and `llr_noise_scale"),
+        ({"grad_noise_scale": -1.0, "llr_noise_scale": 1.0}, "grad_noise_scale"),
+        ({"grad_budget_share": 1.0}, "grad_budget_share"),
+        ({"step_size_jitter": 1.0}, "step_size_jitter"),
+        ({"target_accept": 0.0}, "target_accept"),
+        ({"adapt_mass_window": -5}, "adapt_mass_window"),
+        ({"neighbouring": "swap"}, "neighbouring"),
+    ],
+)
+def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):
+    with conjugate_normal.model, pytest.raises(ValueError, match=f"`{name}` must"):
+        pmdp.DPHMC(**kwargs)
+
+
+def test_discrete_variables_are_refused_by_name():
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", k, 1.0, observed=np.zeros(5))
+        with pytest.raises(ValueError, match=r"discrete variables: \['k'\]"):
+            pmdp.DPHMC(vars=[k])
+
+
+def test_stats_hold_no_exact_energies(conjugate_normal):
+    with conjugate_normal.model:
+        idata = pmdp.sample(
+            step=pmdp.DPHMC(grad_clip=5.0, llr_clip=5.0),
+            epsilon=5.0,
+            delta=1e-6,
+            draws=10,
+            tune=5,
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert set(idata.sample_stats.data_vars) == set(pmdp.DPHMC.stats_dtypes_shapes)
