@@ -27,6 +27,7 @@ __all__ = [
     "SecureNoise",
     "clip_l2",
     "clip_values",
+    "clipped_sum_l2",
     "gaussian_noise",
     "laplace_noise",
     "noise_generator",
@@ -84,6 +85,26 @@ def clip_l2(rows: np.ndarray, bound: float) -> np.ndarray:
     norms = np.sqrt(np.einsum("ij,ij->i", safe, safe))
     scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
     return safe * scale[:, None]
+
+
+def clipped_sum_l2(rows: np.ndarray, bound: float) -> np.ndarray:
+    """Σᵢ clip_L2(rowᵢ, bound): the same as ``clip_l2(rows, bound).sum(axis=0)``, in two passes.
+
+    Computes the row norms, then one matrix-vector product with the clip factors, instead of
+    materialising the clipped matrix. Rows with a non-finite entry contribute zero.
+    """
+    bound = _check_bound("bound", bound)
+    rows = np.asarray(rows, dtype=float)
+    if rows.ndim != 2:
+        raise ValueError(f"`rows` must be a 2-d array (rows × dims). Found shape {rows.shape}.")
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    finite = np.isfinite(norms)
+    if not finite.all():
+        rows = np.where(finite[:, None], rows, 0.0)
+        norms = np.where(finite, norms, 0.0)
+    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    return scale @ rows
 
 
 def sensitivity_of_clipped_sum(bound: float, neighbouring: str = "substitute") -> float:
@@ -333,5 +354,5 @@ class NoisyClippedGradient:
     def release(self, theta: np.ndarray, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
         _, per_row = self._rows.loglik_grad_rows(np.asarray(theta, dtype=float))
-        clipped_sum = clip_l2(per_row, self.grad_clip).sum(axis=0)
+        clipped_sum = clipped_sum_l2(per_row, self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)

@@ -260,6 +260,8 @@ def _black_box_model():
     return model
 
 
+# PyTensor 3 warns that Numba runs the deliberately opaque Python op in object mode.
+@pytest.mark.filterwarnings("ignore:Numba will use object mode:UserWarning")
 def test_non_differentiable_likelihood_is_refused():
     with _black_box_model(), pytest.raises(ValueError, match=r"must be differentiable in `vars` \(\['m'\]\)"):
         pmdp.DPHMC()

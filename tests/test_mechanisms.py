@@ -10,6 +10,7 @@ from pymc_dp.mechanisms import (
     SecureNoise,
     clip_l2,
     clip_values,
+    clipped_sum_l2,
     gaussian_noise,
     laplace_noise,
     noisy_clipped_sum,
@@ -115,3 +116,10 @@ def test_secure_noise_moments_and_freshness():
     lap = noise.laplace(0.0, 0.5, size=n)
     assert stats.kstest(lap, "laplace", args=(0.0, 0.5)).pvalue > 1e-4
     assert isinstance(noise.normal(), float) and noise.normal() != noise.normal()
+
+
+def test_two_pass_clipped_sum_equals_clip_then_sum():
+    rows = np.random.default_rng(4).normal(size=(50, 3)) * 3
+    rows[7, 1], rows[9, 0] = np.nan, np.inf
+    np.testing.assert_allclose(clipped_sum_l2(rows, 1.5), clip_l2(rows, 1.5).sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(clipped_sum_l2(rows[:5] * 0.01, 1.5), rows[:5].sum(axis=0) * 0.01, rtol=1e-12)

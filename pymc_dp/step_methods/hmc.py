@@ -373,11 +373,14 @@ class DPHMC(DPStep):
         proposal, momentum_end = leapfrog(
             theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
         )
-        noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
-        log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
-        kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
-        log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
-        if np.isnan(log_alpha) or not np.all(np.isfinite(proposal)):
+        if np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end)):
+            noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
+            log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
+            kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
+            log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
+        else:  # the trajectory diverged (a function of released gradients only): reject without a release
+            noisy_llr, log_alpha = np.nan, -np.inf
+        if np.isnan(log_alpha):
             log_alpha = -np.inf
         accepted = bool(np.log(self.rng.uniform()) < log_alpha)
         llr_mechanism.keep(accepted)
