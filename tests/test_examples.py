@@ -23,3 +23,26 @@ def test_quickstart_runs_and_reports_its_guarantee():
     assert spent == recorded and 0 < spent <= 4.0
     assert "Groups in the DP result: ['posterior', 'sample_stats']" in out
     assert re.search(r"slopes\[age\]\s+-?[0-9.]+\s+[0-9.]+\s+-?[0-9.]+", out)
+
+
+def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "dp_hmc_experiments.py"),
+            *("--rows", "2000", "--epsilons", "8", "--max-iterations", "20", "--output", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "dp_hmc_experiments.md").read_text().splitlines()
+    assert len(table) == 2 + 4  # header + one row per (model, sampler)
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] in {"banana", "gauss"} and cells[1] in {"DPHMC", "DPPenaltyMH"}
+        assert float(cells[4]) >= 0 and float(cells[5]) >= 0 and 0 <= float(cells[6]) <= 1
+    spent = [float(x) for x in re.findall(r"\(spent ([0-9.]+)\)", result.stdout)]
+    assert len(spent) == 4 and all(0 < s <= 8.0 for s in spent)
