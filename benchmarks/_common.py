@@ -46,3 +46,13 @@ def environment() -> str:
         f"pymc {pm.__version__}, pytensor {pytensor.__version__}, linker {pytensor.config.linker}, "
         f"OMP_NUM_THREADS={threads}"
     )
+
+
+def seconds_per_iteration(model: pm.Model, step, iterations: int) -> float:
+    """Wall time per iteration of ``pm.sample`` with ``step`` (one chain, after a short warm-up run)."""
+    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
+    with model:
+        pm.sample(step=step, draws=5, tune=0, **kwargs)  # warm-up (compilation caches)
+        start = time.perf_counter()
+        pm.sample(step=step, draws=iterations, tune=0, **kwargs)
+    return (time.perf_counter() - start) / iterations

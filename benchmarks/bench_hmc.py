@@ -9,23 +9,13 @@ L + 1 full-data log-density gradients per iteration, DPHMC's L + 1 per-row gradi
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import pymc as pm
-from _common import environment, logistic_regression
+from _common import environment, logistic_regression, seconds_per_iteration
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
 
 import pymc_dp as pmdp
-
-
-def seconds_per_iteration(model, step, iterations: int) -> float:
-    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
-    with model:
-        pm.sample(step=step, draws=5, tune=0, **kwargs)  # warm-up (compilation caches)
-        start = time.perf_counter()
-        pm.sample(step=step, draws=iterations, tune=0, **kwargs)
-    return (time.perf_counter() - start) / iterations
 
 
 def main() -> None:

@@ -11,21 +11,11 @@ asks for; target ≤ 1.5) and per evaluated proposal.
 from __future__ import annotations
 
 import argparse
-import time
 
 import pymc as pm
-from _common import environment, logistic_regression
+from _common import environment, logistic_regression, seconds_per_iteration
 
 import pymc_dp as pmdp
-
-
-def seconds_per_iteration(model, step, iterations: int) -> float:
-    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
-    with model:
-        pm.sample(step=step, draws=20, tune=0, **kwargs)  # warm-up (compilation caches)
-        start = time.perf_counter()
-        pm.sample(step=step, draws=iterations, tune=0, **kwargs)
-    return (time.perf_counter() - start) / iterations
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "check_bool",
     "check_finite_positive",
     "check_neighbouring",
     "check_nonnegative_int",
@@ -75,3 +76,10 @@ def check_neighbouring(name: str, value: object) -> str:
     if not isinstance(value, str) or value not in NEIGHBOURING_RELATIONS:
         raise ValueError(f"`{name}` must be one of {NEIGHBOURING_RELATIONS}. Found {value!r}.")
     return str(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` after checking it is a bool."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool. Found {value!r}.")
+    return bool(value)

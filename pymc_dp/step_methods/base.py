@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from pymc.model import modelcontext
+from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.util import get_random_generator
+from pymc.vartypes import continuous_types
 
 from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import noise_generator
 
 __all__ = ["DPStep"]
@@ -28,6 +32,14 @@ class DPStep(ArrayStepShared):
     identical for ``cores=1`` and ``cores>1``.
     """
 
+    #: Statistics every DP step records (subclasses add their own).
+    common_stats: ClassVar[dict[str, tuple[type, list]]] = {
+        "dp_accept": (np.float64, []),
+        "dp_accepted": (bool, []),
+        "dp_noisy_llr": (np.float64, []),
+        "dp_mu_cumulative": (np.float64, []),
+        "dp_tuning": (bool, []),
+    }
     default_blocked = True
     #: PyMC 6 resolves ``pm.sample(tune=None)`` from this.
     default_tune_steps = 1000
@@ -35,6 +47,20 @@ class DPStep(ArrayStepShared):
     secure_noise: bool = False
     #: Whether the user set the noise (else :func:`pymc_dp.sample` calibrates it for each run).
     _noise_user_set: bool = False
+
+    # -- construction ---------------------------------------------------------------------
+    @staticmethod
+    def _data_access(vars, model, initial_point, compile_kwargs, step_name: str):
+        """(value_vars, shared, RowLikelihood) for continuous ``vars``; the one place steps reach data."""
+        model = modelcontext(model)
+        initial_point = model.initial_point() if initial_point is None else initial_point
+        value_vars = sorted_value_vars(model, vars)
+        discrete = [v.name for v in value_vars if v.dtype not in continuous_types]
+        if discrete:
+            raise ValueError(f"`vars` must be continuous for {step_name}. Found discrete variables: {discrete}.")
+        shared = make_shared_replacements(initial_point, value_vars, model)
+        rows = RowLikelihood(model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs)
+        return value_vars, shared, rows
 
     # -- per-chain hooks ------------------------------------------------------------------
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:

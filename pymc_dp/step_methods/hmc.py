@@ -8,15 +8,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars
-from pymc.model import modelcontext
-from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.step_sizes import DualAverageAdaptation
-from pymc.vartypes import continuous_types
 
-from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, noise_generator
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
@@ -164,12 +160,8 @@ class DPHMC(DPStep):
 
     name = "dp_hmc"
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        "dp_accept": (np.float64, []),
-        "dp_accepted": (bool, []),
-        "dp_noisy_llr": (np.float64, []),
+        **DPStep.common_stats,
         "dp_step_size": (np.float64, []),
-        "dp_mu_cumulative": (np.float64, []),
-        "dp_tuning": (bool, []),
     }
 
     def __init__(
@@ -228,22 +220,11 @@ class DPHMC(DPStep):
         self.adapt_mass_window = adapt_mass_window
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        for flag_name, flag in (("tune", tune), ("secure_noise", secure_noise)):
-            if not isinstance(flag, bool | np.bool_):
-                raise TypeError(f"`{flag_name}` must be a bool. Found {flag!r}.")
+        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
         if step_size is not None:
             step_size = check_finite_positive("step_size", step_size)
 
-        model = modelcontext(model)
-        initial_point = model.initial_point() if initial_point is None else initial_point
-        value_vars = sorted_value_vars(model, vars)
-        discrete = [v.name for v in value_vars if v.dtype not in continuous_types]
-        if discrete:
-            raise ValueError(f"`vars` must be continuous for DPHMC. Found discrete variables: {discrete}.")
-        shared = make_shared_replacements(initial_point, value_vars, model)
-        self._rows = RowLikelihood(
-            model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs
-        )
+        value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPHMC")
         try:
             self._rows.prior_logp_and_grad(self._rows._theta_initial)
             self._rows.warm_gradient()

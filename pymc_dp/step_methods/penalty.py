@@ -7,15 +7,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars
-from pymc.model import modelcontext
-from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.metropolis import tune as tune_scaling
-from pymc.vartypes import continuous_types
 
-from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, noise_generator
 from pymc_dp.step_methods.base import DPStep
 
@@ -149,12 +145,8 @@ class DPPenaltyMH(DPStep):
 
     name = "dp_penalty_mh"
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        "dp_accept": (np.float64, []),
-        "dp_accepted": (bool, []),
-        "dp_noisy_llr": (np.float64, []),
+        **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
-        "dp_mu_cumulative": (np.float64, []),
-        "dp_tuning": (bool, []),
     }
 
     def __init__(
@@ -181,9 +173,7 @@ class DPPenaltyMH(DPStep):
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        for flag_name, flag in (("tune", tune), ("secure_noise", secure_noise)):
-            if not isinstance(flag, bool | np.bool_):
-                raise TypeError(f"`{flag_name}` must be a bool. Found {flag!r}.")
+        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
         try:
             scale = np.atleast_1d(np.asarray(1.0 if proposal_scale is None else proposal_scale, dtype=float))
         except (TypeError, ValueError):
@@ -198,23 +188,14 @@ class DPPenaltyMH(DPStep):
                 f"Found {proposal_scale!r}."
             )
 
-        model = modelcontext(model)
-        initial_point = model.initial_point() if initial_point is None else initial_point
-        value_vars = sorted_value_vars(model, vars)
-        discrete = [v.name for v in value_vars if v.dtype not in continuous_types]
-        if discrete:
-            raise ValueError(f"`vars` must be continuous for DPPenaltyMH. Found discrete variables: {discrete}.")
-        size = int(sum(np.asarray(initial_point[v.name]).size for v in value_vars))
+        value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPPenaltyMH")
+        size = self._rows.n_params
         if scale.size not in (1, size):
             raise ValueError(
                 f"`proposal_scale` must be a scalar or have one value per flat coordinate ({size}). "
                 f"Found {scale.size} values."
             )
 
-        shared = make_shared_replacements(initial_point, value_vars, model)
-        self._rows = RowLikelihood(
-            model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs
-        )
         self.n_rows = self._rows.n_rows
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
