@@ -263,7 +263,9 @@ def sample(
     # that PyMC aborts after this point is still charged: it may have released partial results.
     for real, plan in zip(steps, planned, strict=True):
         if real.needs_calibration:
-            real.set_noise_for_mu(plan.gaussian_mu_per_iteration())
+            for name in real.noise_attributes:  # exactly the planned, accounted noise
+                setattr(real, name, getattr(plan, name))
+        real.planned_tune = tune
     if budget is not None:
         budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
 

@@ -59,10 +59,12 @@ def test_leapfrog_calls_the_gradient_l_plus_one_times():
     assert len(calls) == 8
 
 
-def run_chains_from(step, starts, n_steps, seed):
+def run_chains_from(step, starts, n_steps, seed, inv_mass=None):
     ends, accepted = np.empty_like(starts), 0
     for i, start in enumerate(starts):
         step.set_rng(np.random.default_rng([seed, i]))
+        if inv_mass is not None:
+            step.inv_mass = np.full(1, inv_mass)
         q = DictToArrayBijection.map({"m": np.asarray(start)})
         for _ in range(n_steps):
             q, stats_list = step.astep(q)
@@ -92,12 +94,15 @@ def noisy_step(model, sd):
         )
 
 
-def test_invariance_with_noise_on(conjugate_normal):
+@pytest.mark.parametrize("inv_mass", [None, 3.0])
+def test_invariance_with_noise_on(conjugate_normal, inv_mass):
     mean, sd = conjugate_normal.posterior()
     assert np.max(np.abs(conjugate_normal.y - mean)) + 5 * sd < 10.0
     step = noisy_step(conjugate_normal.model, sd)
+    if inv_mass is not None:
+        step.step_size = 0.03 / np.sqrt(inv_mass)  # same stability margin with the heavier-tailed momentum
     starts = np.random.default_rng(3).normal(mean, sd, size=500)
-    ends, acceptance = run_chains_from(step, starts, n_steps=6, seed=4)
+    ends, acceptance = run_chains_from(step, starts, n_steps=6, seed=4, inv_mass=inv_mass)
     assert 0.05 < acceptance < 0.95
     z_mean, z_var = z_scores(ends, mean, sd)
     assert abs(z_mean) < Z_CRIT and abs(z_var) < Z_CRIT
@@ -117,9 +122,9 @@ def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch
 
 
 def test_noise_to_zero_without_clipping_matches_pymc_hmc(conjugate_normal):
-    """Same L and η, no noise, no clipping: both samplers target the same posterior.
-
-    Compared through their Monte Carlo standard errors (ArviZ ESS), on the mean and on E[m²].
+    """Same L = 10 and η = 0.03 (PyMC: η = step_scale/d^¼ with d = 1, L = int(path_length/η)), unit mass,
+    no noise, no clipping: each sampler matches the exact posterior, and the two match each other, within
+    Monte Carlo standard errors (ArviZ ESS), on the mean and on E[m²].
     """
     mean, sd = conjugate_normal.posterior()
     kwargs = dict(draws=1500, tune=300, chains=2, random_seed=8, progressbar=False, compute_convergence_checks=False)
@@ -147,11 +152,16 @@ def test_noise_to_zero_without_clipping_matches_pymc_hmc(conjugate_normal):
             ),
             **kwargs,
         )
-    for result in (private, reference):
-        draws = result.posterior["m"]
-        for values, target in ((draws, mean), (draws**2, mean**2 + sd**2)):
-            mcse = float(az.mcse(values.to_dataset(name="x"))["x"])
-            assert abs(float(values.mean()) - target) / mcse < Z_CRIT
+
+    def estimate(result, power):
+        values = result.posterior["m"] ** power
+        return float(values.mean()), float(az.mcse(values.to_dataset(name="x"))["x"])
+
+    for power, target in ((1, mean), (2, mean**2 + sd**2)):
+        (dp_value, dp_se), (ref_value, ref_se) = estimate(private, power), estimate(reference, power)
+        assert abs(dp_value - target) / dp_se < Z_CRIT
+        assert abs(ref_value - target) / ref_se < Z_CRIT
+        assert abs(dp_value - ref_value) / math.hypot(dp_se, ref_se) < Z_CRIT
     assert float(private.sample_stats["dp_accepted"].mean()) > 0.9
 
 
@@ -312,3 +322,45 @@ def test_stats_hold_no_exact_energies(conjugate_normal):
             compute_convergence_checks=False,
         )
     assert set(idata.sample_stats.data_vars) == set(pmdp.DPHMC.stats_dtypes_shapes)
+
+
+def test_each_iteration_makes_l_plus_one_gradient_releases_and_one_ratio_release(conjugate_normal, monkeypatch):
+    _, sd = conjugate_normal.posterior()
+    step = noisy_step(conjugate_normal.model, sd)
+    step.set_rng(np.random.default_rng(0))
+    llr_mechanism, grad_mechanism = step._mechanisms()
+    counts = {"gradient": 0, "ratio": 0}
+    grad_release, llr_release = grad_mechanism.release, llr_mechanism.release
+
+    def count(name, release):
+        def wrapped(*args, **kwargs):
+            counts[name] += 1
+            return release(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(grad_mechanism, "release", count("gradient", grad_release))
+    monkeypatch.setattr(llr_mechanism, "release", count("ratio", llr_release))
+    q = DictToArrayBijection.map({"m": np.asarray(conjugate_normal.posterior()[0])})
+    for _ in range(5):
+        q, _ = step.astep(q)
+    assert counts == {"gradient": 5 * (step.n_leapfrog + 1), "ratio": 5}
+
+
+@pytest.mark.parametrize(("relation", "factor"), [("substitute", 2.0), ("add_remove", 1.0)])
+def test_gradient_release_noise_has_the_accounted_standard_deviation(conjugate_normal, relation, factor):
+    """Release minus the exact clipped sum is N(0, (τ_g·Δ)²), Δ = factor·b_g: chi-square test on its variance."""
+    from pymc_dp.data import RowLikelihood
+    from pymc_dp.mechanisms import NoisyClippedGradient, clipped_sum_l2
+
+    rows = RowLikelihood(conjugate_normal.model)
+    mechanism = NoisyClippedGradient(rows, grad_clip=0.5, noise_multiplier=3.0, neighbouring=relation)
+    theta = np.array([0.2])
+    exact = clipped_sum_l2(rows.loglik_grad_rows(theta)[1], 0.5)
+    rng = np.random.default_rng(5)
+    residuals = np.array([mechanism.release(theta, rng) - exact for _ in range(3000)]).ravel()
+    std = 3.0 * factor * 0.5
+    n = residuals.size
+    assert abs(residuals.mean()) / (std / math.sqrt(n)) < Z_CRIT
+    chi2 = n * np.mean(residuals**2) / std**2
+    assert stats.chi2.ppf(5e-5, n) < chi2 < stats.chi2.isf(5e-5, n)

@@ -47,6 +47,10 @@ class DPStep(ArrayStepShared):
     secure_noise: bool = False
     #: Whether the user set the noise (else :func:`pymc_dp.sample` calibrates it for each run).
     _noise_user_set: bool = False
+    #: Names of the noise-scale attributes that calibration sets.
+    noise_attributes: ClassVar[tuple[str, ...]] = ()
+    #: Number of tuning iterations of the current run when known (None: unknown).
+    planned_tune: int | None = None
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod
@@ -68,8 +72,9 @@ class DPStep(ArrayStepShared):
         self.rng = get_random_generator(rng, copy=False)
         self.noise_rng = noise_generator(self.rng, self.secure_noise)
         self._mu_spent_chain = 0.0
+        if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets it
+            self.planned_tune = int(tune)
         self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
-        self.reset_tuning()
         self._reset_chain_state()
 
     def set_rng(self, rng: Any) -> None:  # PyMC 5

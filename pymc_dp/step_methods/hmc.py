@@ -31,8 +31,9 @@ def leapfrog(
     """``n_steps`` leapfrog steps for H(θ, p) = −log π(θ) + ½ pᵀ M⁻¹ p.
 
     ``gradient`` returns (an estimate of) ∇ log π and is called ``n_steps + 1`` times, at the
-    start point and after every position update; with a noisy gradient every call is a fresh
-    release. Half momentum steps open and close the trajectory (eq. (1) of Räisä et al.).
+    start point and after every position update (fewer if the trajectory diverges to a
+    non-finite point, where it stops); with a noisy gradient every call is a fresh release.
+    Half momentum steps open and close the trajectory (eq. (1) of Räisä et al.).
 
     Parameters
     ----------
@@ -55,6 +56,8 @@ def leapfrog(
     p = momentum + 0.5 * step_size * gradient(theta)
     for i in range(n_steps):
         theta = theta + step_size * inv_mass * p
+        if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(p))):
+            break  # diverged: the caller rejects; fewer gradient releases than accounted is safe
         weight = step_size if i < n_steps - 1 else 0.5 * step_size
         p = p + weight * gradient(theta)
     return theta, p
@@ -102,9 +105,12 @@ class DPHMC(DPStep):
         Target of the dual-averaging step-size adaptation, applied to the privatized
         acceptance probability during tuning.
     adapt_mass_window : int, default 100
-        During tuning, every this many iterations the diagonal of M⁻¹ is set to the variance
-        of the chain's own draws in the window (post-processing of private outputs) and the
-        step-size adaptation restarts. 0 disables mass adaptation.
+        Length of the first mass-adaptation window; windows then double (100, 200, 400, ...).
+        At the end of each window during tuning the diagonal of M⁻¹ is set to the variance of
+        the chain's own draws in it (post-processing of private outputs) and the step-size
+        adaptation restarts; when the number of tuning iterations is known (PyMC 6, or
+        :func:`pymc_dp.sample`), a window ending fewer than this many iterations before the
+        end of tuning does not update M. 0 disables mass adaptation.
     temperature : float, default 1.0
         T > 0: target p(θ) p(X | θ)^T.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
@@ -159,6 +165,7 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
+    noise_attributes = ("grad_noise_scale", "llr_noise_scale")
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_step_size": (np.float64, []),
@@ -215,9 +222,13 @@ class DPHMC(DPStep):
         if not 0.0 < target < 1.0:
             raise ValueError(f"`target_accept` must be in the open interval (0, 1). Found {target_accept!r}.")
         self.target_accept = target
-        if isinstance(adapt_mass_window, bool) or not isinstance(adapt_mass_window, int) or adapt_mass_window < 0:
+        if (
+            isinstance(adapt_mass_window, bool)
+            or not isinstance(adapt_mass_window, int | np.integer)
+            or adapt_mass_window < 0
+        ):
             raise ValueError(f"`adapt_mass_window` must be a non-negative integer. Found {adapt_mass_window!r}.")
-        self.adapt_mass_window = adapt_mass_window
+        self.adapt_mass_window = int(adapt_mass_window)
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
@@ -316,13 +327,21 @@ class DPHMC(DPStep):
         self.step_size = self._step_size_initial
         self._adaptation = DualAverageAdaptation(self._step_size_initial, self.target_accept, 0.05, 0.75, 10)
         self._window: list[np.ndarray] = []
+        self._window_length = self.adapt_mass_window
+        self._tuning_iteration = 0
 
     def forget_private_state(self) -> None:
         if self._llr_mechanism is not None:
             self._llr_mechanism.forget()
 
     def _mechanisms(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
-        if self._llr_mechanism is None or self._grad_mechanism is None:
+        llr, grad = self._llr_mechanism, self._grad_mechanism
+        current = (self.llr_noise_scale, self.llr_clip, self.grad_noise_scale, self.grad_clip, self.neighbouring)
+        if (
+            llr is None
+            or grad is None
+            or (llr.noise_multiplier, llr.llr_clip, grad.noise_multiplier, grad.grad_clip, llr.neighbouring) != current
+        ):
             self._check_ready()
             self._llr_mechanism = NoisyLogLikelihoodRatio(
                 self._rows, self.llr_clip, self.llr_noise_scale, self.neighbouring
@@ -369,11 +388,18 @@ class DPHMC(DPStep):
         new = proposal if accepted else theta
 
         if tuning:
+            self._tuning_iteration += 1
             self._adaptation.update(accept_probability, True)
             if self.adapt_mass_window:
                 self._window.append(new.copy())
-                if len(self._window) == self.adapt_mass_window:
-                    self._update_mass()
+                if len(self._window) == self._window_length:
+                    # Windows double (Stan's schedule); no mass update in the last window of a run whose
+                    # tuning length is known, so the step size ends adapted to the final mass matrix.
+                    left = None if self.planned_tune is None else self.planned_tune - self._tuning_iteration
+                    if left is None or left >= self.adapt_mass_window:
+                        self._update_mass()
+                    self._window = []
+                    self._window_length *= 2
         self._mu_spent_chain += self.gaussian_mu_per_iteration()
         stats = {
             "dp_accept": accept_probability,
@@ -387,7 +413,6 @@ class DPHMC(DPStep):
 
     def _update_mass(self) -> None:
         draws = np.asarray(self._window)
-        self._window = []
         n = draws.shape[0]
         variance = draws.var(axis=0, ddof=1)
         moved = variance > 0

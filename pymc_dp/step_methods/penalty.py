@@ -144,6 +144,7 @@ class DPPenaltyMH(DPStep):
     """
 
     name = "dp_penalty_mh"
+    noise_attributes = ("noise_scale",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
@@ -273,7 +274,12 @@ class DPPenaltyMH(DPStep):
             self._mechanism.forget()
 
     def _get_mechanism(self) -> NoisyLogLikelihoodRatio:
-        if self._mechanism is None or self._mechanism.noise_multiplier != self.noise_scale:
+        mechanism = self._mechanism
+        if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip, mechanism.neighbouring) != (
+            self.noise_scale,
+            self.llr_clip,
+            self.neighbouring,
+        ):
             self._check_ready()
             self._mechanism = NoisyLogLikelihoodRatio(self._rows, self.llr_clip, self.noise_scale, self.neighbouring)
         return self._mechanism
