@@ -118,7 +118,3 @@ class DPStep(ArrayStepShared):
     def accountant_settings(self) -> dict[str, Any]:
         """Public settings recorded in ``dp_accountant``."""
         raise NotImplementedError
-
-    @staticmethod
-    def _as_float_array(value: Any) -> np.ndarray:
-        return np.atleast_1d(np.asarray(value, dtype=float))
