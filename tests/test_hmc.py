@@ -300,14 +300,6 @@ def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):
         pmdp.DPHMC(**kwargs)
 
 
-def test_discrete_variables_are_refused_by_name():
-    with pm.Model():
-        k = pm.Poisson("k", 3.0)
-        pm.Normal("y", k, 1.0, observed=np.zeros(5))
-        with pytest.raises(ValueError, match=r"discrete variables: \['k'\]"):
-            pmdp.DPHMC(vars=[k])
-
-
 def test_stats_hold_no_exact_energies(conjugate_normal):
     with conjugate_normal.model:
         idata = pmdp.sample(

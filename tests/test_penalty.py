@@ -223,12 +223,13 @@ def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):
         pmdp.DPPenaltyMH(**kwargs)
 
 
-def test_discrete_variables_are_refused_by_name():
+@pytest.mark.parametrize("step_class", [pmdp.DPPenaltyMH, pmdp.DPHMC])
+def test_discrete_variables_are_refused_by_name(step_class):
     with pm.Model():
         k = pm.Poisson("k", 3.0)
         pm.Normal("y", k, 1.0, observed=np.zeros(5))
-        with pytest.raises(ValueError, match=r"discrete variables: \['k'\]"):
-            pmdp.DPPenaltyMH(vars=[k])
+        with pytest.raises(ValueError, match=rf"must be continuous for {step_class.__name__}.*\['k'\]"):
+            step_class(vars=[k])
 
 
 def test_tuning_uses_private_accept_decisions_and_resets_per_chain(conjugate_normal):
