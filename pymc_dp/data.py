@@ -293,14 +293,14 @@ class RowLikelihood:
         self._prior_flat = prior_flat
         self._f_prior_grad = None  # compiled on first use
         self._lik_flat = lik_flat
-        self._f_lik_grad_full = None
+        self._f_grad_full = None
 
         # Index-subset functions, when every row-indexed array is a shared variable; built on
         # first use so that full-data samplers never compile them.
         self._rows_input = pt.lvector("rows")
         self._subset_mode: str | None = None
         self._f_lik_idx = None
-        self._f_lik_grad_idx = None
+        self._f_grad_idx = None
         self._row_data_vars = row_data
         self._row_dim_length = None
         if self.row_dim is not None and isinstance(model.dim_lengths.get(self.row_dim), SharedVariable):
@@ -390,30 +390,33 @@ class RowLikelihood:
             return np.asarray(self._f_lik_idx(theta, rows))
         return np.asarray(self._f_lik(theta))[rows]
 
-    def loglik_grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Per-row log-likelihood (B,) and gradient matrix (B, P) w.r.t. θ. Raw data."""
+    def grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per-row gradient matrix (B, P) of the log-likelihood w.r.t. θ. Raw data: pass it to a mechanism."""
         self._require_continuous()
         theta = self._check_theta(theta)
         if rows is not None:
             rows = self._check_rows(rows)
         if rows is not None and self.subset_mode == "index":
-            if self._f_lik_grad_idx is None:
-                self._f_lik_grad_idx = self._compile_row_vectorised_grad()
-            values = [d.get_value(borrow=True)[rows] for d in self._row_data_vars]
-            ll, jac = self._f_lik_grad_idx(theta, *values)
-            return np.asarray(ll), np.asarray(jac)
-        if self._f_lik_grad_full is None:
-            self._f_lik_grad_full = self._compile_forward_grad()
-        ll, jac = self._f_lik_grad_full(theta)
-        if rows is not None:
-            return np.asarray(ll)[rows], np.asarray(jac)[rows]
-        return np.asarray(ll), np.asarray(jac)
+            if self._f_grad_idx is None:
+                self._f_grad_idx = self._compile_row_vectorised_grad()
+            return np.asarray(self._f_grad_idx(theta, *[d.get_value(borrow=True)[rows] for d in self._row_data_vars]))
+        self.warm_gradient()
+        jac = np.asarray(self._f_grad_full(theta))
+        return jac if rows is None else jac[rows]
+
+    def loglik_grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row log-likelihood (B,) and gradient matrix (B, P) w.r.t. θ. Raw data.
+
+        Two compiled functions, not one: returning the log-likelihood from the Jacobian's
+        graph stops PyTensor from fusing it and costs more than computing it separately.
+        """
+        return self.loglik_rows(theta, rows), self.grad_rows(theta, rows)
 
     def warm_gradient(self) -> None:
         """Build the all-rows gradient function now (raises if the likelihood is not differentiable)."""
         self._require_continuous()
-        if self._f_lik_grad_full is None:
-            self._f_lik_grad_full = self._compile_forward_grad()
+        if self._f_grad_full is None:
+            self._f_grad_full = self._compile_forward_grad()
 
     def _compile_row_vectorised_grad(self):
         """Gradient of one row's log-likelihood, vectorised over a batch of rows ("vmap over rows")."""
@@ -424,15 +427,15 @@ class RowLikelihood:
         row_lik = graph_replace(self._lik_flat, replace, strict=False).sum()
         row_grad = pytensor.grad(row_lik, self._theta)
         batch = [pt.tensor(f"{d.name}_batch", dtype=d.dtype, shape=(None,) * d.ndim) for d in self._row_data_vars]
-        lik, jac = vectorize_graph([row_lik, row_grad], dict(zip(one_row, batch, strict=True)))
-        return self._compile([self._theta, *batch], [lik, jac])
+        jac = vectorize_graph(row_grad, dict(zip(one_row, batch, strict=True)))
+        return self._compile([self._theta, *batch], jac)
 
     def _compile_forward_grad(self):
         """Full-data Jacobian in forward mode: one JVP vectorised over the P unit tangents."""
         tangent = pt.vector("tangent", dtype=self._theta.dtype)
         jvp = _jvp(self._lik_flat, self._theta, tangent)
         jac = vectorize_graph(jvp, {tangent: pt.eye(self.n_params, dtype=self._theta.dtype)}).T
-        return self._compile([self._theta], [self._lik_flat, jac])
+        return self._compile([self._theta], jac)
 
     def prior_logp(self, theta: np.ndarray) -> float:
         """log prior + log|Jacobian| of the transforms (+ data-free potentials). Data-free."""

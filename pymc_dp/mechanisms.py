@@ -353,6 +353,5 @@ class NoisyClippedGradient:
 
     def release(self, theta: np.ndarray, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
-        _, per_row = self._rows.loglik_grad_rows(np.asarray(theta, dtype=float))
-        clipped_sum = clipped_sum_l2(per_row, self.grad_clip)
+        clipped_sum = clipped_sum_l2(self._rows.grad_rows(np.asarray(theta, dtype=float)), self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)
