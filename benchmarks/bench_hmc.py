@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--leapfrog", type=int, default=10)
     parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--mode", default=None, help="PyTensor compile mode for pymc-dp, e.g. NUMBA")
     args = parser.parse_args()
     model = logistic_regression(args.rows, args.features)
     n_params = args.features + 1
@@ -45,6 +46,7 @@ def main() -> None:
             grad_noise_scale=50.0,
             llr_noise_scale=50.0,
             tune=False,
+            compile_kwargs={"mode": args.mode} if args.mode else None,
         )
     t_hmc = seconds_per_iteration(model, hmc, args.iterations)
     t_dp = seconds_per_iteration(model, dp_hmc, args.iterations)
