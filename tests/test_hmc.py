@@ -10,6 +10,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from _invariance import Z_CRIT, invariance_z_scores, run_chains_from, without_penalty
 from pymc.blocking import DictToArrayBijection
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
 from scipy import stats
@@ -18,8 +19,6 @@ import pymc_dp as pmdp
 from pymc_dp.accounting import gaussian_mu_for_target
 from pymc_dp.step_methods import hmc as hmc_module
 from pymc_dp.step_methods.hmc import kinetic_energy, leapfrog
-
-Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
 
 
 def gaussian_gradient(precision: np.ndarray, mean: np.ndarray):
@@ -59,26 +58,6 @@ def test_leapfrog_calls_the_gradient_l_plus_one_times():
     assert len(calls) == 8
 
 
-def run_chains_from(step, starts, n_steps, seed, inv_mass=None):
-    ends, accepted = np.empty_like(starts), 0
-    for i, start in enumerate(starts):
-        step.set_rng(np.random.default_rng([seed, i]))
-        if inv_mass is not None:
-            step.inv_mass = np.full(1, inv_mass)
-        q = DictToArrayBijection.map({"m": np.asarray(start)})
-        for _ in range(n_steps):
-            q, stats_list = step.astep(q)
-            accepted += stats_list[0]["dp_accepted"]
-        ends[i] = q.data[0]
-    return ends, accepted / (len(starts) * n_steps)
-
-
-def z_scores(ends, mean, sd):
-    n = ends.size
-    chi2 = (n - 1) * ends.var(ddof=1) / sd**2
-    return (ends.mean() - mean) / (sd / math.sqrt(n)), stats.norm.isf(stats.chi2.sf(chi2, n - 1))
-
-
 def noisy_step(model, sd):
     # Gradient noise sd 2·τ_g·b_g = 10 against a gradient of order N·sd ≈ 14; ratio noise sd ≈ 1.4 at a
     # typical move of one posterior sd: both kinds of noise matter. b = 10 never clips (|y − m| < 5).
@@ -104,21 +83,17 @@ def test_invariance_with_noise_on(conjugate_normal, inv_mass):
     starts = np.random.default_rng(3).normal(mean, sd, size=500)
     ends, acceptance = run_chains_from(step, starts, n_steps=6, seed=4, inv_mass=inv_mass)
     assert 0.05 < acceptance < 0.95
-    z_mean, z_var = z_scores(ends, mean, sd)
+    z_mean, z_var = invariance_z_scores(ends, mean, sd)
     assert abs(z_mean) < Z_CRIT and abs(z_var) < Z_CRIT
 
 
 def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch):
     mean, sd = conjugate_normal.posterior()
-    monkeypatch.setattr(
-        hmc_module,
-        "penalty_log_acceptance",
-        lambda llr, std, prior, proposal=0.0, temperature=1.0: temperature * llr + prior + proposal,
-    )
+    monkeypatch.setattr(hmc_module, "penalty_log_acceptance", without_penalty)
     step = noisy_step(conjugate_normal.model, sd)
     starts = np.random.default_rng(3).normal(mean, sd, size=500)
     ends, _ = run_chains_from(step, starts, n_steps=6, seed=4)
-    assert max(abs(v) for v in z_scores(ends, mean, sd)) > Z_CRIT
+    assert max(abs(v) for v in invariance_z_scores(ends, mean, sd)) > Z_CRIT
 
 
 def test_noise_to_zero_without_clipping_matches_pymc_hmc(conjugate_normal):

@@ -6,15 +6,13 @@ import dp_accounting
 import numpy as np
 import pymc as pm
 import pytest
+from _invariance import Z_CRIT, invariance_z_scores, run_chains_from, without_penalty
 from pymc.blocking import DictToArrayBijection
-from scipy import stats
 
 import pymc_dp as pmdp
 from pymc_dp.accounting import gaussian_epsilon
 from pymc_dp.step_methods import penalty as penalty_module
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
-
-Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
 
 
 def test_penalty_log_acceptance_formula():
@@ -30,29 +28,6 @@ def test_penalty_test_is_unbiased_for_the_acceptance_ratio():
     values = np.exp([penalty_log_acceptance(x, sigma, 0.0) for x in rng.normal(lam, sigma, n)])
     z = (values.mean() - math.exp(lam)) / (values.std(ddof=1) / math.sqrt(n))
     assert abs(z) < Z_CRIT
-
-
-def run_chains_from(step, starts: np.ndarray, n_steps: int, seed: int) -> tuple[np.ndarray, float]:
-    """Run one independent chain per start value through ``step.astep``; return end points and acceptance."""
-    name = step.vars[0].name
-    ends, accepted = np.empty_like(starts), 0
-    for i, start in enumerate(starts):
-        step.set_rng(np.random.default_rng([seed, i]))
-        q = DictToArrayBijection.map({name: np.asarray(start)})
-        for _ in range(n_steps):
-            q, stats_list = step.astep(q)
-            accepted += stats_list[0]["dp_accepted"]
-        ends[i] = q.data[0]
-    return ends, accepted / (len(starts) * n_steps)
-
-
-def invariance_z_scores(ends: np.ndarray, mean: float, sd: float) -> tuple[float, float]:
-    n = ends.size
-    z_mean = (ends.mean() - mean) / (sd / math.sqrt(n))
-    # Sample variance of n Gaussian draws: (n−1) s²/σ² ~ χ²(n−1); convert to a z-score.
-    chi2 = (n - 1) * ends.var(ddof=1) / sd**2
-    z_var = stats.norm.isf(stats.chi2.sf(chi2, n - 1))
-    return z_mean, z_var
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.4])
@@ -75,11 +50,7 @@ def test_invariance_with_noise_on(conjugate_normal, temperature):
 def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch):
     """Power check: without the −σ²/2 penalty the same test must fail."""
     mean, sd = conjugate_normal.posterior()
-    monkeypatch.setattr(
-        penalty_module,
-        "penalty_log_acceptance",
-        lambda llr, std, prior, proposal=0.0, temperature=1.0: temperature * llr + prior + proposal,
-    )
+    monkeypatch.setattr(penalty_module, "penalty_log_acceptance", without_penalty)
     with conjugate_normal.model:
         step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.08 / sd, tune=False)
     starts = np.random.default_rng(1).normal(mean, sd, size=600)
