@@ -161,10 +161,10 @@ def data_dependent_deterministics(model) -> list[str]:
     out. A scalar computed from the data in NumPy before building the model cannot be told
     apart from a public constant.
     """
-    _, _, observed_values = _row_structure(model)
+    n_rows, _, observed_values = _row_structure(model)
     free_values = set(model.value_vars)
     lik_terms = model.logp(vars=model.observed_RVs, sum=False)
-    data = list(model.data_vars) + list(observed_values) + _data_in_graph(lik_terms, _row_structure(model)[0])
+    data = list(model.data_vars) + list(observed_values) + _data_in_graph(lik_terms, n_rows)
     prior_constants = [
         v
         for v in _graph_roots([model.logp(vars=model.free_RVs, jacobian=True)])
