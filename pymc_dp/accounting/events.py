@@ -80,6 +80,8 @@ class RdpReleases:
 
     def rdp_at(self, orders: np.ndarray) -> np.ndarray:
         """Total RDP at ``orders`` (``inf`` at orders the curve does not cover)."""
+        if self.count == 0:
+            return np.zeros(len(orders))
         table = dict(zip(self.orders, self.rdp, strict=True))
         return np.array([self.count * table.get(float(a), math.inf) for a in orders])
 
@@ -142,8 +144,8 @@ def compose_epsilon(
     """ε at ``delta`` of the composition of ``events``.
 
     All-Gaussian compositions use the exact closed form (μ adds). Anything with an RDP
-    curve is composed in RDP on :data:`DEFAULT_ORDERS`, the Gaussian parts entering as
-    α μ, and converted with the improved conversion.
+    curve is composed in RDP on :data:`DEFAULT_ORDERS` together with the orders of the
+    curves, the Gaussian parts entering as α μ, and converted with the improved conversion.
 
     Returns
     -------
@@ -154,8 +156,12 @@ def compose_epsilon(
     if all(isinstance(e, GaussianReleases) for e in events):
         mu = sum(e.mu for e in events)
         return gaussian_epsilon(delta, mu), "gaussian_closed_form", mu
-    total = np.zeros_like(DEFAULT_ORDERS)
+    # The default grid plus every order an RDP curve was computed at (e.g. all integers up to b/5 − 1).
+    orders = np.unique(
+        np.concatenate([DEFAULT_ORDERS] + [np.asarray(e.orders, float) for e in events if isinstance(e, RdpReleases)])
+    )
+    total = np.zeros_like(orders)
     for e in events:
-        total = total + (e.rdp(DEFAULT_ORDERS) if isinstance(e, GaussianReleases) else e.rdp_at(DEFAULT_ORDERS))
-    eps, _ = rdp_to_epsilon(DEFAULT_ORDERS, total, delta)
+        total = total + (e.rdp(orders) if isinstance(e, GaussianReleases) else e.rdp_at(orders))
+    eps, _ = rdp_to_epsilon(orders, total, delta)
     return eps, "rdp", None

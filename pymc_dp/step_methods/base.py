@@ -8,6 +8,7 @@ import numpy as np
 from pymc.model import modelcontext
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
@@ -15,7 +16,7 @@ from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import noise_generator
 
-__all__ = ["DPStep"]
+__all__ = ["DPStep", "RandomWalkTuning", "check_proposal_scale"]
 
 
 class DPStep(ArrayStepShared):
@@ -118,3 +119,58 @@ class DPStep(ArrayStepShared):
     def accountant_settings(self) -> dict[str, Any]:
         """Public settings recorded in ``dp_accountant``."""
         raise NotImplementedError
+
+
+def check_proposal_scale(proposal_scale: Any) -> np.ndarray:
+    """Validate a random-walk scale (scalar or flat array of positive finite numbers); returns a 1-d array."""
+    try:
+        scale = np.atleast_1d(np.asarray(1.0 if proposal_scale is None else proposal_scale, dtype=float))
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"`proposal_scale` must be a number or an array of numbers. Found {proposal_scale!r}."
+        ) from None
+    if isinstance(proposal_scale, bool) or scale.ndim != 1:
+        raise ValueError(f"`proposal_scale` must be a scalar or a flat array. Found {proposal_scale!r}.")
+    if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
+        raise ValueError(
+            f"`proposal_scale` must be positive and finite (a scalar or one per coordinate). Found {proposal_scale!r}."
+        )
+    return scale
+
+
+class RandomWalkTuning:
+    """A Gaussian random-walk proposal tuned by PyMC's Metropolis rule on privatized accept decisions.
+
+    Mixed into DP Metropolis-type steps. Tuning reads only the accept decisions, which are
+    released values, so it costs no privacy.
+    """
+
+    proposal_scale: np.ndarray
+    tune_interval: int
+
+    def _init_proposal(self, scale: np.ndarray, size: int) -> None:
+        if scale.size not in (1, size):
+            raise ValueError(
+                f"`proposal_scale` must be a scalar or have one value per flat coordinate ({size}). "
+                f"Found {scale.size} values."
+            )
+        self._proposal_scale_initial = np.broadcast_to(scale, (size,)).copy()
+        self.reset_tuning()
+
+    def reset_tuning(self) -> None:
+        """Return the proposal scale to its initial value (PyMC calls this per chain)."""
+        self.proposal_scale = self._proposal_scale_initial.copy()
+        self._steps_until_tune = self.tune_interval
+        self._accepted_sum = 0
+
+    def _propose(self, theta: np.ndarray, rng: np.random.Generator, tuning: bool) -> np.ndarray:
+        """Update the scale when a tuning interval is complete, then draw θ′ = θ + s·z."""
+        if tuning and self._steps_until_tune == 0:
+            self.proposal_scale = tune_scaling(self.proposal_scale, self._accepted_sum / float(self.tune_interval))
+            self._steps_until_tune = self.tune_interval
+            self._accepted_sum = 0
+        return theta + rng.normal(size=theta.shape) * self.proposal_scale
+
+    def _record_decision(self, accepted: bool) -> None:
+        self._accepted_sum += int(accepted)
+        self._steps_until_tune -= 1

@@ -8,12 +8,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.compound import Competence
-from pymc.step_methods.metropolis import tune as tune_scaling
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, noise_generator
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
 
@@ -61,7 +60,7 @@ def penalty_log_acceptance(
     return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
 
 
-class DPPenaltyMH(DPStep):
+class DPPenaltyMH(RandomWalkTuning, DPStep):
     """Differentially private random-walk Metropolis by the penalty algorithm.
 
     Each iteration proposes θ′ = θ + s·z (z ~ N(0, I) on the unconstrained scale), releases
@@ -175,33 +174,14 @@ class DPPenaltyMH(DPStep):
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
         tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
-        try:
-            scale = np.atleast_1d(np.asarray(1.0 if proposal_scale is None else proposal_scale, dtype=float))
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"`proposal_scale` must be a number or an array of numbers. Found {proposal_scale!r}."
-            ) from None
-        if isinstance(proposal_scale, bool) or scale.ndim != 1:
-            raise ValueError(f"`proposal_scale` must be a scalar or a flat array. Found {proposal_scale!r}.")
-        if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
-            raise ValueError(
-                "`proposal_scale` must be positive and finite (a scalar or one per coordinate). "
-                f"Found {proposal_scale!r}."
-            )
+        scale = check_proposal_scale(proposal_scale)
 
         value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPPenaltyMH")
         size = self._rows.n_params
-        if scale.size not in (1, size):
-            raise ValueError(
-                f"`proposal_scale` must be a scalar or have one value per flat coordinate ({size}). "
-                f"Found {scale.size} values."
-            )
-
         self.n_rows = self._rows.n_rows
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
-        self._proposal_scale_initial = np.broadcast_to(scale, (size,)).copy()
-        self.proposal_scale = self._proposal_scale_initial.copy()
+        self._init_proposal(scale, size)
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
         self.secure_noise = bool(secure_noise)
@@ -257,17 +237,9 @@ class DPPenaltyMH(DPStep):
 
     # -- sampling -------------------------------------------------------------------------
     def _reset_chain_state(self) -> None:
-        self.proposal_scale = self._proposal_scale_initial.copy()
-        self._steps_until_tune = self.tune_interval
-        self._accepted_sum = 0
+        self.reset_tuning()
         if self._mechanism is not None:
             self._mechanism.forget()
-
-    def reset_tuning(self) -> None:
-        """Return the proposal scale to its initial value (PyMC calls this per chain)."""
-        self.proposal_scale = self._proposal_scale_initial.copy()
-        self._steps_until_tune = self.tune_interval
-        self._accepted_sum = 0
 
     def forget_private_state(self) -> None:
         if self._mechanism is not None:
@@ -289,21 +261,15 @@ class DPPenaltyMH(DPStep):
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
         tuning = bool(self.tune and self._tune_initial)
-        if tuning and self._steps_until_tune == 0:
-            self.proposal_scale = tune_scaling(self.proposal_scale, self._accepted_sum / float(self.tune_interval))
-            self._steps_until_tune = self.tune_interval
-            self._accepted_sum = 0
-
         theta = q0.data
-        proposal = theta + self.rng.normal(size=theta.shape) * self.proposal_scale
+        proposal = self._propose(theta, self.rng, tuning)
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
         log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
         accepted = bool(not np.isnan(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
         mechanism.keep(accepted)
 
-        self._accepted_sum += int(accepted)
-        self._steps_until_tune -= 1
+        self._record_decision(accepted)
         self._mu_spent_chain += self.gaussian_mu_per_iteration()
         stats = {
             "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
