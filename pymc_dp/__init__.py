@@ -8,7 +8,7 @@ from importlib import metadata
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
-from pymc_dp.step_methods import DPHMC, DPPenaltyMH
+from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPPenaltyMH
 
 try:
     __version__ = metadata.version("pymc-dp")
@@ -17,6 +17,7 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
 
 __all__ = [
     "DPHMC",
+    "DPBarkerMH",
     "DPPenaltyMH",
     "ModelStructureError",
     "PrivacyBudget",

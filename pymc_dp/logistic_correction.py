@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from importlib import resources
 
@@ -62,11 +63,10 @@ _CHECK_GRID = np.linspace(0.0, 60.0, 600_001)
 
 
 def _check_correction_variance(correction_variance: float) -> float:
-    try:
-        value = float(correction_variance)
-    except (TypeError, ValueError):
-        raise TypeError(f"`correction_variance` must be a number. Found {correction_variance!r}.") from None
-    if isinstance(correction_variance, bool) or not (0.0 < value < LOGISTIC_VARIANCE):
+    if isinstance(correction_variance, bool) or not isinstance(correction_variance, numbers.Real):
+        raise TypeError(f"`correction_variance` must be a number. Found {correction_variance!r}.")
+    value = float(correction_variance)
+    if not (0.0 < value < LOGISTIC_VARIANCE):
         raise ValueError(
             f"`correction_variance` must lie in (0, π²/3 = {LOGISTIC_VARIANCE:.6f}): the Gaussian part of the "
             f"logistic noise cannot have more variance than the logistic itself. Found {correction_variance!r}."
@@ -232,10 +232,13 @@ def _shipped_tables() -> dict[float, LogisticCorrection]:
     }
 
 
-@functools.cache
 def logistic_correction(correction_variance: float = 2.0) -> LogisticCorrection:
-    """The correction for C: the shipped table when there is one, else a fit (cached)."""
-    c = _check_correction_variance(correction_variance)
+    """The correction for C: the shipped table when there is one, else a fit (kept for the session)."""
+    return _correction_for(_check_correction_variance(correction_variance))
+
+
+@functools.cache
+def _correction_for(c: float) -> LogisticCorrection:
     shipped = _shipped_tables()
     if c in shipped:
         return shipped[c]

@@ -20,10 +20,12 @@ from pymc_dp._validation import (
     check_positive_int,
     check_unit_interval_open,
 )
+from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PrivacySpent, compose_epsilon, event_from_dict
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN, gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
+from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups"]
@@ -84,9 +86,18 @@ def strip_private_groups(idata: Any) -> Any:
 
 
 def _plan_calibration(
-    steps: list[DPStep], k: int, epsilon: float | None, delta: float, mu_spent: float
+    steps: list[DPStep],
+    k: int,
+    epsilon: float | None,
+    delta: float,
+    earlier: tuple[PrivacyEvent, ...] = (),
 ) -> list[DPStep]:
-    """Copies of ``steps`` with unset noise calibrated so the run (plus ``mu_spent``) meets ε."""
+    """Copies of ``steps`` with unset noise calibrated so that ``earlier`` plus the run meets ε.
+
+    Every step left unset gets the same μ per iteration. When everything else is Gaussian
+    the largest such μ is found in closed form (μ adds); otherwise by bisection on the
+    composed ε (RDP composition with the other events), which is increasing in μ.
+    """
     planned = [copy.copy(s) for s in steps]
     unset = [s for s in planned if s.needs_calibration]
     if not unset:
@@ -94,18 +105,47 @@ def _plan_calibration(
     if epsilon is None:
         names = ", ".join(type(s).__name__ for s in unset)
         raise ValueError(f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None.")
-    mu_target = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    mu_fixed = sum(s.gaussian_mu_per_iteration() * k for s in planned if not s.needs_calibration)
-    mu_left = mu_target - mu_spent - mu_fixed
-    if mu_left <= 0:
-        raise PrivacyBudgetExceededError(
-            f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) allows "
-            f"μ={mu_target:.6g}, "
-            f"and {mu_spent + mu_fixed:.6g} is already spent or fixed. Nothing was run or charged."
-        )
-    for s in unset:
-        s.set_noise_for_mu(mu_left / (k * len(unset)))
+    target = epsilon * (1.0 - CALIBRATION_MARGIN)
+    fixed = list(earlier) + [e for s in planned if not s.needs_calibration for e in s.privacy_events(k)]
+    refusal = PrivacyBudgetExceededError(
+        f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) is already used up by "
+        "earlier runs or by the steps whose noise is fixed. Nothing was run or charged."
+    )
+
+    def set_all(mu_per_iteration: float) -> list[PrivacyEvent]:
+        for s in unset:
+            s.set_noise_for_mu(mu_per_iteration)
+        return fixed + [e for s in unset for e in s.privacy_events(k)]
+
+    if all(isinstance(e, GaussianReleases) for e in fixed):
+        mu_left = gaussian_mu_for_target(target, delta) - sum(e.mu for e in fixed)
+        if mu_left <= 0:
+            raise refusal
+        set_all(mu_left / (k * len(unset)))
+        return planned
+    if compose_epsilon(fixed, delta)[0] >= target:
+        raise refusal
+    low, high = -60.0, math.log(gaussian_mu_for_target(target, delta) / (k * len(unset)))
+    for _ in range(80):  # on log μ; ends within 1e-12 relative
+        middle = 0.5 * (low + high)
+        if compose_epsilon(set_all(math.exp(middle)), delta)[0] <= target:
+            low = middle
+        else:
+            high = middle
+    set_all(math.exp(low))
     return planned
+
+
+def _iteration_hint(steps: list[DPStep], epsilon: float, delta: float, chains: int) -> str:
+    """For a lone subsampled DPBarkerMH (whose ε is set by N, b and T alone): the iterations ε allows."""
+    if len(steps) != 1 or not isinstance(steps[0], DPBarkerMH) or steps[0].full_data:
+        return ""
+    step = steps[0]
+    total = subsampled_barker_max_iterations(epsilon, delta, step.n_rows, step.batch_size)
+    return (
+        f" At batch_size={step.batch_size} DPBarkerMH fits at most {total} iterations in all at this (ε, δ): "
+        f"{total // chains} per chain (tune + draws) with {chains} chains."
+    )
 
 
 def sample(
@@ -245,16 +285,15 @@ def sample(
     iterations = chains * (tune + draws)
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
-        mu_spent = gaussian_mu_for_target(budget.epsilon, budget.delta) - budget.remaining_mu()
-        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, mu_spent)
+        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
     else:
-        planned = _plan_calibration(steps, iterations, epsilon, delta, 0.0)
+        planned = _plan_calibration(steps, iterations, epsilon, delta)
     events = [e for s in planned for e in s.privacy_events(iterations)]
     run_epsilon, method, mu = compose_epsilon(events, delta)
     if epsilon is not None and run_epsilon > epsilon:
         raise PrivacyBudgetExceededError(
             f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
-            "use more noise, fewer chains or fewer iterations."
+            f"use more noise, fewer chains or fewer iterations.{_iteration_hint(planned, epsilon, delta, chains)}"
         )
     if budget is not None:
         budget.check(events)
@@ -347,6 +386,13 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
     if "sample_stats" not in _group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
     stats = _group(idata, "sample_stats")
+    if "dp_iterations" in stats:
+        raise ValueError(
+            "`idata` was sampled with DPBarkerMH outside pymc_dp.sample: its ε depends on N and the batch size, "
+            "which the statistics do not record. Use pymc_dp.sample, or "
+            "pymc_dp.accounting.subsampled_barker_epsilon(n_rows, batch_size, iterations, delta) with iterations "
+            "= the sum over chains of the last dp_iterations."
+        )
     if "dp_mu_cumulative" not in stats:
         raise ValueError("`idata` has no dp_mu_cumulative statistic: it was not sampled with pymc_dp steps.")
     foreign = sorted(str(name) for name in stats.data_vars if not str(name).startswith("dp_"))

@@ -1,5 +1,10 @@
 """Privacy accounting: pure functions of public settings, no PyMC, no data."""
 
+from pymc_dp.accounting.barker import (
+    barker_subsampled_rdp,
+    subsampled_barker_epsilon,
+    subsampled_barker_max_iterations,
+)
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import (
     GaussianReleases,
@@ -23,6 +28,7 @@ __all__ = [
     "PrivacyBudgetExceededError",
     "PrivacySpent",
     "RdpReleases",
+    "barker_subsampled_rdp",
     "compose_epsilon",
     "event_from_dict",
     "gaussian_delta",
@@ -31,4 +37,6 @@ __all__ = [
     "gaussian_rdp",
     "noise_multiplier_for_target",
     "rdp_to_epsilon",
+    "subsampled_barker_epsilon",
+    "subsampled_barker_max_iterations",
 ]
