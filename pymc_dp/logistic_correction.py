@@ -117,13 +117,18 @@ class LogisticCorrection:
         cdf = 0.5 * (special.ndtr((x - m) / scale) + special.ndtr((x + m) / scale))
         return np.sum(w * cdf, axis=-1)
 
+    @functools.cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(weights, means, sds, cumulative weights, sds with 0 replaced by 1) as arrays."""
+        w, m, s = (np.asarray(v, dtype=float) for v in (self.weights, self.means, self.sds))
+        return w, m, s, np.cumsum(w), np.where(s > 0, s, 1.0)
+
     def cdf(self, x: np.ndarray | float) -> np.ndarray:
         """CDF of V_cor itself at ``x`` (point masses count at their location)."""
+        w, m, s, _, safe_s = self._arrays
         x = np.asarray(x, dtype=float)[..., None]
-        w, m, s = (np.asarray(v) for v in (self.weights, self.means, self.sds))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            upper = np.where(s > 0, special.ndtr((x - m) / np.where(s > 0, s, 1.0)), (x >= m).astype(float))
-            lower = np.where(s > 0, special.ndtr((x + m) / np.where(s > 0, s, 1.0)), (x >= -m).astype(float))
+        upper = np.where(s > 0, special.ndtr((x - m) / safe_s), x >= m)
+        lower = np.where(s > 0, special.ndtr((x + m) / safe_s), x >= -m)
         return np.sum(w * 0.5 * (upper + lower), axis=-1)
 
     @functools.cached_property
@@ -145,14 +150,12 @@ class LogisticCorrection:
         ``rng`` needs ``uniform`` and ``normal`` (a NumPy generator or
         :class:`pymc_dp.mechanisms.SecureNoise`).
         """
-        count = 1 if size is None else int(size)
-        cumulative = np.cumsum(np.asarray(self.weights))
-        u = np.atleast_1d(rng.uniform(0.0, 1.0, size=count))
+        _, m, s, cumulative, _ = self._arrays
+        u = rng.uniform(0.0, 1.0, size=size)
         component = np.minimum(np.searchsorted(cumulative, u * cumulative[-1], side="right"), cumulative.size - 1)
-        sign = np.where(np.atleast_1d(rng.uniform(0.0, 1.0, size=count)) < 0.5, -1.0, 1.0)
-        z = np.atleast_1d(rng.normal(0.0, 1.0, size=count))
-        out = sign * (np.asarray(self.means)[component] + np.asarray(self.sds)[component] * z)
-        return float(out[0]) if size is None else out
+        sign = np.where(rng.uniform(0.0, 1.0, size=size) < 0.5, -1.0, 1.0)
+        out = sign * (m[component] + s[component] * rng.normal(0.0, 1.0, size=size))
+        return float(out) if size is None else out
 
     def acceptance_probability(self, released: np.ndarray | float) -> np.ndarray:
         """P(z + V_cor > 0) for a released Gaussian statistic z: the test's acceptance probability."""

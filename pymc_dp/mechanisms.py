@@ -423,7 +423,7 @@ class NoisyBarkerStatistic:
             statistic = self.likelihood_scale * float(np.sum(clip_values(ratios, self.llr_clip)))
             return statistic + float(rng.normal(0.0, math.sqrt(self.correction_variance)))
         batch = sample_without_replacement(rng, self._rows.n_rows, int(self.batch_size))
-        ratios = self._rows.loglik_rows(theta_proposed, batch) - self._rows.loglik_rows(theta, batch)
+        ratios = self._rows.loglik_ratio_rows(theta, theta_proposed, batch)
         clipped = clip_values(ratios, self.llr_clip)
         n0, b = self.likelihood_scale, clipped.size
         batch_variance = n0 * n0 * float(np.var(clipped)) / b

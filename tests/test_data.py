@@ -105,6 +105,13 @@ def test_subset_equals_slice(built):
     np.testing.assert_allclose(sub_ll, ll[idx], rtol=1e-12)
     np.testing.assert_allclose(sub_jac, jac[idx], rtol=1e-10, atol=1e-12)
     assert rows.loglik_rows(theta, np.array([], dtype=int)).shape == (0,)
+    theta_new, _ = _random_point(model, rows)
+    np.testing.assert_allclose(
+        rows.loglik_ratio_rows(theta, theta_new, idx),
+        rows.loglik_rows(theta_new)[idx] - ll[idx],
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 def test_per_row_gradient_matches_closed_form_for_logistic_regression():
