@@ -138,10 +138,8 @@ def main() -> None:
     spent = pmdp.privacy_spent(idata)
 
     print(f"N = {args.rows}, b = {args.batch_size}, N0 = {args.tempered_size:g}, clip = √b/N0 = {step.llr_clip:.4f}")
-    print(
-        f"{args.chains} chains × ({args.tune} tune + {args.draws} draws): ε = {spent.epsilon:.4f} at δ = {args.delta:g} "
-        f"(every iteration counted; {spent.method})"
-    )
+    run = f"{args.chains} chains × ({args.tune} tune + {args.draws} draws)"
+    print(f"{run}: ε = {spent.epsilon:.4f} at δ = {args.delta:g} (every iteration counted; {spent.method})")
     print(
         f"acceptance {float(stats['dp_accepted'].mean()):.3f}, final proposal scale {final_scale:.4f}, "
         f"V_cor error {step.correction_error:.1e}, {dp_seconds:.1f} s"

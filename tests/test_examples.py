@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pymc_dp.accounting import subsampled_barker_epsilon
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,3 +50,25 @@ def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):
         assert float(cells[4]) >= 0 and float(cells[5]) >= 0 and 0 <= float(cells[6]) <= 1
     spent = [float(x) for x in re.findall(r"\(spent ([0-9.]+)\)", result.stdout)]
     assert len(spent) == 4 and all(0 < s <= 8.0 for s in spent)
+
+
+def test_dp_barker_gmm_runs_at_a_small_size(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "dp_barker_gmm.py"),
+            *("--rows", "5000", "--batch-size", "200", "--draws", "300", "--tune", "100", "--no-nuts"),
+            *("--plot", str(tmp_path / "gmm.png")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    epsilon = float(re.search(r"ε = ([0-9.]+) at δ = 1e-06", out).group(1))
+    assert epsilon == pytest.approx(subsampled_barker_epsilon(5000, 200, 2 * 400, 1e-6), rel=1e-3)
+    assert 0 < float(re.search(r"acceptance ([0-9.]+)", out).group(1)) < 1
+    assert 0 <= float(re.search(r"share of clipped ratios .*: ([0-9.]+)", out).group(1)) <= 1
+    assert re.search(r"exact tempered posterior \(grid\)\s+-?[0-9.]+", out)
