@@ -397,3 +397,49 @@ def test_same_seed_same_draws_for_one_and_two_cores(tempered_normal):
     np.testing.assert_array_equal(one.posterior["m"].values, two.posterior["m"].values)
     with pytest.raises(ValueError, match=r"DPBarkerMH outside pymc_dp\.sample"):
         pmdp.privacy_spent(one, delta=1e-5)
+
+
+class _FixedRatios:
+    """A stand-in for RowLikelihood whose per-row ratios are fixed numbers (no PyMC)."""
+
+    def __init__(self, ratios):
+        self.ratios = np.asarray(ratios, dtype=float)
+        self.n_rows = self.ratios.size
+
+    def loglik_ratio_rows(self, theta, theta_new, rows):
+        return self.ratios[rows]
+
+    def loglik_rows(self, theta, rows=None):  # full-data mode: ratio = loglik(θ′) − loglik(θ)
+        return self.ratios * (1.0 if theta[0] > 0 else 0.0)
+
+
+def test_subsampled_release_has_the_accounted_mean_and_variance():
+    """z = N₀ r̄ + N(0, C − s²): mean N₀·(population mean of clipped ratios), variance C up to O(N₀²S²/b²)."""
+    from pymc_dp.mechanisms import NoisyBarkerStatistic
+
+    rng = np.random.default_rng(8)
+    ratios = rng.normal(0.02, 0.15, size=5000)
+    n0, b = 50.0, 100
+    mechanism = NoisyBarkerStatistic(
+        _FixedRatios(ratios), correction_variance=2.0, llr_clip=math.sqrt(b) / n0, likelihood_scale=n0, batch_size=b
+    )
+    clipped = np.clip(ratios, -math.sqrt(b) / n0, math.sqrt(b) / n0)
+    n = 40_000
+    z = np.array([mechanism.release(np.zeros(1), np.zeros(1), rng) for _ in range(n)])
+    population_var = clipped.var(ddof=1)
+    expected_var = 2.0 + n0**2 * population_var / b * (1 / b - b / clipped.size)
+    assert abs(z.mean() - n0 * clipped.mean()) / math.sqrt(expected_var / n) < Z_CRIT
+    z_var = (z.var(ddof=1) - expected_var) / (expected_var * math.sqrt(2 / (n - 1)))
+    assert abs(z_var) < Z_CRIT
+
+
+def test_full_data_release_is_the_clipped_sum_plus_noise_of_variance_c():
+    from pymc_dp.mechanisms import NoisyBarkerStatistic
+
+    rng = np.random.default_rng(9)
+    ratios = rng.normal(0.0, 1.0, size=300)
+    mechanism = NoisyBarkerStatistic(_FixedRatios(ratios), correction_variance=1.5, llr_clip=0.5, likelihood_scale=0.2)
+    n = 40_000
+    z = np.array([mechanism.release(np.zeros(1), np.ones(1), rng) for _ in range(n)])
+    assert abs(z.mean() - 0.2 * np.clip(ratios, -0.5, 0.5).sum()) / math.sqrt(1.5 / n) < Z_CRIT
+    assert abs(z.var(ddof=1) - 1.5) / (1.5 * math.sqrt(2 / (n - 1))) < Z_CRIT
