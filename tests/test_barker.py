@@ -193,6 +193,8 @@ def test_accountant_refuses_invalid_settings():
         subsampled_barker_epsilon(1000, 1000, 5, 1e-5)
     with pytest.raises(ValueError, match="iterations"):
         subsampled_barker_epsilon(1000, 100, 0, 1e-5)
+    with pytest.raises(ValueError, match=r"orders` must be below b/5 = 20"):
+        barker_subsampled_rdp(1000, 100, np.array([2.0, 20.0]))
 
 
 def test_composition_with_gaussian_events_uses_every_integer_order():

@@ -12,16 +12,17 @@ from pymc_dp.accounting import subsampled_barker_epsilon
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quickstart_runs_and_reports_its_guarantee():
+def run_example(name: str, *args: str) -> str:
+    """Run ``examples/<name>`` with ``args``; return its standard output (fails with its stderr)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--rows", "5000", "--draws", "100", "--tune", "100"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+        [sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True, timeout=900, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+    return result.stdout
+
+
+def test_quickstart_runs_and_reports_its_guarantee():
+    out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100")
     spent = float(re.search(r"Privacy spent: epsilon = ([0-9.]+)", out).group(1))
     recorded = float(re.search(r"dp_epsilon = ([0-9.]+)", out).group(1))
     assert spent == recorded and 0 < spent <= 4.0
@@ -30,43 +31,26 @@ def test_quickstart_runs_and_reports_its_guarantee():
 
 
 def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "dp_hmc_experiments.py"),
-            *("--rows", "2000", "--epsilons", "8", "--max-iterations", "20", "--output", str(tmp_path)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    out = run_example(
+        "dp_hmc_experiments.py",
+        *("--rows", "2000", "--epsilons", "8", "--max-iterations", "20", "--output", str(tmp_path)),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "dp_hmc_experiments.md").read_text().splitlines()
     assert len(table) == 2 + 4  # header + one row per (model, sampler)
     for line in table[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[0] in {"banana", "gauss"} and cells[1] in {"DPHMC", "DPPenaltyMH"}
         assert float(cells[4]) >= 0 and float(cells[5]) >= 0 and 0 <= float(cells[6]) <= 1
-    spent = [float(x) for x in re.findall(r"\(spent ([0-9.]+)\)", result.stdout)]
+    spent = [float(x) for x in re.findall(r"\(spent ([0-9.]+)\)", out)]
     assert len(spent) == 4 and all(0 < s <= 8.0 for s in spent)
 
 
 def test_dp_barker_gmm_runs_at_a_small_size(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "dp_barker_gmm.py"),
-            *("--rows", "5000", "--batch-size", "200", "--draws", "300", "--tune", "100", "--no-nuts"),
-            *("--plot", str(tmp_path / "gmm.png")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    out = run_example(
+        "dp_barker_gmm.py",
+        *("--rows", "5000", "--batch-size", "200", "--draws", "300", "--tune", "100", "--no-nuts"),
+        *("--plot", str(tmp_path / "gmm.png")),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
     epsilon = float(re.search(r"ε = ([0-9.]+) at δ = 1e-06", out).group(1))
     assert epsilon == pytest.approx(subsampled_barker_epsilon(5000, 200, 2 * 400, 1e-6), rel=1e-3)
     assert 0 < float(re.search(r"acceptance ([0-9.]+)", out).group(1)) < 1

@@ -130,7 +130,15 @@ def barker_subsampled_rdp(
     b = check_positive_int("batch_size", batch_size)
     if b >= n:
         raise ValueError(f"`batch_size` must be smaller than the number of rows ({n}). Found {b}.")
-    orders = barker_orders(b) if orders is None else np.asarray(orders, dtype=float)
+    if orders is None:
+        orders = barker_orders(b)
+    else:
+        orders = np.asarray(orders, dtype=float)
+        too_large = orders[orders >= b / 5.0]
+        if too_large.size:
+            raise ValueError(
+                f"`orders` must be below b/5 = {b / 5:g} (Theorem 2 needs b > 5α). Found {too_large.tolist()}."
+            )
     inner = barker_theorem2_rdp(orders, b)
     amplified = without_replacement_amplified_rdp(orders, b / n, lambda a: barker_theorem2_rdp(a, b))
     # The general bound carries a factor 2 that can push it above the unamplified curve when q is
