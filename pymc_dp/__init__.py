@@ -7,6 +7,7 @@ from importlib import metadata
 
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
+from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPPenaltyMH
 
@@ -23,9 +24,12 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
+    "ReleasedStatistics",
     "RowLikelihood",
     "__version__",
+    "one_posterior_sample",
     "privacy_spent",
+    "release_statistics",
     "sample",
     "strip_private_groups",
 ]

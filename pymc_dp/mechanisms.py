@@ -25,14 +25,18 @@ __all__ = [
     "NoisyBarkerStatistic",
     "NoisyClippedGradient",
     "NoisyLogLikelihoodRatio",
+    "NoisySufficientStatistics",
+    "OwnerLogLikelihoodRatio",
     "SecureNoise",
     "clip_l2",
     "clip_values",
     "clipped_sum_l2",
     "gaussian_noise",
     "laplace_noise",
+    "laplace_sufficient_statistics",
     "noise_generator",
     "noisy_clipped_sum",
+    "poisson_sample",
     "sample_without_replacement",
     "sensitivity_of_clipped_sum",
     "spawn_noise_rng",
@@ -473,3 +477,242 @@ class NoisyClippedGradient:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
         clipped_sum = clipped_sum_l2(self._rows.grad_rows(np.asarray(theta, dtype=float)), self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)
+
+
+def laplace_sufficient_statistics(
+    family, data, epsilon: float, rng: np.random.Generator | SecureNoise
+) -> tuple[np.ndarray, float, int]:
+    """The Laplace mechanism on the aggregate sufficient statistics of an exponential family.
+
+    Checks the rows against the family's public bounds (an error gives the number of rows
+    outside, never values), computes S = Σᵢ S(xᵢ), adds i.i.d. Laplace(0, b) noise with
+    b = Δ₁/ε to every coordinate and projects the result onto the feasible set (e.g.
+    non-negative counts summing to N). Only the projected noisy statistics leave.
+
+    Parameters
+    ----------
+    family : pymc_dp.exponential_family.ExponentialFamily
+        Gives S(x), Δ₁ and the projection from public settings.
+    data : array or (X, y)
+        The raw rows.
+    epsilon : float
+        ε > 0 of the release.
+    rng : Generator or SecureNoise
+        Noise source.
+
+    Returns
+    -------
+    (statistics, scale, n_rows)
+        The released statistics, the Laplace scale b = Δ₁/ε and N.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public). Replacing one row moves
+    S by at most Δ₁ in L1 norm, so the release is (ε, 0)-DP (Dwork et al. 2006; Foulds et al.
+    2016, eq. 16–17); the projection is post-processing.
+
+    References
+    ----------
+    .. [1] Foulds, J., Geumlek, J., Welling, M. and Chaudhuri, K. (2016). On the theory and
+       practice of privacy-preserving Bayesian data analysis. UAI, §3.2, eq. (16)–(17).
+    """
+    epsilon = check_finite_positive("epsilon", epsilon)
+    rows = family.check_data(data)
+    n_rows = int(np.asarray(rows).shape[0])
+    exact = family.row_statistics(rows).sum(axis=0)
+    scale = family.l1_sensitivity() / epsilon
+    if scale == 0.0:  # every row has the same statistic: S = N·S(x) is public
+        return family.project(exact, n_rows), 0.0, n_rows
+    noisy = exact + np.asarray(rng.laplace(0.0, scale, size=exact.shape), dtype=float)
+    return family.project(noisy, n_rows), scale, n_rows
+
+
+class NoisySufficientStatistics:
+    """Fresh Gaussian-noised copies of an exponential family's aggregate statistics (Alg. 3).
+
+    Holds S = Σᵢ S(xᵢ), computed once from rows checked against the family's public bounds,
+    and releases Ŝ = S + N(0, ξ I) with √ξ = τ Δ₂ on every call. S itself never leaves.
+
+    Parameters
+    ----------
+    family : pymc_dp.exponential_family.ExponentialFamily
+    data : array or (X, y)
+        Raw rows.
+    noise_multiplier : float
+        τ > 0.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public); Δ₂ = sup ‖S(x) − S(x′)‖₂.
+    Each release is a Gaussian mechanism with Δ₂/√ξ = 1/τ, i.e. μ = 1/(2τ²) (Sommer et al.
+    2019, Lemma 12), whatever the data. The cost of a release is O(d), independent of N.
+
+    References
+    ----------
+    .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
+       Statistics and Computing 29, §3.3, Algorithm 3, eq. (7)–(8).
+    """
+
+    def __init__(self, family, data, noise_multiplier: float) -> None:
+        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        self.family = family
+        rows = family.check_data(data)
+        self.n_rows = int(np.asarray(rows).shape[0])
+        self._statistics = family.row_statistics(rows).sum(axis=0)
+        self.variance = (self.noise_multiplier * family.l2_sensitivity()) ** 2  # ξ
+
+    def __getstate__(self) -> dict:
+        raise TypeError("NoisySufficientStatistics holds exact statistics and cannot be pickled.")
+
+    def release(self, rng: np.random.Generator | SecureNoise) -> np.ndarray:
+        """One fresh Ŝ ~ N(S, ξ I)."""
+        if self.variance == 0.0:
+            return self._statistics.copy()
+        return self._statistics + np.asarray(rng.normal(0.0, math.sqrt(self.variance), size=self._statistics.shape))
+
+
+class OwnerLogLikelihoodRatio:
+    """One data owner's contribution to the penalty test (Yıldırım and Ermiş 2019, Alg. 2, eq. 6).
+
+    Called with (θ, θ′), it returns one noisy number: Σ_{i ∈ owner} clip(rᵢ, ±b‖θ′ − θ‖₂) + ξ,
+    ξ ~ N(0, σ²), σ = τ Δ, Δ = 2b‖θ′ − θ‖₂ (substitute) or b‖θ′ − θ‖₂ (add/remove). It
+    needs only the owner's rows (a per-row log-likelihood function on them), its clip bound,
+    its τ and its own noise generator, so it can run where the owner's data live.
+
+    Parameters
+    ----------
+    loglik_rows : callable
+        θ ↦ per-row log-likelihoods of this owner's rows.
+    llr_clip, noise_multiplier, neighbouring
+        As for :class:`NoisyLogLikelihoodRatio`.
+    rng : Generator or SecureNoise
+        The owner's noise source.
+
+    Notes
+    -----
+    Each call is a Gaussian mechanism on the owner's rows with μ = 1/(2τ²) (Sommer et al.
+    2019, Lemma 12); it reads no other owner's rows, so against the other owners (who see
+    every release and know their own rows) each owner's rows are protected at μ = 1/(2τ²)
+    per iteration.
+    """
+
+    def __init__(
+        self,
+        loglik_rows,
+        llr_clip: float,
+        noise_multiplier: float,
+        rng: np.random.Generator | SecureNoise,
+        neighbouring: str = "substitute",
+    ) -> None:
+        self._loglik_rows = loglik_rows
+        self.llr_clip = check_finite_positive("llr_clip", llr_clip)
+        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        self.rng = rng
+
+    def __call__(self, theta: np.ndarray, theta_proposed: np.ndarray) -> float:
+        theta = np.asarray(theta, dtype=float)
+        theta_proposed = np.asarray(theta_proposed, dtype=float)
+        distance = float(np.linalg.norm(theta_proposed - theta))
+        ratios = self._loglik_rows(theta_proposed) - self._loglik_rows(theta)
+        bound = self.llr_clip * distance
+        noisy, _ = noisy_clipped_sum(ratios, bound, self.noise_multiplier, self.rng, self.neighbouring)
+        return noisy
+
+    def std(self, theta: np.ndarray, theta_proposed: np.ndarray) -> float:
+        """σ of the noise for the move θ → θ′ (public)."""
+        distance = float(np.linalg.norm(np.asarray(theta_proposed, float) - np.asarray(theta, float)))
+        return self.noise_multiplier * sensitivity_of_clipped_sum(self.llr_clip * distance, self.neighbouring)
+
+
+def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling_rate: float) -> np.ndarray:
+    """Poisson sampling: every row of ``n_rows`` joins the batch independently with probability q.
+
+    The batch size is random (Binomial(N, q)); this is the sampling that the Poisson
+    subsampled-Gaussian accountant assumes. With a NumPy generator the batch is drawn as a
+    Binomial(N, q) size followed by a uniform subset of that size, which has exactly the same
+    distribution at O(qN) cost; :class:`SecureNoise` draws one uniform per row. The batch is
+    secret: draw it from the mechanism-noise generator.
+    """
+    q = float(sampling_rate)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
+    if q == 1.0:
+        return np.arange(n_rows, dtype=np.int64)
+    if isinstance(rng, SecureNoise):
+        return np.flatnonzero(rng.uniform(size=n_rows) < q).astype(np.int64)
+    size = int(rng.binomial(n_rows, q))
+    return np.sort(np.asarray(rng.choice(n_rows, size, replace=False), dtype=np.int64))
+
+
+class NoisyPoissonGradientSum:
+    """The DP-SGD / DPADVI release: a Poisson batch of clipped per-row gradients, summed, plus noise.
+
+    One release draws a Poisson batch S (each row with probability q), computes each batch
+    row's gradient with respect to the optimised parameters, clips it to L2 norm C, sums,
+    adds ξ ~ N(0, σ²Δ² I) with Δ = 2C (substitute) or C (add/remove), and divides by q:
+
+        ĝ = (Σ_{i∈S} clip_C(gᵢ) + ξ) / q,
+
+    an unbiased estimate of Σᵢ gᵢ over all N rows when nothing is clipped and ξ = 0 (the
+    expected batch size qN normalises, never the realised one, which would be data-
+    dependent under add/remove). Only ĝ leaves this object.
+
+    Parameters
+    ----------
+    rows : pymc_dp.data.RowLikelihood
+        Data access for the model's parameters θ.
+    clip : float
+        C > 0, finite: the L2 bound on each row's gradient.
+    noise_multiplier : float
+        σ > 0: noise standard deviation per unit of sensitivity Δ.
+    sampling_rate : float
+        q in (0, 1].
+    neighbouring : {"substitute", "add_remove"}
+
+    Notes
+    -----
+    Each release is one Poisson-subsampled Gaussian mechanism, accounted by
+    :class:`pymc_dp.accounting.pld.PoissonGaussianReleases` with the same σ and q. The
+    per-row gradient is taken with respect to the variational parameters, through the
+    parameter map ``to_parameters`` that :meth:`release` receives: a data-free function of
+    the Monte Carlo draws (the reparameterisation's chain rule).
+
+    References
+    ----------
+    .. [1] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+       inference for non-conjugate models. UAI, Algorithm 1.
+    .. [2] Abadi, M. et al. (2016). Deep learning with differential privacy. CCS, Algorithm 1.
+    """
+
+    def __init__(
+        self, rows, clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str = "substitute"
+    ) -> None:
+        self._rows = rows
+        self.clip = check_finite_positive("clip", clip)
+        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        q = float(sampling_rate)
+        if not 0.0 < q <= 1.0:
+            raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
+        self.sampling_rate = q
+        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.clip, self.neighbouring)
+
+    def release(self, theta_draws: np.ndarray, to_parameters, rng: np.random.Generator | SecureNoise) -> np.ndarray:
+        """One noisy gradient estimate, shape (D,).
+
+        Parameters
+        ----------
+        theta_draws : ndarray, shape (S, P)
+            Points θ_s at which each batch row's log-likelihood gradient is taken.
+        to_parameters : callable
+            Maps the list of S per-row gradient matrices (B, P) to the per-row gradients
+            with respect to the D optimised parameters, shape (B, D). Must not read data.
+        rng : numpy Generator or SecureNoise
+            Draws the batch and the noise.
+        """
+        batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
+        per_row = [self._rows.grad_rows(theta, batch) for theta in np.atleast_2d(theta_draws)]
+        gradients = np.asarray(to_parameters(per_row), dtype=float)
+        clipped = clipped_sum_l2(gradients, self.clip)
+        return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate

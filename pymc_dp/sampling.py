@@ -376,13 +376,13 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
         delta = attrs.get("dp_delta")
         if delta is None:
             raise ValueError("`delta` must be given: this result records no dp_delta. Found None.")
-    delta = check_unit_interval_open("delta", float(delta))
     if "dp_accountant" in attrs:
         record = json.loads(attrs["dp_accountant"])
         events = [event_from_dict(e) for e in record["events"]]
-        eps, method, mu = compose_epsilon(events, delta)
+        eps, method, mu = compose_epsilon(events, float(delta))  # δ = 0 allowed for pure ε-DP releases
         return PrivacySpent(eps, delta, record["neighbouring"], method, mu, record["n_rows"], tuple(events))
 
+    delta = check_unit_interval_open("delta", float(delta))
     if "sample_stats" not in _group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
     stats = _group(idata, "sample_stats")

@@ -9,6 +9,7 @@ from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import (
     GaussianReleases,
     PrivacySpent,
+    PureDPReleases,
     RdpReleases,
     compose_epsilon,
     event_from_dict,
@@ -27,6 +28,7 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
+    "PureDPReleases",
     "RdpReleases",
     "barker_subsampled_rdp",
     "compose_epsilon",

@@ -8,6 +8,7 @@ that a result object carries everything needed to recompute its ε.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,12 +16,14 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_nonnegative_int, check_unit_interval_open
 from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.accounting.pld import PLD_MAX_EPSILON, PoissonGaussianReleases, gaussian_pld, pld_epsilon
 from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
 
 __all__ = [
     "GaussianReleases",
     "PrivacyEvent",
     "PrivacySpent",
+    "PureDPReleases",
     "RdpReleases",
     "compose_epsilon",
     "event_from_dict",
@@ -95,7 +98,47 @@ class RdpReleases:
         }
 
 
-PrivacyEvent = GaussianReleases | RdpReleases
+@dataclass(frozen=True)
+class PureDPReleases:
+    """``count`` releases of a pure ε-DP mechanism (δ = 0), e.g. the Laplace mechanism.
+
+    A Laplace release of a statistic with L1 sensitivity Δ₁ (under the neighbouring relation
+    the mechanism was built for) and noise scale b costs ε = Δ₁/b (Dwork et al. 2006; Dwork
+    and Roth 2014, Thm 3.6).
+
+    Notes
+    -----
+    Composition. Pure releases alone add: k releases of ε each are (kε, 0)-DP (Dwork and Roth
+    2014, Thm 3.16). Mixed with Gaussian or RDP events, each pure release enters RDP as
+    r(α) = min(ε, αε²/2): ε-DP bounds every Rényi divergence by ε, and implies ε²/2-zCDP
+    (Bun and Steinke 2016, Prop. 1.4). :func:`compose_epsilon` reports the smaller of that
+    RDP composition and the basic sum Σε_pure + ε_rest(δ) (a (ε₁, 0) and an (ε₂, δ) guarantee
+    compose to (ε₁ + ε₂, δ)).
+    """
+
+    epsilon: float
+    count: int = 1
+    label: str = "pure"
+
+    def __post_init__(self) -> None:
+        check_finite_positive("epsilon", self.epsilon)
+        check_nonnegative_int("count", self.count)
+
+    @property
+    def total_epsilon(self) -> float:
+        """ε of all ``count`` releases: count · ε."""
+        return self.count * self.epsilon
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """Total RDP curve count · min(ε, αε²/2)."""
+        orders = np.asarray(orders, dtype=float)
+        return self.count * np.minimum(self.epsilon, 0.5 * orders * self.epsilon**2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "pure", "epsilon": self.epsilon, "count": self.count, "label": self.label}
+
+
+PrivacyEvent = GaussianReleases | RdpReleases | PureDPReleases | PoissonGaussianReleases
 
 
 def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
@@ -105,7 +148,17 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
         return GaussianReleases(float(data["noise_multiplier"]), data["count"], data.get("label", "gaussian"))
     if kind == "rdp":
         return RdpReleases(tuple(data["orders"]), tuple(data["rdp"]), data["count"], data.get("label", "rdp"))
-    raise ValueError(f"`type` of a privacy event must be 'gaussian' or 'rdp'. Found {kind!r}.")
+    if kind == "poisson_gaussian":
+        return PoissonGaussianReleases(
+            float(data["noise_multiplier"]),
+            float(data["sampling_rate"]),
+            data["count"],
+            data.get("neighbouring", "substitute"),
+            data.get("label", "poisson_gaussian"),
+        )
+    if kind == "pure":
+        return PureDPReleases(float(data["epsilon"]), data["count"], data.get("label", "pure"))
+    raise ValueError(f"`type` of a privacy event must be 'gaussian', 'rdp', 'pure' or 'poisson_gaussian'. Found {kind!r}.")
 
 
 @dataclass(frozen=True)
@@ -119,8 +172,11 @@ class PrivacySpent:
     neighbouring : str
         "substitute" (one row replaced, N public) or "add_remove".
     method : str
-        "gaussian_closed_form" (Sommer et al. 2019, Lemma 12; exact) or "rdp" (RDP with the
-        improved conversion of Balle et al. 2020, Theorem 21).
+        "gaussian_closed_form" (Sommer et al. 2019, Lemma 12; exact), "rdp" (RDP with the
+        improved conversion of Balle et al. 2020, Theorem 21), "pld" (privacy-loss
+        distributions of dp_accounting, pessimistic: an upper bound), "pld+rdp" (PLD and RDP
+        parts at a split δ, added), "pure_sum" (pure ε-DP releases
+        only: ε adds, δ = 0) or "pure_sum+<method>" (pure ε summed onto the rest's ε at δ).
     mu : float or None
         Total Gaussian μ when the method is the closed form.
     n_rows : int or None
@@ -143,25 +199,91 @@ def compose_epsilon(
 ) -> tuple[float, str, float | None]:
     """ε at ``delta`` of the composition of ``events``.
 
-    All-Gaussian compositions use the exact closed form (μ adds). Anything with an RDP
-    curve is composed in RDP on :data:`DEFAULT_ORDERS` together with the orders of the
-    curves, the Gaussian parts entering as α μ, and converted with the improved conversion.
+    All-Gaussian compositions use the exact closed form (μ adds). Pure ε-DP releases alone
+    add (``delta`` may then be 0). Anything with an RDP curve is composed in RDP on
+    :data:`DEFAULT_ORDERS` together with the orders of the curves, the Gaussian parts
+    entering as α μ and the pure ones as min(ε, αε²/2), and converted with the improved
+    conversion; with pure releases present the basic sum Σε_pure + ε_rest(δ) is also computed
+    and the smaller ε is reported.
 
     Returns
     -------
     (epsilon, method, mu)
     """
-    delta = check_unit_interval_open("delta", delta)
     events = tuple(events)
+    pure = [e for e in events if isinstance(e, PureDPReleases)]
+    rest = [e for e in events if not isinstance(e, PureDPReleases)]
+    pure_eps = sum(e.total_epsilon for e in pure)
+    if pure and all(e.count == 0 for e in rest):
+        if not (isinstance(delta, numbers.Real) and not isinstance(delta, bool) and delta == 0):
+            check_unit_interval_open("delta", delta)  # pure ε holds at δ = 0 and at every δ
+        return pure_eps, "pure_sum", None
+    delta = check_unit_interval_open("delta", delta)
     if all(isinstance(e, GaussianReleases) for e in events):
         mu = sum(e.mu for e in events)
         return gaussian_epsilon(delta, mu), "gaussian_closed_form", mu
+    rest_eps, rest_method, _ = compose_epsilon(rest, delta) if (pure and rest) else (0.0, "", None)
+    if not pure and all(isinstance(e, GaussianReleases | PoissonGaussianReleases) for e in events):
+        return _pld_composition(events, delta)
     # The default grid plus every order an RDP curve was computed at (e.g. all integers up to b/5 − 1).
     orders = np.unique(
         np.concatenate([DEFAULT_ORDERS] + [np.asarray(e.orders, float) for e in events if isinstance(e, RdpReleases)])
     )
     total = np.zeros_like(orders)
     for e in events:
-        total = total + (e.rdp(orders) if isinstance(e, GaussianReleases) else e.rdp_at(orders))
+        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
     eps, _ = rdp_to_epsilon(orders, total, delta)
-    return eps, "rdp", None
+    best = (eps, "rdp", None)
+    if any(isinstance(e, PoissonGaussianReleases) for e in rest) and eps < PLD_MAX_EPSILON:
+        best = min(best, _pld_with_rdp_rest(rest, delta, orders), key=lambda r: r[0])
+    if pure and pure_eps + rest_eps < best[0]:
+        return pure_eps + rest_eps, f"pure_sum+{rest_method}", None
+    return best
+
+
+#: Orders of the cheap RDP bound that guards the PLD against huge privacy losses.
+_GUARD_ORDERS = np.array([1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0])
+
+
+def _pld_composition(events, delta: float) -> tuple[float, str, None]:
+    """Gaussian and Poisson-Gaussian releases only: PLD ε, or RDP where the PLD would be huge.
+
+    An RDP bound on a short order grid is computed first; it is an upper bound too. When it
+    is below :data:`PLD_MAX_EPSILON` the (tighter) PLD is computed and the smaller of the two
+    reported.
+    """
+    total = np.zeros_like(_GUARD_ORDERS)
+    for e in events:
+        total = total + e.rdp(_GUARD_ORDERS)
+    eps_rdp, _ = rdp_to_epsilon(_GUARD_ORDERS, total, delta)
+    if eps_rdp >= PLD_MAX_EPSILON:
+        return eps_rdp, "rdp", None
+    eps_pld = _pld_with_rdp_rest(events, delta, _GUARD_ORDERS)[0]
+    return (eps_pld, "pld", None) if eps_pld <= eps_rdp else (eps_rdp, "rdp", None)
+
+
+def _pld_with_rdp_rest(events, delta: float, orders: np.ndarray) -> tuple[float, str, None]:
+    """ε of Gaussian and Poisson-Gaussian releases composed as PLDs, plus the rest in RDP.
+
+    With no other events this is the PLD ε at δ ("pld"). Otherwise the PLD part holds at
+    (ε₁, δ₁) and the RDP part at (ε₂, δ − δ₁), so the whole holds at (ε₁ + ε₂, δ) (basic
+    composition); δ₁ is chosen on a grid to minimise the sum ("pld+rdp").
+    """
+    pld_able = [e for e in events if isinstance(e, GaussianReleases | PoissonGaussianReleases)]
+    others = [e for e in events if not isinstance(e, GaussianReleases | PoissonGaussianReleases)]
+    mu = sum(e.mu for e in pld_able if isinstance(e, GaussianReleases))
+    distributions = [gaussian_pld(mu)] + [e.pld() for e in pld_able if isinstance(e, PoissonGaussianReleases)]
+    if not others:
+        return pld_epsilon(distributions, delta), "pld", None
+    total = np.zeros_like(orders)
+    for e in others:
+        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
+    present = [p for p in distributions if p is not None]
+    composed = present[0]
+    for p in present[1:]:
+        composed = composed.compose(p)
+    best = math.inf
+    for share in np.concatenate([np.geomspace(1e-3, 0.5, 30), 1.0 - np.geomspace(1e-3, 0.5, 30)[::-1][1:]]):
+        eps = composed.get_epsilon_for_delta(share * delta) + rdp_to_epsilon(orders, total, (1 - share) * delta)[0]
+        best = min(best, float(eps))
+    return best, "pld+rdp", None

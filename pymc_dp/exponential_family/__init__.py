@@ -1,0 +1,37 @@
+"""Exponential-family paths: Laplace sufficient-statistics release and one posterior sample.
+
+See ``docs/exponential_family.md``.
+"""
+
+from pymc_dp.exponential_family.families import (
+    SUPPORTED_FAMILIES,
+    Bernoulli,
+    Binomial,
+    Categorical,
+    ExponentialFamily,
+    LinearRegression,
+    Normal,
+    Poisson,
+    get_family,
+    project_onto_scaled_simplex,
+)
+from pymc_dp.exponential_family.ops import one_posterior_sample, ops_temperature, tempered_model
+from pymc_dp.exponential_family.release import ReleasedStatistics, release_statistics
+
+__all__ = [
+    "SUPPORTED_FAMILIES",
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "ExponentialFamily",
+    "LinearRegression",
+    "Normal",
+    "Poisson",
+    "ReleasedStatistics",
+    "get_family",
+    "one_posterior_sample",
+    "ops_temperature",
+    "project_onto_scaled_simplex",
+    "release_statistics",
+    "tempered_model",
+]

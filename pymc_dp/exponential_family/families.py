@@ -1,0 +1,515 @@
+"""Conjugate exponential families described by their aggregate sufficient statistics.
+
+Pure math: no PyMC, no data. A family knows, from public settings alone (the number of
+categories, trials, a count bound, data bounds), the per-row sufficient statistic S(x), the
+interval each coordinate of S(x) lies in, the L1 and L2 sensitivities of the aggregate
+Σᵢ S(xᵢ), the feasible set of the aggregate (for the projection after noise) and the
+log-likelihood written through the aggregate,
+
+    log p(X | θ) = n log g(θ) + φ(θ)ᵀ Σᵢ S(xᵢ) + Σᵢ log h(xᵢ),
+
+where φ are the natural parameters (Yıldırım and Ermiş 2019, eq. 7; Foulds et al. 2016, §3.1).
+The last term does not depend on θ and is dropped. The functions ``natural`` and
+``loglik`` build PyTensor graphs; they accept NumPy values too (evaluate with ``.eval()``).
+
+Neighbouring relation: substitute (one row replaced, N public). Replacing row x by x′ moves
+the aggregate by S(x′) − S(x); each coordinate moves by at most the width of its interval,
+so Δ₁ = sup ‖S(x) − S(x′)‖₁ ≤ Σⱼ (hiⱼ − loⱼ) and Δ₂ ≤ (Σⱼ (hiⱼ − loⱼ)²)^½ (Foulds et al.
+2016, eq. 17; Yıldırım and Ermiş 2019, ∇₂S in §3.3). Families with a tighter exact value
+(Categorical: one-hot rows, Δ₁ = 2, Δ₂ = √2) override it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pytensor.tensor as pt
+
+from pymc_dp._validation import check_positive_int
+
+__all__ = [
+    "SUPPORTED_FAMILIES",
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "ExponentialFamily",
+    "LinearRegression",
+    "Normal",
+    "Poisson",
+    "get_family",
+    "project_onto_scaled_simplex",
+]
+
+
+def _check_finite_real(name: str, value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a finite real number. Found {value!r}.") from None
+    if not math.isfinite(x):
+        raise ValueError(f"`{name}` must be a finite real number (a public data bound). Found {value!r}.")
+    return x
+
+
+def _check_bounds(name: str, bounds: Any, size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) arrays of finite public bounds with lower ≤ upper."""
+    if bounds is None:
+        raise ValueError(f"`{name}` must be given as (lower, upper): public, finite data bounds. Found None.")
+    try:
+        lower, upper = bounds
+        lower = np.atleast_1d(np.asarray(lower, dtype=float))
+        upper = np.atleast_1d(np.asarray(upper, dtype=float))
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a pair (lower, upper) of numbers or arrays. Found {bounds!r}.") from None
+    if size is not None:
+        try:
+            lower, upper = np.broadcast_to(lower, (size,)).copy(), np.broadcast_to(upper, (size,)).copy()
+        except ValueError:
+            raise ValueError(
+                f"`{name}` must hold scalars or {size} values per bound. Found shapes {lower.shape}, {upper.shape}."
+            ) from None
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        raise ValueError(f"`{name}` must be finite (public data bounds). Found {bounds!r}.")
+    if np.any(lower > upper):
+        raise ValueError(f"`{name}` must have lower ≤ upper. Found {bounds!r}.")
+    return lower, upper
+
+
+def _interval_product(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    products = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+    return min(products), max(products)
+
+
+def _interval_square(a: tuple[float, float]) -> tuple[float, float]:
+    low, high = a
+    if low <= 0.0 <= high:
+        return 0.0, max(low * low, high * high)
+    return min(low * low, high * high), max(low * low, high * high)
+
+
+def project_onto_scaled_simplex(values: np.ndarray, total: float) -> np.ndarray:
+    """Euclidean projection of ``values`` onto {c ≥ 0, Σc = total} (Duchi et al. 2008, Fig. 1)."""
+    v = np.asarray(values, dtype=float)
+    u = np.sort(v)[::-1]
+    cumulative = np.cumsum(u) - total
+    index = np.arange(1, v.size + 1)
+    rho = np.nonzero(u - cumulative / index > 0)[0][-1]
+    shift = cumulative[rho] / (rho + 1.0)
+    return np.maximum(v - shift, 0.0)
+
+
+class ExponentialFamily:
+    """Base class: a conjugate exponential-family likelihood known through Σᵢ S(xᵢ).
+
+    Subclasses define ``params`` (names of the likelihood's parameters), ``row_statistics``
+    (per-row S(x), shape rows × d), ``intervals`` (per-coordinate [lo, hi] of S(x)),
+    ``natural`` (φ(θ), log g(θ)), ``check_data`` and optionally ``project``.
+    """
+
+    name: ClassVar[str] = ""
+    params: ClassVar[tuple[str, ...]] = ()
+
+    # -- public settings ----------------------------------------------------------------
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi): every coordinate of S(x) lies in [loⱼ, hiⱼ] for every admissible row x."""
+        raise NotImplementedError
+
+    @property
+    def dim(self) -> int:
+        """d, the length of the statistic vector."""
+        return int(self.intervals()[0].size)
+
+    def l1_sensitivity(self) -> float:
+        """Δ₁ = sup ‖S(x) − S(x′)‖₁ under substitute neighbours (Foulds et al. 2016, eq. 17)."""
+        lo, hi = self.intervals()
+        return float(np.sum(hi - lo))
+
+    def l2_sensitivity(self) -> float:
+        """Δ₂ = sup ‖S(x) − S(x′)‖₂ under substitute neighbours (Yıldırım and Ermiş 2019, ∇₂S, §3.3)."""
+        lo, hi = self.intervals()
+        return float(np.sqrt(np.sum((hi - lo) ** 2)))
+
+    def settings(self) -> dict[str, Any]:
+        """Public settings, for the accountant record."""
+        return {"family": self.name}
+
+    # -- data (called by the mechanism layer only) ----------------------------------------
+    def check_data(self, data: Any) -> np.ndarray:
+        """Validate raw rows against the public bounds; error messages give counts, never values."""
+        raise NotImplementedError
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        """S(xᵢ) for every row, shape (rows, d)."""
+        raise NotImplementedError
+
+    def aggregate(self, data: Any) -> np.ndarray:
+        """Σᵢ S(xᵢ) after :meth:`check_data`."""
+        rows = self.row_statistics(self.check_data(data))
+        return rows.sum(axis=0)
+
+    # -- post-processing of released values -------------------------------------------------
+    def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
+        """Project noisy aggregate statistics onto the feasible set (default: the box n·[lo, hi])."""
+        lo, hi = self.intervals()
+        return np.clip(np.asarray(statistics, dtype=float), n_rows * lo, n_rows * hi)
+
+    # -- likelihood -----------------------------------------------------------------------
+    def natural(self, **params: Any) -> tuple[Any, Any]:
+        """(φ(θ) as a length-d vector, log g(θ) as a scalar) — PyTensor graphs."""
+        raise NotImplementedError
+
+    def loglik(self, statistics: Any, n_rows: int, **params: Any) -> Any:
+        """n log g(θ) + φ(θ)ᵀ S: the log-likelihood up to a θ-free constant (Yıldırım and Ermiş 2019, eq. 7)."""
+        missing = [p for p in self.params if p not in params]
+        extra = [p for p in params if p not in self.params]
+        if missing or extra:
+            raise ValueError(
+                f"The parameters of the {self.name} likelihood must be exactly {list(self.params)}. "
+                f"Found {sorted(params)}."
+            )
+        phi, log_g = self.natural(**params)
+        return n_rows * log_g + pt.dot(phi, pt.as_tensor_variable(np.asarray(statistics, dtype=float)))
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.settings().items() if k != "family")
+        return f"{type(self).__name__}({settings})"
+
+
+def _as_rows(data: Any, name: str = "data") -> np.ndarray:
+    try:
+        array = np.asarray(data, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be an array of numbers. Found {type(data).__name__}.") from None
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise ValueError(f"`{name}` must hold at least one row. Found shape {array.shape}.")
+    return array
+
+
+def _outside(count: int, total: int, what: str) -> ValueError:
+    return ValueError(
+        f"`data` must lie within {what}. Found {count} of {total} rows outside (values not shown). "
+        "Fix the bounds from public knowledge, not from the data, or drop/clip those rows first."
+    )
+
+
+def _count_outside(mask: np.ndarray) -> int:
+    return int(np.count_nonzero(mask.reshape(mask.shape[0], -1).any(axis=1)))
+
+
+@dataclass(frozen=True, repr=False)
+class Binomial(ExponentialFamily):
+    """Binomial(n_trials, p) rows with known ``n_trials``: S(x) = x ∈ {0, …, n_trials}, Δ₁ = Δ₂ = n_trials.
+
+    φ = logit p, log g = n_trials · log(1 − p). Feasible aggregate: [0, n · n_trials].
+    """
+
+    n_trials: int = 1
+    name: ClassVar[str] = "binomial"
+    params: ClassVar[tuple[str, ...]] = ("p",)
+
+    def __post_init__(self) -> None:
+        check_positive_int("n_trials", self.n_trials)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(1), np.full(1, float(self.n_trials))
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name, "n_trials": self.n_trials}
+
+    def check_data(self, data: Any) -> np.ndarray:
+        x = _as_rows(data)
+        if x.ndim != 1:
+            raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
+        bad = ~np.isfinite(x) | (x < 0) | (x > self.n_trials) | (x != np.round(x))
+        if bad.any():
+            raise _outside(_count_outside(bad), x.shape[0], f"the integers 0..{self.n_trials}")
+        return x
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        return data.reshape(-1, 1)
+
+    def natural(self, p: Any) -> tuple[Any, Any]:
+        p = pt.as_tensor_variable(p)
+        return pt.stack([pt.log(p) - pt.log1p(-p)]), self.n_trials * pt.log1p(-p)
+
+
+@dataclass(frozen=True, repr=False)
+class Bernoulli(Binomial):
+    """Bernoulli(p) rows: S(x) = x ∈ {0, 1}, Δ₁ = Δ₂ = 1 (N public). φ = logit p, log g = log(1 − p)."""
+
+    n_trials: int = 1
+    name: ClassVar[str] = "bernoulli"
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name}
+
+
+@dataclass(frozen=True, repr=False)
+class Categorical(ExponentialFamily):
+    """Categorical(p) rows over ``n_categories`` classes: S(x) = one-hot(x), the class counts.
+
+    Replacing a row moves two counts by one: Δ₁ = 2, Δ₂ = √2. φ = log p, log g = 0. Feasible
+    aggregate: {c ≥ 0, Σc = n} (Euclidean projection onto the scaled simplex).
+    """
+
+    n_categories: int = 2
+    name: ClassVar[str] = "categorical"
+    params: ClassVar[tuple[str, ...]] = ("p",)
+
+    def __post_init__(self) -> None:
+        if check_positive_int("n_categories", self.n_categories) < 2:
+            raise ValueError(f"`n_categories` must be at least 2. Found {self.n_categories}.")
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.n_categories), np.ones(self.n_categories)
+
+    def l1_sensitivity(self) -> float:
+        return 2.0
+
+    def l2_sensitivity(self) -> float:
+        return math.sqrt(2.0)
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name, "n_categories": self.n_categories}
+
+    def check_data(self, data: Any) -> np.ndarray:
+        x = _as_rows(data)
+        if x.ndim != 1:
+            raise ValueError(f"`data` must be a 1-d array of class labels. Found shape {x.shape}.")
+        bad = ~np.isfinite(x) | (x < 0) | (x > self.n_categories - 1) | (x != np.round(x))
+        if bad.any():
+            raise _outside(_count_outside(bad), x.shape[0], f"the labels 0..{self.n_categories - 1}")
+        return x.astype(np.int64)
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        return np.eye(self.n_categories)[data]
+
+    def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
+        return project_onto_scaled_simplex(statistics, float(n_rows))
+
+    def natural(self, p: Any) -> tuple[Any, Any]:
+        return pt.log(pt.as_tensor_variable(p)), pt.constant(0.0)
+
+
+@dataclass(frozen=True, repr=False)
+class Poisson(ExponentialFamily):
+    """Poisson(mu) rows with a public bound ``upper`` on each count: S(x) = x ∈ {0, …, upper}, Δ₁ = upper.
+
+    φ = log mu, log g = −mu. Feasible aggregate: [0, n · upper].
+    """
+
+    upper: int = 1
+    name: ClassVar[str] = "poisson"
+    params: ClassVar[tuple[str, ...]] = ("mu",)
+
+    def __post_init__(self) -> None:
+        check_positive_int("upper", self.upper)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(1), np.full(1, float(self.upper))
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name, "upper": self.upper}
+
+    def check_data(self, data: Any) -> np.ndarray:
+        x = _as_rows(data)
+        if x.ndim != 1:
+            raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
+        bad = ~np.isfinite(x) | (x < 0) | (x > self.upper) | (x != np.round(x))
+        if bad.any():
+            raise _outside(_count_outside(bad), x.shape[0], f"the integers 0..{self.upper} (`upper`)")
+        return x
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        return data.reshape(-1, 1)
+
+    def natural(self, mu: Any) -> tuple[Any, Any]:
+        mu = pt.as_tensor_variable(mu)
+        return pt.stack([pt.log(mu)]), -mu
+
+
+@dataclass(frozen=True, repr=False)
+class Normal(ExponentialFamily):
+    """Normal(mu, sigma²) rows with known ``sigma`` and public ``bounds`` = (lower, upper) on x.
+
+    S(x) = x ∈ [lower, upper], Δ₁ = Δ₂ = upper − lower. φ = mu/σ², log g = −mu²/(2σ²).
+    Feasible aggregate: [n · lower, n · upper].
+    """
+
+    sigma: float = 1.0
+    bounds: tuple[float, float] | None = None
+    name: ClassVar[str] = "normal"
+    params: ClassVar[tuple[str, ...]] = ("mu",)
+
+    def __post_init__(self) -> None:
+        sigma = _check_finite_real("sigma", self.sigma)
+        if sigma <= 0:
+            raise ValueError(f"`sigma` must be a positive finite number (the known standard deviation). Found {sigma}.")
+        lower, upper = _check_bounds("bounds", self.bounds, 1)
+        object.__setattr__(self, "bounds", (float(lower[0]), float(upper[0])))
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([self.bounds[0]]), np.array([self.bounds[1]])
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name, "sigma": float(self.sigma), "bounds": list(self.bounds)}
+
+    def check_data(self, data: Any) -> np.ndarray:
+        x = _as_rows(data)
+        if x.ndim != 1:
+            raise ValueError(f"`data` must be a 1-d array. Found shape {x.shape}.")
+        bad = ~np.isfinite(x) | (x < self.bounds[0]) | (x > self.bounds[1])
+        if bad.any():
+            raise _outside(_count_outside(bad), x.shape[0], f"`bounds` = {self.bounds}")
+        return x
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        return data.reshape(-1, 1)
+
+    def natural(self, mu: Any) -> tuple[Any, Any]:
+        mu = pt.as_tensor_variable(mu)
+        s2 = float(self.sigma) ** 2
+        return pt.stack([mu / s2]), -(mu * mu) / (2.0 * s2)
+
+
+@dataclass(frozen=True, repr=False)
+class LinearRegression(ExponentialFamily):
+    """y = Xβ + N(0, σ²) with public bounds on every feature and on the target.
+
+    Rows z = (x₁, …, x_d, y). The statistic is the upper triangle (row-major, diagonal
+    included) of z zᵀ, i.e. of [[XᵀX, Xᵀy], [yᵀX, yᵀy]] after summing; its coordinate
+    intervals come from the bounds by interval arithmetic. Include a column of ones with
+    bounds (1, 1) for an intercept (it costs nothing: its interval has width 0).
+
+    log-likelihood = −n log σ − (yᵀy − 2βᵀXᵀy + βᵀXᵀXβ)/(2σ²) (+ const). Feasible aggregate:
+    the (d+1)×(d+1) matrix ZᵀZ is positive semi-definite; the projection clips the entries to
+    their boxes and then the eigenvalues to ≥ 0, which keeps the quadratic form non-negative
+    and the likelihood proper.
+
+    Parameters
+    ----------
+    x_bounds : (lower, upper)
+        Scalars or one value per feature.
+    y_bounds : (lower, upper)
+        Bounds on the target.
+    n_features : int
+        d.
+    """
+
+    n_features: int = 1
+    x_bounds: tuple[Any, Any] | None = None
+    y_bounds: tuple[float, float] | None = None
+    name: ClassVar[str] = "linear_regression"
+    params: ClassVar[tuple[str, ...]] = ("beta", "sigma")
+
+    def __post_init__(self) -> None:
+        d = check_positive_int("n_features", self.n_features)
+        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
+        yl, yu = _check_bounds("y_bounds", self.y_bounds, 1)
+        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        object.__setattr__(self, "y_bounds", (float(yl[0]), float(yu[0])))
+
+    @property
+    def _z_bounds(self) -> list[tuple[float, float]]:
+        xl, xu = self.x_bounds
+        return [*zip(xl, xu, strict=True), self.y_bounds]
+
+    @property
+    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.triu_indices(self.n_features + 1)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        z = self._z_bounds
+        lo, hi = [], []
+        for j, k in zip(*self._triu, strict=True):
+            a, b = _interval_square(z[j]) if j == k else _interval_product(z[j], z[k])
+            lo.append(a)
+            hi.append(b)
+        return np.array(lo), np.array(hi)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "x_bounds": [list(b) for b in self.x_bounds],
+            "y_bounds": list(self.y_bounds),
+        }
+
+    def check_data(self, data: Any) -> np.ndarray:
+        if not isinstance(data, tuple | list) or len(data) != 2:
+            raise TypeError("`data` must be a pair (X, y) for linear regression. Found another object.")
+        x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
+        if x.ndim == 1:
+            x = x.reshape(-1, 1)
+        if x.ndim != 2 or x.shape[1] != self.n_features or y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"`data` must be X of shape (rows, {self.n_features}) and y of shape (rows,). "
+                f"Found {x.shape} and {y.shape}."
+            )
+        xl, xu = (np.asarray(b) for b in self.x_bounds)
+        bad = ~np.isfinite(x) | (x < xl) | (x > xu)
+        if bad.any():
+            raise _outside(_count_outside(bad), x.shape[0], "`x_bounds`")
+        bad_y = ~np.isfinite(y) | (y < self.y_bounds[0]) | (y > self.y_bounds[1])
+        if bad_y.any():
+            raise _outside(_count_outside(bad_y), y.shape[0], f"`y_bounds` = {self.y_bounds}")
+        return np.column_stack([x, y])
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        rows, cols = self._triu
+        return data[:, rows] * data[:, cols]
+
+    def matrix(self, statistics: np.ndarray) -> np.ndarray:
+        """The symmetric (d+1)×(d+1) matrix ZᵀZ from the statistic vector."""
+        size = self.n_features + 1
+        out = np.zeros((size, size))
+        rows, cols = self._triu
+        out[rows, cols] = statistics
+        out[cols, rows] = statistics
+        return out
+
+    def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
+        boxed = super().project(statistics, n_rows)
+        values, vectors = np.linalg.eigh(self.matrix(boxed))
+        psd = (vectors * np.maximum(values, 0.0)) @ vectors.T
+        rows, cols = self._triu
+        return psd[rows, cols]
+
+    def natural(self, beta: Any, sigma: Any) -> tuple[Any, Any]:
+        beta = pt.as_tensor_variable(beta)
+        sigma = pt.as_tensor_variable(sigma)
+        w = pt.concatenate([beta.reshape((-1,)), pt.constant(np.array([-1.0]))])
+        rows, cols = self._triu
+        # zᵀ W z with W = −wwᵀ/(2σ²): diagonal entries once, off-diagonal ones twice.
+        weight = np.where(rows == cols, 1.0, 2.0)
+        phi = -weight * w[rows] * w[cols] / (2.0 * sigma * sigma)
+        return phi, -pt.log(sigma)
+
+
+SUPPORTED_FAMILIES: dict[str, type[ExponentialFamily]] = {
+    "bernoulli": Bernoulli,
+    "binomial": Binomial,
+    "categorical": Categorical,
+    "poisson": Poisson,
+    "normal": Normal,
+    "linear_regression": LinearRegression,
+}
+
+
+def get_family(family: str | ExponentialFamily, **settings: Any) -> ExponentialFamily:
+    """A family instance from its name (``settings`` are its public parameters) or as given."""
+    if isinstance(family, ExponentialFamily):
+        if settings:
+            raise ValueError(f"`settings` must be empty when `family` is an instance. Found {sorted(settings)}.")
+        return family
+    if not isinstance(family, str) or family.lower() not in SUPPORTED_FAMILIES:
+        raise ValueError(
+            "`family` must be one of the supported conjugate exponential families "
+            f"{sorted(SUPPORTED_FAMILIES)} (Binomial with known n_trials, Poisson with a public count bound "
+            f"`upper`, Normal with known sigma and public `bounds`, linear regression with public x/y bounds). "
+            f"Found {family!r}."
+        )
+    return SUPPORTED_FAMILIES[family.lower()](**settings)
