@@ -9,7 +9,8 @@ from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, Privac
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
-from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPPenaltyMH
+from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
+from pymc_dp.variational import DPADVI
 
 try:
     __version__ = metadata.version("pymc-dp")
@@ -17,9 +18,12 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
     __version__ = "0.0.0"
 
 __all__ = [
+    "DPADVI",
     "DPHMC",
     "DPBarkerMH",
+    "DPMultiOwnerPenaltyMH",
     "DPPenaltyMH",
+    "DPSuffStatsPenaltyMH",
     "ModelStructureError",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",

@@ -28,7 +28,7 @@ from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
 
-__all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups"]
+__all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups", "write_privacy_attrs"]
 
 #: Groups PyMC adds that hold raw data or exact per-row values.
 PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood", "log_prior", "predictions_constant_data")
@@ -258,7 +258,16 @@ def sample(
     if len(relations) > 1:
         raise ValueError(f"All steps and the budget must use one neighbouring relation. Found {sorted(relations)}.")
     neighbouring = relations.pop()
-    n_rows = _row_structure(model)[0]
+    if all(not getattr(s, "reads_model_rows", True) for s in steps):
+        # Steps that hold their own data (DPSuffStatsPenaltyMH): the model holds priors only.
+        if model.observed_RVs:
+            raise ValueError(
+                "`model` must hold no observed variables when the steps take the data themselves. Found "
+                f"{[rv.name for rv in model.observed_RVs]}."
+            )
+        n_rows = steps[0].n_rows
+    else:
+        n_rows = _row_structure(model)[0]
     if any(s.n_rows != n_rows for s in steps):
         raise ValueError(
             "`step` must be built on the model's current data: the number of rows changed since it was built "
@@ -267,7 +276,7 @@ def sample(
     if neighbouring == "substitute" and budget is not None and budget.n_rows != n_rows:
         raise ValueError(f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}.")
 
-    hidden = data_dependent_deterministics(model)
+    hidden = data_dependent_deterministics(model) if model.observed_RVs else []
     if var_names is None:
         var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     else:
@@ -332,12 +341,22 @@ def sample(
     }
     if budget is not None:
         record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
+    return write_privacy_attrs(idata, record)
+
+
+def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
+    """Write the ``dp_*`` attributes of an accountant ``record`` on ``idata``'s posterior; return it.
+
+    ``record`` holds at least ``epsilon``, ``delta``, ``neighbouring``, ``n_rows`` and
+    ``events`` (enough for :func:`privacy_spent` to recompute ε). N is written only under
+    substitute neighbours, where it is public.
+    """
     attrs = _posterior_attrs(idata)
-    attrs["dp_epsilon"] = run_epsilon
-    attrs["dp_delta"] = delta
-    attrs["dp_neighbouring"] = neighbouring
-    if neighbouring == "substitute":  # N is public only under substitute neighbours
-        attrs["dp_n_rows"] = n_rows
+    attrs["dp_epsilon"] = record["epsilon"]
+    attrs["dp_delta"] = record["delta"]
+    attrs["dp_neighbouring"] = record["neighbouring"]
+    if record["neighbouring"] == "substitute":  # N is public only under substitute neighbours
+        attrs["dp_n_rows"] = record["n_rows"]
     attrs["dp_accountant"] = json.dumps(record)
     return idata
 

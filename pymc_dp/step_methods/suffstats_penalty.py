@@ -1,0 +1,252 @@
+"""The penalty algorithm on fresh noisy sufficient statistics (Yıldırım and Ermiş 2019, Alg. 3)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import pytensor.tensor as pt
+from pymc.blocking import RaveledVars
+from pymc.model import modelcontext
+from pymc.pytensorf import compile as pm_compile
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pymc.step_methods.compound import Competence
+from pymc.vartypes import continuous_types
+
+from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.data import sorted_value_vars
+from pymc_dp.exponential_family.families import ExponentialFamily, get_family
+from pymc_dp.mechanisms import NoisySufficientStatistics
+from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
+from pymc_dp.step_methods.penalty import penalty_log_acceptance
+
+__all__ = ["DPSuffStatsPenaltyMH"]
+
+
+class DPSuffStatsPenaltyMH(RandomWalkTuning, DPStep):
+    """DP penalty random-walk Metropolis on a fresh Gaussian-noised copy of the sufficient statistics.
+
+    For an exponential-family likelihood p(x | θ) = h(x) g(θ) exp(φ(θ)ᵀS(x)), each iteration
+    proposes θ′ = θ + s·z, draws Ŝ = S + N(0, ξI) with √ξ = τΔ₂ (a new copy every iteration),
+    forms d̂ = n[log g(θ′) − log g(θ)] + (φ(θ′) − φ(θ))ᵀŜ (eq. 7), whose noise variance is
+    σ²(θ, θ′) = ‖φ(θ′) − φ(θ)‖² ξ (eq. 8), and accepts with probability
+    min{1, exp(T d̂ − (Tσ)²/2 + log p(θ′) − log p(θ))}. Per-iteration cost is O(d), independent
+    of N.
+
+    The model holds the priors only; the likelihood is given by ``family``, ``data`` and
+    ``params`` (the family's parameters as model variables or expressions).
+
+    Parameters
+    ----------
+    family : str or ExponentialFamily
+        As for :func:`pymc_dp.release_statistics`; settings by name go in ``family_settings``.
+    data : array or (X, y)
+        The raw rows (read once, by the mechanism).
+    params : dict
+        Family parameter name → model variable or expression, e.g. ``{"p": p}``.
+    vars : list, optional
+        Continuous variables to sample (default: all free variables).
+    noise_scale : float, optional
+        τ; unset to have :func:`pymc_dp.sample` calibrate it from a target ε.
+    proposal_scale : float or array, optional
+        Initial random-walk scale (default 2.38/√(P·N)).
+    temperature : float, default 1
+        T: target p(θ) p(X | θ)^T.
+    secure_noise, tune, tune_interval, model, rng, initial_point, compile_kwargs, blocked
+        As for :class:`pymc_dp.DPPenaltyMH`.
+    family_settings : dict, optional
+        Public settings of a family given by name.
+
+    Notes
+    -----
+    **Neighbouring relation.** Substitute (one row replaced, N public).
+
+    **Sensitivity.** Δ₂ = sup ‖S(x) − S(x′)‖₂ from the family's public bounds (∇₂S of §3.3).
+    Each iteration releases one Ŝ, a Gaussian mechanism with Δ₂/√ξ = 1/τ: μ = 1/(2τ²)
+    (Sommer et al. 2019, Lemma 12), composed exactly over all iterations of all chains.
+
+    **What ε covers.** Every Ŝ of every iteration, tuning included; d̂, the decisions and the
+    draws are post-processing. Unlike :func:`pymc_dp.release_statistics` the chain is exact:
+    it leaves the (tempered) posterior invariant (Yıldırım and Ermiş 2019, §3.3).
+
+    References
+    ----------
+    .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
+       Statistics and Computing 29, §3.3, Algorithm 3, eq. (7)–(8).
+    .. [2] Sommer, D. M., Meiser, S. and Mohammadi, E. (2019). Privacy loss classes. PoPETs,
+       Lemma 12.
+    """
+
+    name = "dp_suffstats_penalty_mh"
+    noise_attributes = ("noise_scale",)
+    reads_model_rows: ClassVar[bool] = False
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
+        **DPStep.common_stats,
+        "dp_proposal_scale": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        family: str | ExponentialFamily,
+        data: Any,
+        params: dict[str, Any],
+        vars=None,
+        *,
+        noise_scale: float | None = None,
+        proposal_scale: float | np.ndarray | None = None,
+        temperature: float = 1.0,
+        secure_noise: bool = False,
+        tune: bool = True,
+        tune_interval: int = 100,
+        model=None,
+        rng=None,
+        initial_point: dict | None = None,
+        compile_kwargs: dict | None = None,
+        blocked: bool = True,
+        family_settings: dict | None = None,
+    ) -> None:
+        self.family = get_family(family, **(family_settings or {}))
+        self.noise_scale = None if noise_scale is None else check_finite_positive("noise_scale", noise_scale)
+        self.temperature = check_finite_positive("temperature", temperature)
+        self.neighbouring = "substitute"
+        self.tune_interval = check_positive_int("tune_interval", tune_interval)
+        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
+        scale = check_proposal_scale(proposal_scale)
+        if not isinstance(params, dict) or sorted(params) != sorted(self.family.params):
+            found = sorted(params) if isinstance(params, dict) else type(params).__name__
+            raise ValueError(f"`params` must map exactly {list(self.family.params)} to model variables. Found {found}.")
+        model = modelcontext(model)
+        if model.observed_RVs:
+            raise ValueError(
+                "`model` must hold the priors only: the likelihood comes from `family` and `data`. Found observed "
+                f"variables {[rv.name for rv in model.observed_RVs]}."
+            )
+        self.family.check_data(data)  # bounds checked before anything is built
+        self._data = data
+        self._statistics: NoisySufficientStatistics | None = None
+
+        initial_point = model.initial_point() if initial_point is None else initial_point
+        value_vars = sorted_value_vars(model, vars)
+        discrete = [v.name for v in value_vars if v.dtype not in continuous_types]
+        if discrete:
+            raise ValueError(
+                f"`vars` must be continuous for DPSuffStatsPenaltyMH. Found discrete variables: {discrete}."
+            )
+        shared = make_shared_replacements(initial_point, value_vars, model)
+        phi, log_g = self.family.natural(**params)
+        prior = model.logp(jacobian=True)
+        outputs = model.replace_rvs_by_values([prior, pt.as_tensor_variable(phi), pt.as_tensor_variable(log_g)])
+        joined, theta = join_nonshared_inputs(initial_point, outputs, value_vars, shared)
+        self._f = pm_compile([theta], joined, **(compile_kwargs or {}))
+        self._f.trust_input = True
+        self.n_params = int(sum(np.asarray(initial_point[v.name]).size for v in value_vars))
+        self.n_rows = int(np.asarray(self.family.check_data(data)).shape[0])
+        if proposal_scale is None:
+            scale = np.array([2.38 / math.sqrt(self.n_params * self.n_rows)])
+        self._init_proposal(scale, self.n_params)
+        self._tune_initial = bool(tune)
+        self.tune = bool(tune)
+        self.secure_noise = bool(secure_noise)
+        self._noise_user_set = noise_scale is not None
+        self._mu_spent_chain = 0.0
+        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
+        self._new_rng_only()
+
+    def _new_rng_only(self) -> None:
+        from pymc_dp.mechanisms import noise_generator
+
+        self.noise_rng = noise_generator(self.rng, self.secure_noise)
+
+    # -- privacy interface ----------------------------------------------------------------
+    @property
+    def is_calibrated(self) -> bool:
+        return self.noise_scale is not None
+
+    def _check_ready(self) -> None:
+        if self.noise_scale is None:
+            raise ValueError(
+                "`noise_scale` must be set before sampling. Found None. Pass noise_scale= or sample with "
+                "pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
+            )
+
+    def gaussian_mu_per_iteration(self) -> float:
+        self._check_ready()
+        return 0.5 / self.noise_scale**2
+
+    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
+        self._check_ready()
+        return [GaussianReleases(self.noise_scale, int(n_iterations), label=self._label())]
+
+    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
+        mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
+        self.noise_scale = math.sqrt(0.5 / mu)
+        while 0.5 / self.noise_scale**2 > mu:
+            self.noise_scale = math.nextafter(self.noise_scale, math.inf)
+        self._statistics = None
+
+    def accountant_settings(self) -> dict[str, Any]:
+        return {
+            "step": type(self).__name__,
+            "mechanism": "gaussian: fresh noisy sufficient statistics per iteration (Yildirim & Ermis 2019, Alg. 3)",
+            "vars": list(self.var_names),
+            "family": self.family.settings(),
+            "l2_sensitivity": self.family.l2_sensitivity(),
+            "noise_scale": self.noise_scale,
+            "temperature": self.temperature,
+            "neighbouring": self.neighbouring,
+            "secure_noise": self.secure_noise,
+            "releases_per_iteration": 1,
+        }
+
+    def _label(self) -> str:
+        return f"{type(self).__name__}[{','.join(self.var_names)}]"
+
+    def _reset_chain_state(self) -> None:
+        self.reset_tuning()
+
+    def forget_private_state(self) -> None:
+        self._statistics = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_statistics"] = None  # never pickle the exact statistics
+        return state
+
+    def _mechanism(self) -> NoisySufficientStatistics:
+        if self._statistics is None or self._statistics.noise_multiplier != self.noise_scale:
+            self._check_ready()
+            self._statistics = NoisySufficientStatistics(self.family, self._data, self.noise_scale)
+        return self._statistics
+
+    # -- sampling -------------------------------------------------------------------------
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        mechanism = self._mechanism()
+        tuning = bool(self.tune and self._tune_initial)
+        theta = q0.data
+        proposal = self._propose(theta, self.rng, tuning)
+        prior0, phi0, log_g0 = self._f(theta)
+        prior1, phi1, log_g1 = self._f(proposal)
+        noisy = mechanism.release(self.noise_rng)  # Alg. 3 line 1: a fresh Ŝ
+        dphi = np.atleast_1d(phi1 - phi0)
+        d_hat = float(self.n_rows * (log_g1 - log_g0) + dphi @ noisy)  # eq. 7 with Ŝ
+        std = math.sqrt(float(dphi @ dphi) * mechanism.variance)  # eq. 8
+        log_alpha = penalty_log_acceptance(d_hat, std, float(prior1 - prior0), 0.0, self.temperature)
+        accepted = bool(not np.isnan(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
+        self._record_decision(accepted)
+        self._mu_spent_chain += self.gaussian_mu_per_iteration()
+        stats = {
+            "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
+            "dp_accepted": accepted,
+            "dp_noisy_llr": d_hat,
+            "dp_proposal_scale": float(np.mean(self.proposal_scale)),
+            "dp_mu_cumulative": self._mu_spent_chain,
+            "dp_tuning": tuning,
+        }
+        return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Never chosen automatically: a DP step must be requested explicitly."""
+        return Competence.INCOMPATIBLE
