@@ -56,3 +56,12 @@ def test_dp_barker_gmm_runs_at_a_small_size(tmp_path):
     assert 0 < float(re.search(r"acceptance ([0-9.]+)", out).group(1)) < 1
     assert 0 <= float(re.search(r"share of clipped ratios .*: ([0-9.]+)", out).group(1)) <= 1
     assert re.search(r"exact tempered posterior \(grid\)\s+-?[0-9.]+", out)
+
+
+def test_exponential_family_beta_bernoulli_runs_at_a_small_size(tmp_path):
+    out = run_example(
+        "exponential_family_beta_bernoulli.py", *("--repeats", "20", "--sizes", "10", "1000", "--output", str(tmp_path))
+    )
+    assert re.search(r"OPS temperature T = 0\.0166", out)  # ε/(2·(−log 0.05)) at ε = 0.1
+    table = (tmp_path / "beta_bernoulli_l1.md").read_text().splitlines()
+    assert len(table) == 2 + 2
