@@ -158,7 +158,9 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
         )
     if kind == "pure":
         return PureDPReleases(float(data["epsilon"]), data["count"], data.get("label", "pure"))
-    raise ValueError(f"`type` of a privacy event must be 'gaussian', 'rdp', 'pure' or 'poisson_gaussian'. Found {kind!r}.")
+    raise ValueError(
+        f"`type` of a privacy event must be 'gaussian', 'rdp', 'pure' or 'poisson_gaussian'. Found {kind!r}."
+    )
 
 
 @dataclass(frozen=True)
