@@ -200,7 +200,7 @@ def test_sampling_refuses_a_model_that_still_reads_raw_data():
 
 # -- one posterior sample ------------------------------------------------------------------------
 def test_ops_temperature_follows_the_exponential_mechanism():
-    # Thm 2.2: |ℓ| ≤ B, Δu = 2B, T = ε/(4B); Thm 2.3: ℓ ∈ [−B, 0], Δu = B, T = ε/(2B); T ≤ 1.
+    # Thm 2.3: |ℓ| ≤ B, Δu = 2B, T = ε/(4B); ℓ ∈ [−B, 0]: Δu = B, T = ε/(2B); T ≤ 1 (Thm 2.2).
     assert ops_temperature(0.1, (-3.0, 3.0)) == pytest.approx(0.1 / 12)
     assert ops_temperature(0.1, (-3.0, 0.0)) == pytest.approx(0.1 / 6)
     assert ops_temperature(100.0, (-3.0, 0.0)) == 1.0
@@ -242,3 +242,41 @@ def test_one_posterior_sample_returns_one_draw_with_its_guarantee():
     assert "conditional on exact sampling" in attrs["dp_notes"]
     assert pmdp.privacy_spent(out).epsilon == pytest.approx(0.1)
     assert budget.spent().epsilon == pytest.approx(0.1)
+
+
+def test_ops_tempered_model_clips_rows_outside_a_data_dependent_support():
+    """A row with log p = −∞ at θ counts as the lower bound, so the utility stays bounded.
+
+    Uniform(0, θ) rows: θ below max(y) is impossible under the data; keeping −∞ there would
+    make the support of the draw depend on one row (no ε bounds that).
+    """
+    y = np.array([0.5, 1.5, 2.0])
+    with pm.Model() as model:
+        pm.Uniform("theta", 0.1, 5.0)
+        pm.Uniform("y", 0.0, model["theta"], observed=y)
+    low, temperature = -3.0, 0.5
+    copy = tempered_model(model, temperature, (low, 0.0))
+    assert copy.observed_RVs == []
+    logp = copy.compile_logp()
+    for z in (-2.0, 0.0, 2.0):
+        theta = 0.1 + 4.9 / (1 + math.exp(-z))
+        rows = np.where(y <= theta, -math.log(theta), -np.inf)
+        log_jacobian = math.log(4.9) - z - 2 * math.log1p(math.exp(-z))
+        expected = temperature * np.clip(rows, low, 0.0).sum() - math.log(4.9) + log_jacobian
+        assert np.isfinite(logp({"theta_interval__": z}))
+        assert logp({"theta_interval__": z}) == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"callback": print}, {"discard_tuned_samples": False}, {"return_inferencedata": False}, {"drawz": 3}]
+)
+def test_one_posterior_sample_refuses_keywords_that_leak_more_than_one_draw(kwargs):
+    y = np.zeros(10)
+    with pm.Model() as model:
+        p = pm.Uniform("p", 0.05, 0.95)
+        pm.Bernoulli("y", p, observed=y)
+    budget = PrivacyBudget(1.0, 1e-6, n_rows=10)
+    key = next(iter(kwargs))
+    with pytest.raises((ValueError, TypeError), match=f"`{key}` is not accepted|unknown: \\['{key}'\\]"):
+        pmdp.one_posterior_sample(model, epsilon=0.1, loglik_bounds=(-3.0, 0.0), budget=budget, **kwargs)
+    assert budget.spent().epsilon == 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import warnings
@@ -12,6 +13,21 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 
 __all__ = ["one_posterior_sample", "ops_temperature", "tempered_model"]
+
+#: ``pm.sample`` keywords that would let more than the one draw leave, or change what is drawn.
+_OPS_REFUSED_KWARGS = (
+    "draws",
+    "chains",
+    "step",
+    "model",
+    "nuts_sampler",
+    "nuts_sampler_kwargs",
+    "trace",
+    "idata_kwargs",
+    "callback",
+    "discard_tuned_samples",
+    "return_inferencedata",
+)
 
 
 def ops_temperature(epsilon: float, loglik_bounds: tuple[float, float], neighbouring: str = "substitute") -> float:
@@ -28,8 +44,39 @@ def ops_temperature(epsilon: float, loglik_bounds: tuple[float, float], neighbou
 
         T = ε / (2Δu),  capped at 1 (T = 1 is the posterior itself, costing 2Δu ≤ ε).
 
-    With |ℓ| ≤ B, Δu = 2B and T = 1 costs ε = 4B (Foulds et al. Thm 2.2); with ℓ ∈ [−B, 0]
-    (discrete likelihoods), Δu = B and T = 1 costs 2B (Thm 2.3).
+    At T = 1 this is Foulds et al. Thm 2.2 (one sample of the posterior is 2Δ-DP, Δ the
+    sensitivity of eq. 9); with |ℓ| ≤ B, Δu = 2B and T = 1 costs ε = 4B (Thm 2.3, the OPS
+    result of Wang et al. 2015); with ℓ ∈ [−B, 0] (discrete likelihoods, e.g. the truncated
+    beta-Bernoulli of §3.1), Δu = B and T = 1 costs 2B. Foulds et al. temper the whole joint
+    (eq. 6) with a flat base measure; here the prior is the base measure and only the
+    likelihood is tempered (eq. 14), which the same argument covers because π does not
+    depend on the data.
+
+    Parameters
+    ----------
+    epsilon : float
+        Target ε > 0.
+    loglik_bounds : (lower, upper)
+        Public, finite bounds [a, b] that each row's log-likelihood is clipped into.
+    neighbouring : {"substitute", "add_remove"}
+        Relation Δu is computed under.
+
+    Returns
+    -------
+    float
+        T = min(1, ε/(2Δu)); the draw then costs 2TΔu ≤ ε.
+
+    Notes
+    -----
+    Neighbouring relation: substitute by default (Δu = b − a), add/remove Δu = max(|a|, |b|).
+    ε covers one exact draw from the tempered posterior.
+
+    References
+    ----------
+    .. [1] Foulds, J., Geumlek, J., Welling, M. and Chaudhuri, K. (2016). On the theory and
+       practice of privacy-preserving Bayesian data analysis. UAI, eq. (4)–(9), (14),
+       Theorems 2.2–2.3.
+    .. [2] McSherry, F. and Talwar, K. (2007). Mechanism design via differential privacy. FOCS.
     """
     epsilon = check_finite_positive("epsilon", epsilon)
     low, high = _check_loglik_bounds(loglik_bounds)
@@ -56,24 +103,40 @@ def _utility_sensitivity(low: float, high: float, neighbouring: str) -> float:
 def tempered_model(model: Any, temperature: float, loglik_bounds: tuple[float, float]) -> Any:
     """A copy of ``model`` whose log density is log prior + T Σᵢ clip(log p(xᵢ | θ), lower, upper).
 
-    Rows whose log-likelihood is not finite keep it (θ is then outside the copy's support).
-    The copy holds the raw data: it is for sampling inside :func:`one_posterior_sample` only.
+    The copy keeps the free variables, their priors and transforms and the deterministics
+    that do not read data; its observed variables are removed and replaced by one
+    ``pm.Potential`` holding the tempered clipped sum. A row whose log-likelihood is −∞ (or
+    NaN) at θ, e.g. θ outside a data-dependent support, contributes T·lower like any row
+    below the bound: the utility stays in [lower, upper] for every θ and every data set,
+    which the exponential mechanism's sensitivity requires. The copy holds the raw data:
+    it is for sampling inside :func:`one_posterior_sample` only.
     """
     import pymc as pm
     import pytensor.tensor as pt
-    from pymc.model.fgraph import clone_model
+    from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
+    from pytensor.graph.replace import graph_replace
 
-    from pymc_dp.data import _rowsum
+    from pymc_dp.data import _rowsum, data_dependent_deterministics
 
     low, high = _check_loglik_bounds(loglik_bounds)
     temperature = check_finite_positive("temperature", temperature)
-    copy = clone_model(model)
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    rows = sum(_rowsum(t) for t in terms)
+    hidden = set(data_dependent_deterministics(model)) if model.observed_RVs else set()
+    fgraph, _ = fgraph_from_model(model)
+    drop = [
+        i
+        for i, out in enumerate(fgraph.outputs)
+        if out.owner is not None and (isinstance(out.owner.op, ModelObservedRV) or out.name in hidden)
+    ]
+    for i in sorted(drop, reverse=True):
+        fgraph.remove_output(i)
+    copy = model_from_fgraph(fgraph, mutate_fgraph=True)
+    replacements = {model.rvs_to_values[rv]: copy.rvs_to_values[copy[rv.name]] for rv in model.free_RVs}
+    rows = graph_replace(rows, replacements, strict=False)
+    clipped = pt.switch(pt.isnan(rows), low, pt.clip(rows, low, high))
     with copy:
-        terms = copy.logp(vars=copy.observed_RVs, sum=False)
-        rows = sum(_rowsum(t) for t in terms)
-        finite = pt.bitwise_not(pt.isinf(rows) | pt.isnan(rows))
-        # The copy keeps the observed terms Σᵢ ℓᵢ; the potential turns them into T Σᵢ clip(ℓᵢ).
-        pm.Potential("dp_ops_tempering", pt.sum(pt.switch(finite, temperature * pt.clip(rows, low, high) - rows, 0.0)))
+        pm.Potential("dp_ops_tempering", temperature * pt.sum(clipped))
     return copy
 
 
@@ -153,9 +216,15 @@ def one_posterior_sample(
     low, high = _check_loglik_bounds(loglik_bounds)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     tune = check_positive_int("tune", tune)
-    for key in ("draws", "chains", "step", "nuts_sampler", "trace", "idata_kwargs"):
+    for key in _OPS_REFUSED_KWARGS:
         if key in kwargs:
-            raise ValueError(f"`{key}` is not accepted by one_posterior_sample (one NUTS chain, one draw).")
+            raise ValueError(
+                f"`{key}` is not accepted by one_posterior_sample: one NUTS chain, one draw, and nothing else of "
+                "the chain may leave."
+            )
+    unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
+    if unknown:
+        raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
     if budget is not None and not isinstance(budget, PrivacyBudget):
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     n_rows = _row_structure(model)[0]
@@ -201,7 +270,7 @@ def one_posterior_sample(
     record = {
         "format": 1,
         "method": "pure_sum",
-        "mechanism": "exponential mechanism: one sample of prior × exp(T Σ clip(loglik)) (Foulds et al. 2016 Thm 2.2)",
+        "mechanism": "exponential mechanism: one sample of prior × exp(T Σ clip(loglik)) (Foulds et al. 2016, eq. 14)",
         "epsilon": spent,
         "delta": 0.0,
         "neighbouring": neighbouring,
