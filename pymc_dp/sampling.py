@@ -177,7 +177,7 @@ def sample(
         Target ε of this run. Required when a step leaves its noise unset; otherwise the
         run is refused if its ε would exceed it.
     delta : float
-        δ in (0, 1) at which ε is computed. Typically below 1/N.
+        δ in (0, 1) at which ε is computed. Typically below 1/N. Defaults to the budget's δ.
     draws, tune, chains : int
         As for ``pm.sample``; tuning iterations are accounted like draws.
     budget : PrivacyBudget, optional
@@ -213,6 +213,8 @@ def sample(
     mechanisms are accounted exactly (Sommer et al. 2019, Lemma 12).
     """
     model = modelcontext(model)
+    if delta is None and isinstance(budget, PrivacyBudget):
+        delta = budget.delta
     if delta is None:
         raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
     delta = check_unit_interval_open("delta", delta)

@@ -1,0 +1,487 @@
+"""DPADVI: ADVI with per-row clipped, Poisson-subsampled, Gaussian-noised ELBO gradients."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.model import modelcontext
+from pymc.variational.inference import Inference
+
+from pymc_dp._validation import (
+    check_bool,
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
+from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon
+from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN
+from pymc_dp.accounting.pld import PoissonGaussianReleases, poisson_gaussian_noise_multiplier
+from pymc_dp.data import RowLikelihood, _row_structure, data_dependent_deterministics
+from pymc_dp.mechanisms import NoisyPoissonGradientSum, noise_generator
+from pymc_dp.variational.families import family_for
+from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
+
+__all__ = ["DPADVI", "DPFullRank", "DPMeanField"]
+
+#: ``Inference.fit`` keywords with no private meaning here, and why.
+_REFUSED_FIT_KWARGS = {
+    "score": "the ELBO is an exact function of the data; DPADVI reports no loss",
+    "obj_optimizer": "DPADVI takes `optimizer=` and `learning_rate=` (it clips per row before any optimiser)",
+    "total_grad_norm_constraint": "DPADVI clips every row's gradient to `clip`",
+    "more_replacements": "replacements would bypass the per-row clipping",
+    "more_updates": "extra updates would read the data outside the mechanism",
+    "obj_n_mc": "DPADVI takes `n_mc=` at construction",
+}
+
+
+class _DPApproximationMixin:
+    """What a DPADVI approximation adds to PyMC's: private ``sample`` and its guarantee."""
+
+    _dp_record: dict[str, Any] | None = None
+    _dp_hidden: tuple[str, ...] = ()
+
+    def sample(self, draws: int = 500, *, random_seed: Any = None, return_inferencedata: bool = True, **kwargs):
+        """Draw from the fitted approximation; the result carries ``dp_*`` attributes and no raw data.
+
+        As ``Approximation.sample``, except that ``observed_data`` and ``constant_data`` are
+        removed, deterministics that read data are left out, and ``posterior.attrs`` holds
+        ``dp_epsilon``, ``dp_delta``, ``dp_neighbouring``, ``dp_n_rows`` (substitute only)
+        and ``dp_accountant``. The draws are post-processing of the DP releases: they cost no
+        further privacy, however many are drawn.
+        """
+        from pymc_dp.sampling import _group, strip_private_groups, write_privacy_attrs
+
+        if return_inferencedata is not True:
+            raise ValueError(
+                "`return_inferencedata` must be True: pymc_dp attaches its guarantee to the returned object."
+            )
+        if self._dp_record is None:
+            raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
+        idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
+        strip_private_groups(idata)
+        posterior = _group(idata, "posterior")
+        hidden = [name for name in self._dp_hidden if name in posterior]
+        if hidden:
+            idata["posterior"] = posterior.drop_vars(hidden)
+        write_privacy_attrs(idata, self._dp_record)
+        return idata
+
+    def initial_values(self, chains: int = 1, random_seed: Any = None) -> list[dict[str, np.ndarray]]:
+        """One draw from q per chain, as ``initvals`` for ``pm.sample`` / ``pymc_dp.sample``.
+
+        Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q.
+        """
+        chains = check_positive_int("chains", chains)
+        draws = pm.Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
+        names = [rv.name for rv in self.model.free_RVs]
+        return [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
+
+
+class DPMeanField(_DPApproximationMixin, pm.MeanField):
+    """``pm.MeanField`` fitted by :class:`DPADVI`: ``sample`` returns a private result."""
+
+
+class DPFullRank(_DPApproximationMixin, pm.FullRank):
+    """``pm.FullRank`` fitted by :class:`DPADVI`: ``sample`` returns a private result."""
+
+
+_APPROXIMATIONS = {"meanfield": DPMeanField, "fullrank": DPFullRank}
+
+
+class DPADVI(Inference):
+    r"""Differentially private ADVI (Jälkö, Dikmen and Honkela 2017).
+
+    Each iteration draws θ_s = μ + Lε_s (s = 1..``n_mc``), takes every row's gradient of the
+    expected log-likelihood with respect to the variational parameters, and releases
+
+        ĝ = (Σ_{i∈S} clip_C(∇ E_q log p(xᵢ | θ)) + N(0, σ²Δ² I)) / q
+
+    over a Poisson batch S (each row independently with probability q), with Δ = 2C
+    (substitute) or C (add/remove). The gradients of the prior, the transforms' Jacobian and
+    the entropy need no data and are added exactly; the optimiser (AdaGrad or Adam) then
+    takes an ascent step. The approximation is PyMC's own ``MeanField`` / ``FullRank``, so
+    ``approx.mean``, ``approx.std`` and ``approx.sample`` behave as after ``pm.fit``.
+
+    Parameters
+    ----------
+    epsilon, delta : float, optional
+        Target (ε, δ) of the fit. With ``noise_multiplier`` unset, σ is calibrated so that
+        all ``n`` iterations meet ε; with it set, a fit that would exceed ε is refused.
+        ``delta`` is required (a budget supplies it when omitted).
+    noise_multiplier : float, optional
+        σ > 0, the noise standard deviation per unit of sensitivity Δ.
+    sampling_rate : float
+        q in (0, 1]: the Poisson sampling probability of each row (expected batch qN).
+    clip : float
+        C > 0, finite: the L2 bound on each row's gradient with respect to the variational
+        parameters (μ and ρ, or μ and the Cholesky entries).
+    approximation : {"meanfield", "fullrank"}
+    optimizer : {"adagrad", "adam"}
+        AdaGrad as in the paper (default learning rate 0.1) or Adam (0.01).
+    learning_rate : float, optional
+    n_mc : int, default 1
+        Monte Carlo draws per gradient (the paper uses 1).
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+    budget : PrivacyBudget, optional
+        Charged before the first data access of every ``fit``; a fit that would overspend is
+        refused with nothing charged. Without ``epsilon`` and ``noise_multiplier``, σ is
+        calibrated to what is left of it.
+    secure_noise : bool, default False
+        Draw the batches and the noise from OS entropy (not reproducible).
+    model : pm.Model, optional
+        Taken from the context at construction or at ``fit``.
+    random_seed : int, optional
+        Seeds the approximation's start, the Monte Carlo draws and (unless
+        ``secure_noise``) the batches and noise. Keep a seed used on real data secret.
+    start : dict, optional
+        Start point, as for ``pm.MeanField``.
+
+    Notes
+    -----
+    Neighbouring relation: substitute by default (data sets of the same public size N that
+    differ in one row; sensitivity 2C), or add/remove (one row added or removed; sensitivity
+    C; N is not released). Each iteration is one Poisson-subsampled Gaussian mechanism with
+    the same (σ, q) as the sampling, accounted with ``dp_accounting``'s privacy-loss
+    distributions (REPLACE_ONE with multiplier 2σ under substitute, ADD_OR_REMOVE_ONE with σ)
+    or RDP where that is smaller. ε covers every iteration of every ``fit`` call on this
+    object; the fitted parameters, ``approx.sample`` draws and progress reports are
+    post-processing. No loss is computed or reported: the ELBO reads the data exactly.
+
+    Examples
+    --------
+    >>> dpadvi = pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.01, clip=5.0)  # doctest: +SKIP
+    >>> approx = dpadvi.fit(n=5000, model=model)  # doctest: +SKIP
+    >>> idata = approx.sample(2000)  # doctest: +SKIP
+    >>> idata.posterior.attrs["dp_epsilon"]  # doctest: +SKIP
+
+    References
+    ----------
+    .. [1] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+       inference for non-conjugate models. UAI, Algorithm 1 and §3–4.
+    .. [2] Kucukelbir, A. et al. (2017). Automatic differentiation variational inference.
+       JMLR 18(14).
+    .. [3] Koskela, A., Jälkö, J. and Honkela, A. (2020). Computing tight differential privacy
+       guarantees using FFT. AISTATS (PLD accounting).
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        noise_multiplier: float | None = None,
+        sampling_rate: float,
+        clip: float,
+        approximation: str = "meanfield",
+        optimizer: str = "adagrad",
+        learning_rate: float | None = None,
+        n_mc: int = 1,
+        neighbouring: str = "substitute",
+        budget: PrivacyBudget | None = None,
+        secure_noise: bool = False,
+        model: Any = None,
+        random_seed: int | None = None,
+        start: dict | None = None,
+    ) -> None:
+        self.epsilon = None if epsilon is None else check_finite_positive("epsilon", epsilon)
+        q = sampling_rate
+        if isinstance(q, bool) or not isinstance(q, int | float | np.integer | np.floating) or not 0.0 < q <= 1.0:
+            raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
+        self.sampling_rate = float(q)
+        self.clip = check_finite_positive("clip", clip)
+        self.noise_multiplier = (
+            None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
+        )
+        if approximation not in _APPROXIMATIONS:
+            raise ValueError(f"`approximation` must be one of {sorted(_APPROXIMATIONS)}. Found {approximation!r}.")
+        self.approximation = approximation
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"`optimizer` must be one of {sorted(OPTIMIZERS)}. Found {optimizer!r}.")
+        make_optimizer(optimizer, learning_rate)  # validates the learning rate now
+        self.optimizer, self.learning_rate = optimizer, learning_rate
+        self.n_mc = check_positive_int("n_mc", n_mc)
+        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        if budget is not None and not isinstance(budget, PrivacyBudget):
+            raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
+        if budget is not None and budget.neighbouring != self.neighbouring:
+            raise ValueError(
+                f"`budget` must use the same neighbouring relation as DPADVI ({self.neighbouring!r}). "
+                f"Found {budget.neighbouring!r}."
+            )
+        if delta is None and budget is not None:
+            delta = budget.delta
+        if delta is None:
+            raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
+        self.delta = check_unit_interval_open("delta", delta)
+        if self.noise_multiplier is None and self.epsilon is None and budget is None:
+            raise ValueError(
+                "Give either a target `epsilon` (with `delta`) or a `noise_multiplier` (or a `budget` to calibrate "
+                "to). Found neither."
+            )
+        self.budget = budget
+        self.secure_noise = check_bool("secure_noise", secure_noise)
+        self.random_seed = random_seed
+        self._start = start
+        try:
+            self._model = modelcontext(model)
+        except TypeError:  # no model given and no context: take it at fit
+            self._model = None
+        self.hist = np.asarray(())
+        self.state = None
+        self._approx = None
+        self._iterations = 0  # accounted so far
+
+    # -- PyMC's Inference interface --------------------------------------------------------
+    @property
+    def approx(self):
+        """The fitted :class:`DPMeanField` / :class:`DPFullRank` (None before the first fit)."""
+        return self._approx
+
+    def run_profiling(self, *args, **kwargs):
+        raise NotImplementedError("DPADVI has no profiling run: every iteration would be a privacy release.")
+
+    def refine(self, n: int, progressbar: bool = True, progressbar_theme: Any = None):
+        """Run ``n`` more iterations (accounted on top of the earlier ones)."""
+        return self.fit(n, progressbar=progressbar)
+
+    # -- accounting ------------------------------------------------------------------------
+    def privacy_events(self, iterations: int) -> list[PrivacyEvent]:
+        """The events of ``iterations`` iterations at the current noise multiplier."""
+        if self.noise_multiplier is None:
+            raise RuntimeError("The noise multiplier is not set yet: it is calibrated at the first fit.")
+        return [
+            PoissonGaussianReleases(self.noise_multiplier, self.sampling_rate, iterations, self.neighbouring, "dpadvi")
+        ]
+
+    def privacy_spent(self) -> PrivacySpent:
+        """ε at ``delta`` of every iteration run so far by this object."""
+        if self._iterations == 0:
+            return PrivacySpent(0.0, self.delta, self.neighbouring, "pld", None, None, ())
+        events = self.privacy_events(self._iterations)
+        eps, method, mu = compose_epsilon(events, self.delta)
+        return PrivacySpent(eps, self.delta, self.neighbouring, method, mu, None, tuple(events))
+
+    def _plan(self, n: int, n_rows: int) -> tuple[float, list[PrivacyEvent], str]:
+        """σ for this fit, and the whole object's events and ε after it; changes nothing."""
+        total = self._iterations + n
+        sigma = self.noise_multiplier
+        if sigma is None:
+            if self.epsilon is not None:
+                target, earlier = self.epsilon, ()
+            else:  # calibrate to what is left of the budget
+                target, earlier = self.budget.epsilon, self.budget.events
+            try:
+                sigma = poisson_gaussian_noise_multiplier(
+                    target * (1.0 - CALIBRATION_MARGIN),
+                    self.delta,
+                    self.sampling_rate,
+                    total,
+                    self.neighbouring,
+                    earlier,
+                )
+            except ValueError as error:
+                raise PrivacyBudgetExceededError(f"{error} Nothing was run or charged.") from None
+        events = [PoissonGaussianReleases(sigma, self.sampling_rate, total, self.neighbouring, "dpadvi")]
+        epsilon, method, _ = compose_epsilon(events, self.delta)
+        if self.epsilon is not None and epsilon > self.epsilon:
+            raise PrivacyBudgetExceededError(
+                f"This fit would bring DPADVI's ε to {epsilon:.6g} at δ={self.delta:g} ({total} iterations in all at "
+                f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}), above `epsilon`="
+                f"{self.epsilon:g}. Nothing was run or charged; use more noise, a smaller sampling rate or fewer "
+                "iterations."
+            )
+        return sigma, events, method
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _setup(self, model) -> None:
+        discrete = [v.name for v in model.value_vars if v.dtype not in pm.pytensorf.continuous_types]
+        if discrete:
+            raise ValueError(
+                f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
+            )
+        rows = RowLikelihood(model)  # raises ModelStructureError for models without a row axis
+        approx_class = _APPROXIMATIONS[self.approximation]
+        kwargs = {"model": model, "random_seed": self.random_seed}
+        if self._start is not None:
+            kwargs["start"] = self._start
+        approx = approx_class(**kwargs)
+        group = approx.groups[0]
+        # θ in the data layer's order from θ in the approximation's order (both by value-variable name).
+        offsets, position = {}, 0
+        for var in rows.value_vars:
+            size = int(np.prod(group.ordering[var.name][2], dtype=int))
+            offsets[var.name] = (position, size)
+            position += size
+        to_rows = np.empty(rows.n_params, dtype=np.int64)
+        for name, (_, slc, _, _) in group.ordering.items():
+            start, size = offsets[name]
+            to_rows[start : start + size] = np.arange(slc.start, slc.stop)
+        self._to_rows = to_rows
+        self._to_approx = np.argsort(to_rows)
+        self._rows = rows
+        self._family = family_for(self.approximation, rows.n_params)
+        self._params = [group.params_dict[k] for k in ("mu", "rho" if self.approximation == "meanfield" else "L_tril")]
+        self._optimizer_state = make_optimizer(self.optimizer, self.learning_rate)
+        seed_sequence = np.random.SeedSequence(self.random_seed)
+        mc_seed, noise_seed = seed_sequence.spawn(2)
+        self._mc_rng = np.random.default_rng(mc_seed)
+        self._noise_rng = noise_generator(np.random.default_rng(noise_seed), self.secure_noise)
+        approx._dp_hidden = tuple(data_dependent_deterministics(model))
+        self._approx = approx
+
+    def _packed(self) -> np.ndarray:
+        return np.concatenate([np.asarray(p.get_value(), dtype=float) for p in self._params])
+
+    def _unpack(self, packed: np.ndarray) -> None:
+        parts = self._family.split(packed)
+        for shared, value in zip(self._params, parts.values(), strict=True):
+            shared.set_value(value.astype(shared.dtype))
+
+    def _gradient(self, packed: np.ndarray, eps: np.ndarray, mechanism: NoisyPoissonGradientSum) -> np.ndarray:
+        """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``eps`` (S, P): one release."""
+        family, rows = self._family, self._rows
+        to_approx = self._to_approx
+        draws = family.draws(packed, eps)[:, self._to_rows]  # (S, P) in the data layer's order
+
+        def to_parameters(theta_grads: list[np.ndarray]) -> np.ndarray:
+            return family.chain_rule(packed, eps, [g[:, to_approx] for g in theta_grads])
+
+        data_part = mechanism.release(draws, to_parameters, self._noise_rng)
+        # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
+        prior_part = to_parameters([rows.prior_logp_and_grad(theta)[1][None, :] for theta in draws])[0]
+        return data_part + prior_part + family.entropy_gradient(packed)
+
+    def _make_step(self, mechanism: NoisyPoissonGradientSum):
+        def step() -> None:
+            packed = self._packed()
+            eps = self._mc_rng.standard_normal((self.n_mc, self._rows.n_params))
+            self._unpack(self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism)))
+
+        return step
+
+    def fit(
+        self,
+        n: int = 10000,
+        model: Any = None,
+        *,
+        random_seed: int | None = None,
+        progressbar: bool = True,
+        callbacks: list | None = None,
+        progressbar_theme: Any = None,
+        **kwargs: Any,
+    ):
+        """Run ``n`` DP iterations and return the approximation.
+
+        Plans and prices the iterations before touching data: calibrates σ at the first fit
+        when it is unset, refuses a fit over ``epsilon`` or over the budget (nothing is run
+        or charged), charges the budget, then iterates.
+
+        Parameters
+        ----------
+        n : int
+            Number of iterations.
+        model : pm.Model, optional
+            The model, if not given at construction or by context.
+        random_seed : int, optional
+            Overrides the constructor's seed (first fit only).
+        progressbar : bool
+            Show a progress bar (iterations only: no loss is computed).
+        callbacks : list of callables, optional
+            Called as ``callback(approx, None, i)`` after every iteration (e.g.
+            ``pm.callbacks.CheckParametersConvergence``); they see only private values.
+        progressbar_theme : rich Theme, optional
+            As for ``pm.fit``.
+        **kwargs
+            Refused: ``Inference.fit`` options that would compute the loss or bypass
+            clipping (``score``, ``obj_optimizer``, ...) get an error saying why.
+
+        Returns
+        -------
+        DPMeanField or DPFullRank
+        """
+        n = check_positive_int("n", n)
+        for key, why in _REFUSED_FIT_KWARGS.items():
+            if key in kwargs:
+                raise ValueError(f"`{key}` is not supported by DPADVI.fit: {why}.")
+        if kwargs:
+            raise TypeError(f"Keyword arguments must be ones DPADVI.fit accepts. Found unknown: {sorted(kwargs)}.")
+        if self._approx is None:
+            if model is not None:
+                model = modelcontext(model)
+            elif self._model is not None:
+                model = self._model
+            else:
+                model = modelcontext(None)
+            if random_seed is not None:
+                self.random_seed = random_seed
+        else:
+            if model is not None and modelcontext(model) is not self._approx.model:
+                raise ValueError("`model` must be the model of the first fit. Found another model.")
+            model = self._approx.model
+        n_rows = _row_structure(model)[0]
+        if self.neighbouring == "substitute" and self.budget is not None and self.budget.n_rows != n_rows:
+            raise ValueError(
+                f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {self.budget.n_rows}."
+            )
+        sigma, events, method = self._plan(n, n_rows)
+        new_events = [PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")]
+        if self.budget is not None:
+            self.budget.check(new_events)
+        if self._approx is None:
+            self._setup(model)
+        # Every check passed: commit σ, charge the budget, then touch data.
+        self.noise_multiplier = sigma
+        if self.budget is not None:
+            self.budget.charge(new_events, label=f"DPADVI fit {len(self.budget.labels) + 1}: {n} iterations")
+        self._iterations += n
+        self._approx._dp_record = self._record(events, method, n_rows)
+
+        mechanism = NoisyPoissonGradientSum(self._rows, self.clip, sigma, self.sampling_rate, self.neighbouring)
+        if progressbar_theme is None:
+            from pymc.progress_bar import default_progress_theme as progressbar_theme
+        callbacks = list(callbacks or [])
+        self.state = self._iterate_without_loss(
+            0, n, self._make_step(mechanism), progressbar, progressbar_theme, callbacks
+        )
+        self.approx.hist = self.hist  # empty: no loss is computed
+        return self.approx
+
+    def _record(self, events: list[PrivacyEvent], method: str, n_rows: int) -> dict[str, Any]:
+        from pymc_dp.sampling import ACCOUNTANT_FORMAT, _versions
+
+        epsilon, method, mu = compose_epsilon(events, self.delta)
+        record = {
+            "format": ACCOUNTANT_FORMAT,
+            "mechanism": "DPADVI",
+            "method": method,
+            "mu": mu,
+            "delta": self.delta,
+            "epsilon": epsilon,
+            "neighbouring": self.neighbouring,
+            "n_rows": n_rows if self.neighbouring == "substitute" else None,
+            "iterations": self._iterations,
+            "settings": {
+                "noise_multiplier": self.noise_multiplier,
+                "sampling_rate": self.sampling_rate,
+                "clip": self.clip,
+                "approximation": self.approximation,
+                "optimizer": self.optimizer,
+                "learning_rate": self.learning_rate,
+                "n_mc": self.n_mc,
+                "secure_noise": self.secure_noise,
+            },
+            "events": [e.to_dict() for e in events],
+            "versions": _versions(),
+        }
+        if self.budget is not None:
+            record["budget"] = {
+                "epsilon": self.budget.epsilon,
+                "delta": self.budget.delta,
+                "spent": self.budget.spent().epsilon,
+            }
+        return json.loads(json.dumps(record))

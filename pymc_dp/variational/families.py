@@ -1,0 +1,147 @@
+"""Reparameterised Gaussian families of PyMC's ADVI, as plain NumPy (no PyMC, no data).
+
+Both families write a draw as θ = μ + L ε with ε ~ N(0, I):
+
+* **mean-field** (``pm.MeanField``): parameters (μ, ρ), L = diag(softplus(ρ));
+* **full-rank** (``pm.FullRank``): parameters (μ, l) with l the lower triangle of L in
+  ``numpy.tril_indices`` order and the diagonal of L passed through softplus.
+
+For a function f of θ with gradient g = ∇θ f(θ), the reparameterisation gradient is
+∂f/∂μ = g and ∂f/∂L_jk = g_j ε_k (j ≥ k), times softplus′ = sigmoid on the diagonal. The
+entropy of q is Σ_j log L_jj + const, whose gradient needs no data. These are the maps the
+DPADVI mechanism applies to every row's gradient before clipping.
+
+References
+----------
+.. [1] Kucukelbir, A., Tran, D., Ranganath, R., Gelman, A. and Blei, D. M. (2017). Automatic
+   differentiation variational inference. JMLR 18(14), §2.5 and eq. (8)–(10).
+.. [2] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+   inference for non-conjugate models. UAI, §3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+__all__ = ["FullRankFamily", "MeanFieldFamily", "family_for"]
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+@dataclass(frozen=True)
+class MeanFieldFamily:
+    """θ = μ + softplus(ρ) ⊙ ε; parameters packed as [μ, ρ] (length 2P)."""
+
+    n_params: int
+    name: str = "meanfield"
+
+    @property
+    def size(self) -> int:
+        """Length D of the packed variational parameters."""
+        return 2 * self.n_params
+
+    def split(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """{"mu": μ, "rho": ρ} from the packed vector."""
+        p = self.n_params
+        return {"mu": packed[:p], "rho": packed[p:]}
+
+    def draws(self, packed: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        """θ_s = μ + σ ⊙ ε_s for every row of ``eps`` (S, P)."""
+        parts = self.split(packed)
+        return parts["mu"] + _softplus(parts["rho"]) * eps
+
+    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients w.r.t. [μ, ρ], averaged over the S draws: (B, 2P).
+
+        ``theta_grads[s]`` is the (B, P) matrix of per-row gradients at θ_s.
+        """
+        dsigma = special.expit(self.split(packed)["rho"])
+        g_mu = np.mean(theta_grads, axis=0)
+        g_rho = np.mean([g * (e * dsigma) for g, e in zip(theta_grads, eps, strict=True)], axis=0)
+        return np.concatenate([g_mu, g_rho], axis=1)
+
+    def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
+        """∇ of Σ log softplus(ρ) w.r.t. [μ, ρ]."""
+        rho = self.split(packed)["rho"]
+        return np.concatenate([np.zeros(self.n_params), special.expit(rho) / _softplus(rho)])
+
+    def mean_std(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of q in the unconstrained space."""
+        parts = self.split(packed)
+        return parts["mu"].copy(), _softplus(parts["rho"])
+
+
+@dataclass(frozen=True)
+class FullRankFamily:
+    """θ = μ + L ε, L lower triangular with a softplus diagonal; packed as [μ, l] (P + P(P+1)/2)."""
+
+    n_params: int
+    name: str = "fullrank"
+
+    @property
+    def size(self) -> int:
+        """Length D of the packed variational parameters."""
+        p = self.n_params
+        return p + p * (p + 1) // 2
+
+    @property
+    def tril(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row and column indices of the lower triangle, in ``numpy.tril_indices`` order (PyMC's)."""
+        return np.tril_indices(self.n_params)
+
+    def split(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """{"mu": μ, "L_tril": l} from the packed vector."""
+        p = self.n_params
+        return {"mu": packed[:p], "L_tril": packed[p:]}
+
+    def _is_diagonal(self) -> np.ndarray:
+        rows, cols = self.tril
+        return rows == cols
+
+    def cholesky(self, packed: np.ndarray) -> np.ndarray:
+        """L, with softplus applied to the diagonal entries of l."""
+        p = self.n_params
+        raw = self.split(packed)["L_tril"]
+        entries = np.where(self._is_diagonal(), _softplus(raw), raw)
+        out = np.zeros((p, p))
+        out[self.tril] = entries
+        return out
+
+    def draws(self, packed: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        """θ_s = μ + L ε_s for every row of ``eps`` (S, P)."""
+        return self.split(packed)["mu"] + eps @ self.cholesky(packed).T
+
+    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients w.r.t. [μ, l], averaged over the S draws: (B, P + P(P+1)/2)."""
+        rows, cols = self.tril
+        raw = self.split(packed)["L_tril"]
+        dentry = np.where(self._is_diagonal(), special.expit(raw), 1.0)
+        g_mu = np.mean(theta_grads, axis=0)
+        g_l = np.mean([g[:, rows] * (e[cols] * dentry) for g, e in zip(theta_grads, eps, strict=True)], axis=0)
+        return np.concatenate([g_mu, g_l], axis=1)
+
+    def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
+        """∇ of Σ log softplus(l_jj) w.r.t. [μ, l]."""
+        raw = self.split(packed)["L_tril"]
+        diagonal = self._is_diagonal()
+        grad_l = np.where(diagonal, special.expit(raw) / _softplus(raw), 0.0)
+        return np.concatenate([np.zeros(self.n_params), grad_l])
+
+    def mean_std(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and marginal standard deviations of q in the unconstrained space."""
+        chol = self.cholesky(packed)
+        return self.split(packed)["mu"].copy(), np.sqrt(np.sum(chol**2, axis=1))
+
+
+def family_for(approximation: str, n_params: int) -> MeanFieldFamily | FullRankFamily:
+    """The family for ``approximation`` ("meanfield" or "fullrank")."""
+    if approximation == "meanfield":
+        return MeanFieldFamily(n_params)
+    if approximation == "fullrank":
+        return FullRankFamily(n_params)
+    raise ValueError(f"`approximation` must be 'meanfield' or 'fullrank'. Found {approximation!r}.")
