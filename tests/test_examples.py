@@ -65,3 +65,19 @@ def test_exponential_family_beta_bernoulli_runs_at_a_small_size(tmp_path):
     assert re.search(r"OPS temperature T = 0\.0166", out)  # ε/(2·(−log 0.05)) at ε = 0.1
     table = (tmp_path / "beta_bernoulli_l1.md").read_text().splitlines()
     assert len(table) == 2 + 2
+
+
+def test_naive_bayes_fair_runs_at_a_small_size(tmp_path):
+    out = run_example(
+        "naive_bayes_fair.py",
+        *("--rows", "800", "--repeats", "3", "--epsilons", "0.3", "3", "--output", str(tmp_path)),
+    )
+    assert "800 rows, 8 features, 9 released tables; test rows 240" in out
+    table = (tmp_path / "naive_bayes_fair.md").read_text().splitlines()
+    assert len(table) == 2 + 3 + 1  # header, ε = 0.3, 3, ∞, majority class
+    for line in table[2:5]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        accuracy, area = (float(c.split("±")[0]) for c in cells[2:4])
+        assert 0.0 <= accuracy <= 1.0 and 0.0 <= area <= 1.0
+    # Laplace scale per cell: Δ₁ = 2 per table, 9 tables, ε split evenly: 2·9/ε.
+    assert [line.split("|")[2].strip() for line in table[2:5]] == ["60", "6", "—"]

@@ -280,3 +280,23 @@ def test_one_posterior_sample_refuses_keywords_that_leak_more_than_one_draw(kwar
     with pytest.raises((ValueError, TypeError), match=f"`{key}` is not accepted|unknown: \\['{key}'\\]"):
         pmdp.one_posterior_sample(model, epsilon=0.1, loglik_bounds=(-3.0, 0.0), budget=budget, **kwargs)
     assert budget.spent().epsilon == 0.0
+
+
+def test_several_releases_of_the_same_rows_compose_their_epsilons():
+    from pymc_dp.exponential_family import sample_releases
+
+    y = np.random.default_rng(13).integers(0, 3, size=120)
+    counts = release_statistics("categorical", y, epsilon=0.4, n_categories=3, random_seed=14)
+    ones = release_statistics("bernoulli", (y == 1).astype(float), epsilon=0.25, random_seed=15)
+    with pm.Model() as model:
+        p = pm.Dirichlet("p", np.ones(3))
+        counts.likelihood("counts", p=p)
+        ones.likelihood("ones", p=p[1])
+        idata = sample_releases([counts, ones], draws=50, tune=50, chains=1, random_seed=16, progressbar=False)
+    attrs = idata["posterior"].attrs
+    assert attrs["dp_epsilon"] == pytest.approx(0.65) and attrs["dp_delta"] == 0.0
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(0.65)
+    assert json.loads(attrs["dp_released_statistics"]) == [list(counts.statistics), list(ones.statistics)]
+    other = release_statistics("bernoulli", np.zeros(7), epsilon=1.0, random_seed=0)
+    with model, pytest.raises(ValueError, match=r"`releases` must all come from one data set"):
+        sample_releases([counts, other], draws=10, tune=10, chains=1)

@@ -16,7 +16,12 @@ from pymc_dp.exponential_family.families import (
     project_onto_scaled_simplex,
 )
 from pymc_dp.exponential_family.ops import one_posterior_sample, ops_temperature, tempered_model
-from pymc_dp.exponential_family.release import ReleasedStatistics, release_statistics
+from pymc_dp.exponential_family.release import (
+    ReleasedStatistics,
+    annotate_releases,
+    release_statistics,
+    sample_releases,
+)
 
 __all__ = [
     "SUPPORTED_FAMILIES",
@@ -28,10 +33,12 @@ __all__ = [
     "Normal",
     "Poisson",
     "ReleasedStatistics",
+    "annotate_releases",
     "get_family",
     "one_posterior_sample",
     "ops_temperature",
     "project_onto_scaled_simplex",
     "release_statistics",
+    "sample_releases",
     "tempered_model",
 ]

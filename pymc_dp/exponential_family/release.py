@@ -14,7 +14,7 @@ from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.exponential_family.families import ExponentialFamily, get_family
 from pymc_dp.mechanisms import SecureNoise, laplace_sufficient_statistics
 
-__all__ = ["ReleasedStatistics", "release_statistics"]
+__all__ = ["ReleasedStatistics", "annotate_releases", "release_statistics", "sample_releases"]
 
 
 @dataclass(frozen=True)
@@ -88,41 +88,131 @@ class ReleasedStatistics:
 
         Writes ``dp_epsilon`` (ε of the release), ``dp_delta`` = 0, ``dp_neighbouring``,
         ``dp_n_rows``, ``dp_released_statistics`` and ``dp_accountant`` (JSON) on the
-        posterior; :func:`pymc_dp.privacy_spent` recomputes ε from it.
+        posterior; :func:`pymc_dp.privacy_spent` recomputes ε from it. A model that reads
+        several releases of the same rows needs :func:`annotate_releases` instead.
         """
-        from pymc_dp.sampling import _posterior_attrs, strip_private_groups
-
-        strip_private_groups(idata)
-        attrs = _posterior_attrs(idata)
-        attrs["dp_epsilon"] = self.epsilon
-        attrs["dp_delta"] = 0.0
-        attrs["dp_neighbouring"] = "substitute"
-        attrs["dp_n_rows"] = self.n_rows
-        attrs["dp_released_statistics"] = json.dumps([float(v) for v in self.statistics])
-        attrs["dp_accountant"] = json.dumps(self.accountant_record())
-        return idata
+        return annotate_releases(idata, [self])
 
     def sample(self, model: Any = None, **kwargs: Any) -> Any:
         """``pm.sample(**kwargs)`` on a model that reads the data only through this release; annotated result.
 
         Any PyMC sampler may be used (NUTS by default). The model must hold no observed
         variables and no data containers: those would read raw data outside the release.
+        A model that reads several releases needs :func:`sample_releases`.
         """
-        import pymc as pm
-        from pymc.model import modelcontext
+        return sample_releases([self], model=model, **kwargs)
 
-        model = modelcontext(model)
-        observed = [rv.name for rv in model.observed_RVs]
-        data = [v.name for v in model.data_vars]
-        if observed or data:
-            raise ValueError(
-                "`model` must read the data only through the released statistics. Found observed variables "
-                f"{observed} and data containers {data}; build the likelihood with `release.likelihood(...)`."
-            )
-        if kwargs.get("return_inferencedata", True) is not True:
-            raise ValueError("`return_inferencedata` must be True: the guarantee is attached to the returned object.")
-        idata = pm.sample(model=model, **kwargs)
-        return self.annotate(idata)
+
+def _check_releases(releases: Any) -> list[ReleasedStatistics]:
+    releases = list(releases) if isinstance(releases, list | tuple) else None
+    if not releases or not all(isinstance(r, ReleasedStatistics) for r in releases):
+        raise TypeError("`releases` must be a non-empty list of ReleasedStatistics. Found another object.")
+    sizes = sorted({r.n_rows for r in releases})
+    if len(sizes) > 1:
+        raise ValueError(f"`releases` must all come from one data set (the same number of rows). Found n_rows {sizes}.")
+    return releases
+
+
+def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
+    """Strip raw-data groups from ``idata`` and attach the composed guarantee of ``releases`` (in place).
+
+    Parameters
+    ----------
+    idata : InferenceData or DataTree
+        A sampling result of a model that reads the data only through ``releases``.
+    releases : list of ReleasedStatistics
+        Every release of the same rows the model reads.
+
+    Returns
+    -------
+    The same object, with ``dp_epsilon`` = Σ εⱼ, ``dp_delta`` = 0, ``dp_neighbouring``,
+    ``dp_n_rows``, ``dp_released_statistics`` (JSON: the released vector, or a list of them)
+    and ``dp_accountant`` (JSON, every release's event) on the posterior.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public). Releases of the same rows
+    compose by adding their ε (Dwork and Roth 2014, Thm 3.16): replacing one row moves each
+    released vector by at most its Δ₁, so the concatenation has L1 sensitivity Σ Δ₁ⱼ and
+    Laplace scales Δ₁ⱼ/εⱼ, which is (Σ εⱼ, 0)-DP. The sampling result is post-processing.
+
+    References
+    ----------
+    .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential
+       privacy. Foundations and Trends in TCS 9, Theorem 3.16.
+    """
+    from pymc_dp.accounting.events import compose_epsilon
+    from pymc_dp.sampling import ACCOUNTANT_FORMAT, _posterior_attrs, _versions, strip_private_groups
+
+    releases = _check_releases(releases)
+    events = [e for r in releases for e in r.events]
+    epsilon = compose_epsilon(events, 0.0)[0]
+    statistics = [[float(v) for v in r.statistics] for r in releases]
+    record = (
+        releases[0].accountant_record()
+        if len(releases) == 1
+        else {
+            "format": ACCOUNTANT_FORMAT,
+            "method": "pure_sum",
+            "mechanism": "laplace: several aggregate sufficient statistics of the same rows, projected",
+            "epsilon": epsilon,
+            "delta": 0.0,
+            "neighbouring": "substitute",
+            "n_rows": releases[0].n_rows,
+            "releases": [
+                {k: v for k, v in r.accountant_record().items() if k not in ("format", "versions")} for r in releases
+            ],
+            "events": [e.to_dict() for e in events],
+            "versions": _versions(),
+        }
+    )
+    strip_private_groups(idata)
+    attrs = _posterior_attrs(idata)
+    attrs["dp_epsilon"] = epsilon
+    attrs["dp_delta"] = 0.0
+    attrs["dp_neighbouring"] = "substitute"
+    attrs["dp_n_rows"] = releases[0].n_rows
+    attrs["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
+    attrs["dp_accountant"] = json.dumps(record)
+    return idata
+
+
+def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwargs: Any) -> Any:
+    """``pm.sample(**kwargs)`` on a model that reads the data only through ``releases``; annotated result.
+
+    Any PyMC sampler may be used (NUTS by default), as often as you like: the result is
+    post-processing of the releases and carries their composed ε (:func:`annotate_releases`).
+
+    Parameters
+    ----------
+    releases : list of ReleasedStatistics
+        Every release of the same rows that the model's likelihood terms read.
+    model : pm.Model, optional
+        From the context if omitted. It must hold no observed variables and no data
+        containers: those would read raw data outside the releases.
+    **kwargs
+        Passed to ``pm.sample`` (``return_inferencedata`` must stay True).
+
+    Notes
+    -----
+    Neighbouring relation: substitute; ε = Σ εⱼ, δ = 0 (see :func:`annotate_releases`).
+    """
+    import pymc as pm
+    from pymc.model import modelcontext
+
+    releases = _check_releases(releases)
+    model = modelcontext(model)
+    observed = [rv.name for rv in model.observed_RVs]
+    data = [v.name for v in model.data_vars]
+    if observed or data:
+        raise ValueError(
+            "`model` must read the data only through the released statistics. Found observed variables "
+            f"{observed} and data containers {data}; build the likelihood with `release.likelihood(...)`."
+        )
+    if kwargs.get("return_inferencedata", True) is not True:
+        raise ValueError("`return_inferencedata` must be True: the guarantee is attached to the returned object.")
+    idata = pm.sample(model=model, **kwargs)
+    return annotate_releases(idata, releases)
 
 
 def release_statistics(
