@@ -31,6 +31,7 @@ __all__ = [
     "clip_l2",
     "clip_values",
     "clipped_sum_l2",
+    "clipped_sum_l2_linear",
     "gaussian_noise",
     "laplace_noise",
     "laplace_sufficient_statistics",
@@ -89,8 +90,14 @@ def clip_l2(rows: np.ndarray, bound: float) -> np.ndarray:
     if math.isinf(bound):
         return safe
     norms = np.sqrt(np.einsum("ij,ij->i", safe, safe))
-    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    scale = _clip_factors(norms, bound)
     return safe * scale[:, None]
+
+
+def _clip_factors(norms: np.ndarray, bound: float) -> np.ndarray:
+    """min(1, bound/‖row‖) for every row norm (1 for zero rows, without dividing by zero)."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return np.where(norms > bound, bound / norms, 1.0)
 
 
 def clipped_sum_l2(rows: np.ndarray, bound: float) -> np.ndarray:
@@ -109,8 +116,33 @@ def clipped_sum_l2(rows: np.ndarray, bound: float) -> np.ndarray:
     if not finite.all():
         rows = np.where(finite[:, None], rows, 0.0)
         norms = np.where(finite, norms, 0.0)
-    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    scale = _clip_factors(norms, bound)
     return scale @ rows
+
+
+def clipped_sum_l2_linear(rows: np.ndarray, linear_map: np.ndarray, bound: float) -> np.ndarray:
+    """Σᵢ clip_L2(rowᵢ M, bound) without forming the (rows × D) matrix of rowᵢ M.
+
+    ‖rowᵢ M‖² = rowᵢ (M Mᵀ) rowᵢᵀ, so the norms cost O(B P²) and the sum (Σᵢ sᵢ rowᵢ) M, where
+    M is (P × D). Equal to ``clipped_sum_l2(rows @ linear_map, bound)``; rows with a
+    non-finite entry contribute zero.
+    """
+    bound = _check_bound("bound", bound)
+    rows = np.asarray(rows, dtype=float)
+    linear_map = np.asarray(linear_map, dtype=float)
+    if rows.ndim != 2 or linear_map.ndim != 2 or rows.shape[1] != linear_map.shape[0]:
+        raise ValueError(
+            f"`rows` (B × P) and `linear_map` (P × D) must be 2-d and conformable. Found shapes {rows.shape} and "
+            f"{linear_map.shape}."
+        )
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", rows @ (linear_map @ linear_map.T), rows), 0.0))
+    finite = np.isfinite(norms)
+    if not finite.all():
+        rows = np.where(finite[:, None], rows, 0.0)
+        norms = np.where(finite, norms, 0.0)
+    scale = _clip_factors(norms, bound)
+    return (scale @ rows) @ linear_map
 
 
 def sensitivity_of_clipped_sum(bound: float, neighbouring: str = "substitute") -> float:
@@ -675,7 +707,7 @@ class NoisyPoissonGradientSum:
     Each release is one Poisson-subsampled Gaussian mechanism, accounted by
     :class:`pymc_dp.accounting.pld.PoissonGaussianReleases` with the same σ and q. The
     per-row gradient is taken with respect to the variational parameters, through the
-    parameter map ``to_parameters`` that :meth:`release` receives: a data-free function of
+    linear maps that :meth:`release` receives: data-free functions of the parameters and
     the Monte Carlo draws (the reparameterisation's chain rule).
 
     References
@@ -698,21 +730,26 @@ class NoisyPoissonGradientSum:
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.clip, self.neighbouring)
 
-    def release(self, theta_draws: np.ndarray, to_parameters, rng: np.random.Generator | SecureNoise) -> np.ndarray:
+    def release(
+        self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: np.random.Generator | SecureNoise
+    ) -> np.ndarray:
         """One noisy gradient estimate, shape (D,).
 
         Parameters
         ----------
         theta_draws : ndarray, shape (S, P)
-            Points θ_s at which each batch row's log-likelihood gradient is taken.
-        to_parameters : callable
-            Maps the list of S per-row gradient matrices (B, P) to the per-row gradients
-            with respect to the D optimised parameters, shape (B, D). Must not read data.
+            Points θ_s at which each batch row's log-likelihood gradient gᵢ(θ_s) is taken.
+        parameter_jacobians : list of S ndarrays, shape (P, D)
+            Data-free maps M_s: row i's gradient with respect to the D optimised parameters
+            is mean_s gᵢ(θ_s) M_s (the reparameterisation's chain rule).
         rng : numpy Generator or SecureNoise
             Draws the batch and the noise.
         """
         batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
-        per_row = [self._rows.grad_rows(theta, batch) for theta in np.atleast_2d(theta_draws)]
-        gradients = np.asarray(to_parameters(per_row), dtype=float)
-        clipped = clipped_sum_l2(gradients, self.clip)
+        draws = np.atleast_2d(theta_draws)
+        if len(draws) == 1:
+            clipped = clipped_sum_l2_linear(self._rows.grad_rows(draws[0], batch), parameter_jacobians[0], self.clip)
+        else:
+            per_row = sum(self._rows.grad_rows(t, batch) @ m for t, m in zip(draws, parameter_jacobians, strict=True))
+            clipped = clipped_sum_l2(per_row / len(draws), self.clip)
         return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate

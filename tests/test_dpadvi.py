@@ -104,8 +104,7 @@ class ConstantRows:
         return np.tile(self.gradient, (len(rows), 1))
 
 
-def identity(grads):
-    return grads[0]
+IDENTITY = [np.eye(2)]  # the parameters are θ itself: M = I
 
 
 @pytest.mark.parametrize("secure", [False, True])
@@ -135,7 +134,7 @@ def test_release_is_unbiased_for_the_full_sum_with_expected_batch_normalisation(
     gradient = np.array([0.3, -0.4])  # norm 0.5 < C: not clipped
     mechanism = NoisyPoissonGradientSum(ConstantRows(n_rows, gradient), 1.0, 1e-12, q, "substitute")
     rng = np.random.default_rng(5)
-    releases = np.array([mechanism.release(np.zeros((1, 2)), identity, rng) for _ in range(repeats)])
+    releases = np.array([mechanism.release(np.zeros((1, 2)), IDENTITY, rng) for _ in range(repeats)])
     # ĝ = |S| g / q with |S| ~ Binomial(N, q): mean N g, variance N (1 − q)/q g².
     sd = np.abs(gradient) * math.sqrt(n_rows * (1 - q) / q / repeats)
     z = (releases.mean(axis=0) - n_rows * gradient) / sd
@@ -149,7 +148,7 @@ def test_release_noise_has_the_accounted_std_and_clipping_bounds_rows(neighbouri
     rows = ConstantRows(n_rows, big)
     mechanism = NoisyPoissonGradientSum(rows, clip, sigma, q, neighbouring)
     rng = np.random.default_rng(6)
-    releases = np.array([mechanism.release(np.zeros((1, 2)), identity, rng) for _ in range(repeats)])
+    releases = np.array([mechanism.release(np.zeros((1, 2)), IDENTITY, rng) for _ in range(repeats)])
     sizes = np.array(rows.batch_sizes)
     noise = releases * q - sizes[:, None] * big * clip / np.linalg.norm(big)  # what is left is the noise
     std = sigma * clip * (2.0 if neighbouring == "substitute" else 1.0)
@@ -158,6 +157,17 @@ def test_release_noise_has_the_accounted_std_and_clipping_bounds_rows(neighbouri
     dof = noise.size
     assert stats.chi2.sf(chi2, dof) > 1e-4 and stats.chi2.cdf(chi2, dof) > 1e-4
     assert np.all(np.abs(noise.mean(axis=0)) < Z_CRIT * std / math.sqrt(repeats))
+
+
+@pytest.mark.parametrize("family", [MeanFieldFamily(3), FullRankFamily(3)], ids=["meanfield", "fullrank"])
+def test_clipped_sum_through_the_parameter_map_equals_the_direct_one(family):
+    rng = np.random.default_rng(10)
+    rows = rng.normal(scale=3.0, size=(40, 3))
+    rows[5, 1] = np.nan  # a row that could not be computed contributes nothing
+    m = family.parameter_jacobian(rng.normal(size=family.size), rng.normal(size=3))
+    for bound in (0.5, 4.0, 1e6):
+        expected = mechanisms.clipped_sum_l2(rows @ m, bound)
+        np.testing.assert_allclose(mechanisms.clipped_sum_l2_linear(rows, m, bound), expected, rtol=1e-10)
 
 
 @pytest.mark.parametrize(

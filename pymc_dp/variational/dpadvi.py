@@ -9,6 +9,7 @@ import numpy as np
 import pymc as pm
 from pymc.model import modelcontext
 from pymc.variational.inference import Inference
+from pymc.variational.opvi import Approximation
 
 from pymc_dp._validation import (
     check_bool,
@@ -77,7 +78,7 @@ class _DPApproximationMixin:
         Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q.
         """
         chains = check_positive_int("chains", chains)
-        draws = pm.Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
+        draws = Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
         names = [rv.name for rv in self.model.free_RVs]
         return [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
 
@@ -322,7 +323,6 @@ class DPADVI(Inference):
             start, size = offsets[name]
             to_rows[start : start + size] = np.arange(slc.start, slc.stop)
         self._to_rows = to_rows
-        self._to_approx = np.argsort(to_rows)
         self._rows = rows
         self._family = family_for(self.approximation, rows.n_params)
         self._params = [group.params_dict[k] for k in ("mu", "rho" if self.approximation == "meanfield" else "L_tril")]
@@ -345,16 +345,13 @@ class DPADVI(Inference):
     def _gradient(self, packed: np.ndarray, eps: np.ndarray, mechanism: NoisyPoissonGradientSum) -> np.ndarray:
         """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``eps`` (S, P): one release."""
         family, rows = self._family, self._rows
-        to_approx = self._to_approx
         draws = family.draws(packed, eps)[:, self._to_rows]  # (S, P) in the data layer's order
-
-        def to_parameters(theta_grads: list[np.ndarray]) -> np.ndarray:
-            return family.chain_rule(packed, eps, [g[:, to_approx] for g in theta_grads])
-
-        data_part = mechanism.release(draws, to_parameters, self._noise_rng)
+        # θ_rows = θ_approx[to_rows], so a gradient in the data layer's order maps through M_s[to_rows].
+        jacobians = [family.parameter_jacobian(packed, e)[self._to_rows] for e in eps]
+        data_part = mechanism.release(draws, jacobians, self._noise_rng)
         # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
-        prior_part = to_parameters([rows.prior_logp_and_grad(theta)[1][None, :] for theta in draws])[0]
-        return data_part + prior_part + family.entropy_gradient(packed)
+        prior_part = sum(rows.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
+        return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
 
     def _make_step(self, mechanism: NoisyPoissonGradientSum):
         def step() -> None:
@@ -373,6 +370,8 @@ class DPADVI(Inference):
         progressbar: bool = True,
         callbacks: list | None = None,
         progressbar_theme: Any = None,
+        backend: str | None = None,
+        include_transformed: bool | None = None,
         **kwargs: Any,
     ):
         """Run ``n`` DP iterations and return the approximation.
@@ -396,6 +395,12 @@ class DPADVI(Inference):
             ``pm.callbacks.CheckParametersConvergence``); they see only private values.
         progressbar_theme : rich Theme, optional
             As for ``pm.fit``.
+        backend : None
+            PyMC 6's ``pm.fit`` passes it; the per-row functions are compiled with PyMC's
+            default backend, so only None is accepted.
+        include_transformed : bool, optional
+            As for ``pm.fit`` on PyMC 6: whether ``approx.sample`` also returns the
+            unconstrained (transformed) variables.
         **kwargs
             Refused: ``Inference.fit`` options that would compute the loss or bypass
             clipping (``score``, ``obj_optimizer``, ...) get an error saying why.
@@ -410,6 +415,11 @@ class DPADVI(Inference):
                 raise ValueError(f"`{key}` is not supported by DPADVI.fit: {why}.")
         if kwargs:
             raise TypeError(f"Keyword arguments must be ones DPADVI.fit accepts. Found unknown: {sorted(kwargs)}.")
+        if backend is not None:
+            raise ValueError(
+                "`backend` must be None: DPADVI compiles the per-row functions with PyMC's default backend. "
+                f"Found {backend!r}."
+            )
         if self._approx is None:
             if model is not None:
                 model = modelcontext(model)
@@ -449,6 +459,9 @@ class DPADVI(Inference):
             0, n, self._make_step(mechanism), progressbar, progressbar_theme, callbacks
         )
         self.approx.hist = self.hist  # empty: no loss is computed
+        if include_transformed is not None:
+            for group in self.approx.groups:
+                group.include_transformed = bool(include_transformed)
         return self.approx
 
     def _record(self, events: list[PrivacyEvent], method: str, n_rows: int) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Both families write a draw as θ = μ + L ε with ε ~ N(0, I):
   ``numpy.tril_indices`` order and the diagonal of L passed through softplus.
 
 For a function f of θ with gradient g = ∇θ f(θ), the reparameterisation gradient is
-∂f/∂μ = g and ∂f/∂L_jk = g_j ε_k (j ≥ k), times softplus′ = sigmoid on the diagonal. The
+∂f/∂μ = g and ∂f/∂L_jk = g_j ε_k (j ≥ k), times softplus′ = sigmoid on the diagonal: a
+linear map g ↦ g M of the gradient, with M (P × D) a function of the parameters and ε only. The
 entropy of q is Σ_j log L_jj + const, whose gradient needs no data. These are the maps the
 DPADVI mechanism applies to every row's gradient before clipping.
 
@@ -55,15 +56,17 @@ class MeanFieldFamily:
         parts = self.split(packed)
         return parts["mu"] + _softplus(parts["rho"]) * eps
 
+    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray) -> np.ndarray:
+        """M (P × 2P) with ∂f/∂[μ, ρ] = ∇θ f(θ) M at θ = μ + σ ⊙ ε: M = [I | diag(ε ⊙ sigmoid(ρ))]."""
+        dsigma = special.expit(self.split(packed)["rho"])
+        return np.concatenate([np.eye(self.n_params), np.diag(eps_draw * dsigma)], axis=1)
+
     def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients w.r.t. [μ, ρ], averaged over the S draws: (B, 2P).
 
         ``theta_grads[s]`` is the (B, P) matrix of per-row gradients at θ_s.
         """
-        dsigma = special.expit(self.split(packed)["rho"])
-        g_mu = np.mean(theta_grads, axis=0)
-        g_rho = np.mean([g * (e * dsigma) for g, e in zip(theta_grads, eps, strict=True)], axis=0)
-        return np.concatenate([g_mu, g_rho], axis=1)
+        return _average_chain_rule(self, packed, eps, theta_grads)
 
     def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
         """∇ of Σ log softplus(ρ) w.r.t. [μ, ρ]."""
@@ -116,14 +119,18 @@ class FullRankFamily:
         """θ_s = μ + L ε_s for every row of ``eps`` (S, P)."""
         return self.split(packed)["mu"] + eps @ self.cholesky(packed).T
 
-    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
-        """Per-row gradients w.r.t. [μ, l], averaged over the S draws: (B, P + P(P+1)/2)."""
+    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray) -> np.ndarray:
+        """M (P × D) with ∂f/∂[μ, l] = ∇θ f(θ) M at θ = μ + L ε: ∂θ_j/∂l_k = ε_{col k} (× sigmoid on the diagonal)."""
         rows, cols = self.tril
         raw = self.split(packed)["L_tril"]
         dentry = np.where(self._is_diagonal(), special.expit(raw), 1.0)
-        g_mu = np.mean(theta_grads, axis=0)
-        g_l = np.mean([g[:, rows] * (e[cols] * dentry) for g, e in zip(theta_grads, eps, strict=True)], axis=0)
-        return np.concatenate([g_mu, g_l], axis=1)
+        block = np.zeros((self.n_params, rows.size))
+        block[rows, np.arange(rows.size)] = eps_draw[cols] * dentry
+        return np.concatenate([np.eye(self.n_params), block], axis=1)
+
+    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients w.r.t. [μ, l], averaged over the S draws: (B, P + P(P+1)/2)."""
+        return _average_chain_rule(self, packed, eps, theta_grads)
 
     def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
         """∇ of Σ log softplus(l_jj) w.r.t. [μ, l]."""
@@ -136,6 +143,12 @@ class FullRankFamily:
         """Mean and marginal standard deviations of q in the unconstrained space."""
         chol = self.cholesky(packed)
         return self.split(packed)["mu"].copy(), np.sqrt(np.sum(chol**2, axis=1))
+
+
+def _average_chain_rule(family, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
+    """mean_s G_s M_s: per-row gradients w.r.t. the packed parameters, averaged over the draws."""
+    total = sum(g @ family.parameter_jacobian(packed, e) for g, e in zip(theta_grads, eps, strict=True))
+    return total / len(theta_grads)
 
 
 def family_for(approximation: str, n_params: int) -> MeanFieldFamily | FullRankFamily:
