@@ -661,10 +661,11 @@ def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling
     """Poisson sampling: every row of ``n_rows`` joins the batch independently with probability q.
 
     The batch size is random (Binomial(N, q)); this is the sampling that the Poisson
-    subsampled-Gaussian accountant assumes. With a NumPy generator the batch is drawn as a
-    Binomial(N, q) size followed by a uniform subset of that size, which has exactly the same
-    distribution at O(qN) cost; :class:`SecureNoise` draws one uniform per row. The batch is
-    secret: draw it from the mechanism-noise generator.
+    subsampled-Gaussian accountant assumes. With a NumPy generator the included rows are
+    found by their gaps, which in a sequence of independent Bernoulli(q) trials are
+    independent Geometric(q) variables: exactly the same distribution at O(qN) cost.
+    :class:`SecureNoise` draws one uniform per row. The batch is secret: draw it from the
+    mechanism-noise generator. Returns the sorted row indices.
     """
     q = float(sampling_rate)
     if not 0.0 < q <= 1.0:
@@ -673,8 +674,12 @@ def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling
         return np.arange(n_rows, dtype=np.int64)
     if isinstance(rng, SecureNoise):
         return np.flatnonzero(rng.uniform(size=n_rows) < q).astype(np.int64)
-    size = int(rng.binomial(n_rows, q))
-    return np.sort(np.asarray(rng.choice(n_rows, size, replace=False), dtype=np.int64))
+    expected = n_rows * q
+    chunk = int(expected + 6.0 * math.sqrt(expected) + 8)
+    positions = np.cumsum(rng.geometric(q, size=chunk)) - 1  # index of each included row
+    while positions[-1] < n_rows:  # rarely: more gaps are needed to pass the last row
+        positions = np.concatenate([positions, positions[-1] + np.cumsum(rng.geometric(q, size=chunk))])
+    return positions[: np.searchsorted(positions, n_rows)].astype(np.int64, copy=False)
 
 
 class NoisyPoissonGradientSum:

@@ -58,8 +58,12 @@ class MeanFieldFamily:
 
     def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray) -> np.ndarray:
         """M (P × 2P) with ∂f/∂[μ, ρ] = ∇θ f(θ) M at θ = μ + σ ⊙ ε: M = [I | diag(ε ⊙ sigmoid(ρ))]."""
-        dsigma = special.expit(self.split(packed)["rho"])
-        return np.concatenate([np.eye(self.n_params), np.diag(eps_draw * dsigma)], axis=1)
+        p = self.n_params
+        diagonal = np.arange(p)
+        out = np.zeros((p, 2 * p))
+        out[diagonal, diagonal] = 1.0
+        out[diagonal, p + diagonal] = eps_draw * special.expit(self.split(packed)["rho"])
+        return out
 
     def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients w.r.t. [μ, ρ], averaged over the S draws: (B, 2P).
