@@ -81,3 +81,16 @@ def test_naive_bayes_fair_runs_at_a_small_size(tmp_path):
         assert 0.0 <= accuracy <= 1.0 and 0.0 <= area <= 1.0
     # Laplace scale per cell: Δ₁ = 2 per table, 9 tables, ε split evenly: 2·9/ε.
     assert [line.split("|")[2].strip() for line in table[2:5]] == ["60", "6", "—"]
+
+
+def test_dpadvi_logistic_fair_runs_at_a_small_size():
+    out = run_example("dpadvi_logistic_fair.py", "--quick")
+    assert "fair: 5093 training rows, 1273 test rows, 8 features" in out
+    row = re.search(r"\| DPADVI \| 1 \| ([0-9.]+) \| ([0-9.]+) \|", out)
+    sigma, accuracy = float(row.group(1)), float(row.group(2))
+    # σ calibrated for ε = 1 at q = 0.02 over 60 iterations (substitute): the accountant's own value.
+    from pymc_dp.accounting.pld import poisson_gaussian_noise_multiplier
+
+    assert sigma == pytest.approx(poisson_gaussian_noise_multiplier(1.0 * (1 - 1e-10), 1e-5, 0.02, 60), abs=1e-3)
+    assert 0.0 <= accuracy <= 1.0
+    assert re.search(r"\| ADVI \(non-private\) \| inf \| — \| [0-9.]+ \|", out)
