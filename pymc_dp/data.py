@@ -427,9 +427,7 @@ class RowLikelihood:
             return np.asarray(self._f_lik(theta_new))[rows] - np.asarray(self._f_lik(theta))[rows]
         if self._f_ratio_batch is None:
             self._f_ratio_batch = self._compile_batch_ratio()
-        return np.asarray(
-            self._f_ratio_batch(theta, theta_new, *self._gather(rows))
-        )
+        return np.asarray(self._f_ratio_batch(theta, theta_new, *self._gather(rows)))
 
     def _gather(self, rows: np.ndarray) -> list[np.ndarray]:
         """The row-indexed arrays at ``rows`` (``np.take``: about 4x faster than fancy indexing)."""
