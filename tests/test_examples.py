@@ -94,3 +94,12 @@ def test_dpadvi_logistic_fair_runs_at_a_small_size():
     assert sigma == pytest.approx(poisson_gaussian_noise_multiplier(1.0 * (1 - 1e-10), 1e-5, 0.02, 60), abs=1e-3)
     assert 0.0 <= accuracy <= 1.0
     assert re.search(r"\| ADVI \(non-private\) \| inf \| — \| [0-9.]+ \|", out)
+
+
+def test_dpadvi_initialised_dp_chain_stays_within_one_budget():
+    out = run_example("dpadvi_logistic_fair.py", "--dp-chain", "--quick")
+    total = float(re.search(r"budget: ε = ([0-9.]+) of 2 at δ = 1e-05 \(pld\)", out).group(1))
+    first = float(re.search(r"DPADVI: ε = ([0-9.]+);", out).group(1))
+    chain = float(re.search(r"its own ε = ([0-9.]+)", out).group(1))
+    assert first <= 1.0 and total <= 2.0
+    assert max(first, chain) < total < first + chain  # composed tighter than adding the two ε
