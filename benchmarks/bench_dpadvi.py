@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--mode", default=None, help="compile mode of DPADVI's per-row functions, e.g. NUMBA")
     args = parser.parse_args()
     x, y = data(args.rows, args.features)
     q = args.batch / args.rows
@@ -71,6 +72,7 @@ def main() -> None:
 
     print(environment())
     print(f"rows N = {args.rows}, parameters P = {args.features + 1}, batch = {args.batch} (q = {q:g})")
+    print(f"DPADVI compile mode: {args.mode or 'default'}")
     for approximation, method in (("meanfield", pm.ADVI), ("fullrank", pm.FullRankADVI)):
         with minibatch_model(x, y, args.batch):
             plain = method(random_seed=1)
@@ -81,6 +83,7 @@ def main() -> None:
         dpadvi = pmdp.DPADVI(
             noise_multiplier=1.0, delta=1e-6, sampling_rate=q, clip=5.0, approximation=approximation,
             optimizer="adam", learning_rate=0.01, random_seed=1,
+            compile_kwargs=None if args.mode is None else {"mode": args.mode},
         )  # fmt: skip
         model = dp_model(x, y)
         t_dp = per_iteration(lambda n, d=dpadvi, m=model: d.fit(n, model=m, progressbar=False), short, long)

@@ -350,6 +350,7 @@ def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
         ({"delta": 2.0}, "delta"),
         ({"epsilon": 0.0}, "epsilon"),
         ({"neighbouring": "replace"}, "neighbouring"),
+        ({"compile_kwargs": "NUMBA"}, "compile_kwargs"),
     ],
 )
 def test_bad_settings_name_the_parameter(kwargs, name):
