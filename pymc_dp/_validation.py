@@ -19,6 +19,7 @@ __all__ = [
     "check_nonnegative_int",
     "check_positive",
     "check_positive_int",
+    "check_sampling_rate",
     "check_unit_interval_open",
 ]
 
@@ -50,6 +51,14 @@ def check_unit_interval_open(name: str, value: object) -> float:
     x = _as_real(name, value)
     if not 0.0 < x < 1.0:
         raise ValueError(f"`{name}` must be in the open interval (0, 1). Found {value!r}.")
+    return x
+
+
+def check_sampling_rate(name: str, value: object) -> float:
+    """Return ``value`` as a float after checking 0 < value ≤ 1 (a sampling probability)."""
+    x = _as_real(name, value)
+    if not 0.0 < x <= 1.0:
+        raise ValueError(f"`{name}` must be in (0, 1]. Found {value!r}.")
     return x
 
 

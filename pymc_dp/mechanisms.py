@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from pymc_dp._validation import check_finite_positive, check_neighbouring
+from pymc_dp._validation import check_finite_positive, check_neighbouring, check_sampling_rate
 
 __all__ = [
     "NoisyBarkerStatistic",
@@ -667,9 +667,7 @@ def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling
     :class:`SecureNoise` draws one uniform per row. The batch is secret: draw it from the
     mechanism-noise generator. Returns the sorted row indices.
     """
-    q = float(sampling_rate)
-    if not 0.0 < q <= 1.0:
-        raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
+    q = check_sampling_rate("sampling_rate", sampling_rate)
     if q == 1.0:
         return np.arange(n_rows, dtype=np.int64)
     if isinstance(rng, SecureNoise):
@@ -728,10 +726,7 @@ class NoisyPoissonGradientSum:
         self._rows = rows
         self.clip = check_finite_positive("clip", clip)
         self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
-        q = float(sampling_rate)
-        if not 0.0 < q <= 1.0:
-            raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
-        self.sampling_rate = q
+        self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.clip, self.neighbouring)
 

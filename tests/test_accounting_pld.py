@@ -11,6 +11,7 @@ from pymc_dp.accounting import (
     DEFAULT_ORDERS,
     GaussianReleases,
     PrivacyBudget,
+    PureDPReleases,
     RdpReleases,
     compose_epsilon,
     event_from_dict,
@@ -191,3 +192,28 @@ def test_budget_holds_dpadvi_and_penalty_runs():
     assert spent.epsilon == pytest.approx(
         compose_epsilon([PoissonGaussianReleases(2.0, 0.05, 1000), GaussianReleases(60.0, 1000)], 1e-5)[0]
     )
+
+
+@pytest.mark.parametrize("with_rdp_event", [False, True])
+def test_pure_releases_are_never_dropped_beside_poisson_gaussian_ones(with_rdp_event):
+    # A Laplace release (ε = 5) composed with DPADVI's releases costs at least its own ε, and at most the
+    # basic sum; the all-RDP bound of everything is also an upper bound the result may not exceed.
+    subsampled = PoissonGaussianReleases(3.0, 0.02, 500)
+    pure = PureDPReleases(5.0)
+    events = [subsampled, pure]
+    if with_rdp_event:
+        events.append(RdpReleases(tuple(range(2, 40)), tuple(1e-4 * a for a in range(2, 40)), 1))
+    eps, method, _ = compose_epsilon(events, 1e-5)
+    alone = compose_epsilon([e for e in events if e is not pure], 1e-5)[0]
+    assert eps >= 5.0 and eps > alone
+    assert eps <= 5.0 + alone + 1e-9  # pure ε adds to the rest's (ε, δ): basic composition
+    orders = np.unique(np.concatenate([DEFAULT_ORDERS, np.arange(2.0, 40.0)]))
+    all_rdp = sum(e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders) for e in events)
+    assert eps <= rdp_to_epsilon(orders, all_rdp, 1e-5)[0] + 1e-9
+    assert method in ("rdp", "pld+rdp") or method.startswith("pure_sum+")
+
+
+def test_zero_count_pld_events_beside_rdp_events():
+    barker_like = RdpReleases(tuple(range(2, 40)), tuple(1e-3 * a for a in range(2, 40)), 10)
+    eps = compose_epsilon([PoissonGaussianReleases(2.0, 0.05, 0), barker_like], 1e-5)[0]
+    assert eps == pytest.approx(compose_epsilon([barker_like], 1e-5)[0], rel=1e-9)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import pickle
 
 import numpy as np
 import pymc as pm
@@ -303,10 +304,11 @@ def test_later_fits_are_accounted_on_top_and_refused_past_the_target(conjugate_n
 
 def test_refused_first_fit_changes_nothing(conjugate_normal):
     budget = PrivacyBudget(epsilon=0.5, delta=1e-5, n_rows=conjugate_normal.y.size)
-    dpadvi = pmdp.DPADVI(noise_multiplier=0.8, budget=budget, sampling_rate=0.5, clip=1.0)
+    dpadvi = pmdp.DPADVI(noise_multiplier=0.8, budget=budget, sampling_rate=0.5, clip=1.0, random_seed=1)
     with pytest.raises(PrivacyBudgetExceededError, match="Nothing was run or charged"):
-        dpadvi.fit(500, model=conjugate_normal.model, progressbar=False)
+        dpadvi.fit(500, model=conjugate_normal.model, progressbar=False, random_seed=2)
     assert dpadvi.approx is None and budget.events == () and dpadvi.privacy_spent().epsilon == 0.0
+    assert dpadvi.random_seed == 1
 
 
 def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
@@ -387,6 +389,25 @@ def test_discrete_latent_variables_and_rowless_observations_are_refused():
         pm.Normal("total", m, 1.0, observed=3.0)
     with pytest.raises(ModelStructureError, match="total"):
         pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0).fit(5, model=rowless)
+
+
+def test_budget_and_delta_must_agree():
+    budget = PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=10)
+    with pytest.raises(ValueError, match="`delta` must equal the budget"):
+        pmdp.DPADVI(noise_multiplier=1.0, budget=budget, delta=1e-6, sampling_rate=0.1, clip=1.0)
+
+
+def test_fit_without_a_model_says_how_to_give_one():
+    with pytest.raises(ValueError, match="`model` must be given"):
+        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0).fit(5)
+
+
+def test_objects_holding_the_data_refuse_pickling(conjugate_normal):
+    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.5, clip=1.0)
+    approx = dpadvi.fit(5, model=conjugate_normal.model, progressbar=False)
+    for obj in (dpadvi, approx):
+        with pytest.raises(TypeError, match="raw data"):
+            pickle.dumps(obj)
 
 
 def test_budget_must_share_the_neighbouring_relation():

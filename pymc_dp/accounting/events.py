@@ -237,7 +237,8 @@ def compose_epsilon(
     eps, _ = rdp_to_epsilon(orders, total, delta)
     best = (eps, "rdp", None)
     if any(isinstance(e, PoissonGaussianReleases) for e in rest) and eps < PLD_MAX_EPSILON:
-        best = min(best, _pld_with_rdp_rest(rest, delta, orders), key=lambda r: r[0])
+        # Every event, pure ones included (they go to the RDP side): the candidate must cover all.
+        best = min(best, _pld_with_rdp_rest(events, delta, orders), key=lambda r: r[0])
     if pure and pure_eps + rest_eps < best[0]:
         return pure_eps + rest_eps, f"pure_sum+{rest_method}", None
     return best
@@ -267,7 +268,8 @@ def _pld_composition(events, delta: float) -> tuple[float, str, None]:
 def _pld_with_rdp_rest(events, delta: float, orders: np.ndarray) -> tuple[float, str, None]:
     """ε of Gaussian and Poisson-Gaussian releases composed as PLDs, plus the rest in RDP.
 
-    With no other events this is the PLD ε at δ ("pld"). Otherwise the PLD part holds at
+    Every event of ``events`` is counted: RDP curves and pure releases (as min(ε, αε²/2))
+    go to the RDP part. With no other events this is the PLD ε at δ ("pld"). Otherwise the PLD part holds at
     (ε₁, δ₁) and the RDP part at (ε₂, δ − δ₁), so the whole holds at (ε₁ + ε₂, δ) (basic
     composition); δ₁ is chosen on a grid to minimise the sum ("pld+rdp").
     """
@@ -281,6 +283,8 @@ def _pld_with_rdp_rest(events, delta: float, orders: np.ndarray) -> tuple[float,
     for e in others:
         total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
     present = [p for p in distributions if p is not None]
+    if not present:  # every PLD-able event has count 0: only the RDP part is left
+        return rdp_to_epsilon(orders, total, delta)[0], "rdp", None
     composed = present[0]
     for p in present[1:]:
         composed = composed.compose(p)

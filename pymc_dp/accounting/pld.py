@@ -47,6 +47,7 @@ from pymc_dp._validation import (
     check_finite_positive,
     check_neighbouring,
     check_nonnegative_int,
+    check_sampling_rate,
     check_unit_interval_open,
 )
 
@@ -63,13 +64,6 @@ __all__ = [
 #: Value discretisation interval of the PLDs behind reported ε (pessimistic, so an upper
 #: bound). 1e-4 reproduces the Fourier and PRV accountants to 1e-5 on notes §2(b).
 PLD_VALUE_DISCRETIZATION = 1e-4
-
-
-def _check_sampling_rate(sampling_rate: float) -> float:
-    q = float(sampling_rate)
-    if isinstance(sampling_rate, bool) or math.isnan(q) or not 0.0 < q <= 1.0:
-        raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
-    return q
 
 
 def _substitute_rdp(sampling_rate: float, noise_std: float, orders: np.ndarray) -> np.ndarray:
@@ -125,7 +119,7 @@ def poisson_gaussian_rdp(
     at q = 1 it equals α/(2σ²), the Gaussian mechanism with multiplier σ.
     """
     sigma = check_finite_positive("noise_multiplier", noise_multiplier)
-    q = _check_sampling_rate(sampling_rate)
+    q = check_sampling_rate("sampling_rate", sampling_rate)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     orders = np.asarray(orders, dtype=float)
     if neighbouring == "add_remove":
@@ -161,7 +155,7 @@ class PoissonGaussianReleases:
 
     def __post_init__(self) -> None:
         check_finite_positive("noise_multiplier", self.noise_multiplier)
-        _check_sampling_rate(self.sampling_rate)
+        check_sampling_rate("sampling_rate", self.sampling_rate)
         check_nonnegative_int("count", self.count)
         check_neighbouring("neighbouring", self.neighbouring)
 
@@ -254,7 +248,7 @@ def poisson_gaussian_noise_multiplier(
 
     epsilon = check_finite_positive("epsilon", epsilon)
     delta = check_unit_interval_open("delta", delta)
-    q = _check_sampling_rate(sampling_rate)
+    q = check_sampling_rate("sampling_rate", sampling_rate)
     if isinstance(iterations, bool) or int(iterations) != iterations or iterations < 1:
         raise ValueError(f"`iterations` must be a positive integer. Found {iterations!r}.")
     neighbouring = check_neighbouring("neighbouring", neighbouring)

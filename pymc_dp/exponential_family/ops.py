@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import math
 import warnings
 from typing import Any
@@ -27,6 +28,8 @@ _OPS_REFUSED_KWARGS = (
     "callback",
     "discard_tuned_samples",
     "return_inferencedata",
+    "var_names",
+    "compute_convergence_checks",
 )
 
 
@@ -194,7 +197,10 @@ def one_posterior_sample(
     **What ε covers.** The one returned draw, *conditional on exact sampling*: the guarantee
     holds for a draw from the tempered posterior itself; an MCMC draw is only approximately
     that (Foulds et al. 2016, §4, Prop. 3; Wang et al. 2015). The likelihood must be positive
-    wherever the prior is (a row with log p = −∞ excludes θ from the copy's support).
+    wherever the prior is for the posterior to be the one tempered; a row with log p = −∞ or
+    NaN at θ counts as the lower bound in the copy, so one row can never remove θ from its
+    support. The run shows no progress bar and PyMC's log is silenced (both report
+    data-dependent quantities of the chain).
 
     References
     ----------
@@ -222,6 +228,11 @@ def one_posterior_sample(
                 f"`{key}` is not accepted by one_posterior_sample: one NUTS chain, one draw, and nothing else of "
                 "the chain may leave."
             )
+    if kwargs.pop("progressbar", False):
+        raise ValueError(
+            "`progressbar` must be False for one_posterior_sample: NUTS's bar shows data-dependent step sizes and "
+            "divergences of the chain. Found True."
+        )
     unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
     if unknown:
         raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
@@ -244,18 +255,26 @@ def one_posterior_sample(
     hidden = set(data_dependent_deterministics(model))
     var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     tempered = tempered_model(model, temperature, (low, high))
+    pymc_logger = logging.getLogger("pymc")
+    level = pymc_logger.level
     with tempered:
         with warnings.catch_warnings():  # one draw is the point: PyMC's diagnostics warning does not apply
             warnings.filterwarnings("ignore", message="Only 1 samples per chain", category=UserWarning)
-            idata = pm.sample(
-                draws=1,
-                tune=tune,
-                chains=1,
-                random_seed=random_seed,
-                var_names=var_names,
-                compute_convergence_checks=False,
-                **kwargs,
-            )
+            # PyMC's log reports the run's duration and divergences: data-dependent, so kept quiet.
+            pymc_logger.setLevel(logging.ERROR)
+            try:
+                idata = pm.sample(
+                    draws=1,
+                    tune=tune,
+                    chains=1,
+                    random_seed=random_seed,
+                    var_names=var_names,
+                    compute_convergence_checks=False,
+                    progressbar=False,
+                    **kwargs,
+                )
+            finally:
+                pymc_logger.setLevel(level)
     for group in _group_names(idata):
         if group != "posterior":
             del idata[group]

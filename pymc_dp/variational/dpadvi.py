@@ -16,6 +16,7 @@ from pymc_dp._validation import (
     check_finite_positive,
     check_neighbouring,
     check_positive_int,
+    check_sampling_rate,
     check_unit_interval_open,
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
@@ -81,6 +82,12 @@ class _DPApproximationMixin:
         draws = Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
         names = [rv.name for rv in self.model.free_RVs]
         return [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
+
+    def __getstate__(self):
+        raise TypeError(
+            "A DPADVI approximation holds its model, and with it the raw data: it cannot be pickled. Publish "
+            "approx.sample(...) or the fitted parameters (approx.mean, approx.std, approx.params) instead."
+        )
 
 
 class DPMeanField(_DPApproximationMixin, pm.MeanField):
@@ -194,10 +201,7 @@ class DPADVI(Inference):
         compile_kwargs: dict | None = None,
     ) -> None:
         self.epsilon = None if epsilon is None else check_finite_positive("epsilon", epsilon)
-        q = sampling_rate
-        if isinstance(q, bool) or not isinstance(q, int | float | np.integer | np.floating) or not 0.0 < q <= 1.0:
-            raise ValueError(f"`sampling_rate` must be in (0, 1]. Found {sampling_rate!r}.")
-        self.sampling_rate = float(q)
+        self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.clip = check_finite_positive("clip", clip)
         self.noise_multiplier = (
             None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
@@ -220,6 +224,10 @@ class DPADVI(Inference):
             )
         if delta is None and budget is not None:
             delta = budget.delta
+        if budget is not None and delta != budget.delta:
+            raise ValueError(
+                f"`delta` must equal the budget's δ ({budget.delta:g}) when a budget is given. Found {delta!r}."
+            )
         if delta is None:
             raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
         self.delta = check_unit_interval_open("delta", delta)
@@ -255,7 +263,13 @@ class DPADVI(Inference):
 
     def refine(self, n: int, progressbar: bool = True, progressbar_theme: Any = None):
         """Run ``n`` more iterations (accounted on top of the earlier ones)."""
-        return self.fit(n, progressbar=progressbar)
+        return self.fit(n, progressbar=progressbar, progressbar_theme=progressbar_theme)
+
+    def __getstate__(self):
+        raise TypeError(
+            "A DPADVI object holds the model and its per-row data access, i.e. the raw data: it cannot be pickled. "
+            "Publish approx.sample(...) or the fitted parameters instead."
+        )
 
     # -- accounting ------------------------------------------------------------------------
     def privacy_events(self, iterations: int) -> list[PrivacyEvent]:
@@ -435,9 +449,13 @@ class DPADVI(Inference):
             elif self._model is not None:
                 model = self._model
             else:
-                model = modelcontext(None)
-            if random_seed is not None:
-                self.random_seed = random_seed
+                try:
+                    model = modelcontext(None)
+                except TypeError:
+                    raise ValueError(
+                        "`model` must be given to DPADVI(...) or DPADVI.fit, or fit inside a `with model:` block "
+                        "(pm.fit passes neither model= nor random_seed= to an Inference instance). Found none."
+                    ) from None
         else:
             if model is not None and modelcontext(model) is not self._approx.model:
                 raise ValueError("`model` must be the model of the first fit. Found another model.")
@@ -452,6 +470,8 @@ class DPADVI(Inference):
         if self.budget is not None:
             self.budget.check(new_events)
         if self._approx is None:
+            if random_seed is not None:
+                self.random_seed = random_seed
             self._setup(model)
         # Every check passed: commit σ, charge the budget, then touch data.
         self.noise_multiplier = sigma
