@@ -5,8 +5,9 @@ Run: ``python benchmarks/bench_dpadvi.py [--rows 100000] [--features 10] [--batc
 pm.ADVI runs on ``pm.Minibatch`` batches of ``--batch`` rows (its own compiled step with the
 optimiser updates); DPADVI runs Poisson batches of expected size ``--batch`` (q = batch/N) with
 per-row gradients, clipping, noise and the same optimiser (Adam). Each is timed as the
-difference between two runs of different length on a warm object, so compilation and the
-per-fit accounting are excluded. Target for mean-field: DPADVI ≤ 2× pm.ADVI.
+difference between two runs of different length on a warm object (median of three), so
+compilation and the per-fit accounting are excluded. Target for mean-field: DPADVI ≤ 2×
+pm.ADVI.
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ def minibatch_model(x, y, batch: int) -> pm.Model:
     return model
 
 
-def per_iteration(run, short: int, long: int) -> float:
-    """(t(long) − t(short)) / (long − short): the cost of an iteration, without fixed costs."""
+def per_iteration(run, short: int, long: int, repeats: int = 3) -> float:
+    """Median over ``repeats`` of (t(long) − t(short)) / (long − short): an iteration's cost without fixed costs."""
     run(short)  # warm-up: compilation, first accounting
-    times = {}
-    for n in (short, long):
-        start = time.perf_counter()
-        run(n)
-        times[n] = time.perf_counter() - start
-    return (times[long] - times[short]) / (long - short)
+    estimates = []
+    for _ in range(repeats):
+        times = {}
+        for n in (short, long):
+            start = time.perf_counter()
+            run(n)
+            times[n] = time.perf_counter() - start
+        estimates.append((times[long] - times[short]) / (long - short))
+    return float(np.median(estimates))
 
 
 def main() -> None:
