@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,7 +13,8 @@ from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
-from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import noise_generator
 
@@ -119,6 +121,49 @@ class DPStep(ArrayStepShared):
     def accountant_settings(self) -> dict[str, Any]:
         """Public settings recorded in ``dp_accountant``."""
         raise NotImplementedError
+
+
+class GaussianNoiseScale:
+    """Privacy interface of a step that makes one Gaussian release per iteration at noise multiplier τ.
+
+    The step keeps τ in ``noise_scale`` (None until set or calibrated); each iteration costs
+    μ = 1/(2τ²) (Sommer et al. 2019, Lemma 12). Subclasses drop whatever they built for an
+    old τ in :meth:`_noise_changed`.
+    """
+
+    noise_scale: float | None
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self.noise_scale is not None
+
+    def _check_ready(self) -> None:
+        if self.noise_scale is None:
+            raise ValueError(
+                f"`noise_scale` must be set before sampling. Found None. Pass noise_scale= to {type(self).__name__}, "
+                "or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
+            )
+
+    def gaussian_mu_per_iteration(self) -> float:
+        self._check_ready()
+        return 0.5 / self.noise_scale**2
+
+    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
+        self._check_ready()
+        return [GaussianReleases(self.noise_scale, int(n_iterations), label=self._label())]
+
+    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
+        mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
+        self.noise_scale = math.sqrt(0.5 / mu)
+        while 0.5 / self.noise_scale**2 > mu:  # on the private side of the rounding
+            self.noise_scale = math.nextafter(self.noise_scale, math.inf)
+        self._noise_changed()
+
+    def _noise_changed(self) -> None:
+        """Drop mechanisms or caches built for the previous noise scale."""
+
+    def _label(self) -> str:
+        return f"{type(self).__name__}[{','.join(self.var_names)}]"
 
 
 def check_proposal_scale(proposal_scale: Any) -> np.ndarray:

@@ -10,9 +10,8 @@ from pymc.blocking import RaveledVars
 from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, noise_generator
-from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
+from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
 
@@ -60,7 +59,7 @@ def penalty_log_acceptance(
     return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
 
 
-class DPPenaltyMH(RandomWalkTuning, DPStep):
+class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     """Differentially private random-walk Metropolis by the penalty algorithm.
 
     Each iteration proposes θ′ = θ + s·z (z ~ N(0, I) on the unconstrained scale), releases
@@ -193,30 +192,7 @@ class DPPenaltyMH(RandomWalkTuning, DPStep):
         self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
 
     # -- privacy interface ----------------------------------------------------------------
-    @property
-    def is_calibrated(self) -> bool:
-        return self.noise_scale is not None
-
-    def _check_ready(self) -> None:
-        if self.noise_scale is None:
-            raise ValueError(
-                "`noise_scale` must be set before sampling. Found None. Pass noise_scale= to DPPenaltyMH, "
-                "or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
-            )
-
-    def gaussian_mu_per_iteration(self) -> float:
-        self._check_ready()
-        return 0.5 / self.noise_scale**2
-
-    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
-        self._check_ready()
-        return [GaussianReleases(self.noise_scale, int(n_iterations), label=self._label())]
-
-    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
-        mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
-        self.noise_scale = math.sqrt(0.5 / mu)
-        while 0.5 / self.noise_scale**2 > mu:
-            self.noise_scale = math.nextafter(self.noise_scale, math.inf)
+    def _noise_changed(self) -> None:
         self._mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
@@ -231,9 +207,6 @@ class DPPenaltyMH(RandomWalkTuning, DPStep):
             "secure_noise": self.secure_noise,
             "releases_per_iteration": 1,
         }
-
-    def _label(self) -> str:
-        return f"{type(self).__name__}[{','.join(self.var_names)}]"
 
     # -- sampling -------------------------------------------------------------------------
     def _reset_chain_state(self) -> None:

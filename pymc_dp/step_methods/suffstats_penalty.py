@@ -15,17 +15,16 @@ from pymc.step_methods.compound import Competence
 from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics
-from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
+from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
 __all__ = ["DPSuffStatsPenaltyMH"]
 
 
-class DPSuffStatsPenaltyMH(RandomWalkTuning, DPStep):
+class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     """DP penalty random-walk Metropolis on a fresh Gaussian-noised copy of the sufficient statistics.
 
     For an exponential-family likelihood p(x | θ) = h(x) g(θ) exp(φ(θ)ᵀS(x)), each iteration
@@ -160,30 +159,7 @@ class DPSuffStatsPenaltyMH(RandomWalkTuning, DPStep):
         self.noise_rng = noise_generator(self.rng, self.secure_noise)
 
     # -- privacy interface ----------------------------------------------------------------
-    @property
-    def is_calibrated(self) -> bool:
-        return self.noise_scale is not None
-
-    def _check_ready(self) -> None:
-        if self.noise_scale is None:
-            raise ValueError(
-                "`noise_scale` must be set before sampling. Found None. Pass noise_scale= or sample with "
-                "pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
-            )
-
-    def gaussian_mu_per_iteration(self) -> float:
-        self._check_ready()
-        return 0.5 / self.noise_scale**2
-
-    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
-        self._check_ready()
-        return [GaussianReleases(self.noise_scale, int(n_iterations), label=self._label())]
-
-    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
-        mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
-        self.noise_scale = math.sqrt(0.5 / mu)
-        while 0.5 / self.noise_scale**2 > mu:
-            self.noise_scale = math.nextafter(self.noise_scale, math.inf)
+    def _noise_changed(self) -> None:
         self._statistics = None
 
     def accountant_settings(self) -> dict[str, Any]:
@@ -199,9 +175,6 @@ class DPSuffStatsPenaltyMH(RandomWalkTuning, DPStep):
             "secure_noise": self.secure_noise,
             "releases_per_iteration": 1,
         }
-
-    def _label(self) -> str:
-        return f"{type(self).__name__}[{','.join(self.var_names)}]"
 
     def _reset_chain_state(self) -> None:
         self.reset_tuning()
