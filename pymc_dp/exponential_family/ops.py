@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import warnings
@@ -215,7 +214,7 @@ def one_posterior_sample(
     from pymc.model import modelcontext
 
     from pymc_dp.data import _row_structure, data_dependent_deterministics
-    from pymc_dp.sampling import _group_names, _posterior_attrs, _versions
+    from pymc_dp.sampling import _group_names, _posterior_attrs, _versions, write_privacy_attrs
 
     model = modelcontext(model)
     epsilon = check_finite_positive("epsilon", epsilon)
@@ -301,12 +300,7 @@ def one_posterior_sample(
         "events": [e.to_dict() for e in events],
         "versions": _versions(),
     }
-    attrs["dp_epsilon"] = spent
-    attrs["dp_delta"] = 0.0
-    attrs["dp_neighbouring"] = neighbouring
-    if neighbouring == "substitute":
-        attrs["dp_n_rows"] = n_rows
+    write_privacy_attrs(idata, record)
     attrs["dp_temperature"] = temperature
     attrs["dp_notes"] = notes
-    attrs["dp_accountant"] = json.dumps(record)
     return idata

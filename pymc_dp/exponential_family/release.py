@@ -142,7 +142,13 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
        privacy. Foundations and Trends in TCS 9, Theorem 3.16.
     """
     from pymc_dp.accounting.events import compose_epsilon
-    from pymc_dp.sampling import ACCOUNTANT_FORMAT, _posterior_attrs, _versions, strip_private_groups
+    from pymc_dp.sampling import (
+        ACCOUNTANT_FORMAT,
+        _posterior_attrs,
+        _versions,
+        strip_private_groups,
+        write_privacy_attrs,
+    )
 
     releases = _check_releases(releases)
     events = [e for r in releases for e in r.events]
@@ -167,13 +173,8 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
         }
     )
     strip_private_groups(idata)
-    attrs = _posterior_attrs(idata)
-    attrs["dp_epsilon"] = epsilon
-    attrs["dp_delta"] = 0.0
-    attrs["dp_neighbouring"] = "substitute"
-    attrs["dp_n_rows"] = releases[0].n_rows
-    attrs["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
-    attrs["dp_accountant"] = json.dumps(record)
+    write_privacy_attrs(idata, record)
+    _posterior_attrs(idata)["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
     return idata
 
 
