@@ -59,6 +59,28 @@ def penalty_log_acceptance(
     return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
 
 
+def penalty_decision(step, log_alpha: float, noisy_llr: float, tuning: bool) -> tuple[bool, dict[str, Any]]:
+    """Accept with probability min(1, e^{log α}) from ``step.rng``; record the decision and the μ spent.
+
+    ``step`` is a random-walk penalty step making one Gaussian release per iteration (it has
+    ``rng``, ``proposal_scale``, ``_record_decision``, ``_mu_spent_chain`` and
+    ``gaussian_mu_per_iteration``). A NaN log α (a proposal outside the support) is rejected.
+    Returns the decision and the documented ``dp_*`` statistics, all privatized or public.
+    """
+    accepted = bool(not np.isnan(log_alpha) and np.log(step.rng.uniform()) < log_alpha)
+    step._record_decision(accepted)
+    step._mu_spent_chain += step.gaussian_mu_per_iteration()
+    stats = {
+        "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
+        "dp_accepted": accepted,
+        "dp_noisy_llr": float(noisy_llr),
+        "dp_proposal_scale": float(np.mean(step.proposal_scale)),
+        "dp_mu_cumulative": step._mu_spent_chain,
+        "dp_tuning": tuning,
+    }
+    return accepted, stats
+
+
 class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     """Differentially private random-walk Metropolis by the penalty algorithm.
 
@@ -239,19 +261,8 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
         log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
-        accepted = bool(not np.isnan(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
+        accepted, stats = penalty_decision(self, log_alpha, noisy_llr, tuning)
         mechanism.keep(accepted)
-
-        self._record_decision(accepted)
-        self._mu_spent_chain += self.gaussian_mu_per_iteration()
-        stats = {
-            "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
-            "dp_accepted": accepted,
-            "dp_noisy_llr": float(noisy_llr),
-            "dp_proposal_scale": float(np.mean(self.proposal_scale)),
-            "dp_mu_cumulative": self._mu_spent_chain,
-            "dp_tuning": tuning,
-        }
         return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
 
     @staticmethod

@@ -19,7 +19,7 @@ from pymc_dp.data import sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics
 from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
-from pymc_dp.step_methods.penalty import penalty_log_acceptance
+from pymc_dp.step_methods.penalty import penalty_decision, penalty_log_acceptance
 
 __all__ = ["DPSuffStatsPenaltyMH"]
 
@@ -206,17 +206,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         d_hat = float(self.n_rows * (log_g1 - log_g0) + dphi @ noisy)  # eq. 7 with Ŝ
         std = math.sqrt(float(dphi @ dphi) * mechanism.variance)  # eq. 8
         log_alpha = penalty_log_acceptance(d_hat, std, float(prior1 - prior0), 0.0, self.temperature)
-        accepted = bool(not np.isnan(log_alpha) and np.log(self.rng.uniform()) < log_alpha)
-        self._record_decision(accepted)
-        self._mu_spent_chain += self.gaussian_mu_per_iteration()
-        stats = {
-            "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
-            "dp_accepted": accepted,
-            "dp_noisy_llr": d_hat,
-            "dp_proposal_scale": float(np.mean(self.proposal_scale)),
-            "dp_mu_cumulative": self._mu_spent_chain,
-            "dp_tuning": tuning,
-        }
+        accepted, stats = penalty_decision(self, log_alpha, d_hat, tuning)
         return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
 
     @staticmethod
