@@ -382,8 +382,10 @@ def test_discrete_latent_variables_and_rowless_observations_are_refused():
     with pm.Model() as discrete:
         k = pm.Categorical("k", p=[0.5, 0.5])
         pm.Normal("y", k, 1.0, observed=y)
+    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0, random_seed=3)
     with pytest.raises(ValueError, match=r"discrete.*k"):
-        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0).fit(5, model=discrete)
+        dpadvi.fit(5, model=discrete, random_seed=4)
+    assert dpadvi.random_seed == 3 and dpadvi.approx is None and dpadvi.privacy_spent().epsilon == 0.0
     with pm.Model() as rowless:
         m = pm.Normal("m", 0, 1)
         pm.Normal("total", m, 1.0, observed=3.0)

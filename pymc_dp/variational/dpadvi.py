@@ -288,8 +288,8 @@ class DPADVI(Inference):
         eps, method, mu = compose_epsilon(events, self.delta)
         return PrivacySpent(eps, self.delta, self.neighbouring, method, mu, None, tuple(events))
 
-    def _plan(self, n: int, n_rows: int) -> tuple[float, list[PrivacyEvent], str]:
-        """σ for this fit, and the whole object's events and ε after it; changes nothing."""
+    def _plan(self, n: int) -> tuple[float, list[PrivacyEvent], float, str]:
+        """σ for this fit, the whole object's events after it, their ε and its method; changes nothing."""
         total = self._iterations + n
         sigma = self.noise_multiplier
         if sigma is None:
@@ -317,10 +317,10 @@ class DPADVI(Inference):
                 f"{self.epsilon:g}. Nothing was run or charged; use more noise, a smaller sampling rate or fewer "
                 "iterations."
             )
-        return sigma, events, method
+        return sigma, events, epsilon, method
 
     # -- fitting ---------------------------------------------------------------------------
-    def _setup(self, model) -> None:
+    def _setup(self, model, random_seed: int | None) -> None:
         discrete = [v.name for v in model.value_vars if v.dtype not in pm.pytensorf.continuous_types]
         if discrete:
             raise ValueError(
@@ -329,7 +329,7 @@ class DPADVI(Inference):
         # Raises ModelStructureError for models without a row axis.
         rows = RowLikelihood(model, compile_kwargs=self._compile_kwargs)
         approx_class = _APPROXIMATIONS[self.approximation]
-        kwargs = {"model": model, "random_seed": self.random_seed}
+        kwargs = {"model": model, "random_seed": random_seed}
         if self._start is not None:
             kwargs["start"] = self._start
         approx = approx_class(**kwargs)
@@ -349,7 +349,7 @@ class DPADVI(Inference):
         self._family = family_for(self.approximation, rows.n_params)
         self._params = [group.params_dict[k] for k in ("mu", "rho" if self.approximation == "meanfield" else "L_tril")]
         self._optimizer_state = make_optimizer(self.optimizer, self.learning_rate)
-        seed_sequence = np.random.SeedSequence(self.random_seed)
+        seed_sequence = np.random.SeedSequence(random_seed)
         mc_seed, noise_seed = seed_sequence.spawn(2)
         self._mc_rng = np.random.default_rng(mc_seed)
         self._noise_rng = noise_generator(np.random.default_rng(noise_seed), self.secure_noise)
@@ -465,20 +465,20 @@ class DPADVI(Inference):
             raise ValueError(
                 f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {self.budget.n_rows}."
             )
-        sigma, events, method = self._plan(n, n_rows)
+        sigma, events, epsilon, method = self._plan(n)
         new_events = [PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")]
         if self.budget is not None:
             self.budget.check(new_events)
         if self._approx is None:
-            if random_seed is not None:
-                self.random_seed = random_seed
-            self._setup(model)
+            seed = self.random_seed if random_seed is None else random_seed
+            self._setup(model, seed)  # may still refuse the model; nothing is charged yet
+            self.random_seed = seed
         # Every check passed: commit σ, charge the budget, then touch data.
         self.noise_multiplier = sigma
         if self.budget is not None:
             self.budget.charge(new_events, label=f"DPADVI fit {len(self.budget.labels) + 1}: {n} iterations")
         self._iterations += n
-        self._approx._dp_record = self._record(events, method, n_rows)
+        self._approx._dp_record = self._record(events, epsilon, method, n_rows)
 
         mechanism = NoisyPoissonGradientSum(self._rows, self.clip, sigma, self.sampling_rate, self.neighbouring)
         if progressbar_theme is None:
@@ -493,15 +493,14 @@ class DPADVI(Inference):
                 group.include_transformed = bool(include_transformed)
         return self.approx
 
-    def _record(self, events: list[PrivacyEvent], method: str, n_rows: int) -> dict[str, Any]:
+    def _record(self, events: list[PrivacyEvent], epsilon: float, method: str, n_rows: int) -> dict[str, Any]:
         from pymc_dp.sampling import ACCOUNTANT_FORMAT, _versions
 
-        epsilon, method, mu = compose_epsilon(events, self.delta)
         record = {
             "format": ACCOUNTANT_FORMAT,
             "mechanism": "DPADVI",
             "method": method,
-            "mu": mu,
+            "mu": None,
             "delta": self.delta,
             "epsilon": epsilon,
             "neighbouring": self.neighbouring,
