@@ -16,7 +16,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_nonnegative_int, check_unit_interval_open
 from pymc_dp.accounting.gaussian import gaussian_epsilon
-from pymc_dp.accounting.pld import PLD_MAX_EPSILON, PoissonGaussianReleases, gaussian_pld, pld_epsilon
+from pymc_dp.accounting.pld import PLD_MAX_EPSILON, PoissonGaussianReleases, compose_plds, gaussian_pld, pld_epsilon
 from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
 
 __all__ = [
@@ -231,10 +231,7 @@ def compose_epsilon(
     orders = np.unique(
         np.concatenate([DEFAULT_ORDERS] + [np.asarray(e.orders, float) for e in events if isinstance(e, RdpReleases)])
     )
-    total = np.zeros_like(orders)
-    for e in events:
-        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
-    eps, _ = rdp_to_epsilon(orders, total, delta)
+    eps, _ = rdp_to_epsilon(orders, _total_rdp(events, orders), delta)
     best = (eps, "rdp", None)
     if any(isinstance(e, PoissonGaussianReleases) for e in rest) and eps < PLD_MAX_EPSILON:
         # Every event, pure ones included (they go to the RDP side): the candidate must cover all.
@@ -242,6 +239,14 @@ def compose_epsilon(
     if pure and pure_eps + rest_eps < best[0]:
         return pure_eps + rest_eps, f"pure_sum+{rest_method}", None
     return best
+
+
+def _total_rdp(events, orders: np.ndarray) -> np.ndarray:
+    """Σ of the events' RDP curves at ``orders`` (``inf`` where a tabulated curve has no value)."""
+    total = np.zeros_like(orders)
+    for e in events:
+        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
+    return total
 
 
 #: Orders of the cheap RDP bound that guards the PLD against huge privacy losses.
@@ -255,10 +260,7 @@ def _pld_composition(events, delta: float) -> tuple[float, str, None]:
     is below :data:`PLD_MAX_EPSILON` the (tighter) PLD is computed and the smaller of the two
     reported.
     """
-    total = np.zeros_like(_GUARD_ORDERS)
-    for e in events:
-        total = total + e.rdp(_GUARD_ORDERS)
-    eps_rdp, _ = rdp_to_epsilon(_GUARD_ORDERS, total, delta)
+    eps_rdp, _ = rdp_to_epsilon(_GUARD_ORDERS, _total_rdp(events, _GUARD_ORDERS), delta)
     if eps_rdp >= PLD_MAX_EPSILON:
         return eps_rdp, "rdp", None
     eps_pld = _pld_with_rdp_rest(events, delta, _GUARD_ORDERS)[0]
@@ -279,15 +281,10 @@ def _pld_with_rdp_rest(events, delta: float, orders: np.ndarray) -> tuple[float,
     distributions = [gaussian_pld(mu)] + [e.pld() for e in pld_able if isinstance(e, PoissonGaussianReleases)]
     if not others:
         return pld_epsilon(distributions, delta), "pld", None
-    total = np.zeros_like(orders)
-    for e in others:
-        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
-    present = [p for p in distributions if p is not None]
-    if not present:  # every PLD-able event has count 0: only the RDP part is left
+    total = _total_rdp(others, orders)
+    composed = compose_plds(distributions)
+    if composed is None:  # every PLD-able event has count 0: only the RDP part is left
         return rdp_to_epsilon(orders, total, delta)[0], "rdp", None
-    composed = present[0]
-    for p in present[1:]:
-        composed = composed.compose(p)
     best = math.inf
     for share in np.concatenate([np.geomspace(1e-3, 0.5, 30), 1.0 - np.geomspace(1e-3, 0.5, 30)[::-1][1:]]):
         eps = composed.get_epsilon_for_delta(share * delta) + rdp_to_epsilon(orders, total, (1 - share) * delta)[0]

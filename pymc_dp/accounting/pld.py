@@ -55,6 +55,7 @@ __all__ = [
     "PLD_MAX_EPSILON",
     "PLD_VALUE_DISCRETIZATION",
     "PoissonGaussianReleases",
+    "compose_plds",
     "gaussian_pld",
     "pld_epsilon",
     "poisson_gaussian_noise_multiplier",
@@ -206,16 +207,22 @@ def gaussian_pld(mu: float, value_discretization_interval: float = PLD_VALUE_DIS
     )
 
 
-def pld_epsilon(plds_to_compose: list, delta: float) -> float:
-    """ε at ``delta`` of the composition of privacy-loss distributions (``None`` entries skipped)."""
-    delta = check_unit_interval_open("delta", delta)
+def compose_plds(plds_to_compose: list):
+    """The composition of privacy-loss distributions (``None`` entries skipped; ``None`` if none are left)."""
     present = [p for p in plds_to_compose if p is not None]
     if not present:
-        return 0.0
+        return None
     total = present[0]
     for p in present[1:]:
         total = total.compose(p)
-    return float(total.get_epsilon_for_delta(delta))
+    return total
+
+
+def pld_epsilon(plds_to_compose: list, delta: float) -> float:
+    """ε at ``delta`` of the composition of privacy-loss distributions (``None`` entries skipped)."""
+    delta = check_unit_interval_open("delta", delta)
+    total = compose_plds(plds_to_compose)
+    return 0.0 if total is None else float(total.get_epsilon_for_delta(delta))
 
 
 #: Above this RDP ε the PLD is not attempted: its support (and memory) grows with the privacy
