@@ -8,7 +8,8 @@ from importlib import metadata
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
-from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
+from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
+from pymc_dp.sampling import privacy_spent, sample
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
 
@@ -28,9 +29,12 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
+    "PrivateStart",
     "ReleasedStatistics",
     "RowLikelihood",
+    "UnpublishableResultError",
     "__version__",
+    "check_publishable",
     "one_posterior_sample",
     "privacy_spent",
     "release_statistics",

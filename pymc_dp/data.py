@@ -159,12 +159,15 @@ def data_dependent_deterministics(model) -> list[str]:
     observed variables, ``pm.Data`` containers, numpy arrays — counts as data. The check is
     conservative: a deterministic using a public array that is not in the prior is also left
     out. A scalar computed from the data in NumPy before building the model cannot be told
-    apart from a public constant.
+    apart from a public constant. A model without observed variables (the steps hold their
+    own data) has its ``pm.Data`` containers counted as data.
     """
-    n_rows, _, observed_values = _row_structure(model)
     free_values = set(model.value_vars)
-    lik_terms = model.logp(vars=model.observed_RVs, sum=False)
-    data = list(model.data_vars) + list(observed_values) + _data_in_graph(lik_terms, n_rows)
+    data = list(model.data_vars)
+    if model.observed_RVs:
+        n_rows, _, observed_values = _row_structure(model)
+        lik_terms = model.logp(vars=model.observed_RVs, sum=False)
+        data += list(observed_values) + _data_in_graph(lik_terms, n_rows)
     prior_constants = [
         v
         for v in _graph_roots([model.logp(vars=model.free_RVs, jacobian=True)])

@@ -1,4 +1,4 @@
-"""Running DP samplers: planning, budget checks, result clean-up and privacy attributes."""
+"""Running DP samplers: planning, budget checks and the privacy record of a run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import copy
 import inspect
 import json
 import math
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -25,13 +24,22 @@ from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN, gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
+from pymc_dp.results import (
+    ACCOUNTANT_FORMAT,
+    PrivateStart,
+    check_publishable,
+    finalize_result,
+    group,
+    group_names,
+    posterior_attrs,
+    strip_private_groups,
+    versions,
+    write_privacy_attrs,
+)
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
 
-__all__ = ["PRIVATE_GROUPS", "privacy_spent", "sample", "strip_private_groups", "write_privacy_attrs"]
-
-#: Groups PyMC adds that hold raw data or exact per-row values.
-PRIVATE_GROUPS = ("observed_data", "constant_data", "log_likelihood", "log_prior", "predictions_constant_data")
+__all__ = ["PrivateStart", "privacy_spent", "sample", "strip_private_groups", "write_privacy_attrs"]
 
 #: ``pm.sample`` keywords that would release non-private values or bypass the DP steps.
 _REFUSED_KWARGS = {
@@ -39,8 +47,6 @@ _REFUSED_KWARGS = {
     "nuts_sampler_kwargs": "pymc_dp runs PyMC's own sampler loop; external NUTS samplers do not use the DP steps",
     "trace": "trace backends (ZarrTrace, McBackend) store the raw data groups in their own store",
 }
-
-ACCOUNTANT_FORMAT = 1
 
 
 def _flatten_steps(step: Any) -> list[Any]:
@@ -51,38 +57,16 @@ def _flatten_steps(step: Any) -> list[Any]:
     return [step]
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("pymc-dp", "pymc", "pytensor", "dp-accounting", "numpy", "scipy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "unknown"
-    return out
-
-
-def _group_names(idata: Any) -> list[str]:
-    groups = idata.groups() if callable(getattr(idata, "groups", None)) else idata.groups
-    return [g.strip("/") for g in groups if g.strip("/")]
-
-
-def _group(idata: Any, name: str):
-    """The xarray Dataset of a group, for InferenceData (PyMC 5) and DataTree (PyMC 6)."""
-    node = idata[name]
-    return node.to_dataset() if hasattr(node, "to_dataset") else node
-
-
-def _posterior_attrs(idata: Any) -> dict:
-    return idata["posterior"].attrs
-
-
-def strip_private_groups(idata: Any) -> Any:
-    """Delete the groups holding raw data or per-row values (in place); return ``idata``."""
-    present = set(_group_names(idata))
-    for group in PRIVATE_GROUPS:
-        if group in present:
-            del idata[group]
-    return idata
+def _start_provenance(initvals: Any) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
+    """What the result records about where its chains started, and the events the start depends on."""
+    if initvals is None:
+        return {"source": "model", "note": "the model's initial point (data-free unless the model says otherwise)"}, ()
+    if isinstance(initvals, PrivateStart):
+        return {"source": "dp_release", "description": initvals.source}, initvals.events
+    return {
+        "source": "user",
+        "note": "initvals given by the caller: not covered by ε, so they must not be computed from the data",
+    }, ()
 
 
 def _plan_calibration(
@@ -188,14 +172,21 @@ def sample(
     var_names : list of str, optional
         Variables to store; data-dependent deterministics are refused.
     **kwargs
-        Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...).
+        Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
+        values in ``initvals`` are recorded in the result (``dp_start``): a
+        :class:`PrivateStart` (from ``approx.initial_values`` of a DPADVI fit) adds its
+        events to the result's ε; any other ``initvals`` are recorded as user-supplied and
+        must not be computed from the data.
 
     Returns
     -------
     arviz.InferenceData (PyMC 5) or xarray.DataTree (PyMC 6)
-        Without ``observed_data``/``constant_data``; ``posterior.attrs`` holds
-        ``dp_epsilon``, ``dp_delta``, ``dp_neighbouring``, ``dp_n_rows`` and
-        ``dp_accountant`` (JSON with every public setting needed to recompute ε).
+        Without any group, variable, coordinate or attribute that reads the data (see
+        :mod:`pymc_dp.results`); ``posterior.attrs`` holds ``dp_epsilon``, ``dp_delta``,
+        ``dp_neighbouring``, ``dp_n_rows`` (substitute only), ``dp_start`` and
+        ``dp_accountant`` (JSON with every public setting needed to recompute ε). The
+        steps' calibrated noise belongs to this run only: it is cleared when the run ends,
+        so the steps cannot be re-run uncharged with ``pm.sample``.
 
     Raises
     ------
@@ -225,6 +216,69 @@ def sample(
     chains = check_positive_int("chains", chains)
     if budget is not None and not isinstance(budget, PrivacyBudget):
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
+    _check_sample_kwargs(kwargs)
+    steps = _flatten_steps(step)
+    neighbouring, n_rows = _check_steps(steps, model, budget)
+    var_names = _stored_variables(model, var_names)
+    start, start_events = _start_provenance(kwargs.get("initvals"))
+
+    iterations = chains * (tune + draws)
+    if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
+        # No target for this run: calibrate it to what is left of the budget.
+        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
+    else:
+        planned = _plan_calibration(steps, iterations, epsilon, delta)
+    events = [e for s in planned for e in s.privacy_events(iterations)]
+    run_epsilon = compose_epsilon(events, delta)[0]
+    if epsilon is not None and run_epsilon > epsilon:
+        raise PrivacyBudgetExceededError(
+            f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
+            f"use more noise, fewer chains or fewer iterations.{_iteration_hint(planned, epsilon, delta, chains)}"
+        )
+    if budget is not None:
+        budget.check(events)
+
+    # Every check passed: commit the calibration for this run and charge the budget, then touch
+    # data. A run that PyMC aborts after this point is still charged: it may have released
+    # partial results. The calibration is undone when the run ends, however it ends.
+    restore = _commit_calibration(steps, planned, tune)
+    if budget is not None:
+        budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
+    try:
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
+    finally:
+        for s in steps:
+            s.forget_private_state()
+        restore()
+
+    released = list(start_events) + events
+    result_epsilon, method, mu = compose_epsilon(released, delta)
+    record = {
+        "format": ACCOUNTANT_FORMAT,
+        "method": method,
+        "mu": mu,
+        "delta": delta,
+        "epsilon": result_epsilon,
+        "run_epsilon": run_epsilon,
+        "neighbouring": neighbouring,
+        "n_rows": n_rows if neighbouring == "substitute" else None,
+        "chains": chains,
+        "tune": tune,
+        "draws": draws,
+        "iterations_per_chain": tune + draws,
+        "steps": [s.accountant_settings() for s in planned],  # the run's noise (cleared from `steps`)
+        "reproducible_noise": any(getattr(s, "reproducible_noise", False) for s in steps),
+        "start": start,
+        "events": [e.to_dict() for e in released],
+        "versions": versions(),
+    }
+    if budget is not None:
+        record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
+    return finalize_result(idata, record, model)
+
+
+def _check_sample_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse ``pm.sample`` keywords that would release non-private values."""
     for key, why in _REFUSED_KWARGS.items():
         if key in kwargs:
             raise ValueError(f"`{key}` is not supported by pymc_dp.sample: {why}.")
@@ -240,7 +294,9 @@ def sample(
             "`idata_kwargs` must not request log_likelihood or log_prior: they are exact per-row values of the data."
         )
 
-    steps = _flatten_steps(step)
+
+def _check_steps(steps: list[Any], model: Any, budget: PrivacyBudget | None) -> tuple[str, int]:
+    """The run's neighbouring relation and N, after checking that DP steps cover every free variable."""
     foreign = [type(s).__name__ for s in steps if not isinstance(s, DPStep)]
     if foreign:
         raise ValueError(
@@ -277,96 +333,56 @@ def sample(
         )
     if neighbouring == "substitute" and budget is not None and budget.n_rows != n_rows:
         raise ValueError(f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}.")
+    return neighbouring, n_rows
 
-    hidden = data_dependent_deterministics(model) if model.observed_RVs else []
+
+def _stored_variables(model: Any, var_names: list[str] | None) -> list[str]:
+    """The variables to store: ``var_names`` checked, or every free variable and data-free deterministic."""
+    hidden = data_dependent_deterministics(model)
     if var_names is None:
-        var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
-    else:
-        storable = {rv.name for rv in model.free_RVs} | {d.name for d in model.deterministics}
-        leaking = [name for name in var_names if name in hidden]
-        if leaking:
-            raise ValueError(f"`var_names` must not include deterministics that read data. Found {leaking}.")
-        unknown_names = [name for name in var_names if name not in storable]
-        if unknown_names:
-            raise ValueError(
-                f"`var_names` must name free variables or deterministics of the model. Found {unknown_names}."
-            )
-        var_names = list(var_names)
+        return [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
+    storable = {rv.name for rv in model.free_RVs} | {d.name for d in model.deterministics}
+    leaking = [name for name in var_names if name in hidden]
+    if leaking:
+        raise ValueError(f"`var_names` must not include deterministics that read data. Found {leaking}.")
+    unknown_names = [name for name in var_names if name not in storable]
+    if unknown_names:
+        raise ValueError(f"`var_names` must name free variables or deterministics of the model. Found {unknown_names}.")
+    return list(var_names)
 
-    iterations = chains * (tune + draws)
-    if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
-        # No target for this run: calibrate it to what is left of the budget.
-        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
-    else:
-        planned = _plan_calibration(steps, iterations, epsilon, delta)
-    events = [e for s in planned for e in s.privacy_events(iterations)]
-    run_epsilon, method, mu = compose_epsilon(events, delta)
-    if epsilon is not None and run_epsilon > epsilon:
-        raise PrivacyBudgetExceededError(
-            f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
-            f"use more noise, fewer chains or fewer iterations.{_iteration_hint(planned, epsilon, delta, chains)}"
-        )
-    if budget is not None:
-        budget.check(events)
 
-    # Every check passed: commit the calibration and charge the budget, then touch data. A run
-    # that PyMC aborts after this point is still charged: it may have released partial results.
+def _set_noise(step: DPStep, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        setattr(step, name, value)
+    noise_changed = getattr(step, "_noise_changed", None)
+    if noise_changed is not None:  # drop what was built for the previous noise
+        noise_changed()
+
+
+def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int):
+    """Set the planned noise on the steps for one run; return the function that undoes it."""
+    saved = []
     for real, plan in zip(steps, planned, strict=True):
         if real.needs_calibration:
-            for name in real.noise_attributes:  # exactly the planned, accounted noise
-                setattr(real, name, getattr(plan, name))
+            saved.append((real, {name: getattr(real, name) for name in real.noise_attributes}))
+            _set_noise(real, {name: getattr(plan, name) for name in real.noise_attributes})
         real.planned_tune = tune
-    if budget is not None:
-        budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
 
-    try:
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
-    finally:
-        for s in steps:
-            s.forget_private_state()
-    strip_private_groups(idata)
-    record = {
-        "format": ACCOUNTANT_FORMAT,
-        "method": method,
-        "mu": mu,
-        "delta": delta,
-        "epsilon": run_epsilon,
-        "neighbouring": neighbouring,
-        "n_rows": n_rows if neighbouring == "substitute" else None,
-        "chains": chains,
-        "tune": tune,
-        "draws": draws,
-        "iterations_per_chain": tune + draws,
-        "steps": [s.accountant_settings() for s in steps],
-        "events": [e.to_dict() for e in events],
-        "versions": _versions(),
-    }
-    if budget is not None:
-        record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
-    return write_privacy_attrs(idata, record)
+    def restore() -> None:
+        for real, values in saved:
+            _set_noise(real, values)
+
+    return restore
 
 
-def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
-    """Write the ``dp_*`` attributes of an accountant ``record`` on ``idata``'s posterior; return it.
+def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) -> PrivacySpent:
+    """ε of a result, recomputed from the result alone, after checking it holds nothing else.
 
-    ``record`` holds at least ``epsilon``, ``delta``, ``neighbouring``, ``n_rows`` and
-    ``events`` (enough for :func:`privacy_spent` to recompute ε). N is written only under
-    substitute neighbours, where it is public.
-    """
-    attrs = _posterior_attrs(idata)
-    attrs["dp_epsilon"] = record["epsilon"]
-    attrs["dp_delta"] = record["delta"]
-    attrs["dp_neighbouring"] = record["neighbouring"]
-    if record["neighbouring"] == "substitute":  # N is public only under substitute neighbours
-        attrs["dp_n_rows"] = record["n_rows"]
-    attrs["dp_accountant"] = json.dumps(record)
-    return idata
-
-
-def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
-    """ε of a result, recomputed from the result alone.
-
-    For a :func:`pymc_dp.sample` result it recomputes ε from ``dp_accountant``. For a plain
+    First the result is checked (:func:`pymc_dp.results.check_publishable`): a result that
+    holds a group, variable, statistic, coordinate or attribute reading the data is refused,
+    with a message naming what to remove — its ε would not cover it. Then, for a result
+    written by pymc_dp (``pymc_dp.sample``, DPADVI, released statistics, one posterior
+    sample, :func:`pymc_dp.publish`), ε is recomputed from ``dp_accountant``. For a plain
     ``pm.sample`` result with DP steps it sums, over chains, the ``dp_mu_cumulative``
     statistic of each chain's last stored draw: the μ that chain spent up to that draw,
     tuning iterations included (so a result cut to fewer draws is priced for what it still
@@ -379,34 +395,52 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
     delta : float, optional
         δ at which to report ε; defaults to the recorded ``dp_delta`` and is required when
         there is none.
+    model : pm.Model, optional
+        The model the result came from (from the context if omitted). Required for a plain
+        ``pm.sample`` result, whose variables are checked against it; optional otherwise.
 
     Returns
     -------
     PrivacySpent
 
+    Raises
+    ------
+    pymc_dp.results.UnpublishableResultError
+        When the result holds what reads the data (``observed_data``, a posterior
+        predictive group, a deterministic reading data, ...).
+
     Notes
     -----
     Neighbouring relation: the one the steps were built for (``"unknown"`` is reported for a
     plain ``pm.sample`` result, whose statistics do not record it). A result with statistics
-    of non-DP samplers is refused. The raw data groups PyMC adds to a plain ``pm.sample``
-    result (``observed_data``, ``constant_data``) are not covered: remove them with
-    :func:`strip_private_groups` before publishing, or use :func:`pymc_dp.sample`.
+    of non-DP samplers is refused.
     """
-    attrs = _posterior_attrs(idata)
-    if delta is None:
-        delta = attrs.get("dp_delta")
-        if delta is None:
-            raise ValueError("`delta` must be given: this result records no dp_delta. Found None.")
+    attrs = posterior_attrs(idata)
     if "dp_accountant" in attrs:
+        check_publishable(idata, model)
+        if delta is None:
+            delta = attrs["dp_delta"]
         record = json.loads(attrs["dp_accountant"])
         events = [event_from_dict(e) for e in record["events"]]
         eps, method, mu = compose_epsilon(events, float(delta))  # δ = 0 allowed for pure ε-DP releases
         return PrivacySpent(eps, delta, record["neighbouring"], method, mu, record["n_rows"], tuple(events))
 
+    if model is None:
+        try:
+            model = modelcontext(None)
+        except (TypeError, ValueError):
+            raise ValueError(
+                "`model` must be given for a plain pm.sample result (or call privacy_spent inside `with model:`): "
+                "its variables are checked against the model for ones that read data. Found no model."
+            ) from None
+    check_publishable(idata, model)
+    delta = attrs.get("dp_delta") if delta is None else delta
+    if delta is None:
+        raise ValueError("`delta` must be given: this result records no dp_delta. Found None.")
     delta = check_unit_interval_open("delta", float(delta))
-    if "sample_stats" not in _group_names(idata):
+    if "sample_stats" not in group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
-    stats = _group(idata, "sample_stats")
+    stats = group(idata, "sample_stats")
     if "dp_iterations" in stats:
         raise ValueError(
             "`idata` was sampled with DPBarkerMH outside pymc_dp.sample: its ε depends on N and the batch size, "
@@ -416,12 +450,6 @@ def privacy_spent(idata: Any, delta: float | None = None) -> PrivacySpent:
         )
     if "dp_mu_cumulative" not in stats:
         raise ValueError("`idata` has no dp_mu_cumulative statistic: it was not sampled with pymc_dp steps.")
-    foreign = sorted(str(name) for name in stats.data_vars if not str(name).startswith("dp_"))
-    if foreign:
-        raise ValueError(
-            f"`idata` holds statistics of non-DP samplers {foreign}: they read the data, so no ε covers this "
-            "result. Sample every variable with pymc_dp steps (pymc_dp.sample checks this)."
-        )
     cumulative = stats["dp_mu_cumulative"]
     extra = [d for d in cumulative.dims if d not in ("chain", "draw")]
     cumulative = np.asarray(cumulative.sum(dim=extra) if extra else cumulative, dtype=float)

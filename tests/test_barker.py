@@ -336,6 +336,9 @@ def test_full_data_clip_is_calibrated_from_a_target(conjugate_normal):
         )
     assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(2.0, rel=1e-6)
     assert idata.posterior.attrs["dp_epsilon"] <= 2.0
+    assert step.llr_clip is None  # the calibration belonged to that run
+    [settings] = json.loads(idata.posterior.attrs["dp_accountant"])["steps"]
+    step.llr_clip = settings["llr_clip"]
     mu = 400 * step.gaussian_mu_per_iteration()
     assert pmdp.accounting.gaussian_epsilon(1e-5, mu) == pytest.approx(2.0, rel=1e-6)
     # Theorem 1: RDP 2αB²/C per iteration, i.e. μ = 2B²/C.
@@ -397,8 +400,9 @@ def test_same_seed_same_draws_for_one_and_two_cores(tempered_normal):
         one = pm.sample(step=pmdp.DPBarkerMH(batch_size=100, tempered_size=20.0), cores=1, **kwargs)
         two = pm.sample(step=pmdp.DPBarkerMH(batch_size=100, tempered_size=20.0), cores=2, **kwargs)
     np.testing.assert_array_equal(one.posterior["m"].values, two.posterior["m"].values)
+    pmdp.strip_private_groups(one, model=model)
     with pytest.raises(ValueError, match=r"DPBarkerMH outside pymc_dp\.sample"):
-        pmdp.privacy_spent(one, delta=1e-5)
+        pmdp.privacy_spent(one, delta=1e-5, model=model)
 
 
 class _FixedRatios:

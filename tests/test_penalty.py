@@ -112,14 +112,20 @@ def test_plain_pm_sample_result_is_priced_with_tuning(conjugate_normal):
             progressbar=False,
             compute_convergence_checks=False,
         )
-    spent = pmdp.privacy_spent(idata, delta=1e-6)
+    with pytest.raises(pmdp.UnpublishableResultError, match="group `observed_data`"):
+        pmdp.privacy_spent(idata, delta=1e-6, model=conjugate_normal.model)
+    pmdp.strip_private_groups(idata, model=conjugate_normal.model)
+    with conjugate_normal.model:
+        spent = pmdp.privacy_spent(idata, delta=1e-6)
     assert spent.mu == pytest.approx(chains * (tune + draws) / (2 * tau**2), rel=1e-12)
     assert spent.epsilon == pytest.approx(gaussian_epsilon(1e-6, chains * (tune + draws) / (2 * tau**2)), rel=1e-12)
     with pytest.raises(ValueError, match="`delta` must be given"):
-        pmdp.privacy_spent(idata)
+        pmdp.privacy_spent(idata, model=conjugate_normal.model)
     # A result cut to chain 0's draws 20..29 still reveals tune + 30 iterations of that chain.
     cut = idata.isel(chain=[0], draw=slice(20, 30))
-    assert pmdp.privacy_spent(cut, delta=1e-6).mu == pytest.approx((tune + 30) / (2 * tau**2), rel=1e-12)
+    assert pmdp.privacy_spent(cut, delta=1e-6, model=conjugate_normal.model).mu == pytest.approx(
+        (tune + 30) / (2 * tau**2), rel=1e-12
+    )
 
 
 def test_result_with_non_dp_sampler_statistics_is_refused(conjugate_normal):
@@ -133,9 +139,10 @@ def test_result_with_non_dp_sampler_statistics_is_refused(conjugate_normal):
             progressbar=False,
             compute_convergence_checks=False,
         )
+    pmdp.strip_private_groups(idata, model=conjugate_normal.model)
     idata.sample_stats["energy"] = idata.sample_stats["dp_noisy_llr"] * 0
-    with pytest.raises(ValueError, match=r"non-DP samplers \['energy'\]"):
-        pmdp.privacy_spent(idata, delta=1e-6)
+    with pytest.raises(pmdp.UnpublishableResultError, match=r"statistic `energy` in group `sample_stats`"):
+        pmdp.privacy_spent(idata, delta=1e-6, model=conjugate_normal.model)
 
 
 def test_secure_noise_is_not_reproducible_but_priced_the_same(conjugate_normal):
@@ -146,7 +153,8 @@ def test_secure_noise_is_not_reproducible_but_priced_the_same(conjugate_normal):
         a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
         b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
     assert not np.array_equal(a.sample_stats["dp_noisy_llr"].values, b.sample_stats["dp_noisy_llr"].values)
-    assert pmdp.privacy_spent(a, delta=1e-6).mu == pytest.approx(30 / (2 * 3.0**2))
+    pmdp.strip_private_groups(a, model=conjugate_normal.model)
+    assert pmdp.privacy_spent(a, delta=1e-6, model=conjugate_normal.model).mu == pytest.approx(30 / (2 * 3.0**2))
 
 
 def test_new_chain_resets_all_per_chain_state(conjugate_normal):

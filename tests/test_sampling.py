@@ -9,7 +9,8 @@ import pytest
 
 import pymc_dp as pmdp
 from pymc_dp.accounting import gaussian_epsilon, gaussian_mu_for_target
-from pymc_dp.sampling import _group, _group_names
+from pymc_dp.results import group as _group
+from pymc_dp.results import group_names as _group_names
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 
@@ -36,8 +37,10 @@ def test_calibrated_run_meets_its_target(calibrated_run):
     assert attrs["dp_epsilon"] <= 3.0
     assert attrs["dp_epsilon"] == pytest.approx(3.0, rel=1e-9)
     assert attrs["dp_delta"] == 1e-5 and attrs["dp_neighbouring"] == "substitute" and attrs["dp_n_rows"] == 150
-    assert step.noise_scale == pytest.approx((2 * 400 / (2 * gaussian_mu_for_target(3.0, 1e-5))) ** 0.5, rel=1e-9)
     record = json.loads(attrs["dp_accountant"])
+    expected_tau = (2 * 400 / (2 * gaussian_mu_for_target(3.0, 1e-5))) ** 0.5
+    assert record["steps"][0]["noise_scale"] == pytest.approx(expected_tau, rel=1e-9)
+    assert step.noise_scale is None  # the calibration belonged to that run only
     assert record["chains"] == 2 and record["iterations_per_chain"] == 400
     assert record["steps"][0]["llr_clip"] == 0.5 and record["method"] == "gaussian_closed_form"
     spent = pmdp.privacy_spent(idata)
@@ -103,7 +106,7 @@ def test_two_dp_steps_compose(regression):
     assert pmdp.privacy_spent(idata).mu == pytest.approx(mu, rel=1e-12)
     # Without the accountant record, the stacked per-step dp_mu_cumulative statistics give the same total.
     del idata.posterior.attrs["dp_accountant"]
-    assert pmdp.privacy_spent(idata).mu == pytest.approx(mu, rel=1e-12)
+    assert pmdp.privacy_spent(idata, model=model).mu == pytest.approx(mu, rel=1e-12)
 
 
 def test_leaking_deterministic_in_var_names_is_refused(regression):
@@ -222,7 +225,25 @@ def test_each_run_is_calibrated_to_its_own_target_and_forgets_raw_values(regress
         second = pmdp.sample(step=step, epsilon=2.0, delta=1e-5, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
     assert first.posterior.attrs["dp_epsilon"] == pytest.approx(1.0, rel=1e-9)
     assert second.posterior.attrs["dp_epsilon"] == pytest.approx(2.0, rel=1e-9)
-    assert step._mechanism._cached_loglik is None and step._mechanism._pending is None
+    # The run's calibrated mechanism, with whatever raw values it cached, is gone with the run.
+    assert step._mechanism is None and step.noise_scale is None
+
+
+def test_calibration_cannot_be_reused_uncharged_by_plain_pm_sample(regression):
+    model, _, _ = regression
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5)
+        budget = pmdp.PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=150)
+        pmdp.sample(step=step, budget=budget, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
+        with pytest.raises(ValueError, match="`noise_scale` must be set before sampling"):
+            pm.sample(step=step, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
+    assert len(budget.events) == 1
+
+
+def test_sampling_time_is_not_published(calibrated_run):
+    idata, _ = calibrated_run
+    for group in _group_names(idata):
+        assert "sampling_time" not in idata[group].attrs
 
 
 def test_step_built_on_other_data_is_refused():

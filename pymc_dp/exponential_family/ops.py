@@ -214,7 +214,7 @@ def one_posterior_sample(
     from pymc.model import modelcontext
 
     from pymc_dp.data import _row_structure, data_dependent_deterministics
-    from pymc_dp.sampling import _group_names, _posterior_attrs, _versions, write_privacy_attrs
+    from pymc_dp.results import finalize_result, group_names, posterior_attrs, versions
 
     model = modelcontext(model)
     epsilon = check_finite_positive("epsilon", epsilon)
@@ -274,10 +274,10 @@ def one_posterior_sample(
                 )
             finally:
                 pymc_logger.setLevel(level)
-    for group in _group_names(idata):
+    for group in group_names(idata):
         if group != "posterior":
             del idata[group]
-    attrs = _posterior_attrs(idata)
+    attrs = posterior_attrs(idata)
     for key in list(attrs):
         if not str(key).startswith("dp_") and key not in ("created_at", "arviz_version"):
             del attrs[key]
@@ -298,9 +298,10 @@ def one_posterior_sample(
         "temperature": temperature,
         "conditional_on_exact_sampling": True,
         "events": [e.to_dict() for e in events],
-        "versions": _versions(),
+        "versions": versions(),
     }
-    write_privacy_attrs(idata, record)
+    finalize_result(idata, record, model)
+    attrs = posterior_attrs(idata)
     attrs["dp_temperature"] = temperature
     attrs["dp_notes"] = notes
     return idata

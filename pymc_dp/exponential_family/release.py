@@ -13,6 +13,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.exponential_family.families import ExponentialFamily, get_family
 from pymc_dp.mechanisms import SecureNoise, laplace_sufficient_statistics
+from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result, posterior_attrs, versions
 
 __all__ = ["ReleasedStatistics", "annotate_releases", "release_statistics", "sample_releases"]
 
@@ -65,8 +66,6 @@ class ReleasedStatistics:
 
     def accountant_record(self) -> dict[str, Any]:
         """JSON-able record of the release: public settings, released values, events."""
-        from pymc_dp.sampling import ACCOUNTANT_FORMAT, _versions
-
         return {
             "format": ACCOUNTANT_FORMAT,
             "method": "pure_sum",
@@ -80,18 +79,19 @@ class ReleasedStatistics:
             "laplace_scale": self.scale,
             "released_statistics": [float(v) for v in self.statistics],
             "events": [e.to_dict() for e in self.events],
-            "versions": _versions(),
+            "versions": versions(),
         }
 
-    def annotate(self, idata: Any) -> Any:
+    def annotate(self, idata: Any, model: Any = None) -> Any:
         """Strip raw-data groups from a sampling result and attach this release's guarantee (in place).
 
         Writes ``dp_epsilon`` (ε of the release), ``dp_delta`` = 0, ``dp_neighbouring``,
         ``dp_n_rows``, ``dp_released_statistics`` and ``dp_accountant`` (JSON) on the
         posterior; :func:`pymc_dp.privacy_spent` recomputes ε from it. A model that reads
-        several releases of the same rows needs :func:`annotate_releases` instead.
+        several releases of the same rows needs :func:`annotate_releases` instead. ``model``
+        (from the context if omitted) is the model ``idata`` was sampled from.
         """
-        return annotate_releases(idata, [self])
+        return annotate_releases(idata, [self], model=model)
 
     def sample(self, model: Any = None, **kwargs: Any) -> Any:
         """``pm.sample(**kwargs)`` on a model that reads the data only through this release; annotated result.
@@ -113,7 +113,7 @@ def _check_releases(releases: Any) -> list[ReleasedStatistics]:
     return releases
 
 
-def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
+def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any = None) -> Any:
     """Strip raw-data groups from ``idata`` and attach the composed guarantee of ``releases`` (in place).
 
     Parameters
@@ -122,6 +122,9 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
         A sampling result of a model that reads the data only through ``releases``.
     releases : list of ReleasedStatistics
         Every release of the same rows the model reads.
+    model : pm.Model, optional
+        The model ``idata`` was sampled from (from the context if omitted); its variables
+        are checked for ones that read data (:func:`pymc_dp.results.check_publishable`).
 
     Returns
     -------
@@ -141,16 +144,12 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
     .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential
        privacy. Foundations and Trends in TCS 9, Theorem 3.16.
     """
+    from pymc.model import modelcontext
+
     from pymc_dp.accounting.events import compose_epsilon
-    from pymc_dp.sampling import (
-        ACCOUNTANT_FORMAT,
-        _posterior_attrs,
-        _versions,
-        strip_private_groups,
-        write_privacy_attrs,
-    )
 
     releases = _check_releases(releases)
+    model = modelcontext(model)
     events = [e for r in releases for e in r.events]
     epsilon = compose_epsilon(events, 0.0)[0]
     statistics = [[float(v) for v in r.statistics] for r in releases]
@@ -169,12 +168,11 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics]) -> Any:
                 {k: v for k, v in r.accountant_record().items() if k not in ("format", "versions")} for r in releases
             ],
             "events": [e.to_dict() for e in events],
-            "versions": _versions(),
+            "versions": versions(),
         }
     )
-    strip_private_groups(idata)
-    write_privacy_attrs(idata, record)
-    _posterior_attrs(idata)["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
+    finalize_result(idata, record, model)
+    posterior_attrs(idata)["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
     return idata
 
 
@@ -213,7 +211,7 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
     if kwargs.get("return_inferencedata", True) is not True:
         raise ValueError("`return_inferencedata` must be True: the guarantee is attached to the returned object.")
     idata = pm.sample(model=model, **kwargs)
-    return annotate_releases(idata, releases)
+    return annotate_releases(idata, releases, model=model)
 
 
 def release_statistics(

@@ -20,11 +20,12 @@ from pymc_dp._validation import (
     check_unit_interval_open,
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon
+from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN
 from pymc_dp.accounting.pld import PoissonGaussianReleases, poisson_gaussian_noise_multiplier
-from pymc_dp.data import RowLikelihood, _row_structure, data_dependent_deterministics
+from pymc_dp.data import RowLikelihood, _row_structure
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, noise_generator
+from pymc_dp.results import ACCOUNTANT_FORMAT, PrivateStart, finalize_result, versions
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
 
@@ -45,7 +46,6 @@ class _DPApproximationMixin:
     """What a DPADVI approximation adds to PyMC's: private ``sample`` and its guarantee."""
 
     _dp_record: dict[str, Any] | None = None
-    _dp_hidden: tuple[str, ...] = ()
 
     def sample(self, draws: int = 500, *, random_seed: Any = None, return_inferencedata: bool = True, **kwargs):
         """Draw from the fitted approximation; the result carries ``dp_*`` attributes and no raw data.
@@ -56,8 +56,6 @@ class _DPApproximationMixin:
         and ``dp_accountant``. The draws are post-processing of the DP releases: they cost no
         further privacy, however many are drawn.
         """
-        from pymc_dp.sampling import _group, strip_private_groups, write_privacy_attrs
-
         if return_inferencedata is not True:
             raise ValueError(
                 "`return_inferencedata` must be True: pymc_dp attaches its guarantee to the returned object."
@@ -65,23 +63,24 @@ class _DPApproximationMixin:
         if self._dp_record is None:
             raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
         idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
-        strip_private_groups(idata)
-        posterior = _group(idata, "posterior")
-        hidden = [name for name in self._dp_hidden if name in posterior]
-        if hidden:
-            idata["posterior"] = posterior.drop_vars(hidden)
-        write_privacy_attrs(idata, self._dp_record)
-        return idata
+        return finalize_result(idata, self._dp_record, self.model)
 
-    def initial_values(self, chains: int = 1, random_seed: Any = None) -> list[dict[str, np.ndarray]]:
+    def initial_values(self, chains: int = 1, random_seed: Any = None) -> PrivateStart:
         """One draw from q per chain, as ``initvals`` for ``pm.sample`` / ``pymc_dp.sample``.
 
-        Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q.
+        Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q. The
+        points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events:
+        ``pymc_dp.sample`` then reports, as the chain's ``dp_epsilon``, the composition of
+        the fit and the chain (the draws depend on both), without charging a budget twice.
         """
         chains = check_positive_int("chains", chains)
+        if self._dp_record is None:
+            raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
         draws = Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
         names = [rv.name for rv in self.model.free_RVs]
-        return [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
+        points = [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
+        events = [event_from_dict(e) for e in self._dp_record["events"]]
+        return PrivateStart(points, events, source=f"DPADVI ({self._dp_record['iterations']} iterations)")
 
     def __getstate__(self):
         raise TypeError(
@@ -147,7 +146,8 @@ class DPADVI(Inference):
         Seeds the approximation's start, the Monte Carlo draws and (unless
         ``secure_noise``) the batches and noise. Keep a seed used on real data secret.
     start : dict, optional
-        Start point, as for ``pm.MeanField``.
+        Start point, as for ``pm.MeanField``. Not covered by ε: it must be public (not
+        computed from the data). Its provenance is recorded in the result (``dp_start``).
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` for the per-row functions, e.g.
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
@@ -353,7 +353,6 @@ class DPADVI(Inference):
         mc_seed, noise_seed = seed_sequence.spawn(2)
         self._mc_rng = np.random.default_rng(mc_seed)
         self._noise_rng = noise_generator(np.random.default_rng(noise_seed), self.secure_noise)
-        approx._dp_hidden = tuple(data_dependent_deterministics(model))
         self._approx = approx
 
     def _packed(self) -> np.ndarray:
@@ -494,8 +493,6 @@ class DPADVI(Inference):
         return self.approx
 
     def _record(self, events: list[PrivacyEvent], epsilon: float, method: str, n_rows: int) -> dict[str, Any]:
-        from pymc_dp.sampling import ACCOUNTANT_FORMAT, _versions
-
         record = {
             "format": ACCOUNTANT_FORMAT,
             "mechanism": "DPADVI",
@@ -516,8 +513,11 @@ class DPADVI(Inference):
                 "n_mc": self.n_mc,
                 "secure_noise": self.secure_noise,
             },
+            "start": {"source": "model"}
+            if self._start is None
+            else {"source": "user", "note": "start given by the caller: not covered by ε, must not come from the data"},
             "events": [e.to_dict() for e in events],
-            "versions": _versions(),
+            "versions": versions(),
         }
         if self.budget is not None:
             record["budget"] = {

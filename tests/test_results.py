@@ -1,0 +1,145 @@
+"""What a published result may hold: one check for every result type, and the ways a result regains data.
+
+Each test here failed on the main branch before the check existed: ``privacy_spent`` priced results
+that held a deterministic reading the covariates, a posterior predictive group, DPADVI's row
+coordinate, or PyMC's ``sampling_time``.
+"""
+
+import json
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.results import group, group_names, private_content
+
+QUIET = dict(progressbar=False, compute_convergence_checks=False)
+X_ROWS = 60
+
+
+@pytest.fixture(scope="module")
+def covariate_model():
+    """A regression whose deterministic ``eta = X @ beta`` holds the covariates of every row."""
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(X_ROWS, 2))
+    y = x @ np.array([1.0, -0.5]) + rng.normal(0, 0.5, size=X_ROWS)
+    with pm.Model(coords={"row": np.arange(1000, 1000 + X_ROWS), "feature": ["f0", "f1"]}) as model:
+        xd = pm.Data("x", x, dims=("row", "feature"))
+        beta = pm.Normal("beta", 0, 2, dims="feature")
+        eta = pm.Deterministic("eta", xd @ beta, dims="row")
+        pm.Normal("y", eta, 0.5, observed=y, dims="row")
+    return model, x
+
+
+def _assert_publishable(idata, model=None):
+    assert private_content(idata, model) == []
+    names = set(group_names(idata))
+    assert names <= {"posterior", "sample_stats", "prior", "warmup_posterior", "warmup_sample_stats"}
+    for name in names:
+        assert "sampling_time" not in idata[name].attrs
+    assert "row" not in group(idata, "posterior").coords
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(idata["posterior"].attrs["dp_epsilon"], rel=1e-12)
+
+
+def test_plain_pm_sample_with_a_data_reading_deterministic_is_refused(covariate_model):
+    model, x = covariate_model
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=5.0)
+        idata = pm.sample(step=step, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
+        with pytest.raises(pmdp.UnpublishableResultError) as refused:
+            pmdp.privacy_spent(idata, delta=1e-5)
+    message = str(refused.value)
+    for finding in ("group `observed_data`", "group `constant_data`", "variable `eta`", "coordinate `row`"):
+        assert finding in message
+    assert "sampling_time" in message
+    # The message names what to remove, never a value.
+    assert str(round(float(x[0, 0]), 3)) not in message
+    pmdp.strip_private_groups(idata, model=model)
+    assert set(group(idata, "posterior").data_vars) == {"beta"}
+    with model:
+        assert pmdp.privacy_spent(idata, delta=1e-5).mu == pytest.approx(30 / (2 * 5.0**2), rel=1e-12)
+
+
+def test_posterior_predictive_added_after_pmdp_sample_is_refused(covariate_model):
+    model, _ = covariate_model
+    with model:
+        idata = pmdp.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=2.0), epsilon=2.0, delta=1e-5, draws=20, tune=10, chains=1, **QUIET
+        )
+        _assert_publishable(idata, model)
+        assert "eta" not in group(idata, "posterior")
+        pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False, random_seed=2)
+    with pytest.raises(pmdp.UnpublishableResultError, match="group `posterior_predictive`"):
+        pmdp.privacy_spent(idata)
+
+
+def test_a_variable_added_after_publication_is_refused(covariate_model):
+    model, x = covariate_model
+    with model:
+        idata = pmdp.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=2.0), epsilon=2.0, delta=1e-5, draws=20, tune=10, chains=1, **QUIET
+        )
+    posterior = group(idata, "posterior")
+    leaked = (posterior["beta"] * 0 + float(x[:, 0].mean())).rename("column_mean")
+    attrs = dict(idata["posterior"].attrs)
+    del idata["posterior"]
+    idata["posterior"] = posterior.assign(column_mean=leaked)
+    idata["posterior"].attrs.update(attrs)
+    with pytest.raises(pmdp.UnpublishableResultError, match="variable `column_mean`"):
+        pmdp.privacy_spent(idata)
+
+
+def test_priors_only_model_keeps_no_deterministic_reading_data():
+    y = np.clip(np.random.default_rng(3).normal(0.5, 1.0, size=80), -5, 5)
+    with pm.Model() as model:
+        scale = pm.Data("scale", np.linspace(0.0, 1.0, 80))
+        m = pm.Normal("m", 0, 10)
+        pm.Deterministic("scaled", m * scale)
+        pm.Deterministic("doubled", 2 * m)
+        step = pmdp.DPSuffStatsPenaltyMH(
+            "normal", y, {"mu": m}, noise_scale=0.5, family_settings={"sigma": 1.0, "bounds": (-5, 5)}
+        )
+        idata = pmdp.sample(step=step, delta=1e-5, draws=20, tune=10, chains=1, **QUIET)
+    assert set(group(idata, "posterior").data_vars) == {"m", "doubled"}
+    _assert_publishable(idata, model)
+
+
+def test_dpadvi_sample_drops_the_row_coordinate(covariate_model):
+    model, _ = covariate_model
+    approx = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, clip=2.0, delta=1e-5, random_seed=1).fit(
+        20, model=model, progressbar=False
+    )
+    idata = approx.sample(30, random_seed=3)
+    assert "row" not in group(idata, "posterior").coords and "eta" not in group(idata, "posterior")
+    assert group(idata, "posterior")["beta"].dims == ("chain", "draw", "feature")
+    _assert_publishable(idata, model)
+    assert idata["posterior"].attrs["dp_start"] == "model"
+
+
+def test_released_statistics_and_one_posterior_sample_pass_the_same_check():
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 2, size=200)
+    release = pmdp.release_statistics("bernoulli", data, epsilon=0.5, random_seed=1)
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        release.likelihood("loglik", p=p)
+        idata = release.sample(draws=50, tune=50, chains=1, random_seed=2, **QUIET)
+    _assert_publishable(idata, model)
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        pm.Bernoulli("y", p, observed=data)
+        one = pmdp.one_posterior_sample(epsilon=0.5, loglik_bounds=(-5.0, 0.0), tune=50, random_seed=3)
+    _assert_publishable(one, model)
+
+
+def test_start_provenance_is_recorded(covariate_model):
+    model, _ = covariate_model
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=2.0)
+        kwargs = dict(epsilon=2.0, delta=1e-5, draws=10, tune=10, chains=1, **QUIET)
+        default = pmdp.sample(step=step, **kwargs)
+        given = pmdp.sample(step=step, initvals={"beta": np.array([0.1, 0.2])}, **kwargs)
+    assert default["posterior"].attrs["dp_start"] == "model"
+    assert given["posterior"].attrs["dp_start"] == "user"
+    assert "not covered by ε" in json.loads(given["posterior"].attrs["dp_accountant"])["start"]["note"]
