@@ -20,6 +20,7 @@ Neighbouring relation: substitute (one respondent's answers replaced; N is publi
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -94,7 +95,9 @@ def dp_initialised_chain(model: pm.Model, args, delta: float, x_test: np.ndarray
         )  # fmt: skip
     spent = budget.spent()
     attrs = idata["posterior"].attrs
-    print(f"DPPenaltyMH: {chains} chains × ({tune} + {draws}), its own ε = {attrs['dp_epsilon']:.4f}")
+    own = json.loads(attrs["dp_accountant"])["run_epsilon"]
+    print(f"DPPenaltyMH: {chains} chains × ({tune} + {draws}), its own ε = {own:.4f}; "
+          f"the chain's result (composed with its DPADVI start) ε = {attrs['dp_epsilon']:.4f}")  # fmt: skip
     print(f"budget: ε = {spent.epsilon:.4f} of 2 at δ = {delta:g} ({spent.method}), runs {list(budget.labels)}")
     print(f"test accuracy: DPADVI {accuracy(approx.sample(1000, random_seed=1)['posterior'], x_test, y_test):.4f}, "
           f"DP chain {accuracy(idata['posterior'], x_test, y_test):.4f}")  # fmt: skip

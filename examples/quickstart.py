@@ -14,6 +14,7 @@ Run it with ``python examples/quickstart.py`` (``--rows 20000`` for a faster run
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import arviz as az
@@ -89,7 +90,7 @@ def main() -> None:
     print(f"\nRows: {args.rows}, chains: {args.chains}, iterations per chain: {args.tune + args.draws}")
     print(
         f"Privacy spent: epsilon = {spent.epsilon:.4f} at delta = {spent.delta:.1e} "
-        f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {step.noise_scale:.2f}"
+        f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {json.loads(private.posterior.attrs['dp_accountant'])['steps'][0]['noise_scale']:.2f}"
     )
     print(f"Recorded on the result: dp_epsilon = {private.posterior.attrs['dp_epsilon']:.4f}")
     groups = ("posterior", "sample_stats", "observed_data", "constant_data")

@@ -103,3 +103,6 @@ def test_dpadvi_initialised_dp_chain_stays_within_one_budget():
     chain = float(re.search(r"its own ε = ([0-9.]+)", out).group(1))
     assert first <= 1.0 and total <= 2.0
     assert max(first, chain) < total < first + chain  # composed tighter than adding the two ε
+    # The chain's published ε is the composition of everything it depends on: the fit that started it too.
+    result = float(re.search(r"composed with its DPADVI start\) ε = ([0-9.]+)", out).group(1))
+    assert result == pytest.approx(total, abs=1e-4)

@@ -137,9 +137,15 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     **Not exact.** The stationary distribution is the tempered posterior only up to the CLT
     and correction errors (§3.3); clipping biases it further when it binds.
 
-    Sampler statistics (all privatized or public): ``dp_accept`` (P(accept | z_Δ)),
-    ``dp_accepted``, ``dp_noisy_llr`` (z_Δ), ``dp_proposal_scale``, ``dp_tuning``,
-    ``dp_iterations`` (iterations of this chain so far, tuning included).
+    Sampler statistics (all privatized or public):
+
+    - ``dp_accept``: P(accept | z_Δ), the Barker acceptance probability given the released statistic.
+    - ``dp_accepted``: whether the proposal was accepted.
+    - ``dp_noisy_llr``: the released statistic z_Δ.
+    - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
+    - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
+    - ``dp_iterations``: iterations of this chain so far, tuning included (public);
+      :func:`pymc_dp.publish` prices a plain ``pm.sample`` result from it.
 
     References
     ----------

@@ -62,6 +62,9 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
     (``privacy_events``) is that of one owner, which is each owner's guarantee;
     ``accountant_settings`` lists the owners.
 
+    Sampler statistics: those of :class:`pymc_dp.DPPenaltyMH`, with ``dp_noisy_llr`` the
+    sum Σⱼ d̂ⱼ of the owners' releases.
+
     References
     ----------
     .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.

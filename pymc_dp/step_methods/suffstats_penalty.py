@@ -70,6 +70,15 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     draws are post-processing. Unlike :func:`pymc_dp.release_statistics` the chain is exact:
     it leaves the (tempered) posterior invariant (Yıldırım and Ermiş 2019, §3.3).
 
+    Sampler statistics (all privatized or public):
+
+    - ``dp_accept``: the privatized acceptance probability min(1, exp(log α̂)).
+    - ``dp_accepted``: whether the proposal was accepted.
+    - ``dp_noisy_llr``: d̂, the log-likelihood ratio computed from the released Ŝ.
+    - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
+    - ``dp_mu_cumulative``: μ spent by this chain so far, tuning included (public).
+    - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
+
     References
     ----------
     .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
