@@ -87,10 +87,11 @@ def main() -> None:
     exact_seconds = time.perf_counter() - start
 
     spent = pmdp.privacy_spent(private)
+    [settings] = json.loads(private.posterior.attrs["dp_accountant"])["steps"]  # the run's calibrated noise
     print(f"\nRows: {args.rows}, chains: {args.chains}, iterations per chain: {args.tune + args.draws}")
     print(
         f"Privacy spent: epsilon = {spent.epsilon:.4f} at delta = {spent.delta:.1e} "
-        f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {json.loads(private.posterior.attrs['dp_accountant'])['steps'][0]['noise_scale']:.2f}"
+        f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {settings['noise_scale']:.2f}"
     )
     print(f"Recorded on the result: dp_epsilon = {private.posterior.attrs['dp_epsilon']:.4f}")
     groups = ("posterior", "sample_stats", "observed_data", "constant_data")

@@ -21,8 +21,9 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
-from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN, gaussian_epsilon, gaussian_mu_for_target
+from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.results import (
     ACCOUNTANT_FORMAT,

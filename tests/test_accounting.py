@@ -212,3 +212,37 @@ class TestPrivacyBudget:
 def test_accounting_errors_name_the_parameter(call, name):
     with pytest.raises(ValueError, match=f"`{name}` must"):
         call()
+
+
+def test_round_towards_privacy_moves_to_the_private_side_only():
+    from pymc_dp.accounting import round_towards_privacy
+
+    boundary = 0.1 + 0.2  # 0.30000000000000004: a value computed in floating point
+    assert round_towards_privacy(0.3, lambda x: x >= boundary, math.inf) >= boundary
+    assert round_towards_privacy(0.3, lambda x: x >= boundary, math.inf) - boundary < 1e-15
+    assert round_towards_privacy(0.5, lambda x: x >= boundary, math.inf) == 0.5  # already private: unchanged
+    assert round_towards_privacy(0.30000000000000004, lambda x: x <= 0.3, 0.0) <= 0.3
+    with pytest.raises(RuntimeError, match="private side"):
+        round_towards_privacy(1.0, lambda x: x > 2.0, math.inf, max_steps=10)
+
+
+def test_accounting_modules_import_each_other_without_cycles():
+    import ast
+    from pathlib import Path
+
+    import pymc_dp.accounting as accounting
+
+    folder = Path(accounting.__file__).parent
+    edges = {}
+    for path in folder.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        edges[path.stem] = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pymc_dp.accounting.")
+        }
+
+    def reaches(start, target, seen=()):
+        return any(n == target or (n not in seen and reaches(n, target, (*seen, n))) for n in edges.get(start, ()))
+
+    assert not [m for m in edges if reaches(m, m)], "accounting modules must not import each other in a cycle"

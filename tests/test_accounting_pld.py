@@ -18,11 +18,9 @@ from pymc_dp.accounting import (
     gaussian_epsilon,
     rdp_to_epsilon,
 )
-from pymc_dp.accounting.pld import (
-    PoissonGaussianReleases,
-    poisson_gaussian_noise_multiplier,
-    poisson_gaussian_rdp,
-)
+from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.events import PoissonGaussianReleases
+from pymc_dp.accounting.pld import poisson_gaussian_rdp
 
 # design/notes/accounting.md §2(b): q = 0.05, T = 1000, δ = 1e-5. dp_accounting PLD (pessimistic,
 # vdi 1e-4), agreeing with the Fourier accountant and PRV to ≤ 1e-5 ("abs=2e-5 is safe").

@@ -13,7 +13,8 @@ from scipy import stats
 import pymc_dp as pmdp
 from pymc_dp import mechanisms
 from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExceededError, compose_epsilon
-from pymc_dp.accounting.pld import PoissonGaussianReleases, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.events import PoissonGaussianReleases
 from pymc_dp.data import ModelStructureError
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_sample
 from pymc_dp.results import group as _group

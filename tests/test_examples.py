@@ -89,7 +89,7 @@ def test_dpadvi_logistic_fair_runs_at_a_small_size():
     row = re.search(r"\| DPADVI \| 1 \| ([0-9.]+) \| ([0-9.]+) \|", out)
     sigma, accuracy = float(row.group(1)), float(row.group(2))
     # σ calibrated for ε = 1 at q = 0.02 over 60 iterations (substitute): the accountant's own value.
-    from pymc_dp.accounting.pld import poisson_gaussian_noise_multiplier
+    from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
 
     assert sigma == pytest.approx(poisson_gaussian_noise_multiplier(1.0 * (1 - 1e-10), 1e-5, 0.02, 60), abs=1e-3)
     assert 0.0 <= accuracy <= 1.0

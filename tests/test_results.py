@@ -143,3 +143,9 @@ def test_start_provenance_is_recorded(covariate_model):
     assert default["posterior"].attrs["dp_start"] == "model"
     assert given["posterior"].attrs["dp_start"] == "user"
     assert "not covered by ε" in json.loads(given["posterior"].attrs["dp_accountant"])["start"]["note"]
+
+
+def test_no_row_count_in_messages_under_add_remove(conjugate_normal):
+    with conjugate_normal.model, pytest.raises(ValueError, match="one label per row") as refused:
+        pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_scale=1.0, neighbouring="add_remove")
+    assert str(conjugate_normal.y.size) not in str(refused.value)

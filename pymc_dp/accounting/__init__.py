@@ -6,8 +6,14 @@ from pymc_dp.accounting.barker import (
     subsampled_barker_max_iterations,
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
+from pymc_dp.accounting.calibrate import (
+    noise_multiplier_for_target,
+    poisson_gaussian_noise_multiplier,
+    round_towards_privacy,
+)
 from pymc_dp.accounting.events import (
     GaussianReleases,
+    PoissonGaussianReleases,
     PrivacySpent,
     PureDPReleases,
     RdpReleases,
@@ -18,13 +24,13 @@ from pymc_dp.accounting.gaussian import (
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu_for_target,
-    noise_multiplier_for_target,
 )
 from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
 
 __all__ = [
     "DEFAULT_ORDERS",
     "GaussianReleases",
+    "PoissonGaussianReleases",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
@@ -38,7 +44,9 @@ __all__ = [
     "gaussian_mu_for_target",
     "gaussian_rdp",
     "noise_multiplier_for_target",
+    "poisson_gaussian_noise_multiplier",
     "rdp_to_epsilon",
+    "round_towards_privacy",
     "subsampled_barker_epsilon",
     "subsampled_barker_max_iterations",
 ]

@@ -13,10 +13,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as plds
+from dp_accounting.privacy_accountant import NeighboringRelation
 
-from pymc_dp._validation import check_finite_positive, check_nonnegative_int, check_unit_interval_open
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_neighbouring,
+    check_nonnegative_int,
+    check_sampling_rate,
+    check_unit_interval_open,
+)
 from pymc_dp.accounting.gaussian import gaussian_epsilon
-from pymc_dp.accounting.pld import PLD_MAX_EPSILON, PoissonGaussianReleases, compose_plds, gaussian_pld, pld_epsilon
+from pymc_dp.accounting.pld import (
+    PLD_MAX_EPSILON,
+    PLD_VALUE_DISCRETIZATION,
+    compose_plds,
+    gaussian_pld,
+    pld_epsilon,
+    poisson_gaussian_rdp,
+)
 from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
 
 __all__ = [
@@ -136,6 +151,72 @@ class PureDPReleases:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "pure", "epsilon": self.epsilon, "count": self.count, "label": self.label}
+
+
+@dataclass(frozen=True)
+class PoissonGaussianReleases:
+    """``count`` releases of a Poisson-subsampled Gaussian sum (DP-SGD / DPADVI).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ = noise std / Δ, Δ = 2C (substitute) or C (add/remove).
+    sampling_rate : float
+        q in (0, 1]: each row joins each batch independently with probability q.
+    count : int
+        Number of releases (iterations).
+    neighbouring : {"substitute", "add_remove"}
+        The relation the noise was calibrated for.
+    label : str
+        Free text for the ledger.
+    """
+
+    noise_multiplier: float
+    sampling_rate: float
+    count: int
+    neighbouring: str = "substitute"
+    label: str = "poisson_gaussian"
+
+    def __post_init__(self) -> None:
+        check_finite_positive("noise_multiplier", self.noise_multiplier)
+        check_sampling_rate("sampling_rate", self.sampling_rate)
+        check_nonnegative_int("count", self.count)
+        check_neighbouring("neighbouring", self.neighbouring)
+
+    def pld(self, value_discretization_interval: float = PLD_VALUE_DISCRETIZATION):
+        """The composed privacy-loss distribution of all ``count`` releases (``None`` if count is 0)."""
+        if self.count == 0:
+            return None
+        if self.neighbouring == "substitute":
+            std, relation = 2.0 * self.noise_multiplier, NeighboringRelation.REPLACE_ONE
+        else:
+            std, relation = self.noise_multiplier, NeighboringRelation.ADD_OR_REMOVE_ONE
+        one = plds.from_gaussian_mechanism(
+            standard_deviation=std,
+            sensitivity=1.0,
+            value_discretization_interval=value_discretization_interval,
+            sampling_prob=self.sampling_rate,
+            neighboring_relation=relation,
+        )
+        return one.self_compose(self.count) if self.count > 1 else one
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """Total RDP curve at ``orders``."""
+        if self.count == 0:
+            return np.zeros(len(orders))
+        return self.count * poisson_gaussian_rdp(
+            self.noise_multiplier, self.sampling_rate, np.asarray(orders, float), self.neighbouring
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "poisson_gaussian",
+            "noise_multiplier": self.noise_multiplier,
+            "sampling_rate": self.sampling_rate,
+            "count": self.count,
+            "neighbouring": self.neighbouring,
+            "label": self.label,
+        }
 
 
 PrivacyEvent = GaussianReleases | RdpReleases | PureDPReleases | PoissonGaussianReleases

@@ -30,19 +30,10 @@ import numbers
 
 from scipy import optimize, special
 
-from pymc_dp._validation import check_finite_positive, check_positive_int, check_unit_interval_open
+from pymc_dp._validation import check_finite_positive, check_unit_interval_open
+from pymc_dp.accounting._floats import round_towards_privacy
 
-#: Relative margin by which calibration aims below a target ε, so that the ε recomputed from
-#: the calibrated noise (by a root finder accurate to ~1e-13) never exceeds the target.
-CALIBRATION_MARGIN = 1e-10
-
-__all__ = [
-    "CALIBRATION_MARGIN",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "gaussian_mu_for_target",
-    "noise_multiplier_for_target",
-]
+__all__ = ["gaussian_delta", "gaussian_epsilon", "gaussian_mu_for_target"]
 
 
 def _check_mu(mu: float) -> float:
@@ -126,9 +117,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     while excess(hi) > 0.0:
         hi *= 2.0
     eps = optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    while excess(eps) > 0.0:
-        eps = math.nextafter(eps, math.inf) * (1.0 + 1e-15)
-    return eps
+    return round_towards_privacy(eps, lambda e: excess(e) <= 0.0, math.inf)
 
 
 def gaussian_mu_for_target(epsilon: float, delta: float) -> float:
@@ -157,48 +146,4 @@ def gaussian_mu_for_target(epsilon: float, delta: float) -> float:
     while excess(hi) < 0.0:
         hi += 2.0
     log_mu = optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-14, maxiter=500)
-    mu = math.exp(log_mu)
-    while _log_delta(epsilon, mu) > log_target:
-        mu = math.nextafter(mu, 0.0) * (1.0 - 1e-15)
-    return mu
-
-
-def noise_multiplier_for_target(epsilon: float, delta: float, count: int, mu_spent: float = 0.0) -> float:
-    """Noise multiplier τ = σ/Δ so that ``count`` releases plus ``mu_spent`` stay (ε, δ)-DP.
-
-    Each release at multiplier τ costs μ = 1/(2τ²); the result is the smallest τ (up to
-    rounding, always on the private side) with mu_spent + count/(2τ²) ≤ μ*(ε, δ).
-
-    Parameters
-    ----------
-    epsilon, delta : float
-        Target (ε, δ).
-    count : int
-        Number of Gaussian releases to be made at the same τ.
-    mu_spent : float, default 0
-        μ already spent by other mechanisms that will be composed with these releases.
-
-    Returns
-    -------
-    float
-        τ > 0.
-
-    Raises
-    ------
-    ValueError
-        If ``mu_spent`` already uses up the target.
-    """
-    count = check_positive_int("count", count)
-    mu_spent = _check_mu(mu_spent)
-    epsilon = check_finite_positive("epsilon", epsilon)
-    mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    mu_left = mu_total - mu_spent
-    if mu_left <= 0.0:
-        raise ValueError(
-            f"`mu_spent` must be below the μ allowed by (ε={epsilon}, δ={delta}), which is {mu_total:.6g}. "
-            f"Found {mu_spent!r}."
-        )
-    tau = math.sqrt(count / (2.0 * mu_left))
-    while mu_spent + count / (2.0 * tau * tau) > mu_total:
-        tau = math.nextafter(tau, math.inf) * (1.0 + 1e-15)
-    return tau
+    return round_towards_privacy(math.exp(log_mu), lambda mu: _log_delta(epsilon, mu) <= log_target, 0.0)

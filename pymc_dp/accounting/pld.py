@@ -34,19 +34,15 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as plds
-from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
 from scipy import special
 
 from pymc_dp._validation import (
     check_finite_positive,
     check_neighbouring,
-    check_nonnegative_int,
     check_sampling_rate,
     check_unit_interval_open,
 )
@@ -54,11 +50,9 @@ from pymc_dp._validation import (
 __all__ = [
     "PLD_MAX_EPSILON",
     "PLD_VALUE_DISCRETIZATION",
-    "PoissonGaussianReleases",
     "compose_plds",
     "gaussian_pld",
     "pld_epsilon",
-    "poisson_gaussian_noise_multiplier",
     "poisson_gaussian_rdp",
 ]
 
@@ -130,72 +124,6 @@ def poisson_gaussian_rdp(
     return _substitute_rdp(q, 2.0 * sigma, orders)
 
 
-@dataclass(frozen=True)
-class PoissonGaussianReleases:
-    """``count`` releases of a Poisson-subsampled Gaussian sum (DP-SGD / DPADVI).
-
-    Parameters
-    ----------
-    noise_multiplier : float
-        σ = noise std / Δ, Δ = 2C (substitute) or C (add/remove).
-    sampling_rate : float
-        q in (0, 1]: each row joins each batch independently with probability q.
-    count : int
-        Number of releases (iterations).
-    neighbouring : {"substitute", "add_remove"}
-        The relation the noise was calibrated for.
-    label : str
-        Free text for the ledger.
-    """
-
-    noise_multiplier: float
-    sampling_rate: float
-    count: int
-    neighbouring: str = "substitute"
-    label: str = "poisson_gaussian"
-
-    def __post_init__(self) -> None:
-        check_finite_positive("noise_multiplier", self.noise_multiplier)
-        check_sampling_rate("sampling_rate", self.sampling_rate)
-        check_nonnegative_int("count", self.count)
-        check_neighbouring("neighbouring", self.neighbouring)
-
-    def pld(self, value_discretization_interval: float = PLD_VALUE_DISCRETIZATION):
-        """The composed privacy-loss distribution of all ``count`` releases (``None`` if count is 0)."""
-        if self.count == 0:
-            return None
-        if self.neighbouring == "substitute":
-            std, relation = 2.0 * self.noise_multiplier, NeighboringRelation.REPLACE_ONE
-        else:
-            std, relation = self.noise_multiplier, NeighboringRelation.ADD_OR_REMOVE_ONE
-        one = plds.from_gaussian_mechanism(
-            standard_deviation=std,
-            sensitivity=1.0,
-            value_discretization_interval=value_discretization_interval,
-            sampling_prob=self.sampling_rate,
-            neighboring_relation=relation,
-        )
-        return one.self_compose(self.count) if self.count > 1 else one
-
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """Total RDP curve at ``orders``."""
-        if self.count == 0:
-            return np.zeros(len(orders))
-        return self.count * poisson_gaussian_rdp(
-            self.noise_multiplier, self.sampling_rate, np.asarray(orders, float), self.neighbouring
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "poisson_gaussian",
-            "noise_multiplier": self.noise_multiplier,
-            "sampling_rate": self.sampling_rate,
-            "count": self.count,
-            "neighbouring": self.neighbouring,
-            "label": self.label,
-        }
-
-
 def gaussian_pld(mu: float, value_discretization_interval: float = PLD_VALUE_DISCRETIZATION):
     """PLD of a Gaussian composition of total μ (one Gaussian with Δ/σ = √(2μ)); ``None`` if μ = 0."""
     if mu <= 0:
@@ -228,57 +156,3 @@ def pld_epsilon(plds_to_compose: list, delta: float) -> float:
 #: Above this RDP ε the PLD is not attempted: its support (and memory) grows with the privacy
 #: loss, and at such ε the RDP bound is what is reported.
 PLD_MAX_EPSILON = 100.0
-
-
-def poisson_gaussian_noise_multiplier(
-    epsilon: float,
-    delta: float,
-    sampling_rate: float,
-    iterations: int,
-    neighbouring: str = "substitute",
-    earlier: tuple = (),
-    relative_tolerance: float = 1e-3,
-) -> float:
-    """Smallest noise multiplier σ (within ``relative_tolerance``, on the private side) meeting a target.
-
-    Finds σ such that ``earlier`` plus ``iterations`` Poisson-subsampled Gaussian releases at
-    (σ, q) compose to at most ``epsilon`` at ``delta``, as :func:`compose_epsilon` reports it
-    (PLD where it is tighter). Bisection on log σ; ε is decreasing in σ. The returned σ is
-    always one whose composed ε was checked to be ≤ ``epsilon``.
-
-    Raises
-    ------
-    ValueError
-        If ``earlier`` alone already spends ``epsilon``, or if not even σ = 10⁴ fits.
-    """
-    from pymc_dp.accounting.events import compose_epsilon  # events imports this module
-
-    epsilon = check_finite_positive("epsilon", epsilon)
-    delta = check_unit_interval_open("delta", delta)
-    q = check_sampling_rate("sampling_rate", sampling_rate)
-    if isinstance(iterations, bool) or int(iterations) != iterations or iterations < 1:
-        raise ValueError(f"`iterations` must be a positive integer. Found {iterations!r}.")
-    neighbouring = check_neighbouring("neighbouring", neighbouring)
-    earlier = tuple(earlier)
-
-    def spent(sigma: float) -> float:
-        event = PoissonGaussianReleases(sigma, q, int(iterations), neighbouring, "calibration")
-        return compose_epsilon((*earlier, event), delta)[0]
-
-    low, high = 1e-2, 1e4
-    if earlier and compose_epsilon(earlier, delta)[0] >= epsilon:
-        raise ValueError(f"`epsilon`={epsilon:g} is already used up by earlier releases. Found nothing left.")
-    if spent(high) > epsilon:
-        raise ValueError(
-            f"`epsilon`={epsilon:g} is too small for {iterations} iterations at sampling rate {q:g}: even a noise "
-            "multiplier of 1e4 exceeds it. Found no σ that fits."
-        )
-    if spent(low) <= epsilon:
-        return low
-    while high / low > 1.0 + relative_tolerance:
-        middle = math.sqrt(low * high)
-        if spent(middle) <= epsilon:
-            high = middle
-        else:
-            low = middle
-    return high

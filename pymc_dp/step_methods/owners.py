@@ -79,6 +79,8 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
             raise ValueError(f"`owners` must be a 1-d array with one label per row. Found shape {labels.shape}.")
         super().__init__(vars, **kwargs)
         if labels.shape[0] != self.n_rows:
+            if self.neighbouring != "substitute":  # N is private under add/remove: say nothing of it
+                raise ValueError("`owners` must have one label per row. Found another length.")
             raise ValueError(f"`owners` must have one label per row ({self.n_rows}). Found {labels.shape[0]}.")
         names, index = np.unique(labels, return_inverse=True)
         self.owner_labels = [str(n) for n in names]

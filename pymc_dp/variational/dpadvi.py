@@ -20,9 +20,14 @@ from pymc_dp._validation import (
     check_unit_interval_open,
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
-from pymc_dp.accounting.gaussian import CALIBRATION_MARGIN
-from pymc_dp.accounting.pld import PoissonGaussianReleases, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.events import (
+    PoissonGaussianReleases,
+    PrivacyEvent,
+    PrivacySpent,
+    compose_epsilon,
+    event_from_dict,
+)
 from pymc_dp.data import RowLikelihood, _row_structure
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, noise_generator
 from pymc_dp.results import ACCOUNTANT_FORMAT, PrivateStart, finalize_result, versions

@@ -1,0 +1,126 @@
+"""Calibration: the noise that meets a target (ε, δ), always rounded towards privacy.
+
+Every calibration in pymc-dp lives here: the Gaussian noise multiplier for a count of
+releases (closed form, Sommer et al. 2019, Lemma 12), the Poisson-subsampled Gaussian noise
+multiplier (bisection on the composed ε), and the per-iteration μ the step methods are set
+to. Floating-point results are moved with :func:`round_towards_privacy` until the target
+provably holds in floating point: a calibrated mechanism is never even one ulp less private
+than asked.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_sampling_rate,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting._floats import round_towards_privacy
+from pymc_dp.accounting.events import PoissonGaussianReleases, compose_epsilon
+from pymc_dp.accounting.gaussian import _check_mu, gaussian_mu_for_target
+
+__all__ = [
+    "CALIBRATION_MARGIN",
+    "noise_multiplier_for_target",
+    "poisson_gaussian_noise_multiplier",
+    "round_towards_privacy",
+]
+
+#: Relative margin by which calibration aims below a target ε, so that the ε recomputed from
+#: the calibrated noise (by a root finder accurate to ~1e-13) never exceeds the target.
+CALIBRATION_MARGIN = 1e-10
+
+
+def noise_multiplier_for_target(epsilon: float, delta: float, count: int, mu_spent: float = 0.0) -> float:
+    """Noise multiplier τ = σ/Δ so that ``count`` releases plus ``mu_spent`` stay (ε, δ)-DP.
+
+    Each release at multiplier τ costs μ = 1/(2τ²); the result is the smallest τ (up to
+    rounding, always on the private side) with mu_spent + count/(2τ²) ≤ μ*(ε, δ).
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        Target (ε, δ).
+    count : int
+        Number of Gaussian releases to be made at the same τ.
+    mu_spent : float, default 0
+        μ already spent by other mechanisms that will be composed with these releases.
+
+    Returns
+    -------
+    float
+        τ > 0.
+
+    Raises
+    ------
+    ValueError
+        If ``mu_spent`` already uses up the target.
+    """
+    count = check_positive_int("count", count)
+    mu_spent = _check_mu(mu_spent)
+    epsilon = check_finite_positive("epsilon", epsilon)
+    mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+    mu_left = mu_total - mu_spent
+    if mu_left <= 0.0:
+        raise ValueError(
+            f"`mu_spent` must be below the μ allowed by (ε={epsilon}, δ={delta}), which is {mu_total:.6g}. "
+            f"Found {mu_spent!r}."
+        )
+    tau = math.sqrt(count / (2.0 * mu_left))
+    return round_towards_privacy(tau, lambda t: mu_spent + count / (2.0 * t * t) <= mu_total, math.inf)
+
+
+def poisson_gaussian_noise_multiplier(
+    epsilon: float,
+    delta: float,
+    sampling_rate: float,
+    iterations: int,
+    neighbouring: str = "substitute",
+    earlier: tuple = (),
+    relative_tolerance: float = 1e-3,
+) -> float:
+    """Smallest noise multiplier σ (within ``relative_tolerance``, on the private side) meeting a target.
+
+    Finds σ such that ``earlier`` plus ``iterations`` Poisson-subsampled Gaussian releases at
+    (σ, q) compose to at most ``epsilon`` at ``delta``, as :func:`compose_epsilon` reports it
+    (PLD where it is tighter). Bisection on log σ; ε is decreasing in σ. The returned σ is
+    always one whose composed ε was checked to be ≤ ``epsilon``.
+
+    Raises
+    ------
+    ValueError
+        If ``earlier`` alone already spends ``epsilon``, or if not even σ = 10⁴ fits.
+    """
+    epsilon = check_finite_positive("epsilon", epsilon)
+    delta = check_unit_interval_open("delta", delta)
+    q = check_sampling_rate("sampling_rate", sampling_rate)
+    if isinstance(iterations, bool) or int(iterations) != iterations or iterations < 1:
+        raise ValueError(f"`iterations` must be a positive integer. Found {iterations!r}.")
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    earlier = tuple(earlier)
+
+    def spent(sigma: float) -> float:
+        event = PoissonGaussianReleases(sigma, q, int(iterations), neighbouring, "calibration")
+        return compose_epsilon((*earlier, event), delta)[0]
+
+    low, high = 1e-2, 1e4
+    if earlier and compose_epsilon(earlier, delta)[0] >= epsilon:
+        raise ValueError(f"`epsilon`={epsilon:g} is already used up by earlier releases. Found nothing left.")
+    if spent(high) > epsilon:
+        raise ValueError(
+            f"`epsilon`={epsilon:g} is too small for {iterations} iterations at sampling rate {q:g}: even a noise "
+            "multiplier of 1e4 exceeds it. Found no σ that fits."
+        )
+    if spent(low) <= epsilon:
+        return low
+    while high / low > 1.0 + relative_tolerance:
+        middle = math.sqrt(low * high)
+        if spent(middle) <= epsilon:
+            high = middle
+        else:
+            low = middle
+    return high
