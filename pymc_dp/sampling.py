@@ -338,6 +338,7 @@ def sample(
         "draws": draws,
         "iterations_per_chain": tune + draws,
         "steps": [s.accountant_settings() for s in steps],
+        "reproducible_noise": any(s.reproducible_noise for s in steps),
         "events": [e.to_dict() for e in events],
         "versions": _versions(),
     }
@@ -351,7 +352,8 @@ def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
 
     ``record`` holds at least ``epsilon``, ``delta``, ``neighbouring``, ``n_rows`` and
     ``events`` (enough for :func:`privacy_spent` to recompute ε). N is written only under
-    substitute neighbours, where it is public.
+    substitute neighbours, where it is public. A record's ``reproducible_noise`` is written
+    as ``dp_reproducible_noise``.
     """
     attrs = _posterior_attrs(idata)
     attrs["dp_epsilon"] = record["epsilon"]
@@ -359,6 +361,8 @@ def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
     attrs["dp_neighbouring"] = record["neighbouring"]
     if record["neighbouring"] == "substitute":  # N is public only under substitute neighbours
         attrs["dp_n_rows"] = record["n_rows"]
+    if "reproducible_noise" in record:  # True: the noise can be regenerated from the seed (testing only)
+        attrs["dp_reproducible_noise"] = bool(record["reproducible_noise"])
     attrs["dp_accountant"] = json.dumps(record)
     return idata
 
