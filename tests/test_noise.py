@@ -14,7 +14,9 @@ import pytest
 import pymc_dp as pmdp
 from pymc_dp.mechanisms import mechanism_rng, spawn_noise_rng
 
-SAMPLE_KWARGS = dict(draws=6, tune=0, chains=1, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False)
+SAMPLE_KWARGS = dict(
+    draws=6, tune=0, chains=1, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False
+)
 
 
 def _steps(model, y):
@@ -25,7 +27,13 @@ def _steps(model, y):
             "hmc",
             model,
             lambda **kw: pmdp.DPHMC(
-                step_size=0.03, n_leapfrog=3, grad_clip=5.0, llr_clip=5.0, grad_noise_scale=2.0, llr_noise_scale=3.0, **kw
+                step_size=0.03,
+                n_leapfrog=3,
+                grad_clip=5.0,
+                llr_clip=5.0,
+                grad_noise_scale=2.0,
+                llr_noise_scale=3.0,
+                **kw,
             ),
         )
         yield (
@@ -63,17 +71,21 @@ def _two_runs(model, make, **step_kwargs):
     return a.sample_stats["dp_noisy_llr"].values.ravel(), b.sample_stats["dp_noisy_llr"].values.ravel()
 
 
-def test_every_step_draws_fresh_noise_under_one_seed_unless_reproducible(conjugate_normal):
-    for name, model, make in _steps(conjugate_normal.model, conjugate_normal.y):
-        a, b = _two_runs(model, make)
-        assert np.all(np.isfinite(a)) and np.all(np.isfinite(b)), name
-        # The first iteration starts at the same point with the same (seeded, data-free) proposal, so the
-        # clipped sums agree; the released values differ only if the noise (and the batch) differ.
-        # Continuous noise makes a tie a probability-zero event; on seed-derived noise they are equal.
-        assert a[0] != b[0], name
-        assert not np.any(a == b), name
-        a, b = _two_runs(model, make, reproducible_noise=True)
-        np.testing.assert_array_equal(a, b, err_msg=name)
+STEPS = ["penalty", "hmc", "barker_full", "barker_batch", "owners", "suffstats"]
+
+
+@pytest.mark.parametrize("name", STEPS)
+def test_every_step_draws_fresh_noise_under_one_seed_unless_reproducible(conjugate_normal, name):
+    model, make = {n: (m, f) for n, m, f in _steps(conjugate_normal.model, conjugate_normal.y)}[name]
+    a, b = _two_runs(model, make)
+    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+    # The first iteration starts at the same point with the same (seeded, data-free) proposal, so the
+    # clipped sums agree; the released values differ only if the noise (and the batch) differ.
+    # Continuous noise makes a tie a probability-zero event; on seed-derived noise they are equal.
+    assert a[0] != b[0]
+    assert not np.any(a == b)
+    a, b = _two_runs(model, make, reproducible_noise=True)
+    np.testing.assert_array_equal(a, b)
 
 
 def test_steps_refuse_a_non_bool_reproducible_noise(conjugate_normal):

@@ -138,13 +138,13 @@ def test_result_with_non_dp_sampler_statistics_is_refused(conjugate_normal):
         pmdp.privacy_spent(idata, delta=1e-6)
 
 
-def test_secure_noise_is_not_reproducible_but_priced_the_same(conjugate_normal):
+def test_default_noise_is_not_reproducible_but_priced_the_same(conjugate_normal):
     kwargs = dict(
         draws=30, tune=0, chains=1, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False
     )
     with conjugate_normal.model:
-        a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
-        b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True), **kwargs)
+        a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), **kwargs)
+        b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), **kwargs)
     assert not np.array_equal(a.sample_stats["dp_noisy_llr"].values, b.sample_stats["dp_noisy_llr"].values)
     assert pmdp.privacy_spent(a, delta=1e-6).mu == pytest.approx(30 / (2 * 3.0**2))
 
