@@ -312,7 +312,7 @@ def release_statistics(
         if budget.n_rows != n_rows:
             raise ValueError(f"`budget.n_rows` must equal the number of rows ({n_rows}). Found {budget.n_rows}.")
         budget.charge(events, label=f"laplace sufficient statistics [{fam.name}]")
-    rng = np.random.default_rng(random_seed) if reproducible_noise else mechanism_rng(None, reproducible=False)
+    rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
     statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng)
     return ReleasedStatistics(
         fam,
