@@ -104,11 +104,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         The subsampled test supports substitute only (Theorem 2 and eq. 22 assume it).
     reproducible_noise : bool, default False
-        For testing; do not publish: derive the mechanism noise, the secret batch and V_cor from the chain's
-        seeded generator, so that a run is reproducible from ``random_seed`` — and whoever
-        knows the seed can regenerate the noise and subtract it from the releases. By
-        default it comes from the operating system's CSPRNG
-        (:func:`pymc_dp.mechanisms.mechanism_rng`).
+        For testing; do not publish: derive the mechanism noise, the secret batch and V_cor
+        from the chain's seeded generator, so that a run is reproducible from
+        ``random_seed`` — and whoever knows the seed can regenerate the batch and the noise
+        and subtract it from the releases. By default they come from the operating system's
+        CSPRNG (:func:`pymc_dp.mechanisms.mechanism_rng`).
     tune : bool, default True
         Tune the proposal scale during tuning (PyMC's Metropolis rule on the privatized
         accept decisions; free).
