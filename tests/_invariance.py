@@ -12,8 +12,10 @@ Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
 def run_chains_from(step, starts: np.ndarray, n_steps: int, seed: int, inv_mass=None) -> tuple[np.ndarray, float]:
     """Run one independent chain per start value through ``step.astep``; return end points and acceptance.
 
-    ``inv_mass`` (DPHMC only) replaces the unit mass matrix after each chain's reset.
+    ``inv_mass`` (DPHMC only) replaces the unit mass matrix after each chain's reset. The noise is
+    derived from ``seed`` (``reproducible_noise``, testing only) so that the suite is deterministic.
     """
+    step.reproducible_noise = True
     name = step.vars[0].name
     ends, accepted = np.empty_like(starts), 0
     for i, start in enumerate(starts):

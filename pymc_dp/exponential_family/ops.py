@@ -8,9 +8,10 @@ import math
 import warnings
 from typing import Any
 
-from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
+from pymc_dp.mechanisms import mechanism_rng
 
 __all__ = ["one_posterior_sample", "ops_temperature", "tempered_model"]
 
@@ -151,6 +152,7 @@ def one_posterior_sample(
     neighbouring: str = "substitute",
     budget: PrivacyBudget | None = None,
     random_seed: int | None = None,
+    reproducible_noise: bool = False,
     **kwargs: Any,
 ) -> Any:
     """One draw from the posterior tempered for ε-DP by the exponential mechanism (OPS).
@@ -175,7 +177,13 @@ def one_posterior_sample(
     budget : PrivacyBudget, optional
         Charged with (ε_spent, δ = 0) before the data are read.
     random_seed : int, optional
-        Seeds the chain (keep a seed used on real data secret).
+        Seeds the chain only with ``reproducible_noise=True``; ignored otherwise.
+    reproducible_noise : bool, default False
+        For testing; do not publish: seed the chain with ``random_seed``, so that the draw is
+        a deterministic function of the data and the seed — whoever knows the seed can
+        replay the sampler on candidate data sets and see which one gives the published
+        draw. By default the chain is seeded from the operating system's CSPRNG
+        (:func:`pymc_dp.mechanisms.mechanism_rng`).
     **kwargs
         Passed to ``pm.sample`` (not ``draws``/``chains``).
 
@@ -198,7 +206,14 @@ def one_posterior_sample(
     that (Foulds et al. 2016, §4, Prop. 3; Wang et al. 2015). The likelihood must be positive
     wherever the prior is for the posterior to be the one tempered; a row with log p = −∞ or
     NaN at θ counts as the lower bound in the copy, so one row can never remove θ from its
-    support. The run shows no progress bar and PyMC's log is silenced (both report
+    support.
+
+    **Randomness.** The exponential mechanism's randomness is the sampler itself: the
+    chain's start jitter, momenta and accept uniforms. If a public seed fixed them, the draw
+    would be a deterministic function of the data. The chain is therefore seeded from OS
+    entropy unless ``reproducible_noise=True``; the OS seed is never returned or stored.
+
+    The run shows no progress bar and PyMC's log is silenced (both report
     data-dependent quantities of the chain).
 
     References
@@ -221,6 +236,7 @@ def one_posterior_sample(
     low, high = _check_loglik_bounds(loglik_bounds)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     tune = check_positive_int("tune", tune)
+    reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     for key in _OPS_REFUSED_KWARGS:
         if key in kwargs:
             raise ValueError(
@@ -266,7 +282,7 @@ def one_posterior_sample(
                     draws=1,
                     tune=tune,
                     chains=1,
-                    random_seed=random_seed,
+                    random_seed=random_seed if reproducible_noise else mechanism_rng(None, reproducible=False),
                     var_names=var_names,
                     compute_convergence_checks=False,
                     progressbar=False,
@@ -297,6 +313,7 @@ def one_posterior_sample(
         "utility_sensitivity": sensitivity,
         "temperature": temperature,
         "conditional_on_exact_sampling": True,
+        "reproducible_noise": reproducible_noise,
         "events": [e.to_dict() for e in events],
         "versions": versions(),
     }

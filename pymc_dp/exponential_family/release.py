@@ -12,7 +12,7 @@ from pymc_dp._validation import check_bool, check_finite_positive, check_neighbo
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.exponential_family.families import ExponentialFamily, get_family
-from pymc_dp.mechanisms import SecureNoise, laplace_sufficient_statistics
+from pymc_dp.mechanisms import laplace_sufficient_statistics, mechanism_rng
 from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result, posterior_attrs, versions
 
 __all__ = ["ReleasedStatistics", "annotate_releases", "release_statistics", "sample_releases"]
@@ -36,6 +36,8 @@ class ReleasedStatistics:
         The Laplace scale b = Δ₁/ε used.
     l1_sensitivity : float
         Δ₁.
+    reproducible_noise : bool
+        Whether the noise was derived from ``random_seed`` (testing only) rather than OS entropy.
 
     Notes
     -----
@@ -52,6 +54,7 @@ class ReleasedStatistics:
     l1_sensitivity: float
     label: str = "laplace sufficient statistics"
     events: tuple = field(default=(), repr=False)
+    reproducible_noise: bool = False
 
     def likelihood(self, name: str, **params: Any):
         """Add the log-likelihood n log g(θ) + φ(θ)ᵀŜ as ``pm.Potential(name, …)`` to the model in context.
@@ -78,6 +81,7 @@ class ReleasedStatistics:
             "l1_sensitivity": self.l1_sensitivity,
             "laplace_scale": self.scale,
             "released_statistics": [float(v) for v in self.statistics],
+            "reproducible_noise": bool(self.reproducible_noise),
             "events": [e.to_dict() for e in self.events],
             "versions": versions(),
         }
@@ -164,6 +168,7 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
             "delta": 0.0,
             "neighbouring": "substitute",
             "n_rows": releases[0].n_rows,
+            "reproducible_noise": any(r.reproducible_noise for r in releases),
             "releases": [
                 {k: v for k, v in r.accountant_record().items() if k not in ("format", "versions")} for r in releases
             ],
@@ -220,7 +225,7 @@ def release_statistics(
     *,
     epsilon: float,
     random_seed: int | np.random.Generator | None = None,
-    secure_noise: bool = False,
+    reproducible_noise: bool = False,
     budget: PrivacyBudget | None = None,
     neighbouring: str = "substitute",
     **family_settings: Any,
@@ -240,9 +245,13 @@ def release_statistics(
     epsilon : float
         ε of the release.
     random_seed : int or Generator, optional
-        Seeds the noise (reproducible — keep such a seed secret); ignored with ``secure_noise``.
-    secure_noise : bool, default False
-        Draw the noise from the operating system's CSPRNG.
+        Seeds the noise only with ``reproducible_noise=True``; ignored otherwise.
+    reproducible_noise : bool, default False
+        For testing; do not publish: draw the noise from ``random_seed``, so that the release
+        is reproducible — and whoever knows the seed can regenerate the noise and subtract
+        it, recovering the exact statistics. By default the noise comes from the operating
+        system's CSPRNG (:func:`pymc_dp.mechanisms.mechanism_rng`): two releases with the
+        same ``random_seed`` have independent noise.
     budget : PrivacyBudget, optional
         Charged (ε, δ = 0) before the data are read; a release over budget is refused and
         nothing is charged.
@@ -281,7 +290,7 @@ def release_statistics(
     """
     fam = get_family(family, **family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
-    secure_noise = check_bool("secure_noise", secure_noise)
+    reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     if check_neighbouring("neighbouring", neighbouring) != "substitute":
         raise ValueError(
             "`neighbouring` must be 'substitute' for a sufficient-statistics release (N is public and the "
@@ -292,7 +301,7 @@ def release_statistics(
             raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
         if budget.neighbouring != "substitute":
             raise ValueError(f"`budget.neighbouring` must be 'substitute'. Found {budget.neighbouring!r}.")
-    if not secure_noise and random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
+    if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
     events = (PureDPReleases(epsilon, 1, label=f"laplace sufficient statistics [{fam.name}]"),)
     # Validate the rows against the public bounds and N against the budget before charging.
@@ -301,6 +310,15 @@ def release_statistics(
         if budget.n_rows != n_rows:
             raise ValueError(f"`budget.n_rows` must equal the number of rows ({n_rows}). Found {budget.n_rows}.")
         budget.charge(events, label=f"laplace sufficient statistics [{fam.name}]")
-    rng = SecureNoise() if secure_noise else np.random.default_rng(random_seed)
+    rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
     statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng)
-    return ReleasedStatistics(fam, statistics, n_rows, epsilon, scale, fam.l1_sensitivity(), events=events)
+    return ReleasedStatistics(
+        fam,
+        statistics,
+        n_rows,
+        epsilon,
+        scale,
+        fam.l1_sensitivity(),
+        events=events,
+        reproducible_noise=reproducible_noise,
+    )

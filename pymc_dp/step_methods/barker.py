@@ -13,7 +13,7 @@ from pymc_dp._validation import check_bool, check_finite_positive, check_neighbo
 from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
 from pymc_dp.logistic_correction import LogisticCorrection, _check_correction_variance, logistic_correction
-from pymc_dp.mechanisms import NoisyBarkerStatistic, noise_generator
+from pymc_dp.mechanisms import NoisyBarkerStatistic, mechanism_rng
 from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
 
 __all__ = ["DPBarkerMH", "barker_accepts"]
@@ -103,10 +103,12 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         :func:`pymc_dp.sample` calibrate it from a target ε.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         The subsampled test supports substitute only (Theorem 2 and eq. 22 assume it).
-    secure_noise : bool, default False
-        Draw the batch, the noise and V_cor from the operating system's CSPRNG instead of a
-        generator derived from the chain's (reproducible from ``random_seed``; keep such a
-        seed secret: whoever knows it can regenerate the batch and the noise).
+    reproducible_noise : bool, default False
+        For testing; do not publish: derive the mechanism noise, the secret batch and V_cor
+        from the chain's seeded generator, so that a run is reproducible from
+        ``random_seed`` — and whoever knows the seed can regenerate the batch and the noise
+        and subtract it from the releases. By default they come from the operating system's
+        CSPRNG (:func:`pymc_dp.mechanisms.mechanism_rng`).
     tune : bool, default True
         Tune the proposal scale during tuning (PyMC's Metropolis rule on the privatized
         accept decisions; free).
@@ -180,7 +182,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         full_data: bool = False,
         llr_clip: float | None = None,
         neighbouring: str = "substitute",
-        secure_noise: bool = False,
+        reproducible_noise: bool = False,
         tune: bool = True,
         tune_interval: int = 100,
         model=None,
@@ -194,7 +196,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         self.correction_variance = _check_correction_variance(correction_variance)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
+        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         scale = check_proposal_scale(proposal_scale)
         if llr_clip is not None:
             llr_clip = check_finite_positive("llr_clip", llr_clip)
@@ -263,11 +265,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         self._init_proposal(scale, size)
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
-        self.secure_noise = bool(secure_noise)
+        self.reproducible_noise = bool(reproducible_noise)
         self._iterations_chain = 0
         self._mechanism: NoisyBarkerStatistic | None = None
         super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
 
     def _default_proposal_scale(self, size: int) -> float:
         """2.38/√(P·N₀), capped for the subsampled test so that most ratios stay below the clip.
@@ -351,7 +353,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             "correction_variance": self.correction_variance,
             "llr_clip": self.llr_clip,
             "neighbouring": self.neighbouring,
-            "secure_noise": self.secure_noise,
+            "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": 1,
         }
 

@@ -16,7 +16,7 @@ from pymc.vartypes import continuous_types
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import RowLikelihood, sorted_value_vars
-from pymc_dp.mechanisms import noise_generator
+from pymc_dp.mechanisms import mechanism_rng
 
 __all__ = ["DPStep", "RandomWalkTuning", "check_proposal_scale"]
 
@@ -29,10 +29,13 @@ class DPStep(ArrayStepShared):
     :meth:`accountant_settings`.
 
     The per-chain hook works on both PyMC 5 (``set_rng``) and PyMC 6
-    (``setup_chain(rng, tune, draws)``): it re-derives every generator from the chain's
-    generator, resets all per-chain state (tuning, caches) and checks that the noise is
-    set, before the chain touches any data. That makes draws with the same ``random_seed``
-    identical for ``cores=1`` and ``cores>1``.
+    (``setup_chain(rng, tune, draws)``): it takes the chain's generator for the data-free
+    randomness (proposals, momenta, accept uniforms), gives the chain a fresh mechanism
+    generator from OS entropy (:func:`pymc_dp.mechanisms.mechanism_rng`; derived from the
+    chain's generator only with ``reproducible_noise=True``, for testing), resets all
+    per-chain state (tuning, caches) and checks that the noise is set, before the chain
+    touches any data. With ``reproducible_noise=True``, draws with the same ``random_seed``
+    are identical for ``cores=1`` and ``cores>1``.
     """
 
     #: Statistics every DP step records (subclasses add their own).
@@ -46,8 +49,8 @@ class DPStep(ArrayStepShared):
     default_blocked = True
     #: PyMC 6 resolves ``pm.sample(tune=None)`` from this.
     default_tune_steps = 1000
-    #: Draw mechanism noise from OS entropy instead of the seeded chain generator.
-    secure_noise: bool = False
+    #: Derive mechanism noise from the seeded chain generator (testing only; default: OS entropy).
+    reproducible_noise: bool = False
     #: Whether the user set the noise (else :func:`pymc_dp.sample` calibrates it for each run).
     _noise_user_set: bool = False
     #: Names of the noise-scale attributes that calibration sets.
@@ -73,7 +76,7 @@ class DPStep(ArrayStepShared):
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:
         self._check_ready()
         self.rng = get_random_generator(rng, copy=False)
-        self.noise_rng = noise_generator(self.rng, self.secure_noise)
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
         self._mu_spent_chain = 0.0
         if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets it
             self.planned_tune = int(tune)

@@ -13,7 +13,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, noise_generator
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, mechanism_rng
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
@@ -115,9 +115,12 @@ class DPHMC(DPStep):
         T > 0: target p(θ) p(X | θ)^T.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         Neighbouring relation the sensitivities are computed for.
-    secure_noise : bool, default False
-        Draw the mechanism noise from the operating system's CSPRNG instead of the seeded
-        chain generator (see :func:`pymc_dp.mechanisms.spawn_noise_rng`).
+    reproducible_noise : bool, default False
+        For testing; do not publish: derive the mechanism noise from the chain's
+        seeded generator, so that a run is reproducible from ``random_seed`` — and whoever
+        knows the seed can regenerate the noise and subtract it from the releases. By
+        default it comes from the operating system's CSPRNG
+        (:func:`pymc_dp.mechanisms.mechanism_rng`).
     tune : bool, default True
         Adapt η and M during tuning.
     model, rng, initial_point, compile_kwargs, blocked
@@ -187,7 +190,7 @@ class DPHMC(DPStep):
         adapt_mass_window: int = 100,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
-        secure_noise: bool = False,
+        reproducible_noise: bool = False,
         tune: bool = True,
         model=None,
         rng=None,
@@ -231,7 +234,7 @@ class DPHMC(DPStep):
         self.adapt_mass_window = int(adapt_mass_window)
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
+        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         if step_size is not None:
             step_size = check_finite_positive("step_size", step_size)
 
@@ -254,14 +257,14 @@ class DPHMC(DPStep):
         self._size = size
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
-        self.secure_noise = bool(secure_noise)
+        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = grad_noise_scale is not None
         self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
         self._grad_mechanism: NoisyClippedGradient | None = None
         self._mu_spent_chain = 0.0
         self._reset_chain_state()
         super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
 
     # -- privacy interface ----------------------------------------------------------------
     @property
@@ -311,7 +314,7 @@ class DPHMC(DPStep):
             "n_leapfrog": self.n_leapfrog,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
-            "secure_noise": self.secure_noise,
+            "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": {"llr": 1, "gradient": self.n_leapfrog + 1},
         }
 

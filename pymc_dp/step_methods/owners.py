@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp.mechanisms import OwnerLogLikelihoodRatio, SecureNoise
+from pymc_dp.mechanisms import OwnerLogLikelihoodRatio, mechanism_rng
 from pymc_dp.step_methods.penalty import DPPenaltyMH
 
 __all__ = ["DPMultiOwnerPenaltyMH"]
@@ -64,6 +64,10 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
 
     Sampler statistics: those of :class:`pymc_dp.DPPenaltyMH`, with ``dp_noisy_llr`` the
     sum Σⱼ d̂ⱼ of the owners' releases.
+    **Noise.** Each owner draws its noise from its own generator, seeded from OS entropy
+    where it is created and independent of every other owner's and of ``random_seed``
+    (:func:`pymc_dp.mechanisms.mechanism_rng`); with ``reproducible_noise=True`` (testing
+    only) the owners' generators are derived from the chain's seeded generator.
 
     References
     ----------
@@ -90,10 +94,11 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
         super()._reset_chain_state()
         self._mechanism = None  # new owner generators for the new chain
 
-    def _owner_rng(self) -> Any:
-        if isinstance(self.noise_rng, SecureNoise):
-            return SecureNoise()
-        return np.random.default_rng(self.noise_rng.integers(0, 2**63, size=4))
+    def _owner_rng(self) -> np.random.Generator:
+        """Owner j's own noise generator: fresh OS entropy, independent of every other owner's."""
+        if not self.reproducible_noise:
+            return mechanism_rng(None, reproducible=False)
+        return np.random.default_rng(self.noise_rng.integers(0, 2**63, size=4))  # testing only
 
     def _get_mechanism(self):
         mechanism = self._mechanism

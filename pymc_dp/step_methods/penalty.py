@@ -10,7 +10,7 @@ from pymc.blocking import RaveledVars
 from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
-from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, noise_generator
+from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, mechanism_rng
 from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
@@ -112,10 +112,12 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         T > 0: target p(θ) p(X | θ)^T.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
         Neighbouring relation the sensitivity is computed for.
-    secure_noise : bool, default False
-        Draw the mechanism noise from the operating system's CSPRNG. By default it is derived
-        from the chain's generator, so runs are reproducible from ``random_seed`` — and anyone
-        who knows the seed can regenerate the noise: keep such a seed secret.
+    reproducible_noise : bool, default False
+        For testing; do not publish: derive the mechanism noise from the chain's
+        seeded generator, so that a run is reproducible from ``random_seed`` — and whoever
+        knows the seed can regenerate the noise and subtract it from the releases. By
+        default it comes from the operating system's CSPRNG
+        (:func:`pymc_dp.mechanisms.mechanism_rng`).
     tune : bool, default True
         Tune the proposal scale during the tuning iterations.
     tune_interval : int, default 100
@@ -179,7 +181,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         noise_scale: float | None = None,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
-        secure_noise: bool = False,
+        reproducible_noise: bool = False,
         tune: bool = True,
         tune_interval: int = 100,
         model=None,
@@ -194,7 +196,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
+        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         scale = check_proposal_scale(proposal_scale)
 
         value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPPenaltyMH")
@@ -205,13 +207,13 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self._init_proposal(scale, size)
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
-        self.secure_noise = bool(secure_noise)
+        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = noise_scale is not None
         self._mu_spent_chain = 0.0
         self._mechanism: NoisyLogLikelihoodRatio | None = None
         self._reset_chain_state()
         super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = noise_generator(self.rng, self.secure_noise)  # replaced per chain by PyMC's hook
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
 
     # -- privacy interface ----------------------------------------------------------------
     def _noise_changed(self) -> None:
@@ -226,7 +228,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "llr_clip": self.llr_clip,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
-            "secure_noise": self.secure_noise,
+            "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": 1,
         }
 

@@ -53,7 +53,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         Initial random-walk scale (default 2.38/√(P·N)).
     temperature : float, default 1
         T: target p(θ) p(X | θ)^T.
-    secure_noise, tune, tune_interval, model, rng, initial_point, compile_kwargs, blocked
+    reproducible_noise, tune, tune_interval, model, rng, initial_point, compile_kwargs, blocked
         As for :class:`pymc_dp.DPPenaltyMH`.
     family_settings : dict, optional
         Public settings of a family given by name.
@@ -105,7 +105,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         noise_scale: float | None = None,
         proposal_scale: float | np.ndarray | None = None,
         temperature: float = 1.0,
-        secure_noise: bool = False,
+        reproducible_noise: bool = False,
         tune: bool = True,
         tune_interval: int = 100,
         model=None,
@@ -120,7 +120,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = "substitute"
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, secure_noise = check_bool("tune", tune), check_bool("secure_noise", secure_noise)
+        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         scale = check_proposal_scale(proposal_scale)
         if not isinstance(params, dict) or sorted(params) != sorted(self.family.params):
             found = sorted(params) if isinstance(params, dict) else type(params).__name__
@@ -156,16 +156,16 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self._init_proposal(scale, self.n_params)
         self._tune_initial = bool(tune)
         self.tune = bool(tune)
-        self.secure_noise = bool(secure_noise)
+        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = noise_scale is not None
         self._mu_spent_chain = 0.0
         super().__init__(value_vars, shared, blocked=blocked, rng=rng)
         self._new_rng_only()
 
     def _new_rng_only(self) -> None:
-        from pymc_dp.mechanisms import noise_generator
+        from pymc_dp.mechanisms import mechanism_rng
 
-        self.noise_rng = noise_generator(self.rng, self.secure_noise)
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
 
     # -- privacy interface ----------------------------------------------------------------
     def _noise_changed(self) -> None:
@@ -181,7 +181,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "noise_scale": self.noise_scale,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
-            "secure_noise": self.secure_noise,
+            "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": 1,
         }
 

@@ -29,7 +29,7 @@ from pymc_dp.accounting.events import (
     event_from_dict,
 )
 from pymc_dp.data import RowLikelihood, _row_structure
-from pymc_dp.mechanisms import NoisyPoissonGradientSum, noise_generator
+from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng
 from pymc_dp.results import ACCOUNTANT_FORMAT, PrivateStart, finalize_result, versions
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
@@ -143,13 +143,16 @@ class DPADVI(Inference):
         Charged before the first data access of every ``fit``; a fit that would overspend is
         refused with nothing charged. Without ``epsilon`` and ``noise_multiplier``, σ is
         calibrated to what is left of it.
-    secure_noise : bool, default False
-        Draw the batches and the noise from OS entropy (not reproducible).
+    reproducible_noise : bool, default False
+        For testing; do not publish: derive the Poisson batches and the noise from
+        ``random_seed``, so that a fit is reproducible — and whoever knows the seed can
+        regenerate the noise and subtract it from the released gradients. By default they
+        come from the operating system's CSPRNG (:func:`pymc_dp.mechanisms.mechanism_rng`).
     model : pm.Model, optional
         Taken from the context at construction or at ``fit``.
     random_seed : int, optional
-        Seeds the approximation's start, the Monte Carlo draws and (unless
-        ``secure_noise``) the batches and noise. Keep a seed used on real data secret.
+        Seeds the approximation's start and the Monte Carlo draws (data-free), and the
+        batches and noise only with ``reproducible_noise=True``.
     start : dict, optional
         Start point, as for ``pm.MeanField``. Not covered by ε: it must be public (not
         computed from the data). Its provenance is recorded in the result (``dp_start``).
@@ -199,7 +202,7 @@ class DPADVI(Inference):
         n_mc: int = 1,
         neighbouring: str = "substitute",
         budget: PrivacyBudget | None = None,
-        secure_noise: bool = False,
+        reproducible_noise: bool = False,
         model: Any = None,
         random_seed: int | None = None,
         start: dict | None = None,
@@ -242,7 +245,7 @@ class DPADVI(Inference):
                 "to). Found neither."
             )
         self.budget = budget
-        self.secure_noise = check_bool("secure_noise", secure_noise)
+        self.reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
         self.random_seed = random_seed
         self._start = start
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
@@ -357,7 +360,7 @@ class DPADVI(Inference):
         seed_sequence = np.random.SeedSequence(random_seed)
         mc_seed, noise_seed = seed_sequence.spawn(2)
         self._mc_rng = np.random.default_rng(mc_seed)
-        self._noise_rng = noise_generator(np.random.default_rng(noise_seed), self.secure_noise)
+        self._noise_rng = mechanism_rng(np.random.default_rng(noise_seed), self.reproducible_noise)
         self._approx = approx
 
     def _packed(self) -> np.ndarray:
@@ -508,6 +511,7 @@ class DPADVI(Inference):
             "neighbouring": self.neighbouring,
             "n_rows": n_rows if self.neighbouring == "substitute" else None,
             "iterations": self._iterations,
+            "reproducible_noise": self.reproducible_noise,
             "settings": {
                 "noise_multiplier": self.noise_multiplier,
                 "sampling_rate": self.sampling_rate,
@@ -516,7 +520,7 @@ class DPADVI(Inference):
                 "optimizer": self.optimizer,
                 "learning_rate": self.learning_rate,
                 "n_mc": self.n_mc,
-                "secure_noise": self.secure_noise,
+                "reproducible_noise": self.reproducible_noise,
             },
             "start": {"source": "model"}
             if self._start is None
