@@ -11,6 +11,7 @@ from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
+from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
 from pymc_dp.logistic_correction import LogisticCorrection, _check_correction_variance, logistic_correction
 from pymc_dp.mechanisms import NoisyBarkerStatistic, mechanism_rng
@@ -333,9 +334,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             raise ValueError("The subsampled Barker test has no noise to calibrate: its ε is set by N, b and T.")
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
         factor = 2.0 if self.neighbouring == "substitute" else 1.0
-        self.llr_clip = math.sqrt(2.0 * mu * self.correction_variance) / (factor * self.temperature)
-        while self.gaussian_mu_per_iteration() > mu:
-            self.llr_clip = math.nextafter(self.llr_clip, 0.0)
+        clip = math.sqrt(2.0 * mu * self.correction_variance) / (factor * self.temperature)
+        # The same expression as gaussian_mu_per_iteration, so the rounding is checked where it is used.
+        self.llr_clip = round_towards_privacy(
+            clip, lambda b: (factor * self.temperature * b) ** 2 / (2.0 * self.correction_variance) <= mu, 0.0
+        )
         self._mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:

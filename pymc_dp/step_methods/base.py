@@ -14,6 +14,7 @@ from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import RowLikelihood, sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng
@@ -157,9 +158,7 @@ class GaussianNoiseScale:
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
-        self.noise_scale = math.sqrt(0.5 / mu)
-        while 0.5 / self.noise_scale**2 > mu:  # on the private side of the rounding
-            self.noise_scale = math.nextafter(self.noise_scale, math.inf)
+        self.noise_scale = round_towards_privacy(math.sqrt(0.5 / mu), lambda tau: 0.5 / tau**2 <= mu, math.inf)
         self._noise_changed()
 
     def _noise_changed(self) -> None:

@@ -12,6 +12,7 @@ from pymc.step_methods.compound import Competence
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, mechanism_rng
 from pymc_dp.step_methods.base import DPStep
@@ -295,11 +296,14 @@ class DPHMC(DPStep):
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
         mu_grad, mu_llr = self.grad_budget_share * mu, (1.0 - self.grad_budget_share) * mu
-        self.grad_noise_scale = math.sqrt((self.n_leapfrog + 1) * 0.5 / mu_grad)
-        self.llr_noise_scale = math.sqrt(0.5 / mu_llr)
-        while self.gaussian_mu_per_iteration() > mu:
-            self.grad_noise_scale = math.nextafter(self.grad_noise_scale, math.inf)
-            self.llr_noise_scale = math.nextafter(self.llr_noise_scale, math.inf)
+        grad_scale = math.sqrt((self.n_leapfrog + 1) * 0.5 / mu_grad)
+        llr_scale = math.sqrt(0.5 / mu_llr)
+
+        def cost(factor: float) -> float:  # μ of one iteration with both scales multiplied by `factor`
+            return 0.5 / (llr_scale * factor) ** 2 + (self.n_leapfrog + 1) * 0.5 / (grad_scale * factor) ** 2
+
+        factor = round_towards_privacy(1.0, lambda f: cost(f) <= mu, math.inf)
+        self.grad_noise_scale, self.llr_noise_scale = grad_scale * factor, llr_scale * factor
         self._llr_mechanism = self._grad_mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
