@@ -31,7 +31,7 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
 
-__all__ = ["ModelStructureError", "RowLikelihood", "data_dependent_deterministics", "sorted_value_vars"]
+__all__ = ["ModelStructureError", "PriorDensity", "RowLikelihood", "data_dependent_deterministics", "sorted_value_vars"]
 
 
 class ModelStructureError(ValueError):
@@ -296,7 +296,6 @@ class RowLikelihood:
         self._f_lik = self._compile([theta], lik_flat)
         self._f_prior = self._compile([theta], prior_flat)
         self._prior_flat = prior_flat
-        self._f_prior_grad = None  # compiled on first use
         self._lik_flat = lik_flat
         self._f_grad_full = None
 
@@ -312,6 +311,7 @@ class RowLikelihood:
         if self.row_dim is not None and isinstance(model.dim_lengths.get(self.row_dim), SharedVariable):
             self._row_dim_length = model.dim_lengths[self.row_dim]
         self._theta_initial = self._flat_initial(initial_point)
+        self.prior = PriorDensity(self)
 
     @property
     def subset_mode(self) -> str:
@@ -474,13 +474,64 @@ class RowLikelihood:
 
     def prior_logp(self, theta: np.ndarray) -> float:
         """log prior + log|Jacobian| of the transforms (+ data-free potentials). Data-free."""
-        return float(self._f_prior(self._check_theta(theta)))
+        return self.prior.prior_logp(theta)
 
     def prior_logp_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """:meth:`prior_logp` and its gradient w.r.t. θ. Data-free."""
-        self._require_continuous()
+        return self.prior.prior_logp_and_grad(theta)
+
+
+class PriorDensity:
+    """The data-free part of a model: what step methods and DPADVI receive instead of the rows.
+
+    Holds the prior + log|Jacobian| of the transforms + the potentials that read no data (all
+    checked data-free when the :class:`RowLikelihood` it comes from was built), compiled as
+    functions of the flat unconstrained θ, and the parameter layout. It holds no row-indexed
+    array and no function of one: the per-row values stay with the :class:`RowLikelihood`,
+    which only the mechanisms (:mod:`pymc_dp.mechanisms`) receive.
+
+    Attributes
+    ----------
+    value_vars : list
+        The value variables θ is made of, in model order.
+    n_params : int
+        Length of θ.
+    n_rows : int
+        N (public under substitute neighbours; never released under add/remove).
+    row_dim : str or None
+        Name of the row dimension.
+    initial_theta : numpy.ndarray
+        The model's initial point as a flat θ (data-free: the model's initial values).
+    """
+
+    def __init__(self, rows: RowLikelihood) -> None:
+        self.value_vars = list(rows.value_vars)
+        self.n_params = rows.n_params
+        self.n_rows = rows.n_rows
+        self.row_dim = rows.row_dim
+        self.initial_theta = np.array(rows._theta_initial, copy=True)
+        self._continuous = rows._continuous
+        self._compile = rows._compile
+        self._theta, self._graph = rows._theta, rows._prior_flat
+        self._f_prior = rows._f_prior
+        self._f_prior_grad = None  # compiled on first use
+
+    def _check_theta(self, theta: np.ndarray) -> np.ndarray:
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (self.n_params,):
+            raise ValueError(f"`theta` must be a flat vector of length {self.n_params}. Found shape {theta.shape}.")
+        return theta
+
+    def prior_logp(self, theta: np.ndarray) -> float:
+        """log prior + log|Jacobian| of the transforms (+ data-free potentials)."""
+        return float(self._f_prior(self._check_theta(theta)))
+
+    def prior_logp_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`prior_logp` and its gradient w.r.t. θ."""
+        if not self._continuous:
+            raise ValueError("Gradients need continuous parameters. Found discrete parameters.")
         if self._f_prior_grad is None:
-            grad = pytensor.grad(self._prior_flat, self._theta)
-            self._f_prior_grad = self._compile([self._theta], [self._prior_flat, grad])
+            grad = pytensor.grad(self._graph, self._theta)
+            self._f_prior_grad = self._compile([self._theta], [self._graph, grad])
         value, grad = self._f_prior_grad(self._check_theta(theta))
         return float(value), np.asarray(grad)

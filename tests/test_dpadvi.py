@@ -215,7 +215,7 @@ def test_noise_free_unclipped_gradient_is_the_exact_reparameterisation_gradient(
     family = dpadvi._family
     packed = np.random.default_rng(7).normal(scale=0.3, size=family.size)
     eps = np.random.default_rng(8).normal(size=(3, 2))
-    mechanism = NoisyPoissonGradientSum(dpadvi._rows, 1e9, 1e-15, 1.0, "substitute")
+    mechanism = dpadvi._row_mechanisms.poisson_gradient_sum(1e9, 1e-15, 1.0, "substitute")
     ours = dpadvi._gradient(packed, eps, mechanism)
     thetas = family.draws(packed, eps)
     grads = [exact_log_density_gradient(t, design, y)[None, :] for t in thetas]

@@ -236,9 +236,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
                     f"proved for C = 2. Other C are available with full_data=True. Found {correction_variance!r}."
                 )
 
-        value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPBarkerMH")
-        self.n_rows = n = self._rows.n_rows
-        size = self._rows.n_params
+        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
+            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
+        )
+        self.n_rows = n = self._prior.n_rows
+        size = self._prior.n_params
         if not self.full_data and batch_size >= n:
             raise ValueError(f"`batch_size` must be smaller than the number of rows ({n}). Found {batch_size}.")
         if tempered_size is not None and tempered_size > n:
@@ -372,8 +374,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         mechanism = self._mechanism
         if mechanism is None or mechanism.llr_clip != self.llr_clip:
             self._check_ready()
-            self._mechanism = NoisyBarkerStatistic(
-                self._rows,
+            self._mechanism = self._row_mechanisms.barker_statistic(
                 correction_variance=self.correction_variance,
                 llr_clip=self.llr_clip,
                 likelihood_scale=self._likelihood_scale(),
@@ -387,7 +388,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         theta = q0.data
         proposal = self._propose(theta, self.rng, tuning)
         released = mechanism.release(theta, proposal, self.noise_rng)
-        log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
+        log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
         accepted, accept_probability = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
         self._record_decision(accepted)
         self._iterations_chain += 1

@@ -16,8 +16,8 @@ from pymc.vartypes import continuous_types
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.data import RowLikelihood, sorted_value_vars
-from pymc_dp.mechanisms import mechanism_rng
+from pymc_dp.data import sorted_value_vars
+from pymc_dp.mechanisms import mechanism_rng, model_access
 
 __all__ = ["DPStep", "RandomWalkTuning", "check_proposal_scale"]
 
@@ -62,7 +62,11 @@ class DPStep(ArrayStepShared):
     # -- construction ---------------------------------------------------------------------
     @staticmethod
     def _data_access(vars, model, initial_point, compile_kwargs, step_name: str):
-        """(value_vars, shared, RowLikelihood) for continuous ``vars``; the one place steps reach data."""
+        """(value_vars, shared, PriorDensity, RowMechanisms) for continuous ``vars``.
+
+        The one place steps reach their model: a data-free prior and the row mechanisms,
+        never the per-row functions (:func:`pymc_dp.mechanisms.model_access`).
+        """
         model = modelcontext(model)
         initial_point = model.initial_point() if initial_point is None else initial_point
         value_vars = sorted_value_vars(model, vars)
@@ -70,8 +74,8 @@ class DPStep(ArrayStepShared):
         if discrete:
             raise ValueError(f"`vars` must be continuous for {step_name}. Found discrete variables: {discrete}.")
         shared = make_shared_replacements(initial_point, value_vars, model)
-        rows = RowLikelihood(model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs)
-        return value_vars, shared, rows
+        prior, mechanisms = model_access(model, value_vars, shared, initial_point, compile_kwargs)
+        return value_vars, shared, prior, mechanisms
 
     # -- per-chain hooks ------------------------------------------------------------------
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:

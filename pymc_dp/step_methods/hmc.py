@@ -239,10 +239,12 @@ class DPHMC(DPStep):
         if step_size is not None:
             step_size = check_finite_positive("step_size", step_size)
 
-        value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPHMC")
+        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
+            vars, model, initial_point, compile_kwargs, "DPHMC"
+        )
         try:
-            self._rows.prior_logp_and_grad(self._rows._theta_initial)
-            self._rows.warm_gradient()
+            self._prior.prior_logp_and_grad(self._prior.initial_theta)
+            self._row_mechanisms.check_differentiable()
         except (NotImplementedError, TypeError, ValueError) as err:
             if "continuous" in str(err) or "`theta`" in str(err):
                 raise
@@ -250,8 +252,8 @@ class DPHMC(DPStep):
                 f"The model must be differentiable in `vars` ({[v.name for v in value_vars]}) for DPHMC: "
                 f"building the gradient failed with {type(err).__name__}."
             ) from None
-        self.n_rows = self._rows.n_rows
-        size = self._rows.n_params
+        self.n_rows = self._prior.n_rows
+        size = self._prior.n_params
         if step_size is None:
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)
@@ -350,18 +352,18 @@ class DPHMC(DPStep):
             or (llr.noise_multiplier, llr.llr_clip, grad.noise_multiplier, grad.grad_clip, llr.neighbouring) != current
         ):
             self._check_ready()
-            self._llr_mechanism = NoisyLogLikelihoodRatio(
-                self._rows, self.llr_clip, self.llr_noise_scale, self.neighbouring
+            self._llr_mechanism = self._row_mechanisms.log_likelihood_ratio(
+                self.llr_clip, self.llr_noise_scale, self.neighbouring
             )
-            self._grad_mechanism = NoisyClippedGradient(
-                self._rows, self.grad_clip, self.grad_noise_scale, self.neighbouring
+            self._grad_mechanism = self._row_mechanisms.clipped_gradient(
+                self.grad_clip, self.grad_noise_scale, self.neighbouring
             )
         return self._llr_mechanism, self._grad_mechanism
 
     # -- sampling -------------------------------------------------------------------------
     def _log_target_gradient(self, grad_mechanism: NoisyClippedGradient) -> Callable[[np.ndarray], np.ndarray]:
         def gradient(theta: np.ndarray) -> np.ndarray:
-            _, prior_grad = self._rows.prior_logp_and_grad(theta)
+            _, prior_grad = self._prior.prior_logp_and_grad(theta)
             return prior_grad + self.temperature * grad_mechanism.release(theta, self.noise_rng)
 
         return gradient
@@ -382,7 +384,7 @@ class DPHMC(DPStep):
         )
         if np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end)):
             noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
-            log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
+            log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
             kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
             log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
         else:  # the trajectory diverged (a function of released gradients only): reject without a release

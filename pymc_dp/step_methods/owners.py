@@ -105,12 +105,8 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
         if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip) != (self.noise_scale, self.llr_clip):
             self._check_ready()
             functions = [
-                OwnerLogLikelihoodRatio(
-                    lambda theta, rows=rows: self._rows.loglik_rows(theta, rows),
-                    self.llr_clip,
-                    self.noise_scale,
-                    self._owner_rng(),
-                    self.neighbouring,
+                self._row_mechanisms.owner_ratio(
+                    rows, self.llr_clip, self.noise_scale, self._owner_rng(), self.neighbouring
                 )
                 for rows in self._owner_rows
             ]

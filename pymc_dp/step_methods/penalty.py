@@ -199,9 +199,11 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         scale = check_proposal_scale(proposal_scale)
 
-        value_vars, shared, self._rows = self._data_access(vars, model, initial_point, compile_kwargs, "DPPenaltyMH")
-        size = self._rows.n_params
-        self.n_rows = self._rows.n_rows
+        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
+            vars, model, initial_point, compile_kwargs, "DPPenaltyMH"
+        )
+        size = self._prior.n_params
+        self.n_rows = self._prior.n_rows
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._init_proposal(scale, size)
@@ -250,7 +252,9 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             self.neighbouring,
         ):
             self._check_ready()
-            self._mechanism = NoisyLogLikelihoodRatio(self._rows, self.llr_clip, self.noise_scale, self.neighbouring)
+            self._mechanism = self._row_mechanisms.log_likelihood_ratio(
+                self.llr_clip, self.noise_scale, self.neighbouring
+            )
         return self._mechanism
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -261,7 +265,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         theta = q0.data
         proposal = self._propose(theta, self.rng, tuning)
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
-        log_prior_ratio = self._rows.prior_logp(proposal) - self._rows.prior_logp(theta)
+        log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
         log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
         accepted, stats = penalty_decision(self, log_alpha, noisy_llr, tuning)
         mechanism.keep(accepted)

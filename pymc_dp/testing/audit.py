@@ -51,7 +51,7 @@ from pymc_dp.mechanisms import (
     NoisyLogLikelihoodRatio,
     NoisyPoissonGradientSum,
     NoisySufficientStatistics,
-    OwnerLogLikelihoodRatio,
+    RowMechanisms,
     laplace_sufficient_statistics,
 )
 
@@ -293,6 +293,7 @@ class _RowTable:
         self.ratios = np.asarray(ratios, dtype=float)
         self.gradients = gradients
         self.n_rows = self.ratios.size if gradients is None else len(gradients)
+        self.n_params = 1 if gradients is None else np.shape(gradients)[1]
 
     def loglik_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         values = self.ratios if np.any(theta != 0) else np.zeros_like(self.ratios)
@@ -435,7 +436,9 @@ def owner_ratio_scenario(
     tau = noise_multiplier / 2 if broken == "noise_halved" else noise_multiplier
 
     def make(rng: np.random.Generator) -> Callable[[int], float]:
-        owners = [OwnerLogLikelihoodRatio(_RowTable(t).loglik_rows, llr_clip, tau, rng) for t in tables]
+        owners = [
+            RowMechanisms(_RowTable(t)).owner_ratio(np.arange(len(t)), llr_clip, tau, rng, "substitute") for t in tables
+        ]
         return lambda dataset: owners[dataset](theta, proposal)
 
     return AuditScenario(label, make, _gaussian_claim(noise_multiplier), _context(broken))

@@ -28,8 +28,8 @@ from pymc_dp.accounting.events import (
     compose_epsilon,
     event_from_dict,
 )
-from pymc_dp.data import RowLikelihood, _row_structure
-from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng
+from pymc_dp.data import _row_structure
+from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng, model_access
 from pymc_dp.results import ACCOUNTANT_FORMAT, PrivateStart, finalize_result, versions
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
@@ -335,7 +335,7 @@ class DPADVI(Inference):
                 f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
             )
         # Raises ModelStructureError for models without a row axis.
-        rows = RowLikelihood(model, compile_kwargs=self._compile_kwargs)
+        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs)
         approx_class = _APPROXIMATIONS[self.approximation]
         kwargs = {"model": model, "random_seed": random_seed}
         if self._start is not None:
@@ -344,17 +344,17 @@ class DPADVI(Inference):
         group = approx.groups[0]
         # θ in the data layer's order from θ in the approximation's order (both by value-variable name).
         offsets, position = {}, 0
-        for var in rows.value_vars:
+        for var in prior.value_vars:
             size = int(np.prod(group.ordering[var.name][2], dtype=int))
             offsets[var.name] = (position, size)
             position += size
-        to_rows = np.empty(rows.n_params, dtype=np.int64)
+        to_rows = np.empty(prior.n_params, dtype=np.int64)
         for name, (_, slc, _, _) in group.ordering.items():
             start, size = offsets[name]
             to_rows[start : start + size] = np.arange(slc.start, slc.stop)
         self._to_rows = to_rows
-        self._rows = rows
-        self._family = family_for(self.approximation, rows.n_params)
+        self._prior, self._row_mechanisms = prior, mechanisms
+        self._family = family_for(self.approximation, prior.n_params)
         self._params = [group.params_dict[k] for k in ("mu", "rho" if self.approximation == "meanfield" else "L_tril")]
         self._optimizer_state = make_optimizer(self.optimizer, self.learning_rate)
         seed_sequence = np.random.SeedSequence(random_seed)
@@ -374,19 +374,19 @@ class DPADVI(Inference):
 
     def _gradient(self, packed: np.ndarray, eps: np.ndarray, mechanism: NoisyPoissonGradientSum) -> np.ndarray:
         """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``eps`` (S, P): one release."""
-        family, rows = self._family, self._rows
+        family = self._family
         draws = family.draws(packed, eps)[:, self._to_rows]  # (S, P) in the data layer's order
         # θ_rows = θ_approx[to_rows], so a gradient in the data layer's order maps through M_s[to_rows].
         jacobians = [family.parameter_jacobian(packed, e)[self._to_rows] for e in eps]
         data_part = mechanism.release(draws, jacobians, self._noise_rng)
         # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
-        prior_part = sum(rows.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
+        prior_part = sum(self._prior.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
         return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
 
     def _make_step(self, mechanism: NoisyPoissonGradientSum):
         def step() -> None:
             packed = self._packed()
-            eps = self._mc_rng.standard_normal((self.n_mc, self._rows.n_params))
+            eps = self._mc_rng.standard_normal((self.n_mc, self._prior.n_params))
             self._unpack(self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism)))
 
         return step
@@ -487,7 +487,7 @@ class DPADVI(Inference):
         self._iterations += n
         self._approx._dp_record = self._record(events, epsilon, method, n_rows)
 
-        mechanism = NoisyPoissonGradientSum(self._rows, self.clip, sigma, self.sampling_rate, self.neighbouring)
+        mechanism = self._row_mechanisms.poisson_gradient_sum(self.clip, sigma, self.sampling_rate, self.neighbouring)
         if progressbar_theme is None:
             from pymc.progress_bar import default_progress_theme as progressbar_theme
         callbacks = list(callbacks or [])
