@@ -8,6 +8,7 @@ from importlib import metadata
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
+from pymc_dp.publish import publish
 from pymc_dp.sampling import privacy_spent, sample, strip_private_groups
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
@@ -33,6 +34,7 @@ __all__ = [
     "__version__",
     "one_posterior_sample",
     "privacy_spent",
+    "publish",
     "release_statistics",
     "sample",
     "strip_private_groups",
