@@ -99,3 +99,10 @@ def test_publish_refuses_barker_with_what_to_do():
         with pytest.raises(ValueError, match=r"pymc_dp\.sample.*subsampled_barker_epsilon"):
             pmdp.publish(idata, delta=1e-6)
     assert "dp_epsilon" not in idata["posterior"].attrs
+
+
+def test_privacy_spent_prints_epsilon_rounded_up_and_delta_short():
+    spent = pmdp.PrivacySpent(0.9999999998999994, 1e-6)
+    assert str(spent) == "ε = 1.000 (δ = 1e-06)"
+    assert "epsilon=1.000, delta=1e-06" in repr(spent)
+    assert str(pmdp.PrivacySpent(1.00004, 1e-5)) == "ε = 1.001 (δ = 1e-05)"  # never printed below the truth
