@@ -22,6 +22,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
 
 
 def make_survey(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,10 +91,10 @@ def main() -> None:
     [settings] = json.loads(private.posterior.attrs["dp_accountant"])["steps"]  # the run's calibrated noise
     print(f"\nRows: {args.rows}, chains: {args.chains}, iterations per chain: {args.tune + args.draws}")
     print(
-        f"Privacy spent: epsilon = {spent.epsilon:.4f} at delta = {spent.delta:.1e} "
+        f"Privacy spent: epsilon = {format_epsilon(spent.epsilon)} at delta = {spent.delta:.3g} "
         f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {settings['noise_scale']:.2f}"
     )
-    print(f"Recorded on the result: dp_epsilon = {private.posterior.attrs['dp_epsilon']:.4f}")
+    print(f"Recorded on the result: dp_epsilon = {format_epsilon(private.posterior.attrs['dp_epsilon'])}")
     groups = ("posterior", "sample_stats", "observed_data", "constant_data")
     print(f"Groups in the DP result: {[g for g in groups if g in private]}")
     print(f"Acceptance rate of the DP chain: {float(private.sample_stats['dp_accepted'].mean()):.2f}")

@@ -8,6 +8,7 @@ from importlib import metadata
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
+from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
 from pymc_dp.sampling import privacy_spent, sample
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
@@ -37,6 +38,7 @@ __all__ = [
     "check_publishable",
     "one_posterior_sample",
     "privacy_spent",
+    "publish",
     "release_statistics",
     "sample",
     "strip_private_groups",

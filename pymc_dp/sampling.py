@@ -445,8 +445,8 @@ def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) 
     if "dp_iterations" in stats:
         raise ValueError(
             "`idata` was sampled with DPBarkerMH outside pymc_dp.sample: its ε depends on N and the batch size, "
-            "which the statistics do not record. Use pymc_dp.sample, or "
-            "pymc_dp.accounting.subsampled_barker_epsilon(n_rows, batch_size, iterations, delta) with iterations "
+            "which the statistics do not record. Use pymc_dp.sample, or pymc_dp.publish(idata, delta=..., step=step), "
+            "or pymc_dp.accounting.subsampled_barker_epsilon(n_rows, batch_size, iterations, delta) with iterations "
             "= the sum over chains of the last dp_iterations."
         )
     if "dp_mu_cumulative" not in stats:

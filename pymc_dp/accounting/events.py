@@ -276,6 +276,31 @@ class PrivacySpent:
     n_rows: int | None = None
     events: tuple = field(default=(), repr=False)
 
+    def __str__(self) -> str:
+        """``ε = 1.000 (δ = 1e-06)``: ε rounded up to four significant digits, δ to three."""
+        return f"ε = {format_epsilon(self.epsilon)} (δ = {self.delta:.3g})"
+
+    def __repr__(self) -> str:
+        mu = "None" if self.mu is None else f"{self.mu:.6g}"
+        return (
+            f"PrivacySpent(epsilon={format_epsilon(self.epsilon)}, delta={self.delta:.3g}, "
+            f"neighbouring={self.neighbouring!r}, method={self.method!r}, mu={mu}, n_rows={self.n_rows!r})"
+        )
+
+
+def format_epsilon(epsilon: float, digits: int = 4) -> str:
+    """ε as text, rounded *up* to ``digits`` significant digits so the printed guarantee is never smaller.
+
+    Examples: 0.9999999998999994 → "1.000", 1.00004 → "1.001", 12.3401 → "12.35", 0 → "0".
+    """
+    if not math.isfinite(epsilon) or epsilon <= 0:
+        return f"{epsilon:g}"
+    exponent = math.floor(math.log10(epsilon))
+    scale = 10.0 ** (digits - 1 - exponent)
+    rounded = math.ceil(epsilon * scale * (1 - 1e-9)) / scale  # 1e-9: absorb the float error of an exact ε
+    exponent = math.floor(math.log10(rounded))
+    return f"{rounded:.{max(0, digits - 1 - exponent)}f}"
+
 
 def compose_epsilon(
     events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], delta: float

@@ -148,8 +148,11 @@ class GaussianNoiseScale:
     def _check_ready(self) -> None:
         if self.noise_scale is None:
             raise ValueError(
-                f"`noise_scale` must be set before sampling. Found None. Pass noise_scale= to {type(self).__name__}, "
-                "or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
+                f"`noise_scale` must be set before sampling. Found None. Either sample with "
+                f"pymc_dp.sample(step={type(self).__name__}(...), epsilon=..., delta=...), which calibrates it, or, "
+                f"for a plain pm.sample, pass noise_scale=pymc_dp.accounting.noise_multiplier_for_target(epsilon, "
+                f"delta, count=chains * (tune + draws)) to {type(self).__name__} and publish the result with "
+                "pymc_dp.publish(idata)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:

@@ -277,8 +277,12 @@ class DPHMC(DPStep):
     def _check_ready(self) -> None:
         if not self.is_calibrated:
             raise ValueError(
-                "`grad_noise_scale` and `llr_noise_scale` must be set before sampling. Found None. Pass both to "
-                "DPHMC, or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate them."
+                "`grad_noise_scale` and `llr_noise_scale` must be set before sampling. Found None. Either sample "
+                "with pymc_dp.sample(step=DPHMC(...), epsilon=..., delta=...), which calibrates them, or, for a plain "
+                "pm.sample, take mu = pymc_dp.accounting.gaussian_mu_for_target(epsilon, delta) / (chains * (tune + "
+                "draws)), pass llr_noise_scale=(2 * mu_llr) ** -0.5 and grad_noise_scale=((n_leapfrog + 1) / (2 * "
+                "mu_grad)) ** 0.5 with mu_llr + mu_grad = mu to DPHMC, and publish the result with "
+                "pymc_dp.publish(idata)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:
