@@ -62,6 +62,7 @@ __all__ = [
     "AuditScenario",
     "audit",
     "barker_scenario",
+    "cross_row_scenario",
     "dpadvi_gradient_scenario",
     "epsilon_lower_bound",
     "hmc_gradient_scenario",
@@ -412,6 +413,78 @@ def penalty_scenario(noise_multiplier: float = 1.0, llr_clip: float = 1.0, broke
     return AuditScenario(label, make, _gaussian_claim(noise_multiplier), _context(broken))
 
 
+def _identity_poisson_tables(step: float, old_checks: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row log-likelihood ratios of y ~ Poisson(x·β) between log β = 0 and log β = ``step``.
+
+    D has x > 0 on every row; D′ replaces the last row by one with x < 0, an invalid
+    parameter for every β > 0. The real data layer (:class:`pymc_dp.data.RowLikelihood`)
+    makes only that row −∞; ``old_checks`` compiles PyMC's ``model.logp(sum=False)`` as it
+    is, whose ``check_parameters`` reduces over all rows, so one row turns every row −∞ (the
+    data layer before issue 12).
+    """
+    import pymc as pm
+    from pymc.pytensorf import compile as pm_compile
+
+    from pymc_dp.data import RowLikelihood
+
+    n = 20
+    x = np.linspace(0.5, 0.8, n)
+    y = np.ones(n, dtype=np.int64)
+    x[-1], y[-1] = 0.5, 5  # clipped at +bound in D
+    tables = []
+    for last_x in (0.5, -1.0):
+        x_d = x.copy()
+        x_d[-1] = last_x
+        with pm.Model() as model:
+            beta = pm.HalfNormal("beta", 1.0)
+            pm.Poisson("y", mu=x_d * beta, observed=y)
+        if old_checks:
+            [term] = model.logp(vars=model.observed_RVs, sum=False)
+            f = pm_compile(model.value_vars, term)  # PyMC's rewrite: a failed check gives −∞
+            values = [np.asarray(f(np.array(v))) for v in (0.0, step)]
+        else:
+            rows = RowLikelihood(model)
+            values = [rows.loglik_rows(np.array([v])) for v in (0.0, step)]
+        with np.errstate(invalid="ignore"):
+            tables.append(values[1] - values[0])
+    return tables[0], tables[1]
+
+
+def cross_row_scenario(
+    noise_multiplier: float = 1.0, llr_clip: float = 1.0, broken: str | None = None
+) -> AuditScenario:
+    """DPPenaltyMH's release on a model where one row's data can invalidate every row.
+
+    An identity-link Poisson regression y ~ Poisson(x·β): a negative covariate on one row is
+    an invalid parameter. PyMC's ``check_parameters`` reduces its condition over all rows, so
+    the data layer before issue 12 turned *every* row's log-likelihood to −∞: per-row
+    clipping then bounds nothing (all N clipped rows move). The real data layer applies the
+    check row by row; the claim (one Gaussian release, μ = 1/(2τ²)) then holds.
+
+    Parameters
+    ----------
+    noise_multiplier, llr_clip : float
+        τ and b, as in :func:`penalty_scenario` (the move is log β: 0 → log 1.2).
+    broken : {None, "all_rows_check"}
+        "all_rows_check" computes the rows with PyMC's ``model.logp(sum=False)`` compiled as
+        is (the old behaviour).
+
+    Returns
+    -------
+    AuditScenario
+    """
+    label = _broken_label("DPPenaltyMH: one invalid row (row-wise checks)", broken, ("all_rows_check",))
+    step = float(np.log(1.2))
+    theta, proposal = np.zeros(1), np.full(1, step)
+    tables = _identity_poisson_tables(step, old_checks=broken == "all_rows_check")
+
+    def make(rng: np.random.Generator) -> Callable[[int], float]:
+        mechanisms = [NoisyLogLikelihoodRatio(_RowTable(t), llr_clip, noise_multiplier) for t in tables]
+        return lambda dataset: mechanisms[dataset].release(theta, proposal, rng)[0]
+
+    return AuditScenario(label, make, _gaussian_claim(noise_multiplier))
+
+
 def owner_ratio_scenario(
     noise_multiplier: float = 1.0, llr_clip: float = 1.0, broken: str | None = None
 ) -> AuditScenario:
@@ -676,4 +749,6 @@ SCENARIOS: dict[str, Callable[[], AuditScenario]] = {
     "owner_ratio": lambda: owner_ratio_scenario(),
     "owner_ratio/noise_halved": lambda: owner_ratio_scenario(broken="noise_halved"),
     "owner_ratio/no_clipping": lambda: owner_ratio_scenario(broken="no_clipping"),
+    "cross_row": lambda: cross_row_scenario(),
+    "cross_row/all_rows_check": lambda: cross_row_scenario(broken="all_rows_check"),
 }
