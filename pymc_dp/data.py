@@ -305,7 +305,12 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
     from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
     from pytensor.tensor.math import Dot
     from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
-    from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
+    from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
+
+    try:  # PyTensor 2 (PyMC 5); PyTensor 3 has only AdvancedSubtensor
+        from pytensor.tensor.subtensor import AdvancedSubtensor1
+    except ImportError:
+        AdvancedSubtensor1 = AdvancedSubtensor
 
     op = node.op
     outs = node.outputs
@@ -326,7 +331,13 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
         if a not in op.new_order:
             raise _refuse(node, var_name, "drops the row axis")
         return [list(op.new_order).index(a)]
-    if isinstance(op, CAReduce):
+    try:  # PyTensor 3 (PyMC 6) has a LogSumExp op; PyTensor 2 builds it from max/exp/sum/log
+        from pytensor.tensor.special import LogSumExp
+    except ImportError:
+        LogSumExp = CAReduce
+    if isinstance(op, CAReduce | LogSumExp) and len(node.inputs) == 1:
+        # A reduction over ``op.axis`` only (LogSumExp: log Σ exp over those axes, keepdims by a
+        # DimShuffle after it): row-wise when the row axis is not among them.
         (a,) = row
         reduced = tuple(range(node.inputs[0].ndim)) if op.axis is None else tuple(op.axis)
         if a in reduced:
@@ -367,7 +378,9 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
         x, *idx = node.inputs
         if axes[0] is not None:
             raise _refuse(node, var_name, "indexes a row-indexed tensor (only full slices keep rows apart)")
-        if not idx or axes[1] != 0 or idx[0].ndim != 1:
+        idx_list = getattr(op, "idx_list", None)  # PyTensor 3 keeps slices here, not as inputs
+        first_is_slice = bool(idx_list) and isinstance(idx_list[0], slice)
+        if not idx or first_is_slice or axes[1] != 0 or idx[0].ndim != 1:
             raise _refuse(node, var_name, "indexes with a row-indexed array other than as the first 1-d index")
         if any(a is not None and (a != 0 or i.ndim != 1) for i, a in zip(idx, axes[1:], strict=True)):
             raise _refuse(node, var_name, "indexes with row-indexed arrays of different shapes")

@@ -344,3 +344,15 @@ def test_dpadvi_refuses_a_likelihood_mixing_rows():
         pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.5, clip=1.0).fit(
             1, model=_refusing(_normalised_by_total), progressbar=False
         )
+
+
+def _indexing_a_row_array(data):
+    x = pm.Data("x", data["X"], dims=("obs", "col"))
+    g = pm.Data("g", data["g"], dims="obs")
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x[:, g][:, 0], 1.0, observed=data["y_real"], dims="obs")
+
+
+def test_indexing_a_row_indexed_array_is_refused():
+    with pytest.raises(ModelStructureError, match="operation `"):
+        RowLikelihood(_refusing(_indexing_a_row_array))
