@@ -356,3 +356,25 @@ def _indexing_a_row_array(data):
 def test_indexing_a_row_indexed_array_is_refused():
     with pytest.raises(ModelStructureError, match="operation `"):
         RowLikelihood(_refusing(_indexing_a_row_array))
+
+
+def test_model_on_released_statistics_refuses_a_potential_reading_a_row_array():
+    from pymc_dp.exponential_family import release_statistics
+
+    y = (np.random.default_rng(4).random(N) < 0.3).astype("int64")
+    release = release_statistics("bernoulli", y, epsilon=1.0, random_seed=0)
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        release.likelihood("lik", p=p)
+        pm.Potential("raw", pt.sum(pt.as_tensor_variable(y) * pt.log(p)))  # reads the raw rows
+    with pytest.raises(ModelStructureError, match="Potential `raw`"):
+        release.sample(model=model, draws=5, tune=5, chains=1, progressbar=False)
+
+
+def test_subset_that_differs_from_the_slice_is_a_hard_error():
+    data = _data()
+    rows = RowLikelihood(logistic(data, use_data=True))
+    full = rows._f_lik
+    rows._f_lik = lambda theta: full(theta) + 1.0  # the subset path now disagrees with the full vector
+    with pytest.raises(ModelStructureError, match="subset of rows differs"):
+        _ = rows.subset_mode  # before: fell back to "slice" silently
