@@ -5,8 +5,9 @@ anything depending on the observed data. It returns *raw* per-row values; caller
 them through a mechanism (clip + noise) before anything leaves a step method.
 
 The model must be made of rows: every observed variable has a leading row axis of the
-same length N, rows are conditionally independent given the parameters, and the prior does
-not read row data. Potentials are allowed only when they do not read data (they are then
+same length N, rows are conditionally independent given the parameters (checked on the graph
+against an allow-list of row-wise operations, see docs/data.md), and the prior does not read
+row data. Potentials are allowed only when they do not read data (they are then
 part of the prior).
 
 Rows are addressed on the flat unconstrained parameter vector θ, in the order of the value
@@ -700,7 +701,11 @@ class RowLikelihood:
     Raises
     ------
     ModelStructureError
-        For models that cannot be split into rows; the message names the variable.
+        For models that cannot be split into rows; the message names the variable (and the
+        operation, for graphs that mix rows). Construction builds the per-row graph with
+        :func:`row_loglik` (parameter checks row by row, allow-list walk), runs
+        :func:`check_prior_reads_no_data` and a one-row perturbation probe; in index mode a
+        subset that differs from the same rows of the full vector is also an error.
 
     Notes
     -----
