@@ -5,8 +5,9 @@ anything depending on the observed data. It returns *raw* per-row values; caller
 them through a mechanism (clip + noise) before anything leaves a step method.
 
 The model must be made of rows: every observed variable has a leading row axis of the
-same length N, rows are conditionally independent given the parameters, and the prior does
-not read row data. Potentials are allowed only when they do not read data (they are then
+same length N, rows are conditionally independent given the parameters (checked on the graph
+against an allow-list of row-wise operations, see docs/data.md), and the prior does not read
+row data. Potentials are allowed only when they do not read data (they are then
 part of the prior).
 
 Rows are addressed on the flat unconstrained parameter vector θ, in the order of the value
@@ -31,7 +32,15 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
 
-__all__ = ["ModelStructureError", "PriorDensity", "RowLikelihood", "data_dependent_deterministics", "sorted_value_vars"]
+__all__ = [
+    "ModelStructureError",
+    "PriorDensity",
+    "RowLikelihood",
+    "check_prior_reads_no_data",
+    "data_dependent_deterministics",
+    "row_loglik",
+    "sorted_value_vars",
+]
 
 
 class ModelStructureError(ValueError):
@@ -89,6 +98,11 @@ def _same_data(a: Variable, b: Variable) -> bool:
         da, db = np.asarray(a.data), np.asarray(b.data)
         return da.shape == db.shape and np.array_equal(da, db)
     return False
+
+
+def _equal_array(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and np.array_equal(a, b)
 
 
 def _observed_value(model, rv) -> Variable:
@@ -187,6 +201,471 @@ def data_dependent_deterministics(model) -> list[str]:
     return names
 
 
+# -- row independence ---------------------------------------------------------------------------
+#
+# Per-row clipping bounds one row's influence only if row i's log-likelihood depends on row i's
+# data alone. Two things break that in ordinary PyMC graphs: ``check_parameters`` reduces its
+# conditions over *all* rows (one invalid row makes every row −∞), and models may aggregate
+# data in the graph (``x - x.mean()``). The first is rewritten row-wise
+# (:func:`_rowwise_checks`), the second refused by an allow-list walk (:func:`_check_rowwise`)
+# and, as a last line of defence, by a one-row perturbation probe (:func:`_perturbation_probe`).
+
+try:  # PyMC 5.x and 6.x both define it here; older releases in dist_math
+    from pymc.logprob.utils import CheckParameterValue as _CheckParameterValue
+except ImportError:  # pragma: no cover
+    from pymc.distributions.dist_math import CheckParameterValue as _CheckParameterValue
+
+
+def _split_conditions(cond: Variable) -> list[Variable]:
+    """The tensors ``check_parameters`` reduced into one scalar: ``all([all(c) for c in conds])``."""
+    from pytensor.tensor.basic import MakeVector, ScalarFromTensor
+    from pytensor.tensor.math import All
+
+    node = cond.owner
+    if node is not None and isinstance(node.op, ScalarFromTensor):
+        cond = node.inputs[0]
+        node = cond.owner
+    else:
+        cond = pt.as_tensor_variable(cond)
+        node = cond.owner
+    if node is None or not isinstance(node.op, All) or node.op.axis is not None:
+        return [cond]
+    inner = node.inputs[0]
+    parts = inner.owner.inputs if inner.owner is not None and isinstance(inner.owner.op, MakeVector) else [inner]
+    out = []
+    for part in parts:
+        if part.owner is not None and isinstance(part.owner.op, All) and part.owner.op.axis is None:
+            out.append(part.owner.inputs[0])
+        else:
+            out.append(part)
+    return out
+
+
+def _rowwise_checks(term: Variable) -> tuple[Variable, list[Variable]]:
+    """``term`` without its ``CheckParameterValue`` nodes, and the conditions they held."""
+    conds: list[Variable] = []
+    while True:
+        node = next(
+            (
+                v.owner
+                for v in ancestors([term, *conds])
+                if v.owner is not None and isinstance(v.owner.op, _CheckParameterValue)
+            ),
+            None,
+        )
+        if node is None:
+            return term, conds
+        new_conds = _split_conditions(node.inputs[1])
+        outs = graph_replace([term, *conds, *new_conds], {node.outputs[0]: node.inputs[0]}, strict=False)
+        term, conds = outs[0], list(outs[1:])
+
+
+def _row_term(term: Variable, row_inputs: Sequence[Variable]) -> Variable:
+    """Per-row log-likelihood of one observed variable, with parameter checks applied row-wise.
+
+    Each condition of a ``CheckParameterValue`` that reads row data (``row_inputs``) is
+    reduced over its non-row axes only (a per-row mask, or a length-1 mask broadcast to all
+    rows); a data-free condition is reduced fully (it depends on θ alone). Rows whose
+    mask is false get −∞ (the mechanisms clip them). If a condition did mix rows the walk of
+    :func:`_check_rowwise` on the result refuses the model.
+    """
+    value, conds = _rowwise_checks(term)
+    row = _rowsum(value)
+    if not conds:
+        return row
+    masks = []
+    row_ids = {id(v) for v in row_inputs}
+    for c in conds:
+        c = pt.as_tensor_variable(c)
+        if c.ndim >= 1 and any(id(v) in row_ids for v in ancestors([c])):
+            masks.append(c.all(axis=tuple(range(1, c.ndim))) if c.ndim > 1 else c)
+        else:
+            masks.append(pt.all(c))
+    ok = masks[0]
+    for m in masks[1:]:
+        ok = pt.and_(ok, m)
+    return pt.switch(ok, row, pt.constant(-np.inf, dtype=row.dtype))
+
+
+def _op_label(node) -> str:
+    return str(node.op)
+
+
+def _refuse(node, var_name: str, what: str) -> ModelStructureError:
+    return ModelStructureError(
+        f"The log-likelihood of observed variable `{var_name}` is not computed row by row: operation "
+        f"`{_op_label(node)}` {what}. Each row's log-likelihood may depend only on that row's data; "
+        "see docs/data.md for the operations accepted."
+    )
+
+
+def _idx_is_full_slice(entry) -> bool:
+    return isinstance(entry, slice) and entry.start is None and entry.stop is None and entry.step is None
+
+
+def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | None]:
+    """Row axis of each output of ``node`` given its inputs' row axes (allow-list; raises otherwise)."""
+    from pytensor.tensor.basic import Alloc, Join
+    from pytensor.tensor.blockwise import Blockwise
+    from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+    from pytensor.tensor.math import Dot
+    from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
+    from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
+
+    try:  # PyTensor 2 (PyMC 5); PyTensor 3 has only AdvancedSubtensor
+        from pytensor.tensor.subtensor import AdvancedSubtensor1
+    except ImportError:
+        AdvancedSubtensor1 = AdvancedSubtensor
+
+    op = node.op
+    outs = node.outputs
+    row = [a for a in axes if a is not None]
+    if isinstance(op, Shape | Shape_i):
+        # Only the shape is read: N is public (substitute relation), no row value enters.
+        return [None] * len(outs)
+    if isinstance(op, Elemwise):
+        # Inputs of an Elemwise have equal ndim; element i of the output reads element i of each input.
+        if len(set(row)) != 1:
+            raise _refuse(node, var_name, "combines row-indexed inputs along different axes")
+        for inp, a in zip(node.inputs, axes, strict=True):
+            if a is not None and inp.type.broadcastable[a] and not all(o.type.broadcastable[a] for o in outs):
+                raise _refuse(node, var_name, "broadcasts one row against all rows")
+        return [row[0]] * len(outs)
+    if isinstance(op, DimShuffle):
+        (a,) = row
+        if a not in op.new_order:
+            raise _refuse(node, var_name, "drops the row axis")
+        return [list(op.new_order).index(a)]
+    try:  # PyTensor 3 (PyMC 6) has a LogSumExp op; PyTensor 2 builds it from max/exp/sum/log
+        from pytensor.tensor.special import LogSumExp
+    except ImportError:
+        LogSumExp = CAReduce
+    if isinstance(op, CAReduce | LogSumExp) and len(node.inputs) == 1:
+        # A reduction over ``op.axis`` only (LogSumExp: log Σ exp over those axes, keepdims by a
+        # DimShuffle after it): row-wise when the row axis is not among them.
+        (a,) = row
+        reduced = tuple(range(node.inputs[0].ndim)) if op.axis is None else tuple(op.axis)
+        if a in reduced:
+            raise _refuse(node, var_name, "reduces over the row axis (it aggregates rows)")
+        return [a - sum(1 for r in reduced if r < a)]
+    if isinstance(op, Dot):
+        x, y = node.inputs
+        ax, ay = axes
+        if ax is not None and ay is None and x.ndim == 2 and ax == 0:
+            return [0]
+        if ay is not None and ax is None and y.ndim == 2 and ay == 1:
+            return [x.ndim - 1]
+        raise _refuse(node, var_name, "contracts over the row axis or multiplies two row-indexed tensors")
+    if isinstance(op, Blockwise):
+        # A Blockwise applies its core op to each batch element independently: row-wise along
+        # batch axes. Along core axes only a Dot-like core (X @ β, β data-free) is accepted.
+        out_batch = outs[0].ndim - len(op.outputs_sig[0])
+        out_axes = set()
+        for inp, a, sig in zip(node.inputs, axes, op.inputs_sig, strict=True):
+            if a is None:
+                continue
+            batch = inp.ndim - len(sig)
+            if a < batch:
+                if inp.type.broadcastable[a]:
+                    raise _refuse(node, var_name, "broadcasts one row against all rows")
+                out_axes.add(a + out_batch - batch)
+            elif isinstance(op.core_op, Dot) and inp is node.inputs[0] and a == batch and len(sig) == 2:
+                if axes[1] is not None:
+                    raise _refuse(node, var_name, "multiplies two row-indexed tensors")
+                out_axes.add(out_batch)
+            else:
+                raise _refuse(node, var_name, "reads the row axis inside its core operation")
+        if len(out_axes) != 1:
+            raise _refuse(node, var_name, "combines row-indexed inputs along different axes")
+        (a,) = out_axes
+        return [a] * len(outs)
+    if isinstance(op, AdvancedSubtensor1 | AdvancedSubtensor):
+        x, *idx = node.inputs
+        if axes[0] is not None:
+            raise _refuse(node, var_name, "indexes a row-indexed tensor (only full slices keep rows apart)")
+        idx_list = getattr(op, "idx_list", None)  # PyTensor 3 keeps slices here, not as inputs
+        first_is_slice = bool(idx_list) and isinstance(idx_list[0], slice)
+        if not idx or first_is_slice or axes[1] != 0 or idx[0].ndim != 1:
+            raise _refuse(node, var_name, "indexes with a row-indexed array other than as the first 1-d index")
+        if any(a is not None and (a != 0 or i.ndim != 1) for i, a in zip(idx, axes[1:], strict=True)):
+            raise _refuse(node, var_name, "indexes with row-indexed arrays of different shapes")
+        return [0]
+    if isinstance(op, Subtensor):
+        a = axes[0]
+        if a is None or any(b is not None for b in axes[1:]):
+            raise _refuse(node, var_name, "indexes with a row-dependent index")
+        idx_list = list(op.idx_list)
+        if a < len(idx_list) and not _idx_is_full_slice(idx_list[a]):
+            raise _refuse(node, var_name, "selects part of the row axis (only a full slice keeps all rows)")
+        dropped = sum(1 for e in idx_list[:a] if not isinstance(e, slice))
+        return [a - dropped]
+    if isinstance(op, Alloc):
+        a = axes[0]
+        if a is None or any(b is not None for b in axes[1:]):
+            raise _refuse(node, var_name, "allocates a shape read from row data")
+        return [a + outs[0].ndim - node.inputs[0].ndim]
+    if isinstance(op, SpecifyShape):
+        if axes[0] is None or any(b is not None for b in axes[1:]):
+            raise _refuse(node, var_name, "specifies a shape read from row data")
+        return [axes[0]]
+    if isinstance(op, Reshape):
+        x = node.inputs[0]
+        if (
+            axes[0] == 0
+            and axes[1] is None
+            and x.type.shape[0] is not None
+            and outs[0].type.shape[0] == x.type.shape[0]
+        ):
+            return [0]
+        raise _refuse(node, var_name, "reshapes the row axis")
+    if isinstance(op, Join):
+        if axes[0] is not None:
+            raise _refuse(node, var_name, "joins along a row-dependent axis")
+        tensors, t_axes = node.inputs[1:], axes[1:]
+        if any(a is None for a in t_axes) or len(set(t_axes)) != 1:
+            raise _refuse(node, var_name, "joins row-indexed and row-free tensors")
+        join_axis = node.inputs[0]
+        if not isinstance(join_axis, Constant):
+            raise _refuse(node, var_name, "joins along an axis unknown at build time")
+        ja = int(join_axis.data) % tensors[0].ndim
+        if ja == t_axes[0]:
+            raise _refuse(node, var_name, "concatenates along the row axis")
+        return [t_axes[0]]
+    from pytensor.tensor.random.op import RandomVariable
+
+    if isinstance(op, RandomVariable):
+        # Component distributions handed to pm.Censored / pm.Mixture (seen in the parameter
+        # graphs only): batch element i is drawn from the parameters' element i.
+        rng_and_size = len(node.inputs) - len(op.ndims_params)
+        out = outs[-1]
+        out_batch = out.ndim - op.ndim_supp
+        out_axes = set()
+        for inp, a, core in zip(node.inputs[rng_and_size:], axes[rng_and_size:], op.ndims_params, strict=True):
+            if a is None:
+                continue
+            batch = inp.ndim - core
+            if a >= batch or inp.type.broadcastable[a]:
+                raise _refuse(node, var_name, "reads the row axis as a core dimension")
+            out_axes.add(a + out_batch - batch)
+        if any(a is not None for a in axes[:rng_and_size]) or len(out_axes) != 1:
+            raise _refuse(node, var_name, "combines row-indexed inputs along different axes")
+        return [None] * (len(outs) - 1) + [out_axes.pop()]
+    raise _refuse(node, var_name, "is not on the list of row-wise operations")
+
+
+def _row_axes(outputs: Sequence[Variable], row_inputs: Sequence[Variable], var_name: str) -> list[int | None]:
+    """Row axis of each of ``outputs`` (None: data-free), propagated from ``row_inputs`` (axis 0).
+
+    Raises on any operation of a row-indexed input that is not on the allow-list. Subgraphs
+    without a row input among their ancestors are not checked.
+    """
+    from pytensor.graph.traversal import io_toposort
+
+    row_ids = {id(v) for v in row_inputs}
+    roots = [v for v in ancestors(list(outputs)) if v.owner is None]
+    axis: dict[int, int | None] = {id(v): (0 if id(v) in row_ids else None) for v in roots}
+    for node in io_toposort(roots, list(outputs)):
+        in_axes = [axis.get(id(i)) for i in node.inputs]
+        if all(a is None for a in in_axes):
+            out_axes: list[int | None] = [None] * len(node.outputs)
+        else:
+            out_axes = _rowwise_axes(node, in_axes, var_name)
+        for o, a in zip(node.outputs, out_axes, strict=True):
+            axis[id(o)] = a
+    return [axis.get(id(o)) for o in outputs]
+
+
+def _check_rowwise_params(rv, model, n_rows, row_dim, observed_values) -> None:
+    """Walk the observed variable's parameter graphs as the user built them.
+
+    ``model.logp`` constant-folds: ``np_x - np_x.mean()`` on a numpy array becomes one
+    constant there, so the aggregation is visible only in the random variable's inputs.
+    Each parameter must be data-free or carry the row axis first.
+    """
+    from pytensor.tensor.variable import TensorVariable
+
+    params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable)]
+    if not params:
+        return
+    params = model.replace_rvs_by_values(params)
+    rows = _model_row_inputs(model, params, n_rows, row_dim, observed_values)
+    for p, a in zip(params, _row_axes(params, rows, rv.name), strict=True):
+        if a not in (None, 0) or (a == 0 and p.ndim < rv.ndim):
+            raise ModelStructureError(f"A parameter of observed variable `{rv.name}` does not keep the row axis first.")
+
+
+def _check_rowwise(output: Variable, row_inputs: Sequence[Variable], var_name: str) -> None:
+    """Propagate the row axis from ``row_inputs`` (axis 0) to ``output``; raise unless row-wise.
+
+    The output must be a vector whose only axis is the row axis, or data-free.
+    """
+    [out_axis] = _row_axes([output], row_inputs, var_name)
+    if out_axis not in (None, 0) or output.ndim != 1:
+        raise ModelStructureError(
+            f"The log-likelihood of observed variable `{var_name}` does not keep the row axis first."
+        )
+
+
+def _row_inputs(graph_outputs: Sequence[Variable], n_rows: int, extra: Sequence[Variable]) -> list[Variable]:
+    """Row-indexed roots: observed values, pm.Data and constants whose leading length is N."""
+    found = list(extra)
+    for var in ancestors(list(graph_outputs)):
+        if var.owner is None and isinstance(var, Constant | SharedVariable) and getattr(var, "ndim", 0) >= 1:
+            if _leading_length(var) == n_rows and not any(var is f for f in found):
+                found.append(var)
+    return found
+
+
+def row_loglik(model) -> tuple[Variable, int, str | None, list[Variable]]:
+    """The model's per-row log-likelihood graph, checked row-wise.
+
+    Returns the vector (N,) of per-row log-likelihoods summed over all observed variables,
+    as a function of the model's value variables, with every ``check_parameters`` condition
+    applied row by row; N; the row dimension name; and the row-indexed roots of the graph.
+
+    Raises
+    ------
+    ModelStructureError
+        When a row's term could read another row's data (see docs/data.md), or the model is
+        not made of rows. Messages name the variable and the operation, never data values.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove of one row. Per-row clipping bounds the
+    sensitivity only if row i's value depends on row i's data alone; this function checks
+    that on the graph (an allow-list of row-wise operations). It cannot see constants computed
+    from the data in NumPy before the model was built (e.g. a scalar ``x.mean()``).
+    """
+    n_rows, row_dim, observed_values = _row_structure(model)
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    rows = []
+    for rv, term in zip(model.observed_RVs, terms, strict=True):
+        if term.ndim == 0:
+            raise ModelStructureError(
+                f"Observed variable `{rv.name}` has a log-likelihood without a row axis (a scalar)."
+            )
+        _check_rowwise_params(rv, model, n_rows, row_dim, observed_values)
+        row = _row_term(term, _model_row_inputs(model, [term], n_rows, row_dim, observed_values))
+        _check_rowwise(row, _model_row_inputs(model, [row], n_rows, row_dim, observed_values), rv.name)
+        rows.append(row)
+    lik = pt.add(*rows) if len(rows) > 1 else rows[0]
+    row_data = _model_row_inputs(model, [lik], n_rows, row_dim, observed_values)
+    lik_ancestors = set(ancestors([lik]))
+    return lik, n_rows, row_dim, [v for v in row_data if v in lik_ancestors]
+
+
+def _model_row_inputs(model, graph_outputs, n_rows, row_dim, observed_values) -> list[Variable]:
+    """:func:`_row_inputs`, less ``pm.Data`` containers whose first named dim is not the row dim."""
+    obs = [v for v in observed_values if isinstance(v, Constant | SharedVariable)]
+    found = []
+    for var in _row_inputs(graph_outputs, n_rows, obs):
+        if isinstance(var, SharedVariable) and row_dim is not None and not any(var is o for o in obs):
+            dims = model.named_vars_to_dims.get(var.name)
+            if dims and dims[0] != row_dim:
+                continue
+        found.append(var)
+    return found
+
+
+def check_prior_reads_no_data(model, n_rows: int | None = None, public: Sequence[np.ndarray] = ()) -> None:
+    """Refuse a prior or potential that reads row data.
+
+    The free variables' log densities (with transforms) and every ``pm.Potential`` must not
+    read observed values, ``pm.Data`` containers, or constants whose leading length is the
+    number of rows N. Only the likelihood may read data: everything else is not clipped.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model.
+    n_rows : int, optional
+        N; taken from the observed variables if omitted (a model without observed variables
+        then only has its ``pm.Data`` containers checked).
+    public : sequence of arrays, optional
+        Arrays known to be public (e.g. released statistics) that may be read whatever their length.
+
+    Raises
+    ------
+    ModelStructureError
+        Naming the potential, or the prior, that reads data.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove. No mechanism covers the prior; a prior
+    reading data would release it unclipped and unnoised. Constants computed from the data in
+    NumPy before the model was built (a scalar ``x.mean()`` baked into a prior) look like public
+    constants and cannot be detected.
+    """
+    from pytensor.tensor.variable import TensorVariable
+
+    observed_values = []
+    if model.observed_RVs:
+        n_found, _, observed_values = _row_structure(model)
+        n_rows = n_found if n_rows is None else n_rows
+    data = [v for v in observed_values if isinstance(v, Constant | SharedVariable)] + list(model.data_vars)
+
+    def reads(graph: Variable) -> bool:
+        for v in ancestors([graph]):
+            if not isinstance(v, Constant | SharedVariable):
+                continue
+            if any(_same_data(v, d) for d in data):
+                return True
+            if isinstance(v, Constant) and any(_equal_array(v.data, p) for p in public):
+                continue
+            if n_rows is not None and getattr(v, "ndim", 0) >= 1 and _leading_length(v) == n_rows:
+                return True
+        return False
+
+    # Both the graphs as built and their log densities: model.logp constant-folds, so an
+    # aggregate of a numpy array (``np_y.mean()`` as a tensor) is visible only before it.
+    for pot in model.potentials:
+        if reads(model.logp(vars=[pot], sum=True)) or any(reads(g) for g in model.replace_rvs_by_values([pot])):
+            raise ModelStructureError(
+                f"Potential `{pot.name}` reads data and cannot be split into rows. Express it as an observed "
+                "variable with a row axis, or drop it."
+            )
+    if model.free_RVs:
+        for rv in model.free_RVs:
+            params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable)]
+            built = model.replace_rvs_by_values(params) if params else []
+            if reads(model.logp(vars=[rv], jacobian=True, sum=True)) or any(reads(g) for g in built):
+                raise ModelStructureError(
+                    f"The prior of free variable `{rv.name}` reads row data; only the likelihood may depend on rows."
+                )
+
+
+def _perturbation_probe(
+    inputs: Sequence[Variable], lik: Variable, values: Sequence[np.ndarray], row_data: Sequence[Variable], n_rows: int
+) -> None:
+    """Change one row of every row-indexed array (on copies) and check no other row moves.
+
+    One copy of each row-indexed array is made; the user's data are never modified. Row 0 is
+    replaced by the first of the next rows that differs from it.
+    """
+    if n_rows < 2 or not row_data:
+        return
+    placeholders = [d.type() for d in row_data]
+    probe_graph = graph_replace(lik, dict(zip(row_data, placeholders, strict=True)), strict=False)
+    fn = pytensor.function([*inputs, *placeholders], probe_graph, mode="FAST_COMPILE", on_unused_input="ignore")
+    originals = [_value_of(d) for d in row_data]
+    perturbed = []
+    for arr in originals:
+        copy = np.array(arr, copy=True)
+        for j in range(1, min(n_rows, 64)):
+            if not np.array_equal(copy[j], copy[0], equal_nan=True):
+                copy[0] = copy[j]
+                break
+        perturbed.append(copy)
+    with np.errstate(all="ignore"):
+        before = np.asarray(fn(*values, *originals), dtype=float)
+        after = np.asarray(fn(*values, *perturbed), dtype=float)
+    if not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True):
+        raise ModelStructureError(
+            "Changing one row's data changed other rows' log-likelihoods: the likelihood is not computed row "
+            "by row (see docs/data.md)."
+        )
+
+
 class RowLikelihood:
     """Per-row log-likelihood and gradients of a PyMC model.
 
@@ -226,7 +705,11 @@ class RowLikelihood:
     Raises
     ------
     ModelStructureError
-        For models that cannot be split into rows; the message names the variable.
+        For models that cannot be split into rows; the message names the variable (and the
+        operation, for graphs that mix rows). Construction builds the per-row graph with
+        :func:`row_loglik` (parameter checks row by row, allow-list walk), runs
+        :func:`check_prior_reads_no_data` and a one-row perturbation probe; in index mode a
+        subset that differs from the same rows of the full vector is also an error.
 
     Notes
     -----
@@ -261,29 +744,18 @@ class RowLikelihood:
             shared_inputs = make_shared_replacements(initial_point, self.value_vars, model)
         self._compile_kwargs = dict(compile_kwargs or {})
 
-        self.n_rows, self.row_dim, observed_values = _row_structure(model)
-        lik_terms = model.logp(vars=model.observed_RVs, sum=False)
-        for rv, term in zip(model.observed_RVs, lik_terms, strict=True):
-            if term.ndim == 0:
-                raise ModelStructureError(
-                    f"Observed variable `{rv.name}` has a log-likelihood without a row axis (a scalar)."
-                )
-        lik = pt.add(*[_rowsum(t) for t in lik_terms]) if len(lik_terms) > 1 else _rowsum(lik_terms[0])
-
-        row_data = self._row_data(model, lik_terms, observed_values)
+        lik, self.n_rows, self.row_dim, row_data = row_loglik(model)
+        check_prior_reads_no_data(model, self.n_rows)
         prior_terms = [model.logp(vars=model.free_RVs, jacobian=True, sum=True)]
-        for pot in model.potentials:
-            if self._reads(pot, row_data + list(model.data_vars) + observed_values):
-                raise ModelStructureError(
-                    f"Potential `{pot.name}` reads data and cannot be split into rows. Express it as an observed "
-                    "variable with a row axis, or drop it."
-                )
-            prior_terms.append(model.logp(vars=[pot], sum=True))  # RVs replaced by value variables
+        prior_terms += [model.logp(vars=[pot], sum=True) for pot in model.potentials]  # data-free: checked
         prior = pt.add(*prior_terms) if len(prior_terms) > 1 else prior_terms[0]
-        if self._reads(prior, row_data):
-            raise ModelStructureError(
-                "The prior of the free variables reads row data; only the likelihood may depend on rows."
-            )
+        _perturbation_probe(
+            model.value_vars,
+            lik,
+            [np.asarray(initial_point[v.name]) for v in model.value_vars],
+            row_data,
+            self.n_rows,
+        )
 
         [lik_flat, prior_flat], theta = join_nonshared_inputs(
             point=initial_point, outputs=[lik, prior], inputs=self.value_vars, shared_inputs=shared_inputs
@@ -333,10 +805,15 @@ class RowLikelihood:
             # Guard against arrays that only look row-indexed: a subset must equal the slice.
             probe = np.array([0, self.n_rows - 1], dtype=np.int64)
             theta0 = self._theta_initial
-            if np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True):
-                self._f_lik_idx, self._subset_mode = f_idx, "index"
-        except (AssertionError, TypeError, ValueError):  # the graph could not be re-indexed
-            pass
+            same = np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True)
+        except (AssertionError, TypeError, ValueError):  # the graph could not be re-indexed: slice mode
+            return
+        if not same:
+            raise ModelStructureError(
+                "The log-likelihood of a subset of rows differs from the same rows computed on all rows: the "
+                "likelihood is not computed row by row (see docs/data.md)."
+            )
+        self._f_lik_idx, self._subset_mode = f_idx, "index"
 
     # -- construction helpers -------------------------------------------------------------
     def _compile(self, inputs, outputs):
@@ -346,25 +823,6 @@ class RowLikelihood:
 
     def _flat_initial(self, initial_point) -> np.ndarray:
         return np.concatenate([np.asarray(initial_point[v.name], dtype=float).ravel() for v in self.value_vars])
-
-    def _row_data(self, model, lik_terms, observed_values) -> list[Variable]:
-        n = self.n_rows
-        found: list[Variable] = []
-        candidates = [v for v in observed_values if isinstance(v, Constant | SharedVariable)]
-        for var in candidates + _data_in_graph(lik_terms, n):
-            if any(var is f for f in found):
-                continue
-            if isinstance(var, SharedVariable) and self.row_dim is not None:
-                dims = model.named_vars_to_dims.get(var.name)
-                if dims and dims[0] != self.row_dim:
-                    continue
-            found.append(var)
-        return found
-
-    @staticmethod
-    def _reads(output: Variable, data: list[Variable]) -> bool:
-        deps = [v for v in ancestors([output]) if isinstance(v, Constant | SharedVariable)]
-        return any(_same_data(d, x) for d in deps for x in data)
 
     def _check_theta(self, theta: np.ndarray) -> np.ndarray:
         theta = np.asarray(theta, dtype=np.float64)

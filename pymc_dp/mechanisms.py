@@ -409,9 +409,9 @@ class NoisyLogLikelihoodRatio:
         current = self._loglik(theta)
         proposed = self._rows.loglik_rows(theta_proposed)
         self._pending = (theta_proposed.tobytes(), proposed)
-        noisy, std = noisy_clipped_sum(
-            proposed - current, self.llr_clip * distance, self.noise_multiplier, rng, self.neighbouring
-        )
+        with np.errstate(invalid="ignore"):  # −∞ − (−∞) on an invalid row: NaN, clipped to −bound
+            ratios = proposed - current
+        noisy, std = noisy_clipped_sum(ratios, self.llr_clip * distance, self.noise_multiplier, rng, self.neighbouring)
         return noisy, std
 
     def keep(self, accepted: bool) -> None:
@@ -507,7 +507,8 @@ class NoisyBarkerStatistic:
         theta = np.asarray(theta, dtype=float)
         theta_proposed = np.asarray(theta_proposed, dtype=float)
         if self.batch_size is None:
-            ratios = self._rows.loglik_rows(theta_proposed) - self._rows.loglik_rows(theta)
+            with np.errstate(invalid="ignore"):  # −∞ − (−∞) on an invalid row: NaN, clipped to −bound
+                ratios = self._rows.loglik_rows(theta_proposed) - self._rows.loglik_rows(theta)
             statistic = self.likelihood_scale * float(np.sum(clip_values(ratios, self.llr_clip)))
             return statistic + float(rng.normal(0.0, math.sqrt(self.correction_variance)))
         batch = sample_without_replacement(rng, self._rows.n_rows, int(self.batch_size))
@@ -698,7 +699,8 @@ class OwnerLogLikelihoodRatio:
         theta = np.asarray(theta, dtype=float)
         theta_proposed = np.asarray(theta_proposed, dtype=float)
         distance = float(np.linalg.norm(theta_proposed - theta))
-        ratios = self._loglik_rows(theta_proposed) - self._loglik_rows(theta)
+        with np.errstate(invalid="ignore"):  # −∞ − (−∞) on an invalid row: NaN, clipped to −bound
+            ratios = self._loglik_rows(theta_proposed) - self._loglik_rows(theta)
         bound = self.llr_clip * distance
         noisy, _ = noisy_clipped_sum(ratios, bound, self.noise_multiplier, self.rng, self.neighbouring)
         return noisy

@@ -119,12 +119,13 @@ def tempered_model(model: Any, temperature: float, loglik_bounds: tuple[float, f
     from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
     from pytensor.graph.replace import graph_replace
 
-    from pymc_dp.data import _rowsum, data_dependent_deterministics
+    from pymc_dp.data import check_prior_reads_no_data, data_dependent_deterministics, row_loglik
 
     low, high = _check_loglik_bounds(loglik_bounds)
     temperature = check_finite_positive("temperature", temperature)
-    terms = model.logp(vars=model.observed_RVs, sum=False)
-    rows = sum(_rowsum(t) for t in terms)
+    # Row-wise parameter checks and the allow-list walk: one row can move only its own term.
+    rows, n_rows, _, _ = row_loglik(model)
+    check_prior_reads_no_data(model, n_rows)
     hidden = set(data_dependent_deterministics(model)) if model.observed_RVs else set()
     fgraph, _ = fgraph_from_model(model)
     drop = [
@@ -193,6 +194,13 @@ def one_posterior_sample(
         ``posterior`` with one chain and one draw; attrs ``dp_epsilon`` = 2TΔu (≤ ε),
         ``dp_delta`` = 0, ``dp_temperature``, ``dp_notes`` and ``dp_accountant``.
 
+    Raises
+    ------
+    ModelStructureError
+        Before anything is charged, when a row's log-likelihood could read another row's data,
+        or a prior or potential reads data (:func:`pymc_dp.data.row_loglik`,
+        :func:`pymc_dp.data.check_prior_reads_no_data`).
+
     Notes
     -----
     **Neighbouring relation.** Substitute by default (Δu = upper − lower); add/remove gives
@@ -228,7 +236,7 @@ def one_posterior_sample(
     import pymc as pm
     from pymc.model import modelcontext
 
-    from pymc_dp.data import _row_structure, data_dependent_deterministics
+    from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
     from pymc_dp.results import finalize_result, group_names, posterior_attrs, versions
 
     model = modelcontext(model)
@@ -254,6 +262,8 @@ def one_posterior_sample(
     if budget is not None and not isinstance(budget, PrivacyBudget):
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     n_rows = _row_structure(model)[0]
+    row_loglik(model)  # refuses likelihoods that mix rows, before anything is charged
+    check_prior_reads_no_data(model, n_rows)
     sensitivity = _utility_sensitivity(low, high, neighbouring)
     temperature = min(1.0, epsilon / (2.0 * sensitivity))
     spent = 2.0 * temperature * sensitivity

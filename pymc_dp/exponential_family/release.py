@@ -204,6 +204,8 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
     import pymc as pm
     from pymc.model import modelcontext
 
+    from pymc_dp.data import check_prior_reads_no_data
+
     releases = _check_releases(releases)
     model = modelcontext(model)
     observed = [rv.name for rv in model.observed_RVs]
@@ -215,6 +217,8 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
         )
     if kwargs.get("return_inferencedata", True) is not True:
         raise ValueError("`return_inferencedata` must be True: the guarantee is attached to the returned object.")
+    # No prior or potential may read an array of the row length (raw data baked in as a constant).
+    check_prior_reads_no_data(model, releases[0].n_rows, public=[r.statistics for r in releases])
     idata = pm.sample(model=model, **kwargs)
     return annotate_releases(idata, releases, model=model)
 

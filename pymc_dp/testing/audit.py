@@ -61,6 +61,7 @@ __all__ = [
     "AuditScenario",
     "audit",
     "barker_scenario",
+    "cross_row_scenario",
     "dpadvi_gradient_scenario",
     "epsilon_lower_bound",
     "hmc_gradient_scenario",
@@ -412,6 +413,91 @@ def penalty_scenario(noise_multiplier: float = 1.0, llr_clip: float = 1.0, broke
     return AuditScenario(label, make, _gaussian_claim(noise_multiplier), _context(broken))
 
 
+def _identity_poisson_models() -> list:
+    """y ~ Poisson(x·β) on D (x > 0 on every row) and on D′, whose last row has x < 0.
+
+    x < 0 is an invalid parameter for every β > 0: a row-wise check makes only that row −∞,
+    PyMC's ``check_parameters`` as built reduces over all rows and turns every row −∞.
+    """
+    import pymc as pm
+
+    n = 20
+    x = np.linspace(0.5, 0.8, n)
+    y = np.ones(n, dtype=np.int64)
+    y[-1] = 5  # clipped at +bound in D
+    models = []
+    for last_x in (0.5, -1.0):
+        x_d = x.copy()
+        x_d[-1] = last_x
+        with pm.Model() as model:
+            beta = pm.HalfNormal("beta", 1.0)
+            pm.Poisson("y", mu=x_d * beta, observed=y)
+        models.append(model)
+    return models
+
+
+def _all_rows_check_table(model, step: float) -> np.ndarray:
+    """Per-row ratios (log β: 0 → ``step``) from PyMC's ``model.logp(sum=False)`` compiled as is.
+
+    Its ``check_parameters`` reduces over all rows (a failed check gives −∞ on every row):
+    the data layer before issue 12, kept here only as the audit's broken variant.
+    """
+    from pymc.pytensorf import compile as pm_compile
+
+    [term] = model.logp(vars=model.observed_RVs, sum=False)
+    f = pm_compile(model.value_vars, term)
+    values = [np.asarray(f(np.array(v))) for v in (0.0, step)]
+    with np.errstate(invalid="ignore"):
+        return values[1] - values[0]
+
+
+def cross_row_scenario(
+    noise_multiplier: float = 1.0, llr_clip: float = 1.0, broken: str | None = None
+) -> AuditScenario:
+    """DPPenaltyMH's release on a model where one row's data can invalidate every row.
+
+    An identity-link Poisson regression y ~ Poisson(x·β): a negative covariate on one row is
+    an invalid parameter. PyMC's ``check_parameters`` reduces its condition over all rows, so
+    the data layer before issue 12 turned *every* row's log-likelihood to −∞: per-row
+    clipping then bounds nothing (all N clipped rows move). The real mechanism, built from
+    the model through :func:`pymc_dp.mechanisms.model_access`, applies the check row by row;
+    the claim (one Gaussian release, μ = 1/(2τ²), substitute neighbours) then holds.
+
+    Parameters
+    ----------
+    noise_multiplier, llr_clip : float
+        τ and b, as in :func:`penalty_scenario` (the move is log β: 0 → log 1.2).
+    broken : {None, "all_rows_check"}
+        "all_rows_check" computes the rows with PyMC's ``model.logp(sum=False)`` compiled as
+        is (the old behaviour).
+
+    Returns
+    -------
+    AuditScenario
+    """
+    from pymc_dp.mechanisms import model_access
+
+    label = _broken_label("DPPenaltyMH: one invalid row (row-wise checks)", broken, ("all_rows_check",))
+    step = float(np.log(1.2))
+    theta, proposal = np.zeros(1), np.full(1, step)
+    models = _identity_poisson_models()
+
+    def make(rng: np.random.Generator) -> Callable[[int], float]:
+        if broken == "all_rows_check":
+            tables = [_all_rows_check_table(m, step) for m in models]
+            mechanisms = [NoisyLogLikelihoodRatio(_RowTable(t), llr_clip, noise_multiplier) for t in tables]
+        else:
+            mechanisms = [
+                model_access(m, None, None, None, None)[1].log_likelihood_ratio(
+                    llr_clip, noise_multiplier, "substitute"
+                )
+                for m in models
+            ]
+        return lambda dataset: mechanisms[dataset].release(theta, proposal, rng)[0]
+
+    return AuditScenario(label, make, _gaussian_claim(noise_multiplier))
+
+
 def owner_ratio_scenario(
     noise_multiplier: float = 1.0, llr_clip: float = 1.0, broken: str | None = None
 ) -> AuditScenario:
@@ -678,4 +764,6 @@ SCENARIOS: dict[str, Callable[[], AuditScenario]] = {
     "owner_ratio": lambda: owner_ratio_scenario(),
     "owner_ratio/noise_halved": lambda: owner_ratio_scenario(broken="noise_halved"),
     "owner_ratio/no_clipping": lambda: owner_ratio_scenario(broken="no_clipping"),
+    "cross_row": lambda: cross_row_scenario(),
+    "cross_row/all_rows_check": lambda: cross_row_scenario(broken="all_rows_check"),
 }
