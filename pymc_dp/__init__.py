@@ -5,6 +5,7 @@ Public names only; see the README for a quick start and ``docs/`` for the guaran
 
 from importlib import metadata
 
+from pymc_dp._errors import PrivateRunError
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
@@ -30,6 +31,7 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
+    "PrivateRunError",
     "PrivateStart",
     "ReleasedStatistics",
     "RowLikelihood",

@@ -320,6 +320,11 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
     op = node.op
     outs = node.outputs
     row = [a for a in axes if a is not None]
+    from pytensor.compile.ops import DeepCopyOp, ViewOp
+
+    if isinstance(op, ViewOp | DeepCopyOp):
+        # Identity (pm.Deterministic's copy of its expression on PyTensor 3): the row axis is kept.
+        return [axes[0]]
     if isinstance(op, Shape | Shape_i):
         # Only the shape is read: N is public (substitute relation), no row value enters.
         return [None] * len(outs)

@@ -565,12 +565,13 @@ class NoisyClippedGradient:
 
 
 def laplace_sufficient_statistics(
-    family, data, epsilon: float, rng: np.random.Generator | SecureNoise
+    family, data, epsilon: float, rng: np.random.Generator | SecureNoise, out_of_bounds: str = "clamp"
 ) -> tuple[np.ndarray, float, int]:
     """The Laplace mechanism on the aggregate sufficient statistics of an exponential family.
 
-    Checks the rows against the family's public bounds (an error gives the number of rows
-    outside, never values), computes S = Σᵢ S(xᵢ), adds i.i.d. Laplace(0, b) noise with
+    Maps every row into the family's public bounds (``out_of_bounds="clamp"``, row by row,
+    nothing reported) or refuses data with a row outside (``"raise"``, no count and no value
+    in the message), computes S = Σᵢ S(xᵢ), adds i.i.d. Laplace(0, b) noise with
     b = Δ₁/ε to every coordinate and projects the result onto the feasible set (e.g.
     non-negative counts summing to N). Only the projected noisy statistics leave.
 
@@ -584,6 +585,9 @@ def laplace_sufficient_statistics(
         ε > 0 of the release.
     rng : Generator or SecureNoise
         Noise source.
+    out_of_bounds : {"clamp", "raise"}, default "clamp"
+        What happens to a row outside the public bounds (see
+        :meth:`pymc_dp.exponential_family.ExponentialFamily.check_data`).
 
     Returns
     -------
@@ -594,7 +598,8 @@ def laplace_sufficient_statistics(
     -----
     Neighbouring relation: substitute (one row replaced, N public). Replacing one row moves
     S by at most Δ₁ in L1 norm, so the release is (ε, 0)-DP (Dwork et al. 2006; Foulds et al.
-    2016, eq. 16–17); the projection is post-processing.
+    2016, eq. 16–17); the projection is post-processing. Clamping maps each row on its own
+    into the bounds, so a replaced row still moves S by at most Δ₁.
 
     References
     ----------
@@ -602,7 +607,7 @@ def laplace_sufficient_statistics(
        practice of privacy-preserving Bayesian data analysis. UAI, §3.2, eq. (16)–(17).
     """
     epsilon = check_finite_positive("epsilon", epsilon)
-    rows = family.check_data(data)
+    rows = family.check_data(data, out_of_bounds)
     n_rows = int(np.asarray(rows).shape[0])
     exact = family.row_statistics(rows).sum(axis=0)
     scale = family.l1_sensitivity() / epsilon
@@ -615,8 +620,9 @@ def laplace_sufficient_statistics(
 class NoisySufficientStatistics:
     """Fresh Gaussian-noised copies of an exponential family's aggregate statistics (Alg. 3).
 
-    Holds S = Σᵢ S(xᵢ), computed once from rows checked against the family's public bounds,
-    and releases Ŝ = S + N(0, ξ I) with √ξ = τ Δ₂ on every call. S itself never leaves.
+    Holds S = Σᵢ S(xᵢ), computed once from rows mapped into the family's public bounds
+    (``out_of_bounds="clamp"``) or checked against them (``"raise"``), and releases
+    Ŝ = S + N(0, ξ I) with √ξ = τ Δ₂ on every call. S itself never leaves.
 
     Parameters
     ----------
@@ -625,6 +631,9 @@ class NoisySufficientStatistics:
         Raw rows.
     noise_multiplier : float
         τ > 0.
+    out_of_bounds : {"clamp", "raise"}, default "clamp"
+        What happens to a row outside the public bounds (see
+        :meth:`pymc_dp.exponential_family.ExponentialFamily.check_data`).
 
     Notes
     -----
@@ -638,10 +647,10 @@ class NoisySufficientStatistics:
        Statistics and Computing 29, §3.3, Algorithm 3, eq. (7)–(8).
     """
 
-    def __init__(self, family, data, noise_multiplier: float) -> None:
+    def __init__(self, family, data, noise_multiplier: float, out_of_bounds: str = "clamp") -> None:
         self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         self.family = family
-        rows = family.check_data(data)
+        rows = family.check_data(data, out_of_bounds)
         self.n_rows = int(np.asarray(rows).shape[0])
         self._statistics = family.row_statistics(rows).sum(axis=0)
         self.variance = (self.noise_multiplier * family.l2_sensitivity()) ** 2  # ξ

@@ -13,6 +13,7 @@ import pymc as pm
 from pymc.model import modelcontext
 from pymc.step_methods.compound import CompoundStep
 
+from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import (
     check_finite_positive,
     check_nonnegative_int,
@@ -25,6 +26,7 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
+from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.results import (
     ACCOUNTANT_FORMAT,
     PrivateStart,
@@ -37,6 +39,7 @@ from pymc_dp.results import (
     versions,
     write_privacy_attrs,
 )
+from pymc_dp.starts import check_init, prior_starts
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
 
@@ -58,10 +61,12 @@ def _flatten_steps(step: Any) -> list[Any]:
     return [step]
 
 
-def _start_provenance(initvals: Any) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
+def _start_provenance(initvals: Any, init: str) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
     """What the result records about where its chains started, and the events the start depends on."""
+    if initvals is None and init == "prior":
+        return {"source": "prior", "note": "one draw from the prior per chain (data-free, over-dispersed)"}, ()
     if initvals is None:
-        return {"source": "model", "note": "the model's initial point (data-free unless the model says otherwise)"}, ()
+        return {"source": "model", "note": "the model's initial point, the same for every chain (data-free)"}, ()
     if isinstance(initvals, PrivateStart):
         return {"source": "dp_release", "description": initvals.source}, initvals.events
     return {
@@ -144,6 +149,8 @@ def sample(
     budget: PrivacyBudget | None = None,
     model: Any = None,
     var_names: list[str] | None = None,
+    init: str = "prior",
+    on_poor_mixing: str = "warn",
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
@@ -172,6 +179,17 @@ def sample(
         Taken from the context if omitted.
     var_names : list of str, optional
         Variables to store; data-dependent deterministics are refused.
+    init : {"prior", "model"}, default "prior"
+        Where chains start when no ``initvals`` are given: ``"prior"`` draws one start per
+        chain from the prior (data-free, distinct and over-dispersed, so that R-hat can see a
+        chain that did not mix; seeded by ``random_seed``), ``"model"`` uses the model's
+        initial point for every chain (PyMC's behaviour for non-NUTS steps).
+    on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
+        What happens when the released draws are not a usable posterior (R-hat above 1.05 or
+        bulk/tail ESS below 100 for some variable; :mod:`pymc_dp.diagnostics`): a
+        :class:`pymc_dp.diagnostics.PoorMixingWarning` that says what to change, a
+        :class:`pymc_dp.diagnostics.PoorMixingError` (the priced result is on its
+        ``result``), or nothing. The diagnostics are written in every case.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -184,8 +202,9 @@ def sample(
     arviz.InferenceData (PyMC 5) or xarray.DataTree (PyMC 6)
         Without any group, variable, coordinate or attribute that reads the data (see
         :mod:`pymc_dp.results`); ``posterior.attrs`` holds ``dp_epsilon``, ``dp_delta``,
-        ``dp_neighbouring``, ``dp_n_rows`` (substitute only), ``dp_start`` and
-        ``dp_accountant`` (JSON with every public setting needed to recompute ε). The
+        ``dp_neighbouring``, ``dp_n_rows`` (substitute only), ``dp_start``,
+        ``dp_diagnostics`` (R-hat, ESS, MCSE and acceptance computed from the released
+        draws: free) and ``dp_accountant`` (JSON with every public setting needed to recompute ε). The
         steps' calibrated noise belongs to this run only: it is cleared when the run ends,
         so the steps cannot be re-run uncharged with ``pm.sample``.
 
@@ -221,7 +240,11 @@ def sample(
     steps = _flatten_steps(step)
     neighbouring, n_rows = _check_steps(steps, model, budget)
     var_names = _stored_variables(model, var_names)
-    start, start_events = _start_provenance(kwargs.get("initvals"))
+    init = check_init(init)
+    check_on_poor_mixing(on_poor_mixing)
+    start, start_events = _start_provenance(kwargs.get("initvals"), init)
+    if kwargs.get("initvals") is None and init == "prior":
+        kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
 
     iterations = chains * (tune + draws)
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
@@ -246,7 +269,10 @@ def sample(
     if budget is not None:
         budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
     try:
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs)
+        with data_free_errors("pm.sample"):
+            idata = pm.sample(
+                draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
+            )
     finally:
         for s in steps:
             s.forget_private_state()
@@ -275,7 +301,19 @@ def sample(
     }
     if budget is not None:
         record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
-    return finalize_result(idata, record, model)
+    finalize_result(idata, record, model)
+    return attach_diagnostics(idata, on_poor_mixing)
+
+
+def _start_seed(random_seed: Any) -> Any:
+    """A generator for the prior starts, derived from ``pm.sample``'s seed (data-free randomness)."""
+    if isinstance(random_seed, np.random.Generator):
+        return np.random.default_rng(random_seed.spawn(1)[0]) if hasattr(random_seed, "spawn") else random_seed
+    if isinstance(random_seed, int | np.integer):
+        return np.random.default_rng([int(random_seed), 0x5747])  # distinct from PyMC's own stream
+    if isinstance(random_seed, list | tuple):
+        return np.random.default_rng([int(v) for v in random_seed] + [0x5747])
+    return np.random.default_rng()
 
 
 def _check_sample_kwargs(kwargs: dict[str, Any]) -> None:

@@ -103,7 +103,7 @@ def test_projection_keeps_released_statistics_feasible():
     assert np.linalg.eigvalsh(reg.family.matrix(reg.statistics)).min() >= -1e-9
 
 
-def test_clear_errors_name_the_families_bounds_and_count_rows_outside():
+def test_clear_errors_name_the_families_and_bounds():
     with pytest.raises(ValueError, match=r"supported conjugate exponential families \['bernoulli'"):
         get_family("gamma")
     with pytest.raises(ValueError, match="`bounds` must be given"):
@@ -112,14 +112,83 @@ def test_clear_errors_name_the_families_bounds_and_count_rows_outside():
         Normal(1.0, (-np.inf, 1.0))
     with pytest.raises(ValueError, match="`x_bounds` must be finite"):
         LinearRegression(1, (0.0, np.nan), (0.0, 1.0))
-    secret = np.array([0.5, 123.456, -0.5, 77.7])
     budget = PrivacyBudget(1.0, 1e-6, n_rows=4)
-    with pytest.raises(ValueError, match="Found 2 of 4 rows outside") as info:
-        release_statistics("normal", secret, epsilon=0.5, sigma=1.0, bounds=(-1, 1), budget=budget)
-    assert "123" not in str(info.value) and "77" not in str(info.value)
-    assert budget.spent().epsilon == 0.0  # refused before charging
+    with pytest.raises(ValueError, match=r"`out_of_bounds` must be one of \['clamp', 'raise'\]. Found 'clip'"):
+        release_statistics(
+            "normal", np.zeros(4), epsilon=0.5, sigma=1.0, bounds=(-1, 1), budget=budget, out_of_bounds="clip"
+        )
+    assert budget.spent().epsilon == 0.0
     with pytest.raises(ValueError, match="`neighbouring` must be 'substitute'"):
         release_statistics("bernoulli", np.zeros(3), epsilon=1.0, neighbouring="add_remove")
+
+
+# -- rows outside the public bounds (issue 12, class 4) ----------------------------------------------
+# A refusal that counted the rows outside was a free, repeatable, exact answer about the data:
+# bisecting on `bounds` recovered a column's maximum with nothing charged.
+
+
+def test_rows_outside_the_bounds_are_clamped_by_default_and_nothing_is_reported():
+    secret = np.array([0.5, 123.456, -0.5, -77.7])
+    release = release_statistics(
+        "normal", secret, epsilon=1e9, sigma=1.0, bounds=(-1, 1), reproducible_noise=True, random_seed=1
+    )
+    assert release.statistics[0] == pytest.approx(0.5 + 1.0 - 0.5 - 1.0, abs=1e-6)
+    assert release.out_of_bounds == "clamp" and release.accountant_record()["out_of_bounds"] == "clamp"
+    budget = PrivacyBudget(1.0, 1e-6, n_rows=4)
+    release_statistics("normal", secret, epsilon=0.5, sigma=1.0, bounds=(-1, 1), budget=budget)
+    assert budget.spent().epsilon == pytest.approx(0.5)  # a clamped release is charged like any other
+    # Clamped raw data release exactly what the user's own pre-clipped data release (same noise).
+    kwargs = dict(epsilon=0.5, sigma=1.0, bounds=(-1, 1), reproducible_noise=True, random_seed=3)
+    raw = release_statistics("normal", secret, **kwargs)
+    clipped = release_statistics("normal", np.clip(secret, -1, 1), **kwargs)
+    np.testing.assert_array_equal(raw.statistics, clipped.statistics)
+
+
+def test_bisection_on_the_bounds_learns_nothing_for_free():
+    # The attack: shrink `bounds` until the call changes behaviour. With clamping every call
+    # succeeds (and is charged); in strict mode the refusal carries neither a count nor a value.
+    secret = np.array([0.1, 0.2, 0.93, 0.4])
+    for upper in (2.0, 1.0, 0.95, 0.94, 0.5):
+        release_statistics("normal", secret, epsilon=1.0, sigma=1.0, bounds=(0.0, upper))
+    messages = set()
+    for data in (np.array([0.1, 2.0, 0.3, 0.4]), np.array([5.0, 2.0, 3.0, 0.4]), np.array([np.nan, 0.2, 0.3, 0.4])):
+        with pytest.raises(ValueError, match="out_of_bounds='raise'") as info:
+            release_statistics("normal", data, epsilon=1.0, sigma=1.0, bounds=(0, 1), out_of_bounds="raise")
+        messages.add(str(info.value))
+    assert len(messages) == 1  # one row outside, three, or NaN: the same text
+    (message,) = messages
+    assert not any(ch.isdigit() for ch in message.replace("(0.0, 1.0)", "").replace("0..", ""))
+
+
+@pytest.mark.parametrize(
+    ("family", "settings", "raw", "clamped"),
+    [
+        ("bernoulli", {}, [0, 1, 2, -1, 0.4, np.nan, np.inf], [0, 1, 1, 0, 0, 0, 1]),
+        ("binomial", {"n_trials": 3}, [0, 3, 7, -2, 1.6, np.nan], [0, 3, 3, 0, 2, 0]),
+        ("poisson", {"upper": 5}, [0, 5, 9, -1, 2.4, np.nan], [0, 5, 5, 0, 2, 0]),
+        ("categorical", {"n_categories": 3}, [0, 2, 5, -1, 0.6, np.nan], [0, 2, 2, 0, 1, 0]),
+        ("normal", {"sigma": 1.0, "bounds": (-1, 2)}, [0.5, 9.0, -3.0, np.nan, -np.inf], [0.5, 2.0, -1.0, -1.0, -1.0]),
+    ],
+)
+def test_every_family_clamps_each_row_into_its_public_bounds(family, settings, raw, clamped):
+    fam = get_family(family, **settings)
+    np.testing.assert_array_equal(fam.check_data(np.array(raw, dtype=float)), np.array(clamped))
+    with pytest.raises(ValueError, match="Some rows lie outside; which and how many are not shown"):
+        fam.check_data(np.array(raw, dtype=float), "raise")
+    inside = np.array(clamped, dtype=float)
+    np.testing.assert_array_equal(fam.check_data(inside, "raise"), fam.check_data(inside))
+
+
+def test_linear_regression_clamps_features_and_target_per_column():
+    fam = LinearRegression(2, ((-1.0, 0.0), (1.0, 2.0)), (-3.0, 3.0))
+    x = np.array([[0.5, 1.0], [-4.0, 9.0], [np.nan, -1.0]])
+    y = np.array([0.0, 10.0, np.nan])
+    rows = fam.check_data((x, y))
+    np.testing.assert_array_equal(rows, [[0.5, 1.0, 0.0], [-1.0, 2.0, 3.0], [-1.0, 0.0, -3.0]])
+    with pytest.raises(ValueError, match="`x_bounds`"):
+        fam.check_data((x, y), "raise")
+    with pytest.raises(ValueError, match="`data` must be X of shape"):  # shapes are checked in both modes
+        fam.check_data((x, y[:2]))
 
 
 # -- ε → ∞: the model on released statistics is the exact conjugate posterior ---------------------

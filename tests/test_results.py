@@ -140,7 +140,7 @@ def test_start_provenance_is_recorded(covariate_model):
         kwargs = dict(epsilon=2.0, delta=1e-5, draws=10, tune=10, chains=1, **QUIET)
         default = pmdp.sample(step=step, **kwargs)
         given = pmdp.sample(step=step, initvals={"beta": np.array([0.1, 0.2])}, **kwargs)
-    assert default["posterior"].attrs["dp_start"] == "model"
+    assert default["posterior"].attrs["dp_start"] == "prior"  # one prior draw per chain (issue 14)
     assert given["posterior"].attrs["dp_start"] == "user"
     assert "not covered by ε" in json.loads(given["posterior"].attrs["dp_accountant"])["start"]["note"]
 

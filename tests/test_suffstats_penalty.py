@@ -79,3 +79,19 @@ def test_several_owners_leave_the_posterior_invariant(conjugate_normal):
     assert 0.05 < acceptance < 0.95
     with conjugate_normal.model, pytest.raises(ValueError, match="`owners` must have one label per row"):
         pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_scale=1.0)
+
+
+def test_alg3_clamps_rows_outside_the_bounds_by_default_and_strict_mode_gives_no_count():
+    y = np.array([0.5, 9.0, -0.2, -7.0])
+    settings = {"sigma": 1.0, "bounds": (-1, 1)}
+    with pm.Model():
+        m = pm.Normal("m", 0, 10)
+        step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, noise_scale=1e-9, family_settings=settings)
+        assert step.accountant_settings()["out_of_bounds"] == "clamp"
+        released = step._mechanism().release(np.random.default_rng(0))  # τ → 0: Ŝ ≈ S of the clamped rows
+        assert released[0] == pytest.approx(0.5 + 1.0 - 0.2 - 1.0, abs=1e-6)
+        with pytest.raises(ValueError, match="which and how many are not shown") as info:
+            pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, family_settings=settings, out_of_bounds="raise")
+        assert "2" not in str(info.value) and "9" not in str(info.value)
+        with pytest.raises(ValueError, match="`out_of_bounds` must be one of"):
+            pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, family_settings=settings, out_of_bounds=None)

@@ -137,17 +137,24 @@ class ExponentialFamily:
         return {"family": self.name}
 
     # -- data (called by the mechanism layer only) ----------------------------------------
-    def check_data(self, data: Any) -> np.ndarray:
-        """Validate raw rows against the public bounds; error messages give counts, never values."""
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        """Raw rows mapped into the public bounds (``"clamp"``) or refused if any lies outside (``"raise"``).
+
+        ``"clamp"`` maps each row, on its own, to the nearest admissible row: numbers are
+        clipped to the bounds, counts and labels rounded to the nearest admissible integer,
+        NaN replaced by the lower bound (or 0). Nothing is reported: which or how many rows
+        moved is not released. ``"raise"`` refuses the data if any row lies outside, with a
+        message that carries no count and no value. Shapes are checked in both modes.
+        """
         raise NotImplementedError
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         """S(xᵢ) for every row, shape (rows, d)."""
         raise NotImplementedError
 
-    def aggregate(self, data: Any) -> np.ndarray:
+    def aggregate(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
         """Σᵢ S(xᵢ) after :meth:`check_data`."""
-        rows = self.row_statistics(self.check_data(data))
+        rows = self.row_statistics(self.check_data(data, out_of_bounds))
         return rows.sum(axis=0)
 
     # -- post-processing of released values -------------------------------------------------
@@ -188,15 +195,51 @@ def _as_rows(data: Any, name: str = "data") -> np.ndarray:
     return array
 
 
-def _outside(count: int, total: int, what: str) -> ValueError:
+OUT_OF_BOUNDS_MODES = ("clamp", "raise")
+
+
+def check_out_of_bounds(value: Any) -> str:
+    """``out_of_bounds`` must be "clamp" (default) or "raise"."""
+    if not isinstance(value, str) or value not in OUT_OF_BOUNDS_MODES:
+        raise ValueError(f"`out_of_bounds` must be one of {list(OUT_OF_BOUNDS_MODES)}. Found {value!r}.")
+    return value
+
+
+def _outside(what: str) -> ValueError:
+    # No count and no value: how many rows lie outside is itself a function of the data.
     return ValueError(
-        f"`data` must lie within {what}. Found {count} of {total} rows outside (values not shown). "
-        "Fix the bounds from public knowledge, not from the data, or drop/clip those rows first."
+        f"`data` must lie within {what} (out_of_bounds='raise'). Some rows lie outside; which and how many "
+        "are not shown. Use out_of_bounds='clamp' (the default) to map each row into the public bounds."
     )
 
 
-def _count_outside(mask: np.ndarray) -> int:
-    return int(np.count_nonzero(mask.reshape(mask.shape[0], -1).any(axis=1)))
+def _clamp_real(x: np.ndarray, lower: Any, upper: Any) -> np.ndarray:
+    """x clipped to [lower, upper] entry by entry; NaN → lower (±inf → the nearer bound)."""
+    lower = np.broadcast_to(np.asarray(lower, dtype=float), x.shape)
+    return np.clip(np.where(np.isnan(x), lower, x), lower, upper)
+
+
+def _clamp_integers(x: np.ndarray, upper: int) -> np.ndarray:
+    """x rounded to the nearest integer in 0..upper; NaN → 0."""
+    return np.clip(np.round(np.nan_to_num(x, nan=0.0, posinf=upper, neginf=0.0)), 0, upper)
+
+
+def _admit_integers(x: np.ndarray, upper: int, out_of_bounds: str, what: str) -> np.ndarray:
+    bad = ~np.isfinite(x) | (x < 0) | (x > upper) | (x != np.round(x))
+    if not bad.any():
+        return x
+    if check_out_of_bounds(out_of_bounds) == "raise":
+        raise _outside(what)
+    return _clamp_integers(x, upper)
+
+
+def _admit_real(x: np.ndarray, lower: Any, upper: Any, out_of_bounds: str, what: str) -> np.ndarray:
+    bad = ~np.isfinite(x) | (x < lower) | (x > upper)
+    if not bad.any():
+        return x
+    if check_out_of_bounds(out_of_bounds) == "raise":
+        raise _outside(what)
+    return _clamp_real(x, lower, upper)
 
 
 @dataclass(frozen=True, repr=False)
@@ -219,14 +262,12 @@ class Binomial(ExponentialFamily):
     def settings(self) -> dict[str, Any]:
         return {"family": self.name, "n_trials": self.n_trials}
 
-    def check_data(self, data: Any) -> np.ndarray:
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
         x = _as_rows(data)
         if x.ndim != 1:
             raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
-        bad = ~np.isfinite(x) | (x < 0) | (x > self.n_trials) | (x != np.round(x))
-        if bad.any():
-            raise _outside(_count_outside(bad), x.shape[0], f"the integers 0..{self.n_trials}")
-        return x
+        return _admit_integers(x, self.n_trials, out_of_bounds, f"the integers 0..{self.n_trials}")
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         return data.reshape(-1, 1)
@@ -275,14 +316,13 @@ class Categorical(ExponentialFamily):
     def settings(self) -> dict[str, Any]:
         return {"family": self.name, "n_categories": self.n_categories}
 
-    def check_data(self, data: Any) -> np.ndarray:
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
         x = _as_rows(data)
         if x.ndim != 1:
             raise ValueError(f"`data` must be a 1-d array of class labels. Found shape {x.shape}.")
-        bad = ~np.isfinite(x) | (x < 0) | (x > self.n_categories - 1) | (x != np.round(x))
-        if bad.any():
-            raise _outside(_count_outside(bad), x.shape[0], f"the labels 0..{self.n_categories - 1}")
-        return x.astype(np.int64)
+        top = self.n_categories - 1
+        return _admit_integers(x, top, out_of_bounds, f"the labels 0..{top}").astype(np.int64)
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         return np.eye(self.n_categories)[data]
@@ -314,14 +354,12 @@ class Poisson(ExponentialFamily):
     def settings(self) -> dict[str, Any]:
         return {"family": self.name, "upper": self.upper}
 
-    def check_data(self, data: Any) -> np.ndarray:
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
         x = _as_rows(data)
         if x.ndim != 1:
             raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
-        bad = ~np.isfinite(x) | (x < 0) | (x > self.upper) | (x != np.round(x))
-        if bad.any():
-            raise _outside(_count_outside(bad), x.shape[0], f"the integers 0..{self.upper} (`upper`)")
-        return x
+        return _admit_integers(x, self.upper, out_of_bounds, f"the integers 0..{self.upper} (`upper`)")
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         return data.reshape(-1, 1)
@@ -357,14 +395,12 @@ class Normal(ExponentialFamily):
     def settings(self) -> dict[str, Any]:
         return {"family": self.name, "sigma": float(self.sigma), "bounds": list(self.bounds)}
 
-    def check_data(self, data: Any) -> np.ndarray:
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
         x = _as_rows(data)
         if x.ndim != 1:
             raise ValueError(f"`data` must be a 1-d array. Found shape {x.shape}.")
-        bad = ~np.isfinite(x) | (x < self.bounds[0]) | (x > self.bounds[1])
-        if bad.any():
-            raise _outside(_count_outside(bad), x.shape[0], f"`bounds` = {self.bounds}")
-        return x
+        return _admit_real(x, self.bounds[0], self.bounds[1], out_of_bounds, f"`bounds` = {self.bounds}")
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         return data.reshape(-1, 1)
@@ -438,7 +474,8 @@ class LinearRegression(ExponentialFamily):
             "y_bounds": list(self.y_bounds),
         }
 
-    def check_data(self, data: Any) -> np.ndarray:
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
         if not isinstance(data, tuple | list) or len(data) != 2:
             raise TypeError("`data` must be a pair (X, y) for linear regression. Found another object.")
         x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
@@ -450,12 +487,8 @@ class LinearRegression(ExponentialFamily):
                 f"Found {x.shape} and {y.shape}."
             )
         xl, xu = (np.asarray(b) for b in self.x_bounds)
-        bad = ~np.isfinite(x) | (x < xl) | (x > xu)
-        if bad.any():
-            raise _outside(_count_outside(bad), x.shape[0], "`x_bounds`")
-        bad_y = ~np.isfinite(y) | (y < self.y_bounds[0]) | (y > self.y_bounds[1])
-        if bad_y.any():
-            raise _outside(_count_outside(bad_y), y.shape[0], f"`y_bounds` = {self.y_bounds}")
+        x = _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`")
+        y = _admit_real(y, self.y_bounds[0], self.y_bounds[1], out_of_bounds, f"`y_bounds` = {self.y_bounds}")
         return np.column_stack([x, y])
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:

@@ -236,6 +236,7 @@ def one_posterior_sample(
     import pymc as pm
     from pymc.model import modelcontext
 
+    from pymc_dp._errors import data_free_errors
     from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
     from pymc_dp.results import finalize_result, group_names, posterior_attrs, versions
 
@@ -288,16 +289,17 @@ def one_posterior_sample(
             # PyMC's log reports the run's duration and divergences: data-dependent, so kept quiet.
             pymc_logger.setLevel(logging.ERROR)
             try:
-                idata = pm.sample(
-                    draws=1,
-                    tune=tune,
-                    chains=1,
-                    random_seed=random_seed if reproducible_noise else mechanism_rng(None, reproducible=False),
-                    var_names=var_names,
-                    compute_convergence_checks=False,
-                    progressbar=False,
-                    **kwargs,
-                )
+                with data_free_errors("one_posterior_sample"):
+                    idata = pm.sample(
+                        draws=1,
+                        tune=tune,
+                        chains=1,
+                        random_seed=random_seed if reproducible_noise else mechanism_rng(None, reproducible=False),
+                        var_names=var_names,
+                        compute_convergence_checks=False,
+                        progressbar=False,
+                        **kwargs,
+                    )
             finally:
                 pymc_logger.setLevel(level)
     for group in group_names(idata):

@@ -11,7 +11,8 @@ import numpy as np
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
-from pymc_dp.exponential_family.families import ExponentialFamily, get_family
+from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
+from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import laplace_sufficient_statistics, mechanism_rng
 from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result, posterior_attrs, versions
 
@@ -38,6 +39,8 @@ class ReleasedStatistics:
         Δ₁.
     reproducible_noise : bool
         Whether the noise was derived from ``random_seed`` (testing only) rather than OS entropy.
+    out_of_bounds : {"clamp", "raise"}
+        How rows outside the public bounds were treated.
 
     Notes
     -----
@@ -55,6 +58,7 @@ class ReleasedStatistics:
     label: str = "laplace sufficient statistics"
     events: tuple = field(default=(), repr=False)
     reproducible_noise: bool = False
+    out_of_bounds: str = "clamp"
 
     def likelihood(self, name: str, **params: Any):
         """Add the log-likelihood n log g(θ) + φ(θ)ᵀŜ as ``pm.Potential(name, …)`` to the model in context.
@@ -82,6 +86,7 @@ class ReleasedStatistics:
             "laplace_scale": self.scale,
             "released_statistics": [float(v) for v in self.statistics],
             "reproducible_noise": bool(self.reproducible_noise),
+            "out_of_bounds": self.out_of_bounds,
             "events": [e.to_dict() for e in self.events],
             "versions": versions(),
         }
@@ -97,14 +102,14 @@ class ReleasedStatistics:
         """
         return annotate_releases(idata, [self], model=model)
 
-    def sample(self, model: Any = None, **kwargs: Any) -> Any:
+    def sample(self, model: Any = None, on_poor_mixing: str = "warn", **kwargs: Any) -> Any:
         """``pm.sample(**kwargs)`` on a model that reads the data only through this release; annotated result.
 
         Any PyMC sampler may be used (NUTS by default). The model must hold no observed
         variables and no data containers: those would read raw data outside the release.
         A model that reads several releases needs :func:`sample_releases`.
         """
-        return sample_releases([self], model=model, **kwargs)
+        return sample_releases([self], model=model, on_poor_mixing=on_poor_mixing, **kwargs)
 
 
 def _check_releases(releases: Any) -> list[ReleasedStatistics]:
@@ -181,7 +186,9 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
     return idata
 
 
-def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwargs: Any) -> Any:
+def sample_releases(
+    releases: list[ReleasedStatistics], model: Any = None, on_poor_mixing: str = "warn", **kwargs: Any
+) -> Any:
     """``pm.sample(**kwargs)`` on a model that reads the data only through ``releases``; annotated result.
 
     Any PyMC sampler may be used (NUTS by default), as often as you like: the result is
@@ -194,6 +201,9 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
     model : pm.Model, optional
         From the context if omitted. It must hold no observed variables and no data
         containers: those would read raw data outside the releases.
+    on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
+        As for :func:`pymc_dp.sample`: the result carries ``dp_diagnostics`` computed from
+        its draws, and a result that is not a usable posterior is flagged.
     **kwargs
         Passed to ``pm.sample`` (``return_inferencedata`` must stay True).
 
@@ -207,6 +217,7 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
     from pymc_dp.data import check_prior_reads_no_data
 
     releases = _check_releases(releases)
+    check_on_poor_mixing(on_poor_mixing)
     model = modelcontext(model)
     observed = [rv.name for rv in model.observed_RVs]
     data = [v.name for v in model.data_vars]
@@ -220,7 +231,8 @@ def sample_releases(releases: list[ReleasedStatistics], model: Any = None, **kwa
     # No prior or potential may read an array of the row length (raw data baked in as a constant).
     check_prior_reads_no_data(model, releases[0].n_rows, public=[r.statistics for r in releases])
     idata = pm.sample(model=model, **kwargs)
-    return annotate_releases(idata, releases, model=model)
+    annotate_releases(idata, releases, model=model)
+    return attach_diagnostics(idata, on_poor_mixing, method="pm.sample on released statistics")
 
 
 def release_statistics(
@@ -232,6 +244,7 @@ def release_statistics(
     reproducible_noise: bool = False,
     budget: PrivacyBudget | None = None,
     neighbouring: str = "substitute",
+    out_of_bounds: str = "clamp",
     **family_settings: Any,
 ) -> ReleasedStatistics:
     """Release the aggregate sufficient statistics of ``data`` once with the Laplace mechanism.
@@ -244,8 +257,7 @@ def release_statistics(
         ``sigma``, public ``bounds``), ``"linear_regression"`` (``n_features``, public
         ``x_bounds`` and ``y_bounds``; ``data=(X, y)``), or a family instance.
     data : array or (X, y)
-        The raw rows; they must lie within the public bounds (an error reports how many do
-        not, never which values).
+        The raw rows. Rows outside the public bounds are mapped into them (``out_of_bounds``).
     epsilon : float
         ε of the release.
     random_seed : int or Generator, optional
@@ -261,6 +273,13 @@ def release_statistics(
         nothing is charged.
     neighbouring : {"substitute"}
         Only substitute neighbours (N public) are supported.
+    out_of_bounds : {"clamp", "raise"}, default "clamp"
+        ``"clamp"`` maps every row, on its own, to the nearest admissible row (numbers clipped
+        to the bounds, counts and labels rounded into range, NaN to the lower bound) and
+        reports nothing about which or how many rows moved. ``"raise"`` refuses data with any
+        row outside, with a message that carries no count and no value; that refusal is a
+        data-dependent answer given before anything is charged, so use it only while you
+        hold the data yourself (it costs nothing and is not covered by ε).
     **family_settings
         Public settings of a family given by name.
 
@@ -281,7 +300,8 @@ def release_statistics(
     Categorical, ``upper`` for Poisson, upper − lower for Normal, Σ of the widths of the
     interval of every entry of zzᵀ (z = (x, y)) for linear regression.
 
-    **What ε covers.** The single release Ŝ = Proj(S + Laplace(Δ₁/ε)^d) is (ε, 0)-DP; the
+    **What ε covers.** The single release Ŝ = Proj(S + Laplace(Δ₁/ε)^d) of the clamped rows
+    is (ε, 0)-DP (clamping is row-wise, so Δ₁ holds for any raw row); the
     projection onto the feasible set (non-negative counts, counts summing to N, a
     positive semi-definite ZᵀZ) and every posterior computed from Ŝ are post-processing.
 
@@ -294,6 +314,7 @@ def release_statistics(
     """
     fam = get_family(family, **family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
+    out_of_bounds = check_out_of_bounds(out_of_bounds)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     if check_neighbouring("neighbouring", neighbouring) != "substitute":
         raise ValueError(
@@ -309,13 +330,13 @@ def release_statistics(
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
     events = (PureDPReleases(epsilon, 1, label=f"laplace sufficient statistics [{fam.name}]"),)
     # Validate the rows against the public bounds and N against the budget before charging.
-    n_rows = int(np.asarray(fam.check_data(data)).shape[0])
+    n_rows = int(np.asarray(fam.check_data(data, out_of_bounds)).shape[0])
     if budget is not None:
         if budget.n_rows != n_rows:
             raise ValueError(f"`budget.n_rows` must equal the number of rows ({n_rows}). Found {budget.n_rows}.")
         budget.charge(events, label=f"laplace sufficient statistics [{fam.name}]")
     rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-    statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng)
+    statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng, out_of_bounds)
     return ReleasedStatistics(
         fam,
         statistics,
@@ -325,4 +346,5 @@ def release_statistics(
         fam.l1_sensitivity(),
         events=events,
         reproducible_noise=reproducible_noise,
+        out_of_bounds=out_of_bounds,
     )

@@ -16,7 +16,7 @@ from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
 from pymc_dp.data import sorted_value_vars
-from pymc_dp.exponential_family.families import ExponentialFamily, get_family
+from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics
 from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
 from pymc_dp.step_methods.penalty import penalty_decision, penalty_log_acceptance
@@ -57,6 +57,10 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         As for :class:`pymc_dp.DPPenaltyMH`.
     family_settings : dict, optional
         Public settings of a family given by name.
+    out_of_bounds : {"clamp", "raise"}, default "clamp"
+        As for :func:`pymc_dp.release_statistics`: rows outside the public bounds are mapped
+        into them, row by row, with nothing reported (default), or refused with a message
+        that carries no count and no value.
 
     Notes
     -----
@@ -114,8 +118,10 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         compile_kwargs: dict | None = None,
         blocked: bool = True,
         family_settings: dict | None = None,
+        out_of_bounds: str = "clamp",
     ) -> None:
         self.family = get_family(family, **(family_settings or {}))
+        self.out_of_bounds = check_out_of_bounds(out_of_bounds)
         self.noise_scale = None if noise_scale is None else check_finite_positive("noise_scale", noise_scale)
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = "substitute"
@@ -131,7 +137,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
                 "`model` must hold the priors only: the likelihood comes from `family` and `data`. Found observed "
                 f"variables {[rv.name for rv in model.observed_RVs]}."
             )
-        self.family.check_data(data)  # bounds checked before anything is built
+        self.family.check_data(data, self.out_of_bounds)  # shapes (and bounds in "raise" mode) before building
         self._data = data
         self._statistics: NoisySufficientStatistics | None = None
 
@@ -150,7 +156,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self._f = pm_compile([theta], joined, **(compile_kwargs or {}))
         self._f.trust_input = True
         self.n_params = int(sum(np.asarray(initial_point[v.name]).size for v in value_vars))
-        self.n_rows = int(np.asarray(self.family.check_data(data)).shape[0])
+        self.n_rows = int(np.asarray(self.family.check_data(data, self.out_of_bounds)).shape[0])
         if proposal_scale is None:
             scale = np.array([2.38 / math.sqrt(self.n_params * self.n_rows)])
         self._init_proposal(scale, self.n_params)
@@ -182,6 +188,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
             "reproducible_noise": self.reproducible_noise,
+            "out_of_bounds": self.out_of_bounds,
             "releases_per_iteration": 1,
         }
 
@@ -199,7 +206,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     def _mechanism(self) -> NoisySufficientStatistics:
         if self._statistics is None or self._statistics.noise_multiplier != self.noise_scale:
             self._check_ready()
-            self._statistics = NoisySufficientStatistics(self.family, self._data, self.noise_scale)
+            self._statistics = NoisySufficientStatistics(self.family, self._data, self.noise_scale, self.out_of_bounds)
         return self._statistics
 
     # -- sampling -------------------------------------------------------------------------

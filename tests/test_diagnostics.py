@@ -1,0 +1,128 @@
+"""Honest or flagged: diagnostics from the released draws on every MCMC result, and data-free dispersed starts."""
+
+import json
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.diagnostics import ESS_MIN, R_HAT_MAX, PoorMixingError, PoorMixingWarning, mixing_diagnostics
+from pymc_dp.starts import prior_starts
+
+RUN = dict(delta=1e-5, draws=150, tune=100, chains=4, progressbar=False, compute_convergence_checks=False)
+
+
+# -- the pure functions --------------------------------------------------------------------------
+def test_independent_draws_are_usable_and_stuck_or_separated_chains_are_not():
+    rng = np.random.default_rng(0)
+    good = mixing_diagnostics({"m": rng.normal(size=(4, 500)), "v": rng.normal(size=(4, 500, 2))})
+    assert good["usable"] and good["problems"] == []
+    assert good["variables"]["m"]["r_hat"] < 1.01 and good["variables"]["v"]["ess_bulk"] > 1000
+
+    stuck = mixing_diagnostics({"m": np.full((4, 500), 0.3)}, accepted=np.zeros((4, 500)))
+    assert not stuck["usable"] and stuck["variables"]["m"]["r_hat"] == "inf"
+    assert "no proposal was accepted" in " ".join(stuck["problems"])
+
+    # Four chains each tight around its own start: every chain looks converged on its own.
+    separated = rng.normal(size=(4, 500)) * 0.01 + np.array([[-2.0], [-1.0], [1.0], [2.0]])
+    result = mixing_diagnostics({"m": separated})
+    assert not result["usable"] and result["variables"]["m"]["r_hat"] > R_HAT_MAX
+    assert json.loads(json.dumps(result)) == result  # JSON-able as written to the attributes
+
+
+def test_one_chain_uses_split_r_hat_and_few_draws_are_flagged():
+    drift = np.linspace(-3, 3, 400)[None, :] + np.random.default_rng(1).normal(size=(1, 400)) * 0.1
+    assert mixing_diagnostics({"m": drift})["variables"]["m"]["r_hat"] > R_HAT_MAX  # halves disagree
+    short = mixing_diagnostics({"m": np.random.default_rng(2).normal(size=(2, 30))})
+    assert not short["usable"] and short["variables"]["m"]["ess_bulk"] < ESS_MIN
+
+
+def test_bad_draws_shape_names_the_variable():
+    with pytest.raises(ValueError, match=r"`draws\['m'\]` must have shape \(chains, draws, ...\). Found shape \(5,\)"):
+        mixing_diagnostics({"m": np.zeros(5)})
+
+
+# -- starts ------------------------------------------------------------------------------------------
+def _model(y):
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 3)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", m, s, observed=y)
+    return model
+
+
+def test_prior_starts_are_distinct_seeded_and_data_free():
+    a = prior_starts(_model(np.zeros(10)), 4, 3)
+    b = prior_starts(_model(np.arange(10.0) * 100), 4, 3)  # other data, same seed: same starts
+    assert [d["m"] for d in a] == [d["m"] for d in b] and [d["s"] for d in a] == [d["s"] for d in b]
+    assert len({float(d["m"]) for d in a}) == 4 and all(d["s"] > 0 for d in a)
+    assert [d["m"] for d in prior_starts(_model(np.zeros(10)), 4, 4)] != [d["m"] for d in a]
+
+
+def test_sample_starts_each_chain_at_its_own_prior_draw_by_default():
+    y = np.random.default_rng(0).normal(0.5, 1.0, size=200)
+    draws = {}
+    for init in ("prior", "model"):
+        with _model(y):
+            step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=5.0, proposal_scale=1e-6, tune=False)
+            idata = pmdp.sample(
+                step=step, epsilon=1e6, init=init, random_seed=5, on_poor_mixing="ignore", **{**RUN, "tune": 0}
+            )
+        assert idata["posterior"].attrs["dp_start"] == init
+        draws[init] = idata["posterior"]["m"].values[:, 0]
+    assert len(set(np.round(draws["prior"], 3))) == 4  # four distinct starts (steps of 1e-6 barely move)
+    assert np.allclose(draws["model"], draws["model"][0], atol=1e-4)  # all at the model's initial point
+
+
+def test_init_is_validated_before_anything_is_charged():
+    budget = pmdp.PrivacyBudget(10.0, 1e-5, n_rows=20)
+    with _model(np.zeros(20)):
+        step = pmdp.DPPenaltyMH(llr_clip=1.0)
+        with pytest.raises(ValueError, match=r"`init` must be one of \['prior', 'model'\]. Found 'jitter'"):
+            pmdp.sample(step=step, epsilon=1.0, budget=budget, init="jitter", **RUN)
+        with pytest.raises(ValueError, match=r"`on_poor_mixing` must be one of \['warn', 'raise', 'ignore'\]"):
+            pmdp.sample(step=step, epsilon=1.0, budget=budget, on_poor_mixing="loud", **RUN)
+    assert budget.spent().epsilon == 0.0
+
+
+# -- pmdp.sample: honest or flagged --------------------------------------------------------------------
+def test_a_run_that_did_not_mix_warns_in_plain_words_and_records_why():
+    # N·ε small: the penalty test cannot move far from dispersed starts (ESS ≈ ρ/(b²s²)).
+    y = np.random.default_rng(0).normal(0.5, 1.0, size=500)
+    with _model(y):
+        with pytest.warns(PoorMixingWarning, match=r"did not produce a usable posterior: `m`: R-hat") as record:
+            idata = pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), epsilon=0.5, random_seed=1, **RUN)
+    message = str(record[0].message)
+    assert "more ε or more rows" in message and "dp_diagnostics" in message
+    diagnostics = json.loads(idata["posterior"].attrs["dp_diagnostics"])
+    assert diagnostics["usable"] is False and diagnostics["problems"]
+    assert len(diagnostics["acceptance_rate"]) == 4
+    pmdp.privacy_spent(idata)  # the diagnostics attribute keeps the result publishable
+
+
+def test_on_poor_mixing_raise_keeps_the_priced_result_on_the_error():
+    y = np.random.default_rng(0).normal(0.5, 1.0, size=500)
+    budget = pmdp.PrivacyBudget(1.0, 1e-5, n_rows=500)
+    with _model(y), pytest.raises(PoorMixingError, match="did not produce a usable posterior") as info:
+        pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), budget=budget, on_poor_mixing="raise", random_seed=2, **RUN)
+    result = info.value.result
+    assert result["posterior"].attrs["dp_epsilon"] == pytest.approx(budget.spent().epsilon)
+    assert "observed_data" not in result
+
+
+def test_a_run_that_mixed_is_marked_usable_without_a_warning():
+    # Large N·ε and a proposal tuned to the posterior: the chains forget their prior starts.
+    y = np.random.default_rng(3).normal(0.5, 1.0, size=200)
+    with pm.Model():
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1, observed=y)
+        # τ·2b·‖θ′ − θ‖ ≈ 0.6: the penalty lets most proposals through.
+        step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=1.0, proposal_scale=0.1, tune=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PoorMixingWarning)
+            idata = pmdp.sample(step=step, epsilon=1e4, random_seed=4, **{**RUN, "draws": 600, "tune": 300})
+    diagnostics = json.loads(idata["posterior"].attrs["dp_diagnostics"])
+    assert diagnostics["usable"], diagnostics["problems"]
+    assert diagnostics["variables"]["m"]["r_hat"] <= R_HAT_MAX

@@ -1,0 +1,44 @@
+"""Errors raised after the data were read carry no values computed from them (issue 12, class 6)."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp._errors import data_free_errors
+from pymc_dp._validation import check_finite_positive
+
+
+def test_a_foreign_error_is_replaced_by_one_without_its_text_or_chain():
+    secret = 0.123456789
+    with pytest.raises(pmdp.PrivateRunError) as info, data_free_errors("pm.sample"):
+        raise FloatingPointError(f"log density at the start: {secret}")
+    error = info.value
+    assert "0.123" not in str(error) and "FloatingPointError" in str(error) and "pm.sample" in str(error)
+    assert error.original_type == "FloatingPointError" and error.location.startswith("test_errors.py:")
+    assert error.__cause__ is None and error.__suppress_context__  # the original is not chained
+
+
+def test_pymc_dp_own_errors_pass_unchanged():
+    # pymc-dp's messages hold public settings only; they reach the caller as raised.
+    with pytest.raises(ValueError, match="`noise_scale` must be"), data_free_errors("pm.sample"):
+        check_finite_positive("noise_scale", -1.0)
+
+
+def test_one_posterior_sample_withholds_pymc_sampling_error_text():
+    # PyMC's SamplingError lists every term's log density at the start, the tempered likelihood
+    # (a sum over the rows) included: an exact data-dependent value.
+    y = np.random.default_rng(0).normal(0.3, 1.0, size=50)
+    with pm.Model() as model:
+        pm.Normal("m", 0, 1)
+        pm.HalfNormal("z", 1, default_transform=None)
+        pm.Normal("y", model["m"], 1, observed=y)
+    budget = pmdp.PrivacyBudget(1.0, 1e-6, n_rows=50)
+    with pytest.raises(pmdp.PrivateRunError, match="SamplingError") as info:
+        pmdp.one_posterior_sample(
+            model, epsilon=0.1, loglik_bounds=(-3.0, 0.0), initvals={"z": -1.0}, tune=10, budget=budget
+        )
+    message = str(info.value)
+    assert "Logp" not in message and "-inf" not in message and "{" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert budget.spent().epsilon == pytest.approx(0.1)  # charged before the data were read: stays charged
