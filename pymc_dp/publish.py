@@ -111,15 +111,34 @@ def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, A
         epsilon, method, _ = compose_epsilon(events, delta)
     else:  # no iteration stored: nothing released
         events, epsilon, method = [], 0.0, spent.method
+    return _publish_record(
+        idata, events, method=method, mu=mu, delta=delta, epsilon=epsilon, neighbouring="unknown", n_rows=None
+    )
+
+
+def _publish_record(
+    idata: Any,
+    events: list,
+    *,
+    method: str,
+    mu: float,
+    delta: float,
+    epsilon: float,
+    neighbouring: str,
+    n_rows: int | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The accountant record ``publish`` writes (``extra``: the step settings when they are known)."""
     return {
         "format": ACCOUNTANT_FORMAT,
         "method": method,
         "mu": mu,
         "delta": delta,
         "epsilon": epsilon,
-        "neighbouring": "unknown",
-        "n_rows": None,
+        "neighbouring": neighbouring,
+        "n_rows": n_rows if neighbouring == "substitute" else None,
         "chains": int(group(idata, "sample_stats").sizes.get("chain", 0)),
+        **extra,
         "source": "pymc_dp.publish",
         "events": [e.to_dict() for e in events],
         "versions": versions(),
@@ -161,20 +180,16 @@ def _record_from_steps(idata: Any, steps: list[Any], delta: float) -> dict[str, 
     events = [e for s in steps for e in s.privacy_events(iterations)]
     epsilon, method, mu = compose_epsilon(events, delta)
     neighbouring = relations.pop()
-    n_rows = steps[0].n_rows
-    return {
-        "format": ACCOUNTANT_FORMAT,
-        "method": method,
-        "mu": mu,
-        "delta": delta,
-        "epsilon": epsilon,
-        "neighbouring": neighbouring,
-        "n_rows": n_rows if neighbouring == "substitute" else None,
-        "chains": int(stats.sizes.get("chain", 0)),
-        "iterations": iterations,
-        "steps": [s.accountant_settings() for s in steps],
-        "reproducible_noise": any(s.reproducible_noise for s in steps),
-        "source": "pymc_dp.publish",
-        "events": [e.to_dict() for e in events],
-        "versions": versions(),
-    }
+    return _publish_record(
+        idata,
+        events,
+        method=method,
+        mu=mu,
+        delta=delta,
+        epsilon=epsilon,
+        neighbouring=neighbouring,
+        n_rows=steps[0].n_rows,
+        iterations=iterations,
+        steps=[s.accountant_settings() for s in steps],
+        reproducible_noise=any(s.reproducible_noise for s in steps),
+    )
