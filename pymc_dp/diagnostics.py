@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp.results import group, group_names, posterior_attrs
+
 __all__ = [
     "ESS_MIN",
     "ON_POOR_MIXING",
@@ -210,8 +212,6 @@ def attach_diagnostics(idata: Any, on_poor_mixing: str = "warn", method: str = "
     -------
     The same object.
     """
-    from pymc_dp.results import group, group_names, posterior_attrs
-
     check_on_poor_mixing(on_poor_mixing)
     posterior = group(idata, "posterior")
     draws = {str(name): np.asarray(posterior[name].values) for name in posterior.data_vars}

@@ -11,19 +11,25 @@ from pymc.model import modelcontext
 
 from pymc_dp._validation import check_unit_interval_open
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import GaussianReleases, compose_epsilon
+from pymc_dp.accounting.events import GaussianReleases
 from pymc_dp.results import (
-    ACCOUNTANT_FORMAT,
     finalize_result,
     group,
     posterior_attrs,
     strip_private_groups,
-    versions,
 )
+from pymc_dp.run import AccountantRecord
 from pymc_dp.sampling import _flatten_steps, privacy_spent
 from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["publish"]
+
+#: What a published plain ``pm.sample`` result records about its start (pm.sample does not say).
+_UNRECORDED_START = {
+    "source": "unknown",
+    "note": "sampled with pm.sample outside pymc_dp.sample: where the chains started is not recorded; start values "
+    "are not covered by ε and must not come from the data",
+}
 
 #: Label of the single event that :func:`publish` records when it prices from the statistics alone.
 PLAIN_SAMPLE_LABEL = "pm.sample with pymc_dp steps (μ summed from dp_mu_cumulative)"
@@ -94,8 +100,9 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
         raise ValueError("`delta` must be given for a plain pm.sample result (it records no dp_delta). Found None.")
     delta = check_unit_interval_open("delta", float(delta))
     candidate = strip_private_groups(copy.deepcopy(idata), model)
-    record = _record_from_steps(candidate, _flatten_steps(step), delta) if step is not None else None
-    if record is None:
+    if step is not None:
+        record = _record_from_steps(candidate, _flatten_steps(step), delta)
+    else:
         record = _record_from_statistics(candidate, model, delta)
     strip_private_groups(idata, model)
     return finalize_result(idata, record, model)
@@ -105,44 +112,27 @@ def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, A
     """The record of a result of Gaussian steps priced from ``dp_mu_cumulative`` (relation unknown)."""
     spent = privacy_spent(idata, delta, model=model)  # refuses Barker results and foreign statistics
     mu = float(spent.mu)
+    events = []
     if mu > 0:
         tau = round_towards_privacy(math.sqrt(0.5 / mu), lambda t: 0.5 / t**2 >= mu, 0.0)  # μ of the event ≥ μ
         events = [GaussianReleases(tau, 1, label=PLAIN_SAMPLE_LABEL)]
-        epsilon, method, _ = compose_epsilon(events, delta)
-    else:  # no iteration stored: nothing released
-        events, epsilon, method = [], 0.0, spent.method
-    return _publish_record(
-        idata, events, method=method, mu=mu, delta=delta, epsilon=epsilon, neighbouring="unknown", n_rows=None
-    )
+    return _publish_record(idata, events, delta=delta, neighbouring="unknown", n_rows=None)
 
 
 def _publish_record(
-    idata: Any,
-    events: list,
-    *,
-    method: str,
-    mu: float,
-    delta: float,
-    epsilon: float,
-    neighbouring: str,
-    n_rows: int | None,
-    **extra: Any,
+    idata: Any, events: list, *, delta: float, neighbouring: str, n_rows: int | None, **details: Any
 ) -> dict[str, Any]:
-    """The accountant record ``publish`` writes (``extra``: the step settings when they are known)."""
-    return {
-        "format": ACCOUNTANT_FORMAT,
-        "method": method,
-        "mu": mu,
-        "delta": delta,
-        "epsilon": epsilon,
-        "neighbouring": neighbouring,
-        "n_rows": n_rows if neighbouring == "substitute" else None,
-        "chains": int(group(idata, "sample_stats").sizes.get("chain", 0)),
-        **extra,
-        "source": "pymc_dp.publish",
-        "events": [e.to_dict() for e in events],
-        "versions": versions(),
-    }
+    """The accountant record ``publish`` writes (``details``: the step settings when they are known)."""
+    return AccountantRecord.priced(
+        "pymc_dp.publish",
+        events,
+        delta=delta,
+        neighbouring=neighbouring,
+        n_rows=n_rows,
+        reproducible_noise=bool(details.pop("reproducible_noise", False)),
+        start=_UNRECORDED_START,
+        details={"chains": int(group(idata, "sample_stats").sizes.get("chain", 0)), **details},
+    ).to_dict()
 
 
 def _chain_total(idata: Any, statistic: str, over_steps: str) -> float:
@@ -178,16 +168,11 @@ def _record_from_steps(idata: Any, steps: list[Any], delta: float) -> dict[str, 
         raise ValueError("`idata` has no DP statistics: it was not sampled with pymc_dp steps.")
     iterations = round(iterations)
     events = [e for s in steps for e in s.privacy_events(iterations)]
-    epsilon, method, mu = compose_epsilon(events, delta)
-    neighbouring = relations.pop()
     return _publish_record(
         idata,
         events,
-        method=method,
-        mu=mu,
         delta=delta,
-        epsilon=epsilon,
-        neighbouring=neighbouring,
+        neighbouring=relations.pop(),
         n_rows=steps[0].n_rows,
         iterations=iterations,
         steps=[s.accountant_settings() for s in steps],

@@ -29,6 +29,8 @@ import json
 from importlib import metadata
 from typing import Any
 
+from pymc_dp.data import _row_structure, data_dependent_deterministics
+
 __all__ = [
     "ACCOUNTANT_FORMAT",
     "DATA_GROUPS",
@@ -134,8 +136,6 @@ def _allowed_variables(idata: Any, model: Any) -> set[str] | None:
     if record is not None and "released_variables" in record:
         allowed = set(record["released_variables"])
     if model is not None:
-        from pymc_dp.data import data_dependent_deterministics
-
         hidden = set(data_dependent_deterministics(model))
         from_model = {rv.name for rv in model.free_RVs} | ({d.name for d in model.deterministics} - hidden)
         allowed = from_model if allowed is None else allowed & from_model
@@ -145,8 +145,6 @@ def _allowed_variables(idata: Any, model: Any) -> set[str] | None:
 def _row_dim(model: Any) -> str | None:
     if model is None or not model.observed_RVs:
         return None
-    from pymc_dp.data import _row_structure
-
     return _row_structure(model)[1]
 
 

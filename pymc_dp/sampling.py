@@ -13,9 +13,7 @@ import pymc as pm
 from pymc.model import modelcontext
 from pymc.step_methods.compound import CompoundStep
 
-from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import (
-    check_finite_positive,
     check_nonnegative_int,
     check_positive_int,
     check_unit_interval_open,
@@ -28,17 +26,15 @@ from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.results import (
-    ACCOUNTANT_FORMAT,
     PrivateStart,
     check_publishable,
-    finalize_result,
     group,
     group_names,
     posterior_attrs,
     strip_private_groups,
-    versions,
     write_privacy_attrs,
 )
+from pymc_dp.run import PrivateRun
 from pymc_dp.starts import check_init, prior_starts
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
@@ -229,16 +225,16 @@ def sample(
     if delta is None:
         raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
     delta = check_unit_interval_open("delta", delta)
-    if epsilon is not None:
-        epsilon = check_finite_positive("epsilon", epsilon)
     draws = check_positive_int("draws", draws)
     tune = check_nonnegative_int("tune", tune)
     chains = check_positive_int("chains", chains)
-    if budget is not None and not isinstance(budget, PrivacyBudget):
-        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     _check_sample_kwargs(kwargs)
     steps = _flatten_steps(step)
-    neighbouring, n_rows = _check_steps(steps, model, budget)
+    neighbouring, n_rows = _check_steps(steps, model)
+    run = PrivateRun(
+        "pymc_dp.sample", delta=delta, neighbouring=neighbouring, n_rows=n_rows, epsilon=epsilon, budget=budget
+    )
+    epsilon = run.epsilon
     var_names = _stored_variables(model, var_names)
     init = check_init(init)
     check_on_poor_mixing(on_poor_mixing)
@@ -246,30 +242,26 @@ def sample(
     if kwargs.get("initvals") is None and init == "prior":
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
 
+    # Plan: calibrate unset noise and price every iteration of every chain, before any data access.
     iterations = chains * (tune + draws)
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
         planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
     else:
         planned = _plan_calibration(steps, iterations, epsilon, delta)
-    events = [e for s in planned for e in s.privacy_events(iterations)]
-    run_epsilon = compose_epsilon(events, delta)[0]
-    if epsilon is not None and run_epsilon > epsilon:
-        raise PrivacyBudgetExceededError(
-            f"This run would spend ε={run_epsilon:.6g} at δ={delta:g}, above `epsilon`={epsilon:g}. Nothing was run; "
-            f"use more noise, fewer chains or fewer iterations.{_iteration_hint(planned, epsilon, delta, chains)}"
-        )
-    if budget is not None:
-        budget.check(events)
+    run_epsilon = run.plan(
+        [e for s in planned for e in s.privacy_events(iterations)],
+        depends_on=start_events,
+        advice=lambda: (
+            "use more noise, fewer chains or fewer iterations." + _iteration_hint(planned, epsilon, delta, chains)
+        ),
+    )
 
-    # Every check passed: commit the calibration for this run and charge the budget, then touch
-    # data. A run that PyMC aborts after this point is still charged: it may have released
-    # partial results. The calibration is undone when the run ends, however it ends.
+    # Charge and run. The calibration is committed for this run only and undone when it ends,
+    # however it ends; a run that PyMC aborts after the charge stays charged.
     restore = _commit_calibration(steps, planned, tune)
-    if budget is not None:
-        budget.charge(events, label=f"run {len(budget.labels) + 1}: {chains}×({tune}+{draws})")
     try:
-        with data_free_errors("pm.sample"):
+        with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
             idata = pm.sample(
                 draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
             )
@@ -278,30 +270,17 @@ def sample(
             s.forget_private_state()
         restore()
 
-    released = list(start_events) + events
-    result_epsilon, method, mu = compose_epsilon(released, delta)
-    record = {
-        "format": ACCOUNTANT_FORMAT,
-        "method": method,
-        "mu": mu,
-        "delta": delta,
-        "epsilon": result_epsilon,
-        "run_epsilon": run_epsilon,
-        "neighbouring": neighbouring,
-        "n_rows": n_rows if neighbouring == "substitute" else None,
-        "chains": chains,
-        "tune": tune,
-        "draws": draws,
-        "iterations_per_chain": tune + draws,
-        "steps": [s.accountant_settings() for s in planned],  # the run's noise (cleared from `steps`)
-        "reproducible_noise": any(getattr(s, "reproducible_noise", False) for s in steps),
-        "start": start,
-        "events": [e.to_dict() for e in released],
-        "versions": versions(),
-    }
-    if budget is not None:
-        record["budget"] = {"epsilon": budget.epsilon, "delta": budget.delta, "spent": budget.spent().epsilon}
-    finalize_result(idata, record, model)
+    record = run.record(
+        start=start,
+        reproducible_noise=any(getattr(s, "reproducible_noise", False) for s in steps),
+        run_epsilon=run_epsilon,
+        chains=chains,
+        tune=tune,
+        draws=draws,
+        iterations_per_chain=tune + draws,
+        steps=[s.accountant_settings() for s in planned],  # the run's noise (cleared from `steps`)
+    )
+    run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing)
 
 
@@ -334,7 +313,7 @@ def _check_sample_kwargs(kwargs: dict[str, Any]) -> None:
         )
 
 
-def _check_steps(steps: list[Any], model: Any, budget: PrivacyBudget | None) -> tuple[str, int]:
+def _check_steps(steps: list[Any], model: Any) -> tuple[str, int]:
     """The run's neighbouring relation and N, after checking that DP steps cover every free variable."""
     foreign = [type(s).__name__ for s in steps if not isinstance(s, DPStep)]
     if foreign:
@@ -350,10 +329,8 @@ def _check_steps(steps: list[Any], model: Any, budget: PrivacyBudget | None) -> 
             "them a non-private sampler (NUTS or Gibbs) that reads the raw data; add them to a DP step's `vars`."
         )
     relations = {s.neighbouring for s in steps}
-    if budget is not None:
-        relations.add(budget.neighbouring)
     if len(relations) > 1:
-        raise ValueError(f"All steps and the budget must use one neighbouring relation. Found {sorted(relations)}.")
+        raise ValueError(f"All steps must use one neighbouring relation. Found {sorted(relations)}.")
     neighbouring = relations.pop()
     if all(not getattr(s, "reads_model_rows", True) for s in steps):
         # Steps that hold their own data (DPSuffStatsPenaltyMH): the model holds priors only.
@@ -370,8 +347,6 @@ def _check_steps(steps: list[Any], model: Any, budget: PrivacyBudget | None) -> 
             "`step` must be built on the model's current data: the number of rows changed since it was built "
             "(pm.set_data?). Build the step again."
         )
-    if neighbouring == "substitute" and budget is not None and budget.n_rows != n_rows:
-        raise ValueError(f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}.")
     return neighbouring, n_rows
 
 

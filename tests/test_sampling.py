@@ -197,7 +197,7 @@ def test_neighbouring_relations_must_agree(regression):
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=150, neighbouring="add_remove")
     with model:
         step = pmdp.DPPenaltyMH(noise_scale=50.0)
-        with pytest.raises(ValueError, match="one neighbouring relation"):
+        with pytest.raises(ValueError, match=r"`budget\.neighbouring` must be .substitute."):
             pmdp.sample(step=step, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, **QUIET)
 
 

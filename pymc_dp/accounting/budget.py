@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int, check_unit_interval_open
-from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 
 __all__ = ["PrivacyBudget", "PrivacyBudgetExceededError"]
 
@@ -108,9 +109,6 @@ class PrivacyBudget:
 
     def remaining_mu(self) -> float:
         """Gaussian μ still available, when everything charged so far is Gaussian."""
-        from pymc_dp.accounting.events import GaussianReleases
-        from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-
         if not all(isinstance(e, GaussianReleases) for e in self.events):
             raise ValueError("`remaining_mu` needs a budget holding only Gaussian releases. Found other events.")
         return gaussian_mu_for_target(self.epsilon, self.delta) - sum(e.mu for e in self.events)

@@ -8,10 +8,19 @@ import math
 import warnings
 from typing import Any
 
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.model import modelcontext
+from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
+from pytensor.graph.replace import graph_replace
+
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
+from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
 from pymc_dp.mechanisms import mechanism_rng
+from pymc_dp.results import group_names, posterior_attrs
+from pymc_dp.run import PrivateRun
 
 __all__ = ["one_posterior_sample", "ops_temperature", "tempered_model"]
 
@@ -114,13 +123,6 @@ def tempered_model(model: Any, temperature: float, loglik_bounds: tuple[float, f
     which the exponential mechanism's sensitivity requires. The copy holds the raw data:
     it is for sampling inside :func:`one_posterior_sample` only.
     """
-    import pymc as pm
-    import pytensor.tensor as pt
-    from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
-    from pytensor.graph.replace import graph_replace
-
-    from pymc_dp.data import check_prior_reads_no_data, data_dependent_deterministics, row_loglik
-
     low, high = _check_loglik_bounds(loglik_bounds)
     temperature = check_finite_positive("temperature", temperature)
     # Row-wise parameter checks and the allow-list walk: one row can move only its own term.
@@ -233,13 +235,6 @@ def one_posterior_sample(
        sampling and stochastic gradient Monte Carlo. ICML, Theorem 1.
     .. [3] McSherry, F. and Talwar, K. (2007). Mechanism design via differential privacy. FOCS.
     """
-    import pymc as pm
-    from pymc.model import modelcontext
-
-    from pymc_dp._errors import data_free_errors
-    from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
-    from pymc_dp.results import finalize_result, group_names, posterior_attrs, versions
-
     model = modelcontext(model)
     epsilon = check_finite_positive("epsilon", epsilon)
     low, high = _check_loglik_bounds(loglik_bounds)
@@ -260,8 +255,6 @@ def one_posterior_sample(
     unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
     if unknown:
         raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
-    if budget is not None and not isinstance(budget, PrivacyBudget):
-        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     n_rows = _row_structure(model)[0]
     row_loglik(model)  # refuses likelihoods that mix rows, before anything is charged
     check_prior_reads_no_data(model, n_rows)
@@ -269,14 +262,15 @@ def one_posterior_sample(
     temperature = min(1.0, epsilon / (2.0 * sensitivity))
     spent = 2.0 * temperature * sensitivity
     events = (PureDPReleases(spent, 1, label="one posterior sample (exponential mechanism)"),)
-    if budget is not None:
-        if budget.neighbouring != neighbouring:
-            raise ValueError(f"`budget.neighbouring` must be {neighbouring!r}. Found {budget.neighbouring!r}.")
-        if neighbouring == "substitute" and budget.n_rows != n_rows:
-            raise ValueError(
-                f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {budget.n_rows}."
-            )
-        budget.charge(events, label="one posterior sample")
+    run = PrivateRun(
+        "one_posterior_sample",
+        delta=0.0,
+        neighbouring=neighbouring,
+        n_rows=n_rows,
+        budget=budget,
+        description="exponential mechanism: one sample of prior × exp(T Σ clip(loglik)) (Foulds et al. 2016, eq. 14)",
+    )
+    run.plan(events, advice="use a smaller ε.")
 
     hidden = set(data_dependent_deterministics(model))
     var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
@@ -289,7 +283,7 @@ def one_posterior_sample(
             # PyMC's log reports the run's duration and divergences: data-dependent, so kept quiet.
             pymc_logger.setLevel(logging.ERROR)
             try:
-                with data_free_errors("one_posterior_sample"):
+                with run.releasing(label="one posterior sample"):
                     idata = pm.sample(
                         draws=1,
                         tune=tune,
@@ -313,23 +307,14 @@ def one_posterior_sample(
         "One posterior sample: the guarantee is conditional on exact sampling from the tempered posterior; "
         f"this draw ends a NUTS chain of {tune} warm-up iterations, which approximates it."
     )
-    record = {
-        "format": 1,
-        "method": "pure_sum",
-        "mechanism": "exponential mechanism: one sample of prior × exp(T Σ clip(loglik)) (Foulds et al. 2016, eq. 14)",
-        "epsilon": spent,
-        "delta": 0.0,
-        "neighbouring": neighbouring,
-        "n_rows": n_rows if neighbouring == "substitute" else None,
-        "loglik_bounds": [low, high],
-        "utility_sensitivity": sensitivity,
-        "temperature": temperature,
-        "conditional_on_exact_sampling": True,
-        "reproducible_noise": reproducible_noise,
-        "events": [e.to_dict() for e in events],
-        "versions": versions(),
-    }
-    finalize_result(idata, record, model)
+    record = run.record(
+        reproducible_noise=reproducible_noise,
+        loglik_bounds=[low, high],
+        utility_sensitivity=sensitivity,
+        temperature=temperature,
+        conditional_on_exact_sampling=True,
+    )
+    run.publish(idata, model, record)
     attrs = posterior_attrs(idata)
     attrs["dp_temperature"] = temperature
     attrs["dp_notes"] = notes

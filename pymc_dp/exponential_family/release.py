@@ -7,14 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pymc as pm
+from pymc.model import modelcontext
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
+from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import laplace_sufficient_statistics, mechanism_rng
-from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result, posterior_attrs, versions
+from pymc_dp.results import finalize_result, posterior_attrs
+from pymc_dp.run import AccountantRecord, PrivateRun
 
 __all__ = ["ReleasedStatistics", "annotate_releases", "release_statistics", "sample_releases"]
 
@@ -67,29 +71,28 @@ class ReleasedStatistics:
         ``p=p`` for Bernoulli, ``beta=beta, sigma=sigma`` for linear regression. The model
         then reads the data only through the released statistics.
         """
-        import pymc as pm
-
         return pm.Potential(name, self.family.loglik(self.statistics, self.n_rows, **params))
 
     def accountant_record(self) -> dict[str, Any]:
         """JSON-able record of the release: public settings, released values, events."""
-        return {
-            "format": ACCOUNTANT_FORMAT,
-            "method": "pure_sum",
-            "mechanism": "laplace: aggregate sufficient statistics, projected (Foulds et al. 2016, eq. 16)",
-            "epsilon": self.epsilon,
-            "delta": 0.0,
-            "neighbouring": "substitute",
-            "n_rows": self.n_rows,
-            "family": self.family.settings(),
-            "l1_sensitivity": self.l1_sensitivity,
-            "laplace_scale": self.scale,
-            "released_statistics": [float(v) for v in self.statistics],
-            "reproducible_noise": bool(self.reproducible_noise),
-            "out_of_bounds": self.out_of_bounds,
-            "events": [e.to_dict() for e in self.events],
-            "versions": versions(),
-        }
+        return self._record().to_dict()
+
+    def _record(self) -> AccountantRecord:
+        return AccountantRecord.priced(
+            "laplace: aggregate sufficient statistics, projected (Foulds et al. 2016, eq. 16)",
+            self.events,
+            delta=0.0,
+            neighbouring="substitute",
+            n_rows=self.n_rows,
+            reproducible_noise=self.reproducible_noise,
+            details={
+                "family": self.family.settings(),
+                "l1_sensitivity": self.l1_sensitivity,
+                "laplace_scale": self.scale,
+                "released_statistics": [float(v) for v in self.statistics],
+                "out_of_bounds": self.out_of_bounds,
+            },
+        )
 
     def annotate(self, idata: Any, model: Any = None) -> Any:
         """Strip raw-data groups from a sampling result and attach this release's guarantee (in place).
@@ -120,6 +123,10 @@ def _check_releases(releases: Any) -> list[ReleasedStatistics]:
     if len(sizes) > 1:
         raise ValueError(f"`releases` must all come from one data set (the same number of rows). Found n_rows {sizes}.")
     return releases
+
+
+def _without_provenance(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("format", "versions")}
 
 
 def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any = None) -> Any:
@@ -153,35 +160,24 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
     .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential
        privacy. Foundations and Trends in TCS 9, Theorem 3.16.
     """
-    from pymc.model import modelcontext
-
-    from pymc_dp.accounting.events import compose_epsilon
-
     releases = _check_releases(releases)
     model = modelcontext(model)
-    events = [e for r in releases for e in r.events]
-    epsilon = compose_epsilon(events, 0.0)[0]
     statistics = [[float(v) for v in r.statistics] for r in releases]
-    record = (
-        releases[0].accountant_record()
-        if len(releases) == 1
-        else {
-            "format": ACCOUNTANT_FORMAT,
-            "method": "pure_sum",
-            "mechanism": "laplace: several aggregate sufficient statistics of the same rows, projected",
-            "epsilon": epsilon,
-            "delta": 0.0,
-            "neighbouring": "substitute",
-            "n_rows": releases[0].n_rows,
-            "reproducible_noise": any(r.reproducible_noise for r in releases),
-            "releases": [
-                {k: v for k, v in r.accountant_record().items() if k not in ("format", "versions")} for r in releases
-            ],
-            "events": [e.to_dict() for e in events],
-            "versions": versions(),
-        }
-    )
-    finalize_result(idata, record, model)
+    if len(releases) == 1:
+        record = releases[0]._record()
+    else:
+        record = AccountantRecord.priced(
+            "laplace: several aggregate sufficient statistics of the same rows, projected",
+            [e for r in releases for e in r.events],
+            delta=0.0,
+            neighbouring="substitute",
+            n_rows=releases[0].n_rows,
+            reproducible_noise=any(r.reproducible_noise for r in releases),
+            details={
+                "releases": [{k: v for k, v in r.accountant_record().items() if k != "versions"} for r in releases]
+            },
+        )
+    finalize_result(idata, record.to_dict(), model)
     posterior_attrs(idata)["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
     return idata
 
@@ -211,11 +207,6 @@ def sample_releases(
     -----
     Neighbouring relation: substitute; ε = Σ εⱼ, δ = 0 (see :func:`annotate_releases`).
     """
-    import pymc as pm
-    from pymc.model import modelcontext
-
-    from pymc_dp.data import check_prior_reads_no_data
-
     releases = _check_releases(releases)
     check_on_poor_mixing(on_poor_mixing)
     model = modelcontext(model)
@@ -321,22 +312,18 @@ def release_statistics(
             "`neighbouring` must be 'substitute' for a sufficient-statistics release (N is public and the "
             f"statistics are calibrated to one row replaced). Found {neighbouring!r}."
         )
-    if budget is not None:
-        if not isinstance(budget, PrivacyBudget):
-            raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
-        if budget.neighbouring != "substitute":
-            raise ValueError(f"`budget.neighbouring` must be 'substitute'. Found {budget.neighbouring!r}.")
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
     events = (PureDPReleases(epsilon, 1, label=f"laplace sufficient statistics [{fam.name}]"),)
     # Validate the rows against the public bounds and N against the budget before charging.
     n_rows = int(np.asarray(fam.check_data(data, out_of_bounds)).shape[0])
-    if budget is not None:
-        if budget.n_rows != n_rows:
-            raise ValueError(f"`budget.n_rows` must equal the number of rows ({n_rows}). Found {budget.n_rows}.")
-        budget.charge(events, label=f"laplace sufficient statistics [{fam.name}]")
-    rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-    statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng, out_of_bounds)
+    run = PrivateRun("release_statistics", delta=0.0, neighbouring="substitute", n_rows=n_rows, budget=budget)
+    run.plan(events, advice="use a smaller ε for this release.")
+    with run.releasing(label=f"laplace sufficient statistics [{fam.name}]"):
+        rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
+        statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng, out_of_bounds)
     return ReleasedStatistics(
         fam,
         statistics,

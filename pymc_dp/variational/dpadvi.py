@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,8 @@ from pymc_dp.accounting.events import (
 )
 from pymc_dp.data import _row_structure
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng, model_access
-from pymc_dp.results import ACCOUNTANT_FORMAT, PrivateStart, finalize_result, versions
+from pymc_dp.results import PrivateStart, finalize_result
+from pymc_dp.run import PrivateRun
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
 
@@ -296,36 +296,25 @@ class DPADVI(Inference):
         eps, method, mu = compose_epsilon(events, self.delta)
         return PrivacySpent(eps, self.delta, self.neighbouring, method, mu, None, tuple(events))
 
-    def _plan(self, n: int) -> tuple[float, list[PrivacyEvent], float, str]:
-        """σ for this fit, the whole object's events after it, their ε and its method; changes nothing."""
-        total = self._iterations + n
-        sigma = self.noise_multiplier
-        if sigma is None:
-            if self.epsilon is not None:
-                target, earlier = self.epsilon, ()
-            else:  # calibrate to what is left of the budget
-                target, earlier = self.budget.epsilon, self.budget.events
-            try:
-                sigma = poisson_gaussian_noise_multiplier(
-                    target * (1.0 - CALIBRATION_MARGIN),
-                    self.delta,
-                    self.sampling_rate,
-                    total,
-                    self.neighbouring,
-                    earlier,
-                )
-            except ValueError as error:
-                raise PrivacyBudgetExceededError(f"{error} Nothing was run or charged.") from None
-        events = [PoissonGaussianReleases(sigma, self.sampling_rate, total, self.neighbouring, "dpadvi")]
-        epsilon, method, _ = compose_epsilon(events, self.delta)
-        if self.epsilon is not None and epsilon > self.epsilon:
-            raise PrivacyBudgetExceededError(
-                f"This fit would bring DPADVI's ε to {epsilon:.6g} at δ={self.delta:g} ({total} iterations in all at "
-                f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}), above `epsilon`="
-                f"{self.epsilon:g}. Nothing was run or charged; use more noise, a smaller sampling rate or fewer "
-                "iterations."
+    def _calibrated_noise(self, n: int) -> float:
+        """σ for a fit of ``n`` more iterations: the set one, or calibrated from the target; changes nothing."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        if self.epsilon is not None:
+            target, earlier = self.epsilon, ()
+        else:  # calibrate to what is left of the budget
+            target, earlier = self.budget.epsilon, self.budget.events
+        try:
+            return poisson_gaussian_noise_multiplier(
+                target * (1.0 - CALIBRATION_MARGIN),
+                self.delta,
+                self.sampling_rate,
+                self._iterations + n,
+                self.neighbouring,
+                earlier,
             )
-        return sigma, events, epsilon, method
+        except ValueError as error:
+            raise PrivacyBudgetExceededError(f"{error} Nothing was run or charged.") from None
 
     # -- fitting ---------------------------------------------------------------------------
     def _setup(self, model, random_seed: int | None) -> None:
@@ -468,51 +457,58 @@ class DPADVI(Inference):
                 raise ValueError("`model` must be the model of the first fit. Found another model.")
             model = self._approx.model
         n_rows = _row_structure(model)[0]
-        if self.neighbouring == "substitute" and self.budget is not None and self.budget.n_rows != n_rows:
-            raise ValueError(
-                f"`budget.n_rows` must equal the model's number of rows ({n_rows}). Found {self.budget.n_rows}."
-            )
-        sigma, events, epsilon, method = self._plan(n)
-        new_events = [PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")]
-        if self.budget is not None:
-            self.budget.check(new_events)
+        run = PrivateRun(
+            "DPADVI",
+            delta=self.delta,
+            neighbouring=self.neighbouring,
+            n_rows=n_rows,
+            epsilon=self.epsilon,
+            budget=self.budget,
+        )
+        sigma = self._calibrated_noise(n)
+        total = self._iterations + n
+        run.plan(
+            [PoissonGaussianReleases(sigma, self.sampling_rate, total, self.neighbouring, "dpadvi")],
+            charge=[PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")],
+            advice=f"use more noise, a smaller sampling rate or fewer iterations ({total} iterations in all at "
+            f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}).",
+        )
         if self._approx is None:
             seed = self.random_seed if random_seed is None else random_seed
             self._setup(model, seed)  # may still refuse the model; nothing is charged yet
             self.random_seed = seed
-        # Every check passed: commit σ, charge the budget, then touch data.
-        self.noise_multiplier = sigma
-        if self.budget is not None:
-            self.budget.charge(new_events, label=f"DPADVI fit {len(self.budget.labels) + 1}: {n} iterations")
-        self._iterations += n
-        self._approx._dp_record = self._record(events, epsilon, method, n_rows)
-
-        mechanism = self._row_mechanisms.poisson_gradient_sum(self.clip, sigma, self.sampling_rate, self.neighbouring)
-        if progressbar_theme is None:
-            from pymc.progress_bar import default_progress_theme as progressbar_theme
-        callbacks = list(callbacks or [])
-        self.state = self._iterate_without_loss(
-            0, n, self._make_step(mechanism), progressbar, progressbar_theme, callbacks
-        )
+        label = f"DPADVI fit {len(self.budget.labels) + 1 if self.budget else 1}: {n} iterations"
+        with run.releasing(label):
+            # Every check passed: commit σ, then touch data.
+            self.noise_multiplier = sigma
+            self._iterations = total
+            self._approx._dp_record = self._record(run)
+            mechanism = self._row_mechanisms.poisson_gradient_sum(
+                self.clip, sigma, self.sampling_rate, self.neighbouring
+            )
+            if progressbar_theme is None:
+                from pymc.progress_bar import default_progress_theme as progressbar_theme
+            self.state = self._iterate_without_loss(
+                0, n, self._make_step(mechanism), progressbar, progressbar_theme, list(callbacks or [])
+            )
         self.approx.hist = self.hist  # empty: no loss is computed
         if include_transformed is not None:
             for group in self.approx.groups:
                 group.include_transformed = bool(include_transformed)
         return self.approx
 
-    def _record(self, events: list[PrivacyEvent], epsilon: float, method: str, n_rows: int) -> dict[str, Any]:
-        record = {
-            "format": ACCOUNTANT_FORMAT,
-            "mechanism": "DPADVI",
-            "method": method,
-            "mu": None,
-            "delta": self.delta,
-            "epsilon": epsilon,
-            "neighbouring": self.neighbouring,
-            "n_rows": n_rows if self.neighbouring == "substitute" else None,
-            "iterations": self._iterations,
-            "reproducible_noise": self.reproducible_noise,
-            "settings": {
+    def _record(self, run: PrivateRun) -> dict[str, Any]:
+        """The accountant record of every fit of this object (``run`` planned for the latest)."""
+        start = (
+            {"source": "model"}
+            if self._start is None
+            else {"source": "user", "note": "start given by the caller: not covered by ε, must not come from the data"}
+        )
+        return run.record(
+            start=start,
+            reproducible_noise=self.reproducible_noise,
+            iterations=self._iterations,
+            settings={
                 "noise_multiplier": self.noise_multiplier,
                 "sampling_rate": self.sampling_rate,
                 "clip": self.clip,
@@ -522,16 +518,4 @@ class DPADVI(Inference):
                 "n_mc": self.n_mc,
                 "reproducible_noise": self.reproducible_noise,
             },
-            "start": {"source": "model"}
-            if self._start is None
-            else {"source": "user", "note": "start given by the caller: not covered by ε, must not come from the data"},
-            "events": [e.to_dict() for e in events],
-            "versions": versions(),
-        }
-        if self.budget is not None:
-            record["budget"] = {
-                "epsilon": self.budget.epsilon,
-                "delta": self.budget.delta,
-                "spent": self.budget.spent().epsilon,
-            }
-        return json.loads(json.dumps(record))
+        ).to_dict()
