@@ -9,6 +9,7 @@ from pymc_dp._errors import PrivateRunError
 from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
+from pymc_dp.planning import Plan, plan
 from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
 from pymc_dp.sampling import privacy_spent, sample
@@ -28,6 +29,7 @@ __all__ = [
     "DPPenaltyMH",
     "DPSuffStatsPenaltyMH",
     "ModelStructureError",
+    "Plan",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
     "PrivacySpent",
@@ -39,6 +41,7 @@ __all__ = [
     "__version__",
     "check_publishable",
     "one_posterior_sample",
+    "plan",
     "privacy_spent",
     "publish",
     "release_statistics",

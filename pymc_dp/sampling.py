@@ -6,6 +6,8 @@ import copy
 import inspect
 import json
 import math
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,17 +16,19 @@ from pymc.model import modelcontext
 from pymc.step_methods.compound import CompoundStep
 
 from pymc_dp._validation import (
+    check_finite_positive,
     check_nonnegative_int,
     check_positive_int,
     check_unit_interval_open,
 )
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
-from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
+from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import (
     PrivateStart,
     check_publishable,
@@ -38,6 +42,9 @@ from pymc_dp.run import PrivateRun
 from pymc_dp.starts import check_init, prior_starts
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.hmc import DPHMC
+from pymc_dp.step_methods.penalty import DPPenaltyMH
+from pymc_dp.variational.dpadvi import DPADVI
 
 __all__ = ["PrivateStart", "privacy_spent", "sample", "strip_private_groups", "write_privacy_attrs"]
 
@@ -57,8 +64,16 @@ def _flatten_steps(step: Any) -> list[Any]:
     return [step]
 
 
-def _start_provenance(initvals: Any, init: str) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
-    """What the result records about where its chains started, and the events the start depends on."""
+def _start_provenance(
+    initvals: Any, init: str, dp_init: DPADVIStart | None = None
+) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
+    """Where the chains start, and the events charged earlier that the start depends on.
+
+    A DPADVI start planned in this call (``dp_init``) is charged with the run: its events
+    are not among the earlier ones.
+    """
+    if dp_init is not None:
+        return {"source": "dp_release", "description": dp_init.description}, ()
     if initvals is None and init == "prior":
         return {"source": "prior", "note": "one draw from the prior per chain (data-free, over-dispersed)"}, ()
     if initvals is None:
@@ -69,6 +84,144 @@ def _start_provenance(initvals: Any, init: str) -> tuple[dict[str, Any], tuple[P
         "source": "user",
         "note": "initvals given by the caller: not covered by ε, so they must not be computed from the data",
     }, ()
+
+
+@dataclass(frozen=True)
+class DPADVIStart:
+    """A DPADVI fit planned by ``pmdp.sample(init="dpadvi")``, run when the sample is charged.
+
+    ``events`` are priced from public settings before any data access; :meth:`starts` fits
+    and draws the chains' starts (inside the run's charge).
+    """
+
+    fit: DPADVI
+    iterations: int
+    events: tuple[PrivacyEvent, ...]
+    settings: dict[str, Any]
+    inflate: float = 2.0
+
+    @property
+    def description(self) -> str:
+        return (
+            f"DPADVI ({self.iterations} iterations, sampling rate {self.settings['sampling_rate']:g}), starts drawn "
+            f"with {self.inflate:g}× its standard deviations"
+        )
+
+    def starts(self, chains: int, rng: Any) -> list[dict[str, Any]]:
+        approx = self.fit.fit(self.iterations, progressbar=False)
+        return list(approx.initial_values(chains, random_seed=rng, inflate=self.inflate))
+
+
+def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
+    """The DPADVI fit ``init="dpadvi"`` plans from public N and the steps' clip bound.
+
+    A mean-field fit of 1,000 Adam steps (learning rate 0.05) on Poisson batches of about
+    1,000 rows (q = min(1, 1000/N)), clipping each row's gradient at the steps' own bound
+    (``llr_clip`` bounds the same per-row score norm). Only public quantities enter.
+    """
+    return {
+        "sampling_rate": min(1.0, 1000.0 / n_rows),
+        "clip": float(clip),
+        "approximation": "meanfield",
+        "optimizer": "adam",
+        "learning_rate": 0.05,
+        "iterations": 1000,
+    }
+
+
+def _dpadvi_start(
+    steps: list[DPStep],
+    model: Any,
+    n_rows: int,
+    neighbouring: str,
+    epsilon: float | None,
+    delta: float,
+    share: float,
+    kwargs: dict[str, Any],
+) -> DPADVIStart:
+    """Plan (not run) the DPADVI fit of ``init="dpadvi"``: its noise from ``share`` of ``epsilon``."""
+    share = check_finite_positive("init_epsilon_share", share)
+    if share >= 1:
+        raise ValueError(f"`init_epsilon_share` must be in (0, 1). Found {share!r}.")
+    if epsilon is None:
+        raise ValueError("`epsilon` must be given with init='dpadvi' (it is split between the fit and the chains).")
+    clips = [getattr(s, "grad_clip", None) or getattr(s, "llr_clip", None) for s in steps]
+    if not all(isinstance(s, DPPenaltyMH | DPHMC) for s in steps) or None in clips:
+        names = sorted({type(s).__name__ for s in steps})
+        raise ValueError(
+            f"init='dpadvi' needs steps that clip per-row scores (DPPenaltyMH, DPHMC). Found {names}; use "
+            "init='prior' or a PrivateStart from your own DPADVI fit (approx.initial_values)."
+        )
+    settings = dpadvi_start_settings(n_rows, max(clips))
+    iterations = settings.pop("iterations")
+    sigma = poisson_gaussian_noise_multiplier(
+        share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, settings["sampling_rate"], iterations, neighbouring
+    )
+    seed = _start_seed(kwargs.get("random_seed")).integers(2**32)
+    reproducible = any(s.reproducible_noise for s in steps)
+    fit = DPADVI(
+        delta=delta,
+        noise_multiplier=sigma,
+        neighbouring=neighbouring,
+        reproducible_noise=reproducible,
+        random_seed=int(seed),
+        model=model,
+        **settings,
+    )
+    events = tuple(fit.privacy_events(iterations))
+    settings.update(iterations=iterations, noise_multiplier=sigma, epsilon_share=share)
+    return DPADVIStart(fit, iterations, events, settings)
+
+
+def _auto_iterations(
+    steps: list[DPStep],
+    model: Any,
+    epsilon: float | None,
+    delta: float,
+    chains: int,
+    tune: int | None,
+    share: float,
+    dp_init: DPADVIStart | None,
+) -> tuple[int, int, dict[str, Any]]:
+    """(tune, draws, plan summary) for ``draws="auto"``, from :func:`pymc_dp.planning.plan`."""
+    if epsilon is None or len(steps) != 1 or not isinstance(steps[0], DPPenaltyMH | DPHMC):
+        raise ValueError(
+            "`draws`='auto' needs `epsilon` and one DPPenaltyMH or DPHMC step covering every variable. Found "
+            f"epsilon={epsilon!r} and steps {[type(s).__name__ for s in steps]}."
+        )
+    step = steps[0]
+    if not step.needs_calibration:
+        raise ValueError(
+            "`draws`='auto' chooses the iterations and calibrates the noise to them: leave the step's noise unset."
+        )
+    is_hmc = isinstance(step, DPHMC)
+    chain_epsilon = epsilon * (1.0 - share) if dp_init is not None else epsilon  # the fit's share is not the chain's
+    the_plan = plan_run(
+        model,
+        epsilon=chain_epsilon,
+        delta=delta,
+        chains=chains,
+        llr_clip=step.llr_clip,
+        grad_clip=step.grad_clip if is_hmc else None,
+        neighbouring=step.neighbouring,
+        leapfrog_steps=step.leapfrog_steps if is_hmc else 10,
+    )
+    chosen = the_plan.method("DPHMC" if is_hmc else "DPPenaltyMH")
+    if tune is None:
+        tune, draws = chosen.tune, chosen.draws
+    else:
+        draws = max(1, chosen.iterations - tune)
+    summary = {
+        "method": chosen.method,
+        "iterations": chosen.iterations,
+        "expected_ess_per_chain": chosen.expected_ess,
+        "usable": chosen.usable,
+        "posterior_sd": the_plan.posterior_sd,
+        "posterior_sd_source": the_plan.posterior_sd_source,
+    }
+    if not chosen.usable:
+        warnings.warn(f"pymc_dp.sample(draws='auto'): {the_plan.recommendation}.", PoorMixingWarning, stacklevel=3)
+    return tune, draws, summary
 
 
 def _plan_calibration(
@@ -139,13 +292,14 @@ def sample(
     step: Any,
     epsilon: float | None = None,
     delta: float | None = None,
-    draws: int = 1000,
-    tune: int = 1000,
+    draws: int | str = 1000,
+    tune: int | None = None,
     chains: int = 4,
     budget: PrivacyBudget | None = None,
     model: Any = None,
     var_names: list[str] | None = None,
     init: str = "prior",
+    init_epsilon_share: float = 0.2,
     on_poor_mixing: str = "warn",
     **kwargs: Any,
 ) -> Any:
@@ -166,8 +320,17 @@ def sample(
         run is refused if its ε would exceed it.
     delta : float
         δ in (0, 1) at which ε is computed. Typically below 1/N. Defaults to the budget's δ.
-    draws, tune, chains : int
-        As for ``pm.sample``; tuning iterations are accounted like draws.
+    draws : int or "auto"
+        As for ``pm.sample``, or ``"auto"``: the iterations :func:`pymc_dp.planning.plan`
+        recommends for the step (DPPenaltyMH: the number at which the expected ESS reaches
+        90 % of what the noise allows; DPHMC: the number that maximises the expected ESS),
+        a quarter of them tuning unless ``tune`` is given. Needs ``epsilon`` and steps whose
+        noise is calibrated by this call. The plan is recorded in ``dp_accountant``.
+    tune : int, optional
+        Tuning iterations per chain (default 1000, or the plan's with ``draws="auto"``);
+        accounted like draws.
+    chains : int
+        As for ``pm.sample``.
     budget : PrivacyBudget, optional
         A budget spanning several runs on the same data; the run is charged before it starts
         and refused (with nothing charged) if it would overspend.
@@ -175,11 +338,19 @@ def sample(
         Taken from the context if omitted.
     var_names : list of str, optional
         Variables to store; data-dependent deterministics are refused.
-    init : {"prior", "model"}, default "prior"
+    init : {"prior", "model", "dpadvi"}, default "prior"
         Where chains start when no ``initvals`` are given: ``"prior"`` draws one start per
         chain from the prior (data-free, distinct and over-dispersed, so that R-hat can see a
         chain that did not mix; seeded by ``random_seed``), ``"model"`` uses the model's
-        initial point for every chain (PyMC's behaviour for non-NUTS steps).
+        initial point for every chain (PyMC's behaviour for non-NUTS steps), ``"dpadvi"``
+        spends ``init_epsilon_share`` of ``epsilon`` on a mean-field DPADVI fit planned from
+        public N and the steps' clip bound (:func:`dpadvi_start_settings`) and starts each
+        chain at its own draw from the fit with doubled standard deviations (over-dispersed);
+        the chains are calibrated to what is left, and ``dp_epsilon`` is the composition of
+        both (at most ``epsilon``). ``"dpadvi"`` needs ``epsilon`` and steps that clip per
+        row (DPPenaltyMH, DPHMC).
+    init_epsilon_share : float, default 0.2
+        The share of ``epsilon`` that ``init="dpadvi"`` gives the DPADVI fit, in (0, 1).
     on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
         What happens when the released draws are not a usable posterior (R-hat above 1.05 or
         bulk/tail ESS below 100 for some variable; :mod:`pymc_dp.diagnostics`): a
@@ -225,9 +396,12 @@ def sample(
     if delta is None:
         raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
     delta = check_unit_interval_open("delta", delta)
-    draws = check_positive_int("draws", draws)
-    tune = check_nonnegative_int("tune", tune)
     chains = check_positive_int("chains", chains)
+    if tune is not None:
+        tune = check_nonnegative_int("tune", tune)
+    if not (isinstance(draws, str) and draws == "auto"):
+        draws = check_positive_int("draws", draws)
+        tune = 1000 if tune is None else tune
     _check_sample_kwargs(kwargs)
     steps = _flatten_steps(step)
     neighbouring, n_rows = _check_steps(steps, model)
@@ -238,7 +412,14 @@ def sample(
     var_names = _stored_variables(model, var_names)
     init = check_init(init)
     check_on_poor_mixing(on_poor_mixing)
-    start, start_events = _start_provenance(kwargs.get("initvals"), init)
+    dp_init, run_plan = None, None
+    if kwargs.get("initvals") is None and init == "dpadvi":
+        dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, init_epsilon_share, kwargs)
+    if draws == "auto":
+        tune, draws, run_plan = _auto_iterations(
+            steps, model, epsilon, delta, chains, tune, init_epsilon_share, dp_init
+        )
+    start, start_events = _start_provenance(kwargs.get("initvals"), init, dp_init)
     if kwargs.get("initvals") is None and init == "prior":
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
 
@@ -247,10 +428,11 @@ def sample(
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
         planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
-    else:
-        planned = _plan_calibration(steps, iterations, epsilon, delta)
+    else:  # a DP start planned in this call is covered by the same target
+        planned = _plan_calibration(steps, iterations, epsilon, delta, dp_init.events if dp_init else ())
+    run_events = [e for s in planned for e in s.privacy_events(iterations)]
     run_epsilon = run.plan(
-        [e for s in planned for e in s.privacy_events(iterations)],
+        (list(dp_init.events) if dp_init else []) + run_events,
         depends_on=start_events,
         advice=lambda: (
             "use more noise, fewer chains or fewer iterations." + _iteration_hint(planned, epsilon, delta, chains)
@@ -262,6 +444,8 @@ def sample(
     restore = _commit_calibration(steps, planned, tune)
     try:
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
+            if dp_init is not None:
+                kwargs["initvals"] = dp_init.starts(chains, _start_seed(kwargs.get("random_seed")))
             idata = pm.sample(
                 draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
             )
@@ -279,6 +463,8 @@ def sample(
         draws=draws,
         iterations_per_chain=tune + draws,
         steps=[s.accountant_settings() for s in planned],  # the run's noise (cleared from `steps`)
+        **({"plan": run_plan} if run_plan is not None else {}),
+        **({"dp_init": dp_init.settings} if dp_init is not None else {}),
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing)

@@ -8,7 +8,6 @@ import numpy as np
 import pymc as pm
 from pymc.model import modelcontext
 from pymc.variational.inference import Inference
-from pymc.variational.opvi import Approximation
 
 from pymc_dp._validation import (
     check_bool,
@@ -70,22 +69,50 @@ class _DPApproximationMixin:
         idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
         return finalize_result(idata, self._dp_record, self.model)
 
-    def initial_values(self, chains: int = 1, random_seed: Any = None) -> PrivateStart:
-        """One draw from q per chain, as ``initvals`` for ``pm.sample`` / ``pymc_dp.sample``.
+    def initial_values(self, chains: int = 1, random_seed: Any = None, inflate: float = 1.0) -> PrivateStart:
+        """One draw per chain from q with its scale multiplied by ``inflate``, as ``initvals``.
 
         Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q. The
         points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events:
         ``pymc_dp.sample`` then reports, as the chain's ``dp_epsilon``, the composition of
         the fit and the chain (the draws depend on both), without charging a budget twice.
+
+        Parameters
+        ----------
+        chains : int
+            Number of start points.
+        random_seed : int or Generator, optional
+            Seeds the draws (data-free randomness).
+        inflate : float, default 1.0
+            Multiplies q's standard deviations on the unconstrained scale. Values above 1
+            over-disperse the starts relative to q (which a DP fit may place too narrowly or
+            off-centre), so that R-hat can see chains that did not forget their starts.
         """
         chains = check_positive_int("chains", chains)
+        inflate = check_finite_positive("inflate", inflate)
         if self._dp_record is None:
             raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
-        draws = Approximation.sample(self, chains, random_seed=random_seed, return_inferencedata=False)
-        names = [rv.name for rv in self.model.free_RVs]
-        points = [{name: np.asarray(draws.get_values(name)[c]) for name in names} for c in range(chains)]
+        rng = np.random.default_rng(random_seed)
+        mean = np.asarray(self.mean.eval(), dtype=float)
+        chol = np.linalg.cholesky(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))
+        flats = mean + inflate * rng.standard_normal((chains, mean.size)) @ chol.T
+        points = [self._constrained_point(flat) for flat in flats]
         events = [event_from_dict(e) for e in self._dp_record["events"]]
         return PrivateStart(points, events, source=f"DPADVI ({self._dp_record['iterations']} iterations)")
+
+    def _constrained_point(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Free-variable values (constrained scale) of a flat unconstrained vector in q's ordering."""
+        ordering = self.groups[0].ordering
+        point = {}
+        for rv in self.model.free_RVs:
+            value_var = self.model.rvs_to_values[rv]
+            _, where, shape, _ = ordering[value_var.name]
+            value = np.asarray(flat[where]).reshape(shape)
+            transform = self.model.rvs_to_transforms.get(rv)
+            if transform is not None:
+                value = np.asarray(transform.backward(value, *rv.owner.inputs).eval())
+            point[rv.name] = value
+        return point
 
     def __getstate__(self):
         raise TypeError(

@@ -1,0 +1,505 @@
+"""Planning a DP run from public quantities: what each method can deliver at a given (ε, δ).
+
+A DP sampler cannot mix better than its noise allows, whatever the number of iterations.
+:func:`plan` says before any data access — from N, the number of parameters P, the clip
+bounds, the chains and a public guess of the posterior standard deviation — how much
+effective sample size (ESS) each method can deliver, with how many iterations, and
+recommends one. :func:`pymc_dp.sample` uses it for ``draws="auto"``.
+
+The trade-off for the penalty test (DPPenaltyMH; Yıldırım & Ermiş 2019)
+------------------------------------------------------------------------
+A random-walk step θ′ = θ + Δ releases the clipped log-likelihood ratio with Gaussian noise
+of standard deviation σ = τ κ b ‖Δ‖ (κ = 2 under substitute neighbours, 1 under add/remove;
+b = ``llr_clip``), and the penalty test subtracts σ²/2 from the log acceptance. For a
+posterior that is close to Gaussian with standard deviation s in each of P coordinates, and
+a proposal of size ‖Δ‖ = ℓ s, the log acceptance is about N(−(ℓ² + σ²)/2, ℓ² + σ²) with
+σ² = c² ℓ², c = τ κ b s, so the acceptance is 2Φ(−ℓ√(1 + c²)/2). The diffusion limit of
+random-walk Metropolis (Roberts, Gelman & Gilks 1997) gives an effective sample size per
+iteration of h/(4P) with speed h = ℓ² · acceptance; the best ℓ gives h = 1.325/(1 + c²)
+at an acceptance of 0.234 whatever c, hence
+
+    ESS per draw ≈ 0.331 / (P (1 + c²)).
+
+Every one of the chains × k iterations (tuning included) is one Gaussian release at
+μ = 1/(2τ²), so τ² = C k / (2 μ*) for the μ* that (ε, δ) allows, and
+c² = κ² b² s² C k / (2 μ*). With a fraction f of the k iterations spent on tuning, the ESS of
+one chain is
+
+    ESS(k) ≈ 0.331 (1 − f) k / (P (1 + κ² b² s² C k / (2 μ*))),
+
+which grows with k but never beyond 0.331 (1 − f) 2 μ* / (P κ² b² s² C) per chain: about
+μ*/(b²s²) in all, the bound the honest-results issue states. The planner takes the k at
+which ESS reaches 90 % of that limit (c² = 9): more iterations cost time and buy little.
+
+The posterior standard deviation s is not public. Without ``posterior_sd`` the planner uses
+s = 2√P / (b √N), the value when the per-row score has norm about b/2 (a clip bound twice the
+typical per-row score, a common choice that keeps clipping rare): then b²s² = 4P/N and the
+limit is about 0.04 μ* N / P² under substitute neighbours — the product N·ε (through μ*) is
+what buys a posterior. A clip bound further above the typical score makes this optimistic
+(the quick start's b = 2.5 is about 3.5 typical scores: its measured ESS was 3× below the
+plan); pass the standard deviations of a DP initial approximation (``approx.std``) for a
+sharper plan.
+
+Measured (``benchmarks/planner_check.py``: Gaussian linear model, N = 2,000, known s, chains
+started in the posterior, 4 chains × 3,000 draws): measured ÷ predicted ESS was 0.54–0.67 at
+P = 1 and 0.80–0.88 at P = 3 for c² from 0.1 to 16 — the 1/(1 + c²) law holds, and the
+constant 0.331 is the large-P value (optimistic for small P).
+
+DP-HMC (Räisä et al. 2021)
+--------------------------
+One iteration releases L + 1 clipped gradient sums (noise τ_g) and one log-likelihood ratio
+(noise τ_l); μ = 1/(2τ_l²) + (L + 1)/(2τ_g²). The planner splits the budget equally between
+the test and the gradients and models a tuned trajectory as moving about ‖Δ‖ ≈ s √P (half a
+period of the Gaussian), with acceptance 2Φ(−c_l/2), c_l = τ_l κ b ‖Δ‖/… — an independent
+draw per accepted proposal, so ESS per draw ≈ acceptance. This is a rougher model than the
+random walk's: it ignores the gradient noise's effect on the trajectory.
+
+DPADVI (Jälkö et al. 2017)
+--------------------------
+The noise-to-signal ratio of one gradient, σ κ' C / (q N g) with g the typical per-row
+gradient norm (taken as the clip bound C) and κ' = 2 (substitute) or 1, says whether
+the optimisation can see the likelihood at all: below about 1 the fit is usable.
+
+References
+----------
+.. [1] Roberts, G. O., Gelman, A. and Gilks, W. R. (1997). Weak convergence and optimal
+   scaling of random walk Metropolis algorithms. Ann. Appl. Probab. 7, 110–120.
+.. [2] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
+   Statistics and Computing 29, Algorithm 1.
+.. [3] Räisä, O., Koskela, A. and Honkela, A. (2021). Differentially private Hamiltonian
+   Monte Carlo, §3 and §4 (iteration budgets).
+.. [4] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+   inference for non-conjugate models. UAI.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pymc.model import modelcontext
+from scipy import special
+
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.data import _row_structure
+
+__all__ = [
+    "MIN_USEFUL_ESS",
+    "MethodPlan",
+    "Plan",
+    "penalty_ess",
+    "penalty_ess_from_noise",
+    "penalty_ess_limit",
+    "penalty_iterations",
+    "plan",
+    "plan_from_settings",
+]
+
+#: ESS per parameter below which a run is not a usable posterior (as :mod:`pymc_dp.diagnostics` flags).
+MIN_USEFUL_ESS = 100.0
+#: ESS per iteration of random-walk Metropolis at the optimal scale, times P (Roberts et al. 1997).
+_RWM_EFFICIENCY = 0.331
+#: Optimal speed ℓ² · 2Φ(−ℓ/2) of random-walk Metropolis, at ℓ = 2.38.
+_RWM_SPEED = 1.325
+#: Fraction of the iterations the plan spends on tuning.
+TUNE_FRACTION = 0.25
+#: c² at which ESS reaches 90 % of its limit (c² / (1 + c²) = 0.9).
+_KNEE = 9.0
+
+
+def _sensitivity_factor(neighbouring: str) -> float:
+    return 2.0 if neighbouring == "substitute" else 1.0
+
+
+def penalty_ess(
+    iterations: int,
+    *,
+    mu_total: float,
+    llr_clip: float,
+    posterior_sd: float,
+    n_params: int,
+    chains: int,
+    neighbouring: str = "substitute",
+    tune_fraction: float = TUNE_FRACTION,
+) -> float:
+    """Expected bulk ESS of one DPPenaltyMH chain of ``iterations`` (tuning included).
+
+    ESS ≈ 0.331 (1 − f) k / (P (1 + c²)) with c² = κ² b² s² C k / (2 μ*): see the module
+    docstring for the derivation.
+    """
+    c2 = _sensitivity_factor(neighbouring) ** 2 * llr_clip**2 * posterior_sd**2 * chains * iterations / (2 * mu_total)
+    return _RWM_EFFICIENCY * (1.0 - tune_fraction) * iterations / (n_params * (1.0 + c2))
+
+
+def penalty_ess_from_noise(
+    draws: int,
+    *,
+    noise_multiplier: float,
+    llr_clip: float,
+    posterior_sd: float,
+    n_params: int,
+    neighbouring: str = "substitute",
+) -> float:
+    """Expected bulk ESS of ``draws`` DPPenaltyMH draws at a given noise multiplier τ.
+
+    0.331 · draws / (P (1 + c²)) with c = κ τ b s (module docstring).
+    """
+    c2 = (_sensitivity_factor(neighbouring) * noise_multiplier * llr_clip * posterior_sd) ** 2
+    return _RWM_EFFICIENCY * draws / (n_params * (1.0 + c2))
+
+
+def penalty_ess_limit(
+    *,
+    mu_total: float,
+    llr_clip: float,
+    posterior_sd: float,
+    n_params: int,
+    chains: int,
+    neighbouring: str = "substitute",
+    tune_fraction: float = TUNE_FRACTION,
+) -> float:
+    """The ESS of one DPPenaltyMH chain as its iterations grow without bound (the noise's ceiling)."""
+    kappa2 = _sensitivity_factor(neighbouring) ** 2
+    return (
+        _RWM_EFFICIENCY * (1.0 - tune_fraction) * 2 * mu_total / (n_params * kappa2 * llr_clip**2 * posterior_sd**2)
+    ) / chains
+
+
+def penalty_iterations(
+    *, mu_total: float, llr_clip: float, posterior_sd: float, chains: int, neighbouring: str = "substitute"
+) -> int:
+    """Iterations per chain at which the expected ESS reaches 90 % of its limit (c² = 9)."""
+    kappa2 = _sensitivity_factor(neighbouring) ** 2
+    return max(1, math.ceil(_KNEE * 2 * mu_total / (kappa2 * llr_clip**2 * posterior_sd**2 * chains)))
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    """What one method can deliver at the plan's (ε, δ).
+
+    Attributes
+    ----------
+    method : str
+        ``"DPPenaltyMH"``, ``"DPHMC"`` or ``"DPADVI"``.
+    iterations : int
+        Iterations per chain (tuning included) for samplers; optimisation steps for DPADVI.
+    tune, draws : int
+        The split of ``iterations`` for samplers (0 for DPADVI).
+    noise : dict
+        The noise multipliers that spend exactly the target over ``iterations`` (τ; τ_l and
+        τ_g; σ).
+    expected_acceptance : float or None
+        Acceptance rate the model predicts (samplers).
+    expected_ess : float or None
+        Expected bulk ESS per chain over the draws (samplers).
+    ess_limit : float or None
+        The ESS per chain no number of iterations can exceed at this (ε, δ).
+    noise_to_signal : float or None
+        Gradient noise-to-signal ratio (DPADVI).
+    usable : bool
+        Whether the prediction reaches :data:`MIN_USEFUL_ESS` in all chains together
+        (samplers) or a noise-to-signal ratio below 1 (DPADVI).
+    note : str
+        What the prediction assumes and what to change when it is not usable.
+    """
+
+    method: str
+    iterations: int
+    tune: int
+    draws: int
+    noise: dict[str, float]
+    expected_acceptance: float | None
+    expected_ess: float | None
+    ess_limit: float | None
+    noise_to_signal: float | None
+    usable: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-method predictions for one (ε, δ) and the method recommended.
+
+    Built by :func:`plan` from public quantities only; printing it shows a table.
+    """
+
+    epsilon: float
+    delta: float
+    neighbouring: str
+    n_rows: int
+    n_params: int
+    chains: int
+    posterior_sd: float
+    posterior_sd_source: str
+    methods: tuple[MethodPlan, ...]
+    recommendation: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def method(self, name: str) -> MethodPlan:
+        """The plan of one method, by name."""
+        for m in self.methods:
+            if m.method == name:
+                return m
+        raise KeyError(f"`name` must be one of {[m.method for m in self.methods]}. Found {name!r}.")
+
+    def __str__(self) -> str:
+        lines = [
+            f"Plan at ε = {self.epsilon:g}, δ = {self.delta:g} ({self.neighbouring}), N = {self.n_rows}, "
+            f"P = {self.n_params}, {self.chains} chains; posterior sd ≈ {self.posterior_sd:.3g} "
+            f"({self.posterior_sd_source})",
+            f"{'method':<12} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'NSR':>7}  usable",
+        ]
+        for m in self.methods:
+            acc = "" if m.expected_acceptance is None else f"{m.expected_acceptance:.2f}"
+            ess = "" if m.expected_ess is None else f"{m.expected_ess:.3g}"
+            lim = "" if m.ess_limit is None else f"{m.ess_limit:.3g}"
+            nsr = "" if m.noise_to_signal is None else f"{m.noise_to_signal:.3g}"
+            lines.append(f"{m.method:<12} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {nsr:>7}  {m.usable}")
+        lines.append(f"Recommendation: {self.recommendation}")
+        return "\n".join(lines)
+
+
+def _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations) -> MethodPlan:
+    k = min(
+        max(
+            penalty_iterations(
+                mu_total=mu_total, llr_clip=llr_clip, posterior_sd=s, chains=chains, neighbouring=neighbouring
+            ),
+            200,
+        ),
+        max_iterations,
+    )
+    common = {
+        "mu_total": mu_total,
+        "llr_clip": llr_clip,
+        "posterior_sd": s,
+        "n_params": n_params,
+        "chains": chains,
+        "neighbouring": neighbouring,
+    }
+    ess = penalty_ess(k, **common)
+    limit = penalty_ess_limit(**common)
+    tau = math.sqrt(chains * k / (2 * mu_total))
+    usable = ess * chains >= MIN_USEFUL_ESS
+    note = (
+        "random walk with the penalty test; assumes a near-Gaussian, roughly isotropic posterior "
+        "(a correlated one mixes slower by about its condition number)"
+    )
+    if not usable:
+        note += f"; at most {limit * chains:.3g} ESS in all at this ε: more rows or more ε (N·ε), not more draws"
+    tune = max(1, round(TUNE_FRACTION * k))
+    return MethodPlan(
+        "DPPenaltyMH", k, tune, k - tune, {"noise_multiplier": tau}, 0.234, ess, limit, None, usable, note
+    )
+
+
+def _hmc_plan(mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, leapfrog_steps, max_iterations):
+    kappa = _sensitivity_factor(neighbouring)
+    jump = s * math.sqrt(n_params)  # a tuned trajectory: about one posterior width in every coordinate
+    best = None
+    for k in np.unique(np.geomspace(20, max_iterations, 60).astype(int)):
+        mu_iteration = mu_total / (chains * k)
+        tau_l = math.sqrt(1.0 / mu_iteration)  # half the per-iteration μ to the test: 1/(2τ_l²) = μ/2
+        c_l = tau_l * kappa * llr_clip * jump
+        acceptance = float(2 * special.ndtr(-c_l / 2))
+        ess = acceptance * (1 - TUNE_FRACTION) * k
+        if best is None or ess > best[1] * 1.01:
+            best = (int(k), ess, acceptance, tau_l)
+    k, ess, acceptance, tau_l = best
+    tau_g = math.sqrt((leapfrog_steps + 1) / (mu_total / (chains * k)))  # the other half to the L+1 gradients
+    usable = ess * chains >= MIN_USEFUL_ESS
+    note = (
+        "HMC with noisy gradients and the penalty test; rough model: a tuned trajectory moves about one posterior "
+        "width, every accepted proposal is an independent draw, gradient noise ignored"
+    )
+    tune = max(1, round(TUNE_FRACTION * k))
+    return MethodPlan(
+        "DPHMC",
+        k,
+        tune,
+        k - tune,
+        {"llr_noise_multiplier": tau_l, "grad_noise_multiplier": tau_g, "leapfrog_steps": leapfrog_steps},
+        acceptance,
+        ess,
+        None,
+        None,
+        usable,
+        note,
+    )
+
+
+def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate, iterations) -> MethodPlan:
+    sigma = poisson_gaussian_noise_multiplier(
+        epsilon * (1.0 - CALIBRATION_MARGIN), delta, sampling_rate, iterations, neighbouring
+    )
+    nsr = sigma * _sensitivity_factor(neighbouring) * grad_clip / (sampling_rate * n_rows * grad_clip)
+    usable = nsr < 1.0
+    note = (
+        "noise-to-signal of one clipped gradient sum (per-row gradient norm taken as the clip bound); a variational "
+        "fit is biased by clipping and, mean-field, under-states correlations"
+    )
+    return MethodPlan(
+        "DPADVI",
+        iterations,
+        0,
+        0,
+        {"noise_multiplier": sigma, "sampling_rate": sampling_rate},
+        None,
+        None,
+        None,
+        nsr,
+        usable,
+        note,
+    )
+
+
+def plan_from_settings(
+    *,
+    epsilon: float,
+    delta: float,
+    n_rows: int,
+    n_params: int,
+    chains: int = 4,
+    llr_clip: float = 1.0,
+    grad_clip: float | None = None,
+    posterior_sd: float | None = None,
+    neighbouring: str = "substitute",
+    leapfrog_steps: int = 10,
+    dpadvi_sampling_rate: float | None = None,
+    dpadvi_iterations: int = 2000,
+    max_iterations: int = 20000,
+) -> Plan:
+    """:func:`plan` from numbers alone (no model): every argument is public.
+
+    Parameters are those of :func:`plan`, with ``n_rows`` and ``n_params`` given directly.
+    """
+    epsilon = check_finite_positive("epsilon", epsilon)
+    delta = check_unit_interval_open("delta", delta)
+    n_rows = check_positive_int("n_rows", n_rows)
+    n_params = check_positive_int("n_params", n_params)
+    chains = check_positive_int("chains", chains)
+    llr_clip = check_finite_positive("llr_clip", llr_clip)
+    grad_clip = llr_clip if grad_clip is None else check_finite_positive("grad_clip", grad_clip)
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    leapfrog_steps = check_positive_int("leapfrog_steps", leapfrog_steps)
+    dpadvi_iterations = check_positive_int("dpadvi_iterations", dpadvi_iterations)
+    max_iterations = check_positive_int("max_iterations", max_iterations)
+    if posterior_sd is None:
+        s = 2.0 * math.sqrt(n_params) / (llr_clip * math.sqrt(n_rows))
+        source = "2√P/(b√N): per-row score norm ≈ llr_clip/2"
+    else:
+        sd = np.asarray(posterior_sd, dtype=float)
+        if sd.size == 0 or not np.all(np.isfinite(sd)) or np.any(sd <= 0):
+            raise ValueError(f"`posterior_sd` must be positive and finite. Found {posterior_sd!r}.")
+        s, source = float(np.sqrt(np.mean(sd**2))), "given"
+    if dpadvi_sampling_rate is None:
+        dpadvi_sampling_rate = min(1.0, 1000.0 / n_rows)
+    mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+    methods = (
+        _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations),
+        _hmc_plan(mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, leapfrog_steps, max_iterations),
+        _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, dpadvi_sampling_rate, dpadvi_iterations),
+    )
+    samplers = [m for m in methods if m.expected_ess is not None]
+    best = max(samplers, key=lambda m: m.expected_ess)
+    if best.usable:
+        recommendation = (
+            f"{best.method} with {best.tune} tuning and {best.draws} draws per chain "
+            f"(expected ESS ≈ {best.expected_ess * chains:.3g} in all)"
+        )
+    else:
+        dpadvi = methods[-1]
+        recommendation = (
+            f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, about "
+            f"{best.expected_ess * chains:.2g}); with N·ε this small use more ε, more rows, released sufficient "
+            "statistics for a conjugate model (pmdp.release_statistics)"
+            + (", or DPADVI (its gradient noise-to-signal ratio is below 1)" if dpadvi.usable else "")
+        )
+    return Plan(epsilon, delta, neighbouring, n_rows, n_params, chains, s, source, methods, recommendation)
+
+
+def plan(
+    model: Any = None,
+    *,
+    epsilon: float,
+    delta: float,
+    chains: int = 4,
+    llr_clip: float = 1.0,
+    grad_clip: float | None = None,
+    posterior_sd: Any = None,
+    neighbouring: str = "substitute",
+    leapfrog_steps: int = 10,
+    dpadvi_sampling_rate: float | None = None,
+    dpadvi_iterations: int = 2000,
+    max_iterations: int = 20000,
+) -> Plan:
+    """Predict, per method, what a run at (ε, δ) can deliver, before any data access.
+
+    Reads only public quantities of ``model``: its number of rows N (from the shape of the
+    observed data, never its values) and the number of unconstrained parameters P.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        From the context if omitted.
+    epsilon, delta : float
+        The target.
+    chains : int, default 4
+        Chains of the sampler; all share the budget.
+    llr_clip : float, default 1.0
+        b of DPPenaltyMH/DPHMC: the per-row log-likelihood ratio bound per unit distance.
+    grad_clip : float, optional
+        Per-row gradient clip of DPHMC and DPADVI (default: ``llr_clip``).
+    posterior_sd : float or array, optional
+        A public guess of the posterior standard deviation on the unconstrained scale (e.g.
+        ``approx.std.eval()`` of a DP approximation, which is post-processing). Default:
+        2√P/(b√N) (see the module docstring).
+    neighbouring : {"substitute", "add_remove"}
+        The relation the run will use.
+    leapfrog_steps : int, default 10
+        L of DPHMC.
+    dpadvi_sampling_rate : float, optional
+        q of DPADVI (default min(1, 1000/N)).
+    dpadvi_iterations : int, default 2000
+        DPADVI's iterations.
+    max_iterations : int, default 20000
+        The most iterations per chain the plan proposes.
+
+    Returns
+    -------
+    Plan
+        Per-method noise, iterations, expected acceptance and ESS, and a recommendation.
+
+    Notes
+    -----
+    Neighbouring relation: ``neighbouring``. The plan spends nothing: it reads no data and
+    releases nothing. Under add/remove neighbours N is private; the plan uses the shape of
+    the data, so do not publish a plan made under add/remove.
+    """
+    model = modelcontext(model)
+    point = model.initial_point()
+    n_params = int(sum(np.size(point[v.name]) for v in model.value_vars))
+    return plan_from_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_rows=_row_structure(model)[0],
+        n_params=max(n_params, 1),
+        chains=chains,
+        llr_clip=llr_clip,
+        grad_clip=grad_clip,
+        posterior_sd=posterior_sd,
+        neighbouring=neighbouring,
+        leapfrog_steps=leapfrog_steps,
+        dpadvi_sampling_rate=dpadvi_sampling_rate,
+        dpadvi_iterations=dpadvi_iterations,
+        max_iterations=max_iterations,
+    )

@@ -1,0 +1,175 @@
+"""The planner (pymc_dp.planning) and pmdp.sample's draws="auto" / init="dpadvi".
+
+The ESS model's closed forms are checked against their own definitions (limit, knee,
+monotonicity), and its prediction against a measured run in benchmarks/planner_check.py
+(docs/choosing_a_method.md); here the tests check the algebra, the refusals and that
+pmdp.sample uses the plan and composes the DP start into ε.
+"""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.planning import (
+    MIN_USEFUL_ESS,
+    penalty_ess,
+    penalty_ess_from_noise,
+    penalty_ess_limit,
+    penalty_iterations,
+    plan_from_settings,
+)
+
+COMMON = {"mu_total": 0.3, "llr_clip": 2.0, "posterior_sd": 0.01, "n_params": 3, "chains": 2}
+
+
+def test_penalty_ess_grows_to_its_limit_and_the_knee_is_at_ninety_percent():
+    limit = penalty_ess_limit(**COMMON)
+    values = [penalty_ess(k, **COMMON) for k in (10, 100, 1000, 10**4, 10**6, 10**8)]
+    assert all(a < b for a, b in itertools.pairwise(values))
+    assert values[-1] == pytest.approx(limit, rel=1e-3)
+    knee = penalty_iterations(mu_total=0.3, llr_clip=2.0, posterior_sd=0.01, chains=2)
+    assert penalty_ess(knee, **COMMON) == pytest.approx(0.9 * limit, rel=1e-3)
+
+
+def test_ess_at_a_given_noise_matches_the_budget_form():
+    # τ² = C k / (2 μ*) turns the noise form into the budget form (module docstring).
+    k, chains = 4000, 2
+    tau = math.sqrt(chains * k / (2 * COMMON["mu_total"]))
+    from_noise = penalty_ess_from_noise(k, noise_multiplier=tau, llr_clip=2.0, posterior_sd=0.01, n_params=3)
+    assert penalty_ess(k, **COMMON, tune_fraction=0.0) == pytest.approx(from_noise, rel=1e-12)
+    # add/remove halves the sensitivity: a quarter of c².
+    c2_sub = (2 * tau * 2.0 * 0.01) ** 2
+    add_remove = penalty_ess_from_noise(
+        k, noise_multiplier=tau, llr_clip=2.0, posterior_sd=0.01, n_params=3, neighbouring="add_remove"
+    )
+    assert add_remove == pytest.approx(0.331 * k / (3 * (1 + c2_sub / 4)), rel=1e-12)
+
+
+def test_small_n_epsilon_is_flagged_and_large_is_usable():
+    small = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1000, n_params=1, chains=4, llr_clip=2.5)
+    assert not any(m.usable for m in small.methods if m.expected_ess is not None)
+    assert "no DP sampler can deliver" in small.recommendation
+    large = plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**6, n_params=3, chains=2, llr_clip=2.5)
+    best = max((m for m in large.methods if m.expected_ess is not None), key=lambda m: m.expected_ess)
+    assert best.usable and best.expected_ess * 2 >= MIN_USEFUL_ESS
+    assert best.method in large.recommendation
+    penalty = large.method("DPPenaltyMH")
+    assert penalty.tune + penalty.draws == penalty.iterations
+    # The noise spends exactly μ*: chains × k releases at 1/(2τ²).
+    mu = 2 * penalty.iterations / (2 * penalty.noise["noise_multiplier"] ** 2)
+    assert mu == pytest.approx(gaussian_mu_for_target(4.0 * (1 - CALIBRATION_MARGIN), 1e-6), rel=1e-6)
+    assert "DPPenaltyMH" in str(large)
+
+
+def test_the_limit_scales_with_n_epsilon():
+    # ESS limit ∝ μ* N / P² at the default posterior sd 2√P/(b√N).
+    a = plan_from_settings(epsilon=2.0, delta=1e-6, n_rows=10**4, n_params=2).method("DPPenaltyMH").ess_limit
+    b = plan_from_settings(epsilon=2.0, delta=1e-6, n_rows=10**5, n_params=2).method("DPPenaltyMH").ess_limit
+    assert b / a == pytest.approx(10.0, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon": -1.0}, "`epsilon` must be"),
+        ({"n_rows": 0}, "`n_rows` must be"),
+        ({"posterior_sd": [0.1, -1.0]}, "`posterior_sd` must be positive"),
+        ({"llr_clip": float("inf")}, "`llr_clip` must be"),
+        ({"neighbouring": "swap"}, "`neighbouring` must be"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, match):
+    settings = {"epsilon": 1.0, "delta": 1e-6, "n_rows": 100, "n_params": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        plan_from_settings(**settings)
+
+
+@pytest.fixture
+def regression():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 2))
+    y = x @ np.array([0.5, -0.3]) + rng.normal(size=400)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Normal("y", x @ beta, 1.0, observed=y)
+    return model
+
+
+def test_plan_reads_n_and_p_from_the_model(regression):
+    result = pmdp.plan(regression, epsilon=1.0, delta=1e-6, llr_clip=3.0)
+    assert (result.n_rows, result.n_params) == (400, 2)
+    assert result.posterior_sd == pytest.approx(2 * math.sqrt(2) / (3.0 * math.sqrt(400)))
+
+
+QUIET = {"progressbar": False, "on_poor_mixing": "ignore", "random_seed": 3}
+
+
+def test_draws_auto_runs_the_planned_iterations_and_records_the_plan(regression):
+    with regression:
+        with pytest.warns(pmdp.diagnostics.PoorMixingWarning, match="no DP sampler can deliver"):
+            idata = pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=3.0), epsilon=0.5, delta=1e-6, draws="auto", chains=1, **QUIET
+            )
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    expected = pmdp.plan(regression, epsilon=0.5, delta=1e-6, chains=1, llr_clip=3.0).method("DPPenaltyMH")
+    assert (record["tune"], record["draws"]) == (expected.tune, expected.draws)
+    assert record["plan"]["iterations"] == expected.iterations and record["plan"]["usable"] is False
+    assert idata.posterior.sizes["draw"] == expected.draws
+    assert idata.posterior.attrs["dp_epsilon"] <= 0.5
+
+
+def test_draws_auto_refuses_fixed_noise_and_other_steps(regression):
+    with regression:
+        with pytest.raises(ValueError, match="leave the step's noise unset"):
+            pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=5.0), epsilon=1.0, delta=1e-6, draws="auto", **QUIET)
+        with pytest.raises(ValueError, match="needs `epsilon`"):
+            pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=5.0), delta=1e-6, draws="auto", **QUIET)
+
+
+def test_dpadvi_start_shares_the_target_and_is_recorded(regression):
+    budget = pmdp.PrivacyBudget(epsilon=3.0, delta=1e-6, n_rows=400)
+    with regression:
+        idata = pmdp.sample(
+            step=pmdp.DPPenaltyMH(llr_clip=3.0),
+            epsilon=2.0,
+            delta=1e-6,
+            draws=30,
+            tune=20,
+            chains=2,
+            init="dpadvi",
+            init_epsilon_share=0.3,
+            budget=budget,
+            **QUIET,
+        )
+    attrs = idata.posterior.attrs
+    record = json.loads(attrs["dp_accountant"])
+    assert attrs["dp_start"] == "dp_release" and "DPADVI" in record["start"]["description"]
+    assert next(e["type"] for e in record["events"]) == "poisson_gaussian"
+    assert record["dp_init"]["epsilon_share"] == 0.3
+    # One target covers the fit and the chains; the budget was charged for both, once.
+    assert 1.9 < attrs["dp_epsilon"] <= 2.0
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"])
+    assert budget.spent().epsilon == pytest.approx(attrs["dp_epsilon"], rel=1e-9)
+    assert len(budget.labels) == 1
+    # Chains start at distinct points.
+    first = idata.posterior["beta"].isel(draw=0).values
+    assert not np.allclose(first[0], first[1])
+
+
+def test_dpadvi_start_refusals_change_nothing(regression):
+    budget = pmdp.PrivacyBudget(epsilon=3.0, delta=1e-6, n_rows=400)
+    with regression:
+        with pytest.raises(ValueError, match="`epsilon` must be given with init='dpadvi'"):
+            pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), delta=1e-6, budget=budget, init="dpadvi", **QUIET)
+        with pytest.raises(ValueError, match="`init_epsilon_share` must be in"):
+            pmdp.sample(
+                step=pmdp.DPPenaltyMH(), epsilon=1.0, delta=1e-6, init="dpadvi", init_epsilon_share=1.5, **QUIET
+            )
+    assert budget.spent().epsilon == 0.0
