@@ -48,10 +48,11 @@ constant 0.331 is the large-P value (optimistic for small P).
 DP-HMC (Räisä et al. 2021)
 --------------------------
 One iteration releases L + 1 clipped gradient sums (noise τ_g) and one log-likelihood ratio
-(noise τ_l); μ = 1/(2τ_l²) + (L + 1)/(2τ_g²). The planner splits the budget equally between
-the test and the gradients and models a tuned trajectory as moving about ‖Δ‖ ≈ s √P (half a
-period of the Gaussian), with acceptance 2Φ(−c_l/2), c_l = τ_l κ b ‖Δ‖/… — an independent
-draw per accepted proposal, so ESS per draw ≈ acceptance. This is a rougher model than the
+(noise τ_l); μ = 1/(2τ_l²) + (L + 1)/(2τ_g²). The planner splits the budget as the step does
+(``grad_budget_share``, half by default) between the gradients and the test, and models a
+tuned trajectory as moving about ‖Δ‖ ≈ s √P (half a period of the Gaussian), with
+acceptance 2Φ(−c_l/2), c_l = τ_l κ b ‖Δ‖, and every accepted proposal an independent draw,
+so ESS per draw ≈ acceptance; the best k maximises k · 2Φ(−c_l(k)/2). This is a rougher model than the
 random walk's: it ignores the gradient noise's effect on the trajectory.
 
 DPADVI (Jälkö et al. 2017)
@@ -302,20 +303,22 @@ def _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring,
     )
 
 
-def _hmc_plan(mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, leapfrog_steps, max_iterations):
+def _hmc_plan(
+    mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, n_leapfrog, grad_budget_share, max_iterations
+):
     kappa = _sensitivity_factor(neighbouring)
     jump = s * math.sqrt(n_params)  # a tuned trajectory: about one posterior width in every coordinate
     best = None
     for k in np.unique(np.geomspace(20, max_iterations, 60).astype(int)):
         mu_iteration = mu_total / (chains * k)
-        tau_l = math.sqrt(1.0 / mu_iteration)  # half the per-iteration μ to the test: 1/(2τ_l²) = μ/2
+        tau_l = math.sqrt(1.0 / (2 * (1 - grad_budget_share) * mu_iteration))  # the test's share of μ
         c_l = tau_l * kappa * llr_clip * jump
         acceptance = float(2 * special.ndtr(-c_l / 2))
         ess = acceptance * (1 - TUNE_FRACTION) * k
         if best is None or ess > best[1] * 1.01:
             best = (int(k), ess, acceptance, tau_l)
     k, ess, acceptance, tau_l = best
-    tau_g = math.sqrt((leapfrog_steps + 1) / (mu_total / (chains * k)))  # the other half to the L+1 gradients
+    tau_g = math.sqrt((n_leapfrog + 1) / (2 * grad_budget_share * mu_total / (chains * k)))  # the L+1 gradients
     usable = ess * chains >= MIN_USEFUL_ESS
     note = (
         "HMC with noisy gradients and the penalty test; rough model: a tuned trajectory moves about one posterior "
@@ -327,7 +330,7 @@ def _hmc_plan(mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, 
         k,
         tune,
         k - tune,
-        {"llr_noise_multiplier": tau_l, "grad_noise_multiplier": tau_g, "leapfrog_steps": leapfrog_steps},
+        {"llr_noise_multiplier": tau_l, "grad_noise_multiplier": tau_g, "n_leapfrog": n_leapfrog},
         acceptance,
         ess,
         None,
@@ -373,7 +376,8 @@ def plan_from_settings(
     grad_clip: float | None = None,
     posterior_sd: float | None = None,
     neighbouring: str = "substitute",
-    leapfrog_steps: int = 10,
+    n_leapfrog: int = 10,
+    grad_budget_share: float = 0.5,
     dpadvi_sampling_rate: float | None = None,
     dpadvi_iterations: int = 2000,
     max_iterations: int = 20000,
@@ -390,7 +394,10 @@ def plan_from_settings(
     llr_clip = check_finite_positive("llr_clip", llr_clip)
     grad_clip = llr_clip if grad_clip is None else check_finite_positive("grad_clip", grad_clip)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
-    leapfrog_steps = check_positive_int("leapfrog_steps", leapfrog_steps)
+    n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
+    grad_budget_share = check_finite_positive("grad_budget_share", grad_budget_share)
+    if grad_budget_share >= 1:
+        raise ValueError(f"`grad_budget_share` must be in (0, 1). Found {grad_budget_share!r}.")
     dpadvi_iterations = check_positive_int("dpadvi_iterations", dpadvi_iterations)
     max_iterations = check_positive_int("max_iterations", max_iterations)
     if posterior_sd is None:
@@ -406,7 +413,18 @@ def plan_from_settings(
     mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
     methods = (
         _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations),
-        _hmc_plan(mu_total, n_params, chains, llr_clip, grad_clip, s, neighbouring, leapfrog_steps, max_iterations),
+        _hmc_plan(
+            mu_total,
+            n_params,
+            chains,
+            llr_clip,
+            grad_clip,
+            s,
+            neighbouring,
+            n_leapfrog,
+            grad_budget_share,
+            max_iterations,
+        ),
         _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, dpadvi_sampling_rate, dpadvi_iterations),
     )
     samplers = [m for m in methods if m.expected_ess is not None]
@@ -437,7 +455,8 @@ def plan(
     grad_clip: float | None = None,
     posterior_sd: Any = None,
     neighbouring: str = "substitute",
-    leapfrog_steps: int = 10,
+    n_leapfrog: int = 10,
+    grad_budget_share: float = 0.5,
     dpadvi_sampling_rate: float | None = None,
     dpadvi_iterations: int = 2000,
     max_iterations: int = 20000,
@@ -465,8 +484,10 @@ def plan(
         2√P/(b√N) (see the module docstring).
     neighbouring : {"substitute", "add_remove"}
         The relation the run will use.
-    leapfrog_steps : int, default 10
+    n_leapfrog : int, default 10
         L of DPHMC.
+    grad_budget_share : float, default 0.5
+        DPHMC's share of each iteration's μ spent on the L + 1 gradients (as the step's).
     dpadvi_sampling_rate : float, optional
         q of DPADVI (default min(1, 1000/N)).
     dpadvi_iterations : int, default 2000
@@ -498,7 +519,8 @@ def plan(
         grad_clip=grad_clip,
         posterior_sd=posterior_sd,
         neighbouring=neighbouring,
-        leapfrog_steps=leapfrog_steps,
+        n_leapfrog=n_leapfrog,
+        grad_budget_share=grad_budget_share,
         dpadvi_sampling_rate=dpadvi_sampling_rate,
         dpadvi_iterations=dpadvi_iterations,
         max_iterations=max_iterations,

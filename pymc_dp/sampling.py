@@ -204,7 +204,8 @@ def _auto_iterations(
         llr_clip=step.llr_clip,
         grad_clip=step.grad_clip if is_hmc else None,
         neighbouring=step.neighbouring,
-        leapfrog_steps=step.leapfrog_steps if is_hmc else 10,
+        n_leapfrog=step.n_leapfrog if is_hmc else 10,
+        grad_budget_share=step.grad_budget_share if is_hmc else 0.5,
     )
     chosen = the_plan.method("DPHMC" if is_hmc else "DPPenaltyMH")
     if tune is None:

@@ -1,0 +1,287 @@
+"""Utility of each DP method against non-private NUTS on real public data, and coverage on simulated data.
+
+Three data sets that install with statsmodels (no download) and three model types:
+
+- ``fair_logistic``: statsmodels' ``fair`` survey (6,366 rows), any affair ~ rating of the
+  marriage, age, years married, religiousness; P = 5;
+- ``randhie_poisson``: the RAND health insurance experiment (``randhie``, 20,190 rows),
+  outpatient visits ~ log coinsurance, deductible, log participation incentive, physical
+  limitation, disease count, good health; Poisson regression, P = 7;
+- ``fair_hierarchical``: ``fair`` again, a hierarchical linear model of the rating of the
+  marriage (centred, 1–5 → −1..1) on age, years married, children, with random intercepts by
+  the wife's occupation (6 groups); P = 12.
+
+Covariates are scaled by public codebook ranges (fixed constants below), never by statistics
+of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with two chains:
+
+- ``DPPenaltyMH``: ``draws="auto"`` and ``init="dpadvi"`` (the route :func:`pymc_dp.plan`
+  recommends when a chain can mix);
+- ``DPHMC``: 300 tuning + 300 draws, 5 leapfrog steps, ``init="dpadvi"``;
+- ``DPADVI``: mean-field, 2,000 Adam steps on Poisson batches of about 1,000 rows; 1,000
+  draws from q.
+
+Per parameter it reports |DP mean − NUTS mean| / NUTS sd, DP sd / NUTS sd, whether NUTS's
+mean lies in the DP 94 % equal-tailed interval, bulk ESS and R-hat (samplers), whether the
+result was flagged (:class:`pymc_dp.diagnostics.PoorMixingWarning`) and the wall time. The
+summary per cell is the worst parameter. ``--coverage R`` adds a simulation with known truth
+(logistic regression, N = 10,000, P = 3): coverage of the DP 90 % intervals over R data sets.
+
+Run: ``python benchmarks/utility.py`` (about an hour on 2 cores), ``--small`` for the smoke run
+the tests use. Writes ``docs/images/utility.json`` and ``docs/images/utility.md`` unless
+``--out`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import pymc_dp as pmdp
+from pymc_dp.diagnostics import PoorMixingWarning
+
+#: Public codebook ranges (low, high) used to scale covariates to about [−1, 1].
+FAIR_RANGES = {"rate_marriage": (1, 5), "age": (17.5, 42), "yrs_married": (0.5, 23), "religious": (1, 4)}
+FAIR_CHILDREN = (0, 5.5)
+RANDHIE_RANGES = {"lncoins": (0, 4.61), "lpi": (0, 7.16), "disea": (0, 58.6)}
+
+
+def _scale(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    return (np.asarray(values, dtype=float) - (low + high) / 2) / ((high - low) / 2)
+
+
+def fair_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
+    import statsmodels.api as sm
+
+    frame = sm.datasets.fair.load_pandas().data.iloc[:rows]
+    x = np.column_stack([_scale(frame[c], *r) for c, r in FAIR_RANGES.items()])
+    y = (frame["affairs"].to_numpy() > 0).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=x.shape[1])
+        pm.Bernoulli("y", logit_p=alpha + x @ beta, observed=y)
+    return model, 2.5  # |y − p| ‖(1, x)‖ ≤ √5 < 2.5: no row is clipped
+
+
+def randhie_poisson(rows: int | None = None) -> tuple[pm.Model, float]:
+    import statsmodels.api as sm
+
+    frame = sm.datasets.randhie.load_pandas().data.iloc[:rows]
+    scaled = [_scale(frame[c], *r) for c, r in RANDHIE_RANGES.items()]
+    binary = [frame[c].to_numpy(dtype=float) * 2 - 1 for c in ("idp", "physlm", "hlthg")]
+    x = np.column_stack(scaled + binary)
+    y = frame["mdvis"].to_numpy().astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
+        pm.Poisson("y", mu=pm.math.exp(alpha + x @ beta), observed=y)
+    return model, 10.0  # |y − λ| ‖(1, x)‖: visits above ~4 are clipped (a public choice)
+
+
+def fair_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
+    import statsmodels.api as sm
+
+    frame = sm.datasets.fair.load_pandas().data.iloc[:rows]
+    x = np.column_stack(
+        [
+            _scale(frame["age"], *FAIR_RANGES["age"]),
+            _scale(frame["yrs_married"], *FAIR_RANGES["yrs_married"]),
+            _scale(frame["children"], *FAIR_CHILDREN),
+        ]
+    )
+    group = frame["occupation"].to_numpy().astype("int64") - 1
+    y = _scale(frame["rate_marriage"], *FAIR_RANGES["rate_marriage"])
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
+        mu_group = pm.Normal("mu_group", 0, 1)
+        sd_group = pm.HalfNormal("sd_group", 0.5)
+        offset = pm.Normal("offset", 0, 1, shape=6)
+        sigma = pm.HalfNormal("sigma", 1)
+        intercept = mu_group + sd_group * offset
+        pm.Normal("y", intercept[group] + x @ beta, sigma, observed=y)
+    return model, 10.0
+
+
+DATASETS = {"fair_logistic": fair_logistic, "randhie_poisson": randhie_poisson, "fair_hierarchical": fair_hierarchical}
+
+
+def _free_names(model: pm.Model) -> list[str]:
+    return [rv.name for rv in model.free_RVs]
+
+
+def _flat(idata, names: list[str]) -> dict[str, np.ndarray]:
+    """Draws (chain × draw flattened) of every scalar parameter, named ``name[i]``."""
+    out = {}
+    for name in names:
+        values = np.asarray(idata.posterior[name])
+        values = values.reshape(values.shape[0] * values.shape[1], -1)
+        for i in range(values.shape[1]):
+            out[f"{name}[{i}]" if values.shape[1] > 1 else name] = values[:, i]
+    return out
+
+
+def compare(dp_idata, reference: dict[str, np.ndarray], names: list[str]) -> dict[str, float]:
+    """Worst-parameter utility of a DP result against NUTS draws."""
+    dp = _flat(dp_idata, names)
+    z, ratio, covered = [], [], []
+    for key, ref in reference.items():
+        draws = dp[key]
+        z.append(abs(draws.mean() - ref.mean()) / ref.std())
+        ratio.append(draws.std() / ref.std())
+        low, high = np.quantile(draws, [0.03, 0.97])
+        covered.append(bool(low <= ref.mean() <= high))
+    result = {"max_z": float(max(z)), "min_sd_ratio": float(min(ratio)), "max_sd_ratio": float(max(ratio))}
+    result["all_covered"] = all(covered)
+    if dp_idata.posterior.sizes["draw"] > 1 and dp_idata.posterior.sizes["chain"] > 1:
+        result["min_ess"] = float(min(np.min(np.asarray(az.ess(dp_idata, var_names=names)[n])) for n in names))
+        result["max_rhat"] = float(max(np.max(np.asarray(az.rhat(dp_idata, var_names=names)[n])) for n in names))
+    return result
+
+
+def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta: float, small: bool, seed: int):
+    """One DP result, whether it was flagged, and its wall time."""
+    start = time.perf_counter()
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PoorMixingWarning)
+        if method == "DPPenaltyMH":
+            idata = pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=clip),
+                epsilon=epsilon,
+                delta=delta,
+                draws=60 if small else "auto",
+                tune=40 if small else None,
+                chains=2,
+                init="dpadvi",
+                random_seed=seed,
+                progressbar=False,
+            )
+        elif method == "DPHMC":
+            idata = pmdp.sample(
+                step=pmdp.DPHMC(llr_clip=clip, grad_clip=clip, n_leapfrog=5),
+                epsilon=epsilon,
+                delta=delta,
+                draws=30 if small else 300,
+                tune=20 if small else 300,
+                chains=2,
+                init="dpadvi",
+                random_seed=seed,
+                progressbar=False,
+            )
+        else:
+            n_rows = pmdp.plan(model, epsilon=epsilon, delta=delta).n_rows
+            fit = pmdp.DPADVI(
+                epsilon=epsilon,
+                delta=delta,
+                sampling_rate=min(1.0, 1000 / n_rows),
+                clip=clip,
+                optimizer="adam",
+                learning_rate=0.05,
+                random_seed=seed,
+            )
+            approx = fit.fit(100 if small else 2000, progressbar=False)
+            idata = approx.sample(200 if small else 1000, random_seed=seed)
+    flagged = any(issubclass(w.category, PoorMixingWarning) for w in caught)
+    return idata, flagged, time.perf_counter() - start
+
+
+def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) -> dict[str, float]:
+    """Coverage of DP 90 % intervals of the truth, logistic regression with known coefficients."""
+    rng = np.random.default_rng(seed)
+    hits, flagged, total = 0, 0, 0
+    for r in range(repeats):
+        truth = rng.normal(0, 0.7, size=3)
+        x = rng.normal(size=(n_rows, 2))
+        y = (rng.random(n_rows) < 1 / (1 + np.exp(-(truth[0] + x @ truth[1:])))).astype("int64")
+        with pm.Model() as model:
+            coef = pm.Normal("coef", 0, 2, shape=3)
+            pm.Bernoulli("y", logit_p=coef[0] + x @ coef[1:], observed=y)
+        idata, was_flagged, _ = run_method("DPPenaltyMH", model, 2.5, epsilon, 0.1 / n_rows, small, seed + r)
+        draws = np.asarray(idata.posterior["coef"]).reshape(-1, 3)
+        low, high = np.quantile(draws, [0.05, 0.95], axis=0)
+        hits += int(np.sum((low <= truth) & (truth <= high)))
+        total += 3
+        flagged += int(was_flagged)
+    return {"epsilon": epsilon, "n_rows": n_rows, "repeats": repeats, "coverage": hits / total, "flagged": flagged}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="tiny sizes, one ε (the tests' smoke run)")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0, 8.0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    parser.add_argument("--methods", nargs="+", default=["DPPenaltyMH", "DPHMC", "DPADVI"])
+    parser.add_argument("--coverage", type=int, default=0, help="repeats of the known-truth simulation")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "images")
+    args = parser.parse_args(argv)
+    rows = 400 if args.small else None
+    epsilons = args.epsilons[:1] if args.small else args.epsilons
+    cells = []
+    for name in args.datasets:
+        model, clip = DATASETS[name](rows)
+        names = _free_names(model)
+        delta = 0.1 / pmdp.plan(model, epsilon=1.0, delta=1e-6).n_rows
+        start = time.perf_counter()
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nuts = pm.sample(
+                draws=100 if args.small else 1000,
+                tune=100 if args.small else 1000,
+                chains=2,
+                random_seed=1,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        nuts_seconds = time.perf_counter() - start
+        reference = _flat(nuts, names)
+        for epsilon in epsilons:
+            for method in args.methods:
+                idata, flagged, seconds = run_method(method, model, clip, epsilon, delta, args.small, seed=7)
+                cell = {"dataset": name, "method": method, "epsilon": epsilon, "flagged": flagged}
+                cell.update(compare(idata, reference, names))
+                cell.update(seconds=seconds, nuts_seconds=nuts_seconds)
+                cells.append(cell)
+                print(json.dumps(cell), flush=True)
+    result = {"cells": cells}
+    if args.coverage:
+        result["coverage"] = [
+            coverage(args.coverage, eps, 500 if args.small else 10_000, 100, args.small) for eps in (1.0, 4.0)
+        ]
+        print(json.dumps(result["coverage"]))
+    if not args.small:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "utility.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.out / "utility.md").write_text(markdown(result) + "\n")
+    return result
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| data set | method | ε | max \\|Δmean\\|/sd | sd ratio (min–max) | NUTS mean in 94 % | min ESS | max R-hat "
+        "| flagged | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in result["cells"]:
+        ess = f"{c['min_ess']:.0f}" if "min_ess" in c else "–"
+        rhat = f"{c['max_rhat']:.2f}" if "max_rhat" in c else "–"
+        lines.append(
+            f"| {c['dataset']} | {c['method']} | {c['epsilon']:g} | {c['max_z']:.2f} | "
+            f"{c['min_sd_ratio']:.2f}–{c['max_sd_ratio']:.2f} | {'all' if c['all_covered'] else 'no'} | {ess} | "
+            f"{rhat} | {'yes' if c['flagged'] else 'no'} | {c['seconds']:.0f} |"
+        )
+    for c in result.get("coverage", []):
+        lines.append(
+            f"\nCoverage of DP 90 % intervals (DPPenaltyMH, draws='auto', init='dpadvi'; logistic regression, "
+            f"N = {c['n_rows']}, ε = {c['epsilon']:g}, {c['repeats']} data sets): {c['coverage']:.3f} "
+            f"({c['flagged']} of {c['repeats']} runs flagged)."
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The utility benchmark (benchmarks/utility.py) runs at a small size and reports every field.
+
+The full run (on demand: ``python benchmarks/utility.py``) writes docs/images/utility.md; this
+smoke run checks that every method produces a result the comparison can read, and that an
+unusable DP result at this size is flagged rather than returned as a confident posterior.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "utility.py"
+
+
+@pytest.fixture(scope="module")
+def utility():
+    spec = importlib.util.spec_from_file_location("utility_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_small_run_reports_every_method(utility):
+    result = utility.main(["--small", "--datasets", "fair_logistic", "--epsilons", "0.5"])
+    cells = result["cells"]
+    assert [c["method"] for c in cells] == ["DPPenaltyMH", "DPHMC", "DPADVI"]
+    for cell in cells:
+        assert {"max_z", "min_sd_ratio", "max_sd_ratio", "all_covered", "seconds", "flagged"} <= set(cell)
+    for cell in cells[:2]:  # 400 rows at ε = 0.5: no sampler can mix, and both say so
+        assert cell["flagged"] and cell["max_rhat"] > 1.05
+    assert "| fair_logistic | DPADVI | 0.5 |" in utility.markdown(result)
