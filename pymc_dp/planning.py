@@ -57,9 +57,9 @@ random walk's: it ignores the gradient noise's effect on the trajectory.
 
 DPADVI (Jälkö et al. 2017)
 --------------------------
-The noise-to-signal ratio of one gradient, σ κ' C / (q N g) with g the typical per-row
-gradient norm (taken as the clip bound C) and κ' = 2 (substitute) or 1, says whether
-the optimisation can see the likelihood at all: below about 1 the fit is usable.
+The gradient noise moves the fitted mean: its expected error is about 2σκ/(q√N√(T/2))
+posterior standard deviations after averaging the second half of T iterates
+(:func:`dpadvi_mean_error`; the "NSR" column). Above 0.5 the fit is not a usable posterior.
 
 References
 ----------
@@ -94,9 +94,11 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
 
 __all__ = [
+    "DPADVI_MAX_MEAN_ERROR",
     "MIN_USEFUL_ESS",
     "MethodPlan",
     "Plan",
+    "dpadvi_mean_error",
     "penalty_ess",
     "penalty_ess_from_noise",
     "penalty_ess_limit",
@@ -111,6 +113,8 @@ MIN_USEFUL_ESS = 100.0
 _RWM_EFFICIENCY = 0.331
 #: Optimal speed ℓ² · 2Φ(−ℓ/2) of random-walk Metropolis, at ℓ = 2.38.
 _RWM_SPEED = 1.325
+#: DPADVI's expected mean error (in posterior sds) above which its fit is not a usable posterior.
+DPADVI_MAX_MEAN_ERROR = 0.5
 #: Fraction of the iterations the plan spends on tuning.
 TUNE_FRACTION = 0.25
 #: c² at which ESS reaches 90 % of its limit (c² / (1 + c²) = 0.9).
@@ -205,10 +209,10 @@ class MethodPlan:
     ess_limit : float or None
         The ESS per chain no number of iterations can exceed at this (ε, δ).
     noise_to_signal : float or None
-        Gradient noise-to-signal ratio (DPADVI).
+        DPADVI's expected mean error from the gradient noise, in posterior sds.
     usable : bool
         Whether the prediction reaches :data:`MIN_USEFUL_ESS` in all chains together
-        (samplers) or a noise-to-signal ratio below 1 (DPADVI).
+        (samplers) or an expected mean error below :data:`DPADVI_MAX_MEAN_ERROR` (DPADVI).
     note : str
         What the prediction assumes and what to change when it is not usable.
     """
@@ -340,15 +344,30 @@ def _hmc_plan(
     )
 
 
+def dpadvi_mean_error(
+    noise_multiplier: float, sampling_rate: float, n_rows: int, iterations: int, neighbouring: str = "substitute"
+) -> float:
+    """Expected error of DPADVI's (averaged) mean from the gradient noise, in posterior standard deviations.
+
+    One released gradient carries noise of standard deviation σκC/q per coordinate; a step
+    of one posterior standard deviation s = 2/(C√N) (per-row score ≈ C/2, as for the
+    samplers) changes the data part of the gradient by about N (C/2)² s = C√N/2. Averaging
+    the second half of the T iterates divides the noise by about √(T/2), so the mean's
+    error is about 2σκ / (q √N √(T/2)) posterior standard deviations (C cancels).
+    """
+    kappa = _sensitivity_factor(neighbouring)
+    return 2 * noise_multiplier * kappa / (sampling_rate * math.sqrt(n_rows) * math.sqrt(max(iterations / 2, 1)))
+
+
 def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate, iterations) -> MethodPlan:
     sigma = poisson_gaussian_noise_multiplier(
         epsilon * (1.0 - CALIBRATION_MARGIN), delta, sampling_rate, iterations, neighbouring
     )
-    nsr = sigma * _sensitivity_factor(neighbouring) * grad_clip / (sampling_rate * n_rows * grad_clip)
-    usable = nsr < 1.0
+    nsr = dpadvi_mean_error(sigma, sampling_rate, n_rows, iterations, neighbouring)
+    usable = nsr < DPADVI_MAX_MEAN_ERROR
     note = (
-        "noise-to-signal of one clipped gradient sum (per-row gradient norm taken as the clip bound); a variational "
-        "fit is biased by clipping and, mean-field, under-states correlations"
+        "expected error of the averaged mean from the gradient noise, in posterior sds (per-row score ≈ clip/2); "
+        "clipping adds a bias, and a mean-field fit under-states correlations"
     )
     return MethodPlan(
         "DPADVI",
@@ -440,7 +459,7 @@ def plan_from_settings(
             f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, about "
             f"{best.expected_ess * chains:.2g}); with N·ε this small use more ε, more rows, released sufficient "
             "statistics for a conjugate model (pmdp.release_statistics)"
-            + (", or DPADVI (its gradient noise-to-signal ratio is below 1)" if dpadvi.usable else "")
+            + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
     return Plan(epsilon, delta, neighbouring, n_rows, n_params, chains, s, source, methods, recommendation)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,8 +30,10 @@ from pymc_dp.accounting.events import (
     event_from_dict,
 )
 from pymc_dp.data import _row_structure
+from pymc_dp.diagnostics import PoorMixingWarning
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng, model_access
-from pymc_dp.results import PrivateStart, finalize_result
+from pymc_dp.planning import DPADVI_MAX_MEAN_ERROR, dpadvi_mean_error
+from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
@@ -46,19 +51,55 @@ _REFUSED_FIT_KWARGS = {
 }
 
 
+class _IterateTail:
+    """Running mean and variance (Welford) of the optimiser's iterates from iteration ``start`` on."""
+
+    def __init__(self, start: int) -> None:
+        self.start, self.seen, self.count = start, 0, 0
+        self.mean: np.ndarray | None = None
+        self._m2: np.ndarray | None = None
+
+    def add(self, packed: np.ndarray) -> None:
+        self.seen += 1
+        if self.seen <= self.start:
+            return
+        self.count += 1
+        if self.mean is None:
+            self.mean, self._m2 = np.array(packed, dtype=float), np.zeros_like(packed, dtype=float)
+            return
+        delta = packed - self.mean
+        self.mean = self.mean + delta / self.count
+        self._m2 = self._m2 + delta * (packed - self.mean)
+
+    @property
+    def variance(self) -> np.ndarray:
+        return self._m2 / max(self.count - 1, 1)
+
+
 class _DPApproximationMixin:
     """What a DPADVI approximation adds to PyMC's: private ``sample`` and its guarantee."""
 
     _dp_record: dict[str, Any] | None = None
 
-    def sample(self, draws: int = 500, *, random_seed: Any = None, return_inferencedata: bool = True, **kwargs):
+    def sample(
+        self,
+        draws: int = 500,
+        *,
+        random_seed: Any = None,
+        return_inferencedata: bool = True,
+        inflate: bool = True,
+        **kwargs,
+    ):
         """Draw from the fitted approximation; the result carries ``dp_*`` attributes and no raw data.
 
         As ``Approximation.sample``, except that ``observed_data`` and ``constant_data`` are
         removed, deterministics that read data are left out, and ``posterior.attrs`` holds
         ``dp_epsilon``, ``dp_delta``, ``dp_neighbouring``, ``dp_n_rows`` (substitute only)
         and ``dp_accountant``. The draws are post-processing of the DP releases: they cost no
-        further privacy, however many are drawn.
+        further privacy, however many are drawn. ``dp_diagnostics`` compares q's spread with
+        the optimisation noise (:meth:`optimisation_diagnostics`); with ``inflate=True`` (the
+        default) the draws come from q widened by that noise, and with ``inflate=False`` a q
+        narrower than the noise is flagged (:class:`pymc_dp.diagnostics.PoorMixingWarning`).
         """
         if return_inferencedata is not True:
             raise ValueError(
@@ -66,8 +107,95 @@ class _DPApproximationMixin:
             )
         if self._dp_record is None:
             raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
-        idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
-        return finalize_result(idata, self._dp_record, self.model)
+        check_bool("inflate", inflate)
+        diagnostics = self.optimisation_diagnostics(inflate)
+        with self._inflated(inflate):
+            idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
+        finalize_result(idata, self._dp_record, self.model)
+        posterior_attrs(idata)["dp_diagnostics"] = json.dumps(diagnostics)
+        if not diagnostics["usable"]:
+            warnings.warn(diagnostics["reasons"][0], PoorMixingWarning, stacklevel=2)
+        return idata
+
+    _dp_optimisation_sd: np.ndarray | None = None
+
+    def optimisation_diagnostics(self, inflate: bool = True) -> dict[str, Any]:
+        """How the optimiser's noise compares with q's spread (post-processing of the released gradients).
+
+        Two measures of how far the fitted mean may be from the noise-free optimum, both
+        post-processing of public values: the spread of the last fit's second half of
+        iterates per coordinate of μ (unconstrained scale), and, under substitute
+        neighbours, the expected error of the averaged mean from σ, q, N and the iterations
+        (:func:`pymc_dp.planning.dpadvi_mean_error`, in posterior sds). A fit whose expected
+        error exceeds :data:`pymc_dp.planning.DPADVI_MAX_MEAN_ERROR` is flagged as unusable.
+        ``approx.sample`` draws from q with each variance widened by the iterate spread² and
+        (error × q's sd)² (``inflate=True``, the default; ``"inflated"`` in the result), or
+        from q unchanged, flagged when q is narrower than the iterate spread
+        (``inflate=False``).
+        """
+        sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
+        jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
+        ratio = jitter / sd
+        worst = float(np.max(ratio)) if ratio.size else 0.0
+        record = self._dp_record
+        settings = record["settings"]
+        mean_error = None
+        if record["neighbouring"] == "substitute":  # N is public only there
+            mean_error = dpadvi_mean_error(
+                settings["noise_multiplier"], settings["sampling_rate"], record["n_rows"], record["iterations"]
+            )
+        reasons = []
+        if mean_error is not None and mean_error > DPADVI_MAX_MEAN_ERROR:
+            reasons.append(
+                f"DPADVI's gradient noise moves its fitted mean by about {mean_error:.2g} posterior sds (expected, "
+                "from σ, q, N and the iterations): not a usable posterior. Use more ε or more rows (N·ε), a larger "
+                "sampling rate or more iterations, or a method that spends the budget once (pmdp.release_statistics)."
+            )
+        if worst > 1.0 and not inflate:
+            reasons.append(
+                f"DPADVI's fitted q is narrower than its optimisation noise (iterate jitter up to {worst:.2g}× q's "
+                "sd): its intervals understate the uncertainty. Sample with inflate=True, or fit with more ε, a larger "
+                "sampling rate or a smaller learning rate."
+            )
+        return {
+            "method": "DPADVI",
+            "optimisation_sd_ratio_max": worst,
+            "expected_mean_error_sd": mean_error,
+            "inflated": bool(inflate),
+            "usable": not reasons,
+            "reasons": reasons,
+        }
+
+    @contextlib.contextmanager
+    def _inflated(self, inflate: bool):
+        """q with variances σ² + jitter² while sampling (restored after)."""
+        if not inflate:
+            yield
+            return
+        diagnostics = self.optimisation_diagnostics(inflate)
+        sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
+        jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
+        extra = np.square(jitter) + np.square((diagnostics["expected_mean_error_sd"] or 0.0) * sd)
+        group = self.groups[0]
+        if "rho" in group.params_dict:
+            shared = group.params_dict["rho"]
+            rho = np.asarray(shared.get_value(), dtype=float)
+            widened = np.sqrt(np.logaddexp(0.0, rho) ** 2 + extra)
+            new = widened + np.log(-np.expm1(-widened))  # softplus⁻¹
+        else:
+            shared = group.params_dict["L_tril"]
+            rho = np.asarray(shared.get_value(), dtype=float)
+            cov = np.asarray(self.cov.eval(), dtype=float) + np.diag(extra)
+            chol = np.linalg.cholesky(cov)
+            rows, cols = np.tril_indices(cov.shape[0])
+            new = chol[rows, cols]
+            diagonal = rows == cols
+            new[diagonal] = new[diagonal] + np.log(-np.expm1(-new[diagonal]))  # the diagonal is stored through softplus
+        shared.set_value(new.astype(shared.dtype))
+        try:
+            yield
+        finally:
+            shared.set_value(rho.astype(shared.dtype))
 
     def initial_values(self, chains: int = 1, random_seed: Any = None, inflate: float = 1.0) -> PrivateStart:
         """One draw per chain from q with its scale multiplied by ``inflate``, as ``initvals``.
@@ -186,6 +314,11 @@ class DPADVI(Inference):
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` for the per-row functions, e.g.
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
+    average_iterates : bool, default True
+        End each fit at the average of its second half of iterates (Polyak–Ruppert), which
+        damps the gradient noise the last iterate carries. The iterates' spread is kept as
+        the optimisation noise (:meth:`DPMeanField.optimisation_diagnostics`). Both are
+        post-processing of the released gradients.
 
     Notes
     -----
@@ -234,7 +367,9 @@ class DPADVI(Inference):
         random_seed: int | None = None,
         start: dict | None = None,
         compile_kwargs: dict | None = None,
+        average_iterates: bool = True,
     ) -> None:
+        self.average_iterates = check_bool("average_iterates", average_iterates)
         self.epsilon = None if epsilon is None else check_finite_positive("epsilon", epsilon)
         self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.clip = check_finite_positive("clip", clip)
@@ -399,11 +534,13 @@ class DPADVI(Inference):
         prior_part = sum(self._prior.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
         return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
 
-    def _make_step(self, mechanism: NoisyPoissonGradientSum):
+    def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail):
         def step() -> None:
             packed = self._packed()
             eps = self._mc_rng.standard_normal((self.n_mc, self._prior.n_params))
-            self._unpack(self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism)))
+            updated = self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism))
+            tail.add(updated)
+            self._unpack(updated)
 
         return step
 
@@ -515,9 +652,14 @@ class DPADVI(Inference):
             )
             if progressbar_theme is None:
                 from pymc.progress_bar import default_progress_theme as progressbar_theme
+            tail = _IterateTail(start=n - max(1, n // 2))  # the second half of this fit's iterates
             self.state = self._iterate_without_loss(
-                0, n, self._make_step(mechanism), progressbar, progressbar_theme, list(callbacks or [])
+                0, n, self._make_step(mechanism, tail), progressbar, progressbar_theme, list(callbacks or [])
             )
+        # Post-processing of the released gradients: iterate averaging and the optimisation noise.
+        if self.average_iterates:
+            self._unpack(tail.mean)
+        self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
         self.approx.hist = self.hist  # empty: no loss is computed
         if include_transformed is not None:
             for group in self.approx.groups:
@@ -543,6 +685,7 @@ class DPADVI(Inference):
                 "optimizer": self.optimizer,
                 "learning_rate": self.learning_rate,
                 "n_mc": self.n_mc,
+                "average_iterates": self.average_iterates,
                 "reproducible_noise": self.reproducible_noise,
             },
         ).to_dict()
