@@ -30,7 +30,9 @@ References
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
+import pkgutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -337,16 +339,28 @@ def _worst_case_gradients(n_rows: int, clip: float, n_params: int, typical: floa
 # -- broken variants --------------------------------------------------------------------------
 
 
+def _patch_mechanisms(name: str, replacement: Callable) -> contextlib.AbstractContextManager:
+    """Replace ``name`` in every module of :mod:`pymc_dp.mechanisms` that holds it (each imports its helpers)."""
+    import pymc_dp.mechanisms as package
+
+    modules = [package] + [
+        importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)
+    ]
+    stack = contextlib.ExitStack()
+    for module in modules:
+        if name in vars(module):
+            stack.enter_context(mock.patch.object(module, name, replacement))
+    return stack
+
+
 def _without_clipping() -> contextlib.AbstractContextManager:
     """The broken variant "no_clipping": the mechanism layer's clipping becomes the identity (noise unchanged)."""
     stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch("pymc_dp.mechanisms.clip_values", lambda values, bound: np.asarray(values, float)))
+    stack.enter_context(_patch_mechanisms("clip_values", lambda values, bound: np.asarray(values, float)))
+    stack.enter_context(_patch_mechanisms("clipped_sum_l2", lambda rows, bound: np.asarray(rows, float).sum(axis=0)))
     stack.enter_context(
-        mock.patch("pymc_dp.mechanisms.clipped_sum_l2", lambda rows, bound: np.asarray(rows, float).sum(axis=0))
-    )
-    stack.enter_context(
-        mock.patch(
-            "pymc_dp.mechanisms.clipped_sum_l2_linear",
+        _patch_mechanisms(
+            "clipped_sum_l2_linear",
             lambda rows, linear_map, bound: np.asarray(rows, float).sum(axis=0) @ np.asarray(linear_map, float),
         )
     )
@@ -362,7 +376,7 @@ def _without_bounds_check() -> contextlib.AbstractContextManager:
 
 def _without_sampling() -> contextlib.AbstractContextManager:
     """The broken variant "no_sampling": Poisson sampling skipped (every row in every batch), ε still claimed for q."""
-    return mock.patch("pymc_dp.mechanisms.poisson_sample", lambda rng, n_rows, rate: np.arange(n_rows, dtype=np.int64))
+    return _patch_mechanisms("poisson_sample", lambda rng, n_rows, rate: np.arange(n_rows, dtype=np.int64))
 
 
 def _broken_label(name: str, broken: str | None, allowed: tuple[str, ...]) -> str:
