@@ -45,7 +45,11 @@ from pymc_dp.mechanisms.noise import (
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 from pymc_dp.mechanisms.subsampling import poisson_sample, sample_without_replacement
-from pymc_dp.mechanisms.sufficient_statistics import NoisySufficientStatistics, laplace_sufficient_statistics
+from pymc_dp.mechanisms.sufficient_statistics import (
+    NoisySufficientStatistics,
+    PrivateSufficientStatistics,
+    laplace_sufficient_statistics,
+)
 
 __all__ = [
     "NoisyBarkerStatistic",
@@ -54,6 +58,7 @@ __all__ = [
     "NoisyPoissonGradientSum",
     "NoisySufficientStatistics",
     "OwnerLogLikelihoodRatio",
+    "PrivateSufficientStatistics",
     "RowMechanisms",
     "SecureNoise",
     "clip_l2",

@@ -1,4 +1,10 @@
-"""Releases of an exponential family's aggregate sufficient statistics (Laplace once, or Gaussian per iteration)."""
+"""Releases of an exponential family's aggregate sufficient statistics (Laplace once, or Gaussian per iteration).
+
+The rows of a sufficient-statistics release are read here and nowhere else:
+:class:`PrivateSufficientStatistics` checks them against the family's public bounds (or clamps
+them into the bounds), sums the per-row statistics and keeps only that sum; the step and
+``release_statistics`` hold this object, never the rows, and get back only noisy releases.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,72 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.mechanisms.noise import SecureNoise
 
-__all__ = ["NoisySufficientStatistics", "laplace_sufficient_statistics"]
+__all__ = ["NoisySufficientStatistics", "PrivateSufficientStatistics", "laplace_sufficient_statistics"]
+
+
+class PrivateSufficientStatistics:
+    """The exact aggregate S = Σᵢ S(xᵢ) of one data set under an exponential family; only noisy releases leave.
+
+    The constructor reads the rows once: it maps every row into the family's public bounds
+    (``out_of_bounds="clamp"``, row by row, nothing reported) or refuses data with a row
+    outside (``"raise"``, no count and no value in the message), checks their shapes and sums
+    the per-row statistics. The rows are not kept. What the object exposes is public:
+    ``family``, ``out_of_bounds``, N (``n_rows``, public under substitute neighbours) and the
+    sensitivities; S itself leaves only through :meth:`laplace_release` and
+    :meth:`gaussian_releases`.
+
+    Parameters
+    ----------
+    family : pymc_dp.exponential_family.ExponentialFamily
+        Gives S(x), the bounds, Δ₁, Δ₂ and the projection from public settings.
+    data : array or (X, y)
+        The raw rows.
+    out_of_bounds : {"clamp", "raise"}, default "clamp"
+        What happens to a row outside the public bounds (see
+        :meth:`pymc_dp.exponential_family.ExponentialFamily.check_data`).
+
+    Notes
+    -----
+    Clamping maps each row on its own into the bounds, so replacing one raw row moves S by at
+    most Δ₁ (L1) and Δ₂ (L2), the sensitivities of the family, whatever the raw rows. The
+    object pickles (with S, not the rows) so that a step holding it can run its chains in
+    worker processes; never publish a pickled step.
+    """
+
+    def __init__(self, family, data, out_of_bounds: str = "clamp") -> None:
+        rows = family.check_data(data, out_of_bounds)
+        self.family = family
+        self.out_of_bounds = out_of_bounds
+        self.n_rows = int(np.asarray(rows).shape[0])
+        self._statistics = family.row_statistics(rows).sum(axis=0)
+
+    @property
+    def l1_sensitivity(self) -> float:
+        """Δ₁ = sup ‖S(x) − S(x′)‖₁ (substitute neighbours), from the family's public settings."""
+        return self.family.l1_sensitivity()
+
+    @property
+    def l2_sensitivity(self) -> float:
+        """Δ₂ = sup ‖S(x) − S(x′)‖₂ (substitute neighbours), from the family's public settings."""
+        return self.family.l2_sensitivity()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.family!r}, n_rows={self.n_rows}, out_of_bounds={self.out_of_bounds!r})"
+
+    def laplace_release(self, epsilon: float, rng: np.random.Generator | SecureNoise) -> tuple[np.ndarray, float]:
+        """One (ε, 0)-DP release Proj(S + Laplace(Δ₁/ε)^d); returns (statistics, Laplace scale b = Δ₁/ε)."""
+        epsilon = check_finite_positive("epsilon", epsilon)
+        scale = self.l1_sensitivity / epsilon
+        if scale == 0.0:  # every row has the same statistic: S = N·S(x) is public
+            return self.family.project(self._statistics, self.n_rows), 0.0
+        noisy = self._statistics + np.asarray(rng.laplace(0.0, scale, size=self._statistics.shape), dtype=float)
+        return self.family.project(noisy, self.n_rows), scale
+
+    def gaussian_releases(self, noise_multiplier: float) -> NoisySufficientStatistics:
+        """A :class:`NoisySufficientStatistics` on S: a fresh Ŝ = S + N(0, (τΔ₂)² I) on every call."""
+        return NoisySufficientStatistics._from_statistics(
+            self, check_finite_positive("noise_multiplier", noise_multiplier)
+        )
 
 
 def laplace_sufficient_statistics(
@@ -55,14 +126,8 @@ def laplace_sufficient_statistics(
        practice of privacy-preserving Bayesian data analysis. UAI, §3.2, eq. (16)–(17).
     """
     epsilon = check_finite_positive("epsilon", epsilon)
-    rows = family.check_data(data, out_of_bounds)
-    n_rows = int(np.asarray(rows).shape[0])
-    exact = family.row_statistics(rows).sum(axis=0)
-    scale = family.l1_sensitivity() / epsilon
-    if scale == 0.0:  # every row has the same statistic: S = N·S(x) is public
-        return family.project(exact, n_rows), 0.0, n_rows
-    noisy = exact + np.asarray(rng.laplace(0.0, scale, size=exact.shape), dtype=float)
-    return family.project(noisy, n_rows), scale, n_rows
+    statistics = PrivateSufficientStatistics(family, data, out_of_bounds)
+    return (*statistics.laplace_release(epsilon, rng), statistics.n_rows)
 
 
 class NoisySufficientStatistics:
@@ -96,12 +161,23 @@ class NoisySufficientStatistics:
     """
 
     def __init__(self, family, data, noise_multiplier: float, out_of_bounds: str = "clamp") -> None:
-        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
-        self.family = family
-        rows = family.check_data(data, out_of_bounds)
-        self.n_rows = int(np.asarray(rows).shape[0])
-        self._statistics = family.row_statistics(rows).sum(axis=0)
-        self.variance = (self.noise_multiplier * family.l2_sensitivity()) ** 2  # ξ
+        noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        self._setup(PrivateSufficientStatistics(family, data, out_of_bounds), noise_multiplier)
+
+    @classmethod
+    def _from_statistics(
+        cls, statistics: PrivateSufficientStatistics, noise_multiplier: float
+    ) -> NoisySufficientStatistics:
+        self = cls.__new__(cls)
+        self._setup(statistics, noise_multiplier)
+        return self
+
+    def _setup(self, statistics: PrivateSufficientStatistics, noise_multiplier: float) -> None:
+        self.noise_multiplier = noise_multiplier
+        self.family = statistics.family
+        self.n_rows = statistics.n_rows
+        self._statistics = statistics._statistics
+        self.variance = (self.noise_multiplier * statistics.l2_sensitivity) ** 2  # ξ
 
     def __getstate__(self) -> dict:
         raise TypeError("NoisySufficientStatistics holds exact statistics and cannot be pickled.")
