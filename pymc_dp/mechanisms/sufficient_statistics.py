@@ -52,7 +52,7 @@ class PrivateSufficientStatistics:
         self.family = family
         self.out_of_bounds = out_of_bounds
         self.n_rows = int(np.asarray(rows).shape[0])
-        self._statistics = family.row_statistics(rows).sum(axis=0)
+        self._exact_statistics = family.row_statistics(rows).sum(axis=0)
 
     @property
     def l1_sensitivity(self) -> float:
@@ -72,8 +72,10 @@ class PrivateSufficientStatistics:
         epsilon = check_finite_positive("epsilon", epsilon)
         scale = self.l1_sensitivity / epsilon
         if scale == 0.0:  # every row has the same statistic: S = N·S(x) is public
-            return self.family.project(self._statistics, self.n_rows), 0.0
-        noisy = self._statistics + np.asarray(rng.laplace(0.0, scale, size=self._statistics.shape), dtype=float)
+            return self.family.project(self._exact_statistics, self.n_rows), 0.0
+        noisy = self._exact_statistics + np.asarray(
+            rng.laplace(0.0, scale, size=self._exact_statistics.shape), dtype=float
+        )
         return self.family.project(noisy, self.n_rows), scale
 
     def gaussian_releases(self, noise_multiplier: float) -> NoisySufficientStatistics:
@@ -176,7 +178,7 @@ class NoisySufficientStatistics:
         self.noise_multiplier = noise_multiplier
         self.family = statistics.family
         self.n_rows = statistics.n_rows
-        self._statistics = statistics._statistics
+        self._exact_statistics = statistics._exact_statistics
         self.variance = (self.noise_multiplier * statistics.l2_sensitivity) ** 2  # ξ
 
     def __getstate__(self) -> dict:
@@ -185,5 +187,7 @@ class NoisySufficientStatistics:
     def release(self, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One fresh Ŝ ~ N(S, ξ I)."""
         if self.variance == 0.0:
-            return self._statistics.copy()
-        return self._statistics + np.asarray(rng.normal(0.0, math.sqrt(self.variance), size=self._statistics.shape))
+            return self._exact_statistics.copy()
+        return self._exact_statistics + np.asarray(
+            rng.normal(0.0, math.sqrt(self.variance), size=self._exact_statistics.shape)
+        )
