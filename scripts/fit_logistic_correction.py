@@ -1,7 +1,7 @@
-"""Regenerate ``pymc_dp/_tables/logistic_correction.json``: the Barker test's V_cor tables.
+"""Regenerate ``pymc_dp/step_methods/_tables/logistic_correction.json``: the Barker test's V_cor tables.
 
 Fits V_cor for each C by the sup-norm linear programme of
-:func:`pymc_dp.logistic_correction.fit_logistic_correction` and records, beside each table,
+:func:`pymc_dp.step_methods.barker_correction.fit_logistic_correction` and records, beside each table,
 its exact sup CDF error and its variance (which the fit makes π²/3 − C).
 
     python scripts/fit_logistic_correction.py            # about a minute
@@ -14,10 +14,10 @@ import json
 import time
 from pathlib import Path
 
-from pymc_dp.logistic_correction import LOGISTIC_VARIANCE, fit_logistic_correction
+from pymc_dp.step_methods.barker_correction import LOGISTIC_VARIANCE, fit_logistic_correction
 
 DEFAULT_VARIANCES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
-OUTPUT = Path(__file__).resolve().parents[1] / "pymc_dp" / "_tables" / "logistic_correction.json"
+OUTPUT = Path(__file__).resolve().parents[1] / "pymc_dp" / "step_methods" / "_tables" / "logistic_correction.json"
 
 
 def main() -> None:

@@ -7,18 +7,23 @@
 Each row runs one release of a mechanism on a worst-case pair of neighbouring data sets and
 reports the accountant's ε for that release beside the audited lower bound
 (:mod:`pymc_dp.testing.audit`). A correct mechanism must stay at or below its claim; a broken
-variant must exceed it.
+variant (``tests/_broken_variants.py``, test code outside the package) must exceed it.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
-from pymc_dp.testing.audit import SCENARIOS, audit
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the broken variants are test code: tests/_broken_variants.py
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "audit.md"
+from pymc_dp.testing.audit import audit  # noqa: E402
+from tests._broken_variants import ALL_SCENARIOS  # noqa: E402
+
+DOC = ROOT / "docs" / "audit.md"
 START, END = "<!-- audit-table:start -->", "<!-- audit-table:end -->"
 
 
@@ -35,7 +40,7 @@ def main() -> None:
         "verdict | seconds |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, make in SCENARIOS.items():
+    for name, make in ALL_SCENARIOS.items():
         if args.only and name not in args.only:
             continue
         result = audit(make(), runs=args.runs, delta=args.delta, confidence=args.confidence)

@@ -18,15 +18,15 @@ from pymc_dp.accounting.barker import (
     subsampled_barker_max_iterations,
     without_replacement_amplified_rdp,
 )
-from pymc_dp.logistic_correction import (
+from pymc_dp.mechanisms import SecureNoise, sample_without_replacement
+from pymc_dp.step_methods import barker as barker_module
+from pymc_dp.step_methods.barker import barker_accepts
+from pymc_dp.step_methods.barker_correction import (
     LOGISTIC_VARIANCE,
     LogisticCorrection,
     fit_logistic_correction,
     logistic_correction,
 )
-from pymc_dp.mechanisms import SecureNoise, sample_without_replacement
-from pymc_dp.step_methods import barker as barker_module
-from pymc_dp.step_methods.barker import barker_accepts
 
 # -- the correction distribution -----------------------------------------------------------
 
@@ -59,7 +59,9 @@ def test_sup_error_by_numerical_convolution():
 def test_shipped_tables_record_what_they_hold():
     from importlib import resources
 
-    document = json.loads(resources.files("pymc_dp").joinpath("_tables", "logistic_correction.json").read_text())
+    document = json.loads(
+        resources.files("pymc_dp.step_methods").joinpath("_tables", "logistic_correction.json").read_text()
+    )
     assert document["generated_by"] == "scripts/fit_logistic_correction.py"
     for entry in document["tables"]:
         correction = logistic_correction(entry["correction_variance"])

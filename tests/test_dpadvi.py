@@ -16,7 +16,7 @@ from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExc
 from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import PoissonGaussianReleases
 from pymc_dp.data import ModelStructureError
-from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_sample
+from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_gradient, poisson_sample
 from pymc_dp.results import group as _group
 from pymc_dp.results import group_names as _group_names
 from pymc_dp.variational import AdaGrad, Adam, DPFullRank, DPMeanField, FullRankFamily, MeanFieldFamily
@@ -277,7 +277,7 @@ def test_accounted_sampling_rate_is_the_sampling_rate(conjugate_normal, monkeypa
         calls.append((n_rows, sampling_rate, batch.size))
         return batch
 
-    monkeypatch.setattr(mechanisms, "poisson_sample", recording)
+    monkeypatch.setattr(poisson_gradient, "poisson_sample", recording)  # where the release looks it up
     dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.25, clip=3.0, random_seed=3)
     dpadvi.fit(400, model=conjugate_normal.model, progressbar=False)
     n_rows = conjugate_normal.y.size

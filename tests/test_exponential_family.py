@@ -20,7 +20,7 @@ from pymc_dp.exponential_family import (
     release_statistics,
     tempered_model,
 )
-from pymc_dp.mechanisms import laplace_sufficient_statistics
+from pymc_dp.mechanisms import PrivateSufficientStatistics, laplace_sufficient_statistics
 
 Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4
 
@@ -189,6 +189,28 @@ def test_linear_regression_clamps_features_and_target_per_column():
         fam.check_data((x, y), "raise")
     with pytest.raises(ValueError, match="`data` must be X of shape"):  # shapes are checked in both modes
         fam.check_data((x, y[:2]))
+
+
+def test_the_statistics_mechanism_keeps_the_sum_not_the_rows_and_exposes_only_public_values():
+    fam = LinearRegression(2, ((-1.0, 0.0), (1.0, 2.0)), (-3.0, 3.0))
+    x = np.array([[0.5, 1.0], [-4.0, 9.0], [np.nan, -1.0]])
+    y = np.array([0.0, 10.0, np.nan])
+    private = PrivateSufficientStatistics(fam, (x, y))
+    assert private.n_rows == 3 and private.out_of_bounds == "clamp"
+    assert (private.l1_sensitivity, private.l2_sensitivity) == (fam.l1_sensitivity(), fam.l2_sensitivity())
+    assert "statistics=" not in repr(private) and "10" not in repr(private)
+    held = [v for v in vars(private).values() if isinstance(v, np.ndarray)]
+    assert [v.shape for v in held] == [(fam.dim,)]  # Σ S(x) only: no per-row array
+    # Same noise, same release as the one-call function.
+    a = private.laplace_release(1.0, np.random.default_rng(4))
+    b = laplace_sufficient_statistics(fam, (x, y), 1.0, np.random.default_rng(4))
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1] and b[2] == 3
+    with pytest.raises(ValueError, match="`x_bounds`"):
+        PrivateSufficientStatistics(fam, (x, y), "raise")
+    with pytest.raises(ValueError, match="`noise_multiplier`"):
+        private.gaussian_releases(0.0)
+    assert not hasattr(fam, "aggregate")  # families hold formulas; only the mechanism applies them to data
 
 
 # -- ε → ∞: the model on released statistics is the exact conjugate posterior ---------------------

@@ -54,6 +54,18 @@ def test_alg3_is_accounted_as_gaussian_releases_and_refuses_observed_models(norm
         pmdp.DPSuffStatsPenaltyMH("normal", y, {"p": m}, family_settings=settings)
 
 
+def test_alg3_step_holds_the_statistics_mechanism_not_the_rows(normal_suffstats):
+    model, m, y, _, _ = normal_suffstats
+    settings = {"sigma": 1.0, "bounds": (-5, 5)}
+    step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, model=model, noise_scale=1.0, family_settings=settings)
+    assert step._private_statistics.n_rows == step.n_rows == y.size
+    for holder in (step, step._private_statistics, step._mechanism()):
+        for value in vars(holder).values():
+            assert value is not y
+            assert not (isinstance(value, np.ndarray) and value.shape[:1] == y.shape), value
+    assert "_data" not in vars(step)
+
+
 def test_one_owner_costs_what_dppenaltymh_costs(conjugate_normal):
     with conjugate_normal.model:
         single = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=20.0)

@@ -136,7 +136,8 @@ class ExponentialFamily:
         """Public settings, for the accountant record."""
         return {"family": self.name}
 
-    # -- data (called by the mechanism layer only) ----------------------------------------
+    # -- per-row formulas: pure functions, applied to data by the mechanism layer only ----------
+    # (pymc_dp.mechanisms.PrivateSufficientStatistics; tests/test_boundary.py enforces it)
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
         """Raw rows mapped into the public bounds (``"clamp"``) or refused if any lies outside (``"raise"``).
 
@@ -151,11 +152,6 @@ class ExponentialFamily:
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         """S(xᵢ) for every row, shape (rows, d)."""
         raise NotImplementedError
-
-    def aggregate(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        """Σᵢ S(xᵢ) after :meth:`check_data`."""
-        rows = self.row_statistics(self.check_data(data, out_of_bounds))
-        return rows.sum(axis=0)
 
     # -- post-processing of released values -------------------------------------------------
     def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
-from pymc_dp.mechanisms import laplace_sufficient_statistics, mechanism_rng
+from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
 from pymc_dp.results import finalize_result, posterior_attrs
 from pymc_dp.run import AccountantRecord, PrivateRun
 
@@ -317,13 +317,14 @@ def release_statistics(
     if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
     events = (PureDPReleases(epsilon, 1, label=f"laplace sufficient statistics [{fam.name}]"),)
-    # Validate the rows against the public bounds and N against the budget before charging.
-    n_rows = int(np.asarray(fam.check_data(data, out_of_bounds)).shape[0])
-    run = PrivateRun("release_statistics", delta=0.0, neighbouring="substitute", n_rows=n_rows, budget=budget)
+    # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
+    private = PrivateSufficientStatistics(fam, data, out_of_bounds)
+    run = PrivateRun("release_statistics", delta=0.0, neighbouring="substitute", n_rows=private.n_rows, budget=budget)
     run.plan(events, advice="use a smaller ε for this release.")
     with run.releasing(label=f"laplace sufficient statistics [{fam.name}]"):
         rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-        statistics, scale, _ = laplace_sufficient_statistics(fam, data, epsilon, rng, out_of_bounds)
+        statistics, scale = private.laplace_release(epsilon, rng)
+    n_rows = private.n_rows
     return ReleasedStatistics(
         fam,
         statistics,

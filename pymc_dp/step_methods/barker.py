@@ -13,8 +13,8 @@ from pymc_dp._validation import check_bool, check_finite_positive, check_neighbo
 from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
-from pymc_dp.logistic_correction import LogisticCorrection, _check_correction_variance, logistic_correction
 from pymc_dp.mechanisms import NoisyBarkerStatistic, mechanism_rng
+from pymc_dp.step_methods.barker_correction import LogisticCorrection, _check_correction_variance, logistic_correction
 from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
 
 __all__ = ["DPBarkerMH", "barker_accepts"]

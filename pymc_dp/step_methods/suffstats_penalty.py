@@ -17,7 +17,7 @@ from pymc.vartypes import continuous_types
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
-from pymc_dp.mechanisms import NoisySufficientStatistics
+from pymc_dp.mechanisms import NoisySufficientStatistics, PrivateSufficientStatistics
 from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
 from pymc_dp.step_methods.penalty import penalty_decision, penalty_log_acceptance
 
@@ -137,8 +137,8 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
                 "`model` must hold the priors only: the likelihood comes from `family` and `data`. Found observed "
                 f"variables {[rv.name for rv in model.observed_RVs]}."
             )
-        self.family.check_data(data, self.out_of_bounds)  # shapes (and bounds in "raise" mode) before building
-        self._data = data
+        # The mechanism reads the rows once (shapes, bounds, Σ S(x)); the step keeps no rows.
+        self._private_statistics = PrivateSufficientStatistics(self.family, data, self.out_of_bounds)
         self._statistics: NoisySufficientStatistics | None = None
 
         initial_point = model.initial_point() if initial_point is None else initial_point
@@ -156,7 +156,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         self._f = pm_compile([theta], joined, **(compile_kwargs or {}))
         self._f.trust_input = True
         self.n_params = int(sum(np.asarray(initial_point[v.name]).size for v in value_vars))
-        self.n_rows = int(np.asarray(self.family.check_data(data, self.out_of_bounds)).shape[0])
+        self.n_rows = self._private_statistics.n_rows
         if proposal_scale is None:
             scale = np.array([2.38 / math.sqrt(self.n_params * self.n_rows)])
         self._init_proposal(scale, self.n_params)
@@ -206,7 +206,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     def _mechanism(self) -> NoisySufficientStatistics:
         if self._statistics is None or self._statistics.noise_multiplier != self.noise_scale:
             self._check_ready()
-            self._statistics = NoisySufficientStatistics(self.family, self._data, self.noise_scale, self.out_of_bounds)
+            self._statistics = self._private_statistics.gaussian_releases(self.noise_scale)
         return self._statistics
 
     # -- sampling -------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def fit_logistic_correction(
 
 @functools.cache
 def _shipped_tables() -> dict[float, LogisticCorrection]:
-    text = resources.files("pymc_dp").joinpath("_tables", _TABLE).read_text()
+    text = resources.files("pymc_dp.step_methods").joinpath("_tables", _TABLE).read_text()
     tables = json.loads(text)["tables"]
     return {
         float(t["correction_variance"]): LogisticCorrection(

@@ -1,0 +1,75 @@
+"""The route from a step method or DPADVI to its model's rows: the data-free prior and the row mechanisms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
+from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
+from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
+
+__all__ = ["RowMechanisms", "model_access"]
+
+
+class RowMechanisms:
+    """The mechanisms of one model's rows: the only route from a step method or DPADVI to its data.
+
+    Steps and DPADVI receive this object and a data-free :class:`pymc_dp.data.PriorDensity`
+    (:func:`model_access`), never the per-row functions: everything they get back from here is
+    a mechanism whose ``release`` clips and noises before it returns. ``n_rows`` and
+    ``n_params`` are public settings (N is public under substitute neighbours).
+    """
+
+    def __init__(self, rows) -> None:
+        self._rows = rows
+        self.n_rows = rows.n_rows
+        self.n_params = rows.n_params
+
+    def log_likelihood_ratio(
+        self, llr_clip: float, noise_multiplier: float, neighbouring: str
+    ) -> NoisyLogLikelihoodRatio:
+        """A :class:`NoisyLogLikelihoodRatio` on every row."""
+        return NoisyLogLikelihoodRatio(self._rows, llr_clip, noise_multiplier, neighbouring)
+
+    def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str) -> NoisyClippedGradient:
+        """A :class:`NoisyClippedGradient` on every row."""
+        return NoisyClippedGradient(self._rows, grad_clip, noise_multiplier, neighbouring)
+
+    def barker_statistic(self, **settings: Any) -> NoisyBarkerStatistic:
+        """A :class:`NoisyBarkerStatistic` (settings by name, as its constructor takes them)."""
+        return NoisyBarkerStatistic(self._rows, **settings)
+
+    def poisson_gradient_sum(
+        self, clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
+    ) -> NoisyPoissonGradientSum:
+        """A :class:`NoisyPoissonGradientSum` on Poisson batches of the rows."""
+        return NoisyPoissonGradientSum(self._rows, clip, noise_multiplier, sampling_rate, neighbouring)
+
+    def owner_ratio(
+        self, owner_rows: np.ndarray, llr_clip: float, noise_multiplier: float, rng: Any, neighbouring: str
+    ) -> OwnerLogLikelihoodRatio:
+        """One owner's :class:`OwnerLogLikelihoodRatio`, on that owner's rows alone."""
+        rows, index = self._rows, np.asarray(owner_rows, dtype=np.int64)
+        return OwnerLogLikelihoodRatio(
+            lambda theta: rows.loglik_rows(theta, index), llr_clip, noise_multiplier, rng, neighbouring
+        )
+
+    def check_differentiable(self) -> None:
+        """Build the per-row gradient now (raises if the likelihood is not differentiable); releases nothing."""
+        self._rows.warm_gradient()
+
+
+def model_access(model, value_vars, shared, initial_point, compile_kwargs):
+    """The data-free prior and the row mechanisms of ``model`` for the parameters ``value_vars``.
+
+    The one place a step method or DPADVI reaches its model's data: it gets back a
+    :class:`pymc_dp.data.PriorDensity` (no row data) and a :class:`RowMechanisms`.
+    """
+    from pymc_dp.data import RowLikelihood
+
+    rows = RowLikelihood(model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs)
+    return rows.prior, RowMechanisms(rows)
