@@ -298,7 +298,7 @@ def test_each_iteration_makes_l_plus_one_gradient_releases_and_one_ratio_release
     _, sd = conjugate_normal.posterior()
     step = noisy_step(conjugate_normal.model, sd)
     step.set_rng(np.random.default_rng(0))
-    llr_mechanism, grad_mechanism = step._mechanisms()
+    llr_mechanism, grad_mechanism = step._get_mechanism()
     counts = {"gradient": 0, "ratio": 0}
     grad_release, llr_release = grad_mechanism.release, llr_mechanism.release
 

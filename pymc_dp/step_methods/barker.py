@@ -6,18 +6,16 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
-from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
 from pymc_dp.logistic_correction import LogisticCorrection, _check_correction_variance, logistic_correction
-from pymc_dp.mechanisms import NoisyBarkerStatistic, mechanism_rng
-from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
+from pymc_dp.mechanisms import NoisyBarkerStatistic
+from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, TransitionInfo, accept_reject, check_proposal_scale
 
-__all__ = ["DPBarkerMH", "barker_accepts"]
+__all__ = ["DPBarkerMH", "barker_accepts", "subsampled_barker_releases"]
 
 #: The correction variance C Theorem 2 of Heikkilä et al. (2019) is proved for.
 SUBSAMPLED_CORRECTION_VARIANCE = 2.0
@@ -48,11 +46,7 @@ def barker_accepts(
         The decision, and P(accept | z) = P(V_cor > −(z + log prior ratio)), a post-processed
         acceptance probability (lower variance than the decision for diagnostics).
     """
-    shifted = released + log_prior_ratio
-    if math.isnan(shifted):
-        return False, 0.0
-    accepted = bool(shifted + correction.sample(rng) > 0.0)
-    return accepted, float(correction.acceptance_probability(shifted))
+    return accept_reject(released + log_prior_ratio, rng, correction)
 
 
 class DPBarkerMH(RandomWalkTuning, DPStep):
@@ -266,13 +260,8 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([self._default_proposal_scale(size)])
         self._init_proposal(scale, size)
-        self._tune_initial = bool(tune)
-        self.tune = bool(tune)
-        self.reproducible_noise = bool(reproducible_noise)
-        self._iterations_chain = 0
         self._mechanism: NoisyBarkerStatistic | None = None
-        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     def _default_proposal_scale(self, size: int) -> float:
         """2.38/√(P·N₀), capped for the subsampled test so that most ratios stay below the clip.
@@ -328,8 +317,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         if self.full_data:
             noise_multiplier = math.sqrt(self.correction_variance) / self._sensitivity()
             return [GaussianReleases(noise_multiplier, count, label=self._label())]
-        orders, rdp = barker_subsampled_rdp(self.n_rows, self.batch_size)
-        return [RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), count, label=self._label())]
+        return [subsampled_barker_releases(self.n_rows, self.batch_size, count, label=self._label())]
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         if not self.full_data:
@@ -366,10 +354,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         return f"{type(self).__name__}[{','.join(self.var_names)}]"
 
     # -- sampling -------------------------------------------------------------------------
-    def _reset_chain_state(self) -> None:
-        self.reset_tuning()
-        self._iterations_chain = 0
-
     def _get_mechanism(self) -> NoisyBarkerStatistic:
         mechanism = self._mechanism
         if mechanism is None or mechanism.llr_clip != self.llr_clip:
@@ -382,27 +366,20 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
+        """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18)."""
         mechanism = self._get_mechanism()
-        tuning = bool(self.tune and self._tune_initial)
-        theta = q0.data
-        proposal = self._propose(theta, self.rng, tuning)
+        proposal = self._propose(theta, self.rng)
         released = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-        accepted, accept_probability = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
-        self._record_decision(accepted)
-        self._iterations_chain += 1
-        stats = {
-            "dp_accept": accept_probability,
-            "dp_accepted": accepted,
-            "dp_noisy_llr": float(released),
-            "dp_proposal_scale": float(np.mean(self.proposal_scale)),
-            "dp_tuning": tuning,
-            "dp_iterations": self._iterations_chain,
-        }
-        return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
+        accepted, accept = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
+        return (proposal if accepted else theta), TransitionInfo(released, accept, accepted)
 
-    @staticmethod
-    def competence(var, has_grad):
-        """Never chosen automatically: a DP step must be requested explicitly."""
-        return Competence.INCOMPATIBLE
+    def _iteration_mu(self) -> float:
+        return 0.0  # not recorded: priced from dp_iterations and the step's settings
+
+
+def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:
+    """``iterations`` subsampled Barker releases on N rows with batches of b (Theorem 2 with eq. 22)."""
+    orders, rdp = barker_subsampled_rdp(n_rows, batch_size)
+    return RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), int(iterations), label=label)
