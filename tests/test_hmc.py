@@ -255,6 +255,18 @@ def test_non_differentiable_likelihood_is_refused():
         pmdp.DPHMC()
 
 
+def test_gradient_failures_are_told_apart_by_where_they_were_raised_not_by_their_text(conjugate_normal, monkeypatch):
+    """A PyTensor error whose text happens to say "continuous" or "`theta`" is still a missing gradient."""
+    from pymc_dp.mechanisms import RowMechanisms
+
+    def fails(self):
+        raise NotImplementedError("grad of `theta` not implemented for this continuous Op")
+
+    monkeypatch.setattr(RowMechanisms, "check_differentiable", fails)
+    with conjugate_normal.model, pytest.raises(ValueError, match=r"must be differentiable in `vars` \(\['m'\]\)"):
+        pmdp.DPHMC()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
+from pymc_dp._errors import _raised_in_package
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
@@ -251,16 +252,7 @@ class DPHMC(DPStep):
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
             vars, model, initial_point, compile_kwargs, "DPHMC"
         )
-        try:
-            self._prior.prior_logp_and_grad(self._prior.initial_theta)
-            self._row_mechanisms.check_differentiable()
-        except (NotImplementedError, TypeError, ValueError) as err:
-            if "continuous" in str(err) or "`theta`" in str(err):
-                raise
-            raise ValueError(
-                f"The model must be differentiable in `vars` ({[v.name for v in value_vars]}) for DPHMC: "
-                f"building the gradient failed with {type(err).__name__}."
-            ) from None
+        self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows
         size = self._prior.n_params
         if step_size is None:
@@ -271,6 +263,26 @@ class DPHMC(DPStep):
         self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
         self._grad_mechanism: NoisyClippedGradient | None = None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
+
+    def _build_gradients(self, names: list[str]) -> None:
+        """Compile the prior and per-row gradients now, so that a model without gradients is refused here.
+
+        An error raised by pymc-dp's own checks passes unchanged (its message names the
+        parameter); one raised by PyTensor while building a gradient (``NotImplementedError``
+        for an Op without one, ``NullTypeGradError``, ``DisconnectedInputError``, ...) becomes
+        a ``ValueError`` naming ``vars``. Which is which is decided by where it was raised,
+        never by its text.
+        """
+        try:
+            self._prior.prior_logp_and_grad(self._prior.initial_theta)
+            self._row_mechanisms.check_differentiable()
+        except (NotImplementedError, TypeError, ValueError) as err:
+            if _raised_in_package(err)[0]:
+                raise
+            raise ValueError(
+                f"The model must be differentiable in `vars` ({names}) for DPHMC: "
+                f"building the gradient failed with {type(err).__name__}."
+            ) from None
 
     # -- privacy interface ----------------------------------------------------------------
     @property
