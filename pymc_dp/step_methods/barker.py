@@ -15,7 +15,7 @@ from pymc_dp.logistic_correction import LogisticCorrection, _check_correction_va
 from pymc_dp.mechanisms import NoisyBarkerStatistic
 from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, TransitionInfo, accept_reject, check_proposal_scale
 
-__all__ = ["DPBarkerMH", "barker_accepts", "subsampled_barker_releases"]
+__all__ = ["DPBarkerMH", "barker_accepts", "recorded_barker_releases", "subsampled_barker_releases"]
 
 #: The correction variance C Theorem 2 of Heikkilä et al. (2019) is proved for.
 SUBSAMPLED_CORRECTION_VARIANCE = 2.0
@@ -140,9 +140,21 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     - ``dp_accepted``: whether the proposal was accepted.
     - ``dp_noisy_llr``: the released statistic z_Δ.
     - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
+    - ``dp_mu_cumulative``: full data: μ spent by this chain so far, tuning included
+      (public: k·(2tB)²/(2C) after k iterations; tB under add/remove). Subsampled: NaN, the
+      test is not a Gaussian mechanism (it is priced in RDP from the three statistics below).
     - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
-    - ``dp_iterations``: iterations of this chain so far, tuning included (public);
-      :func:`pymc_dp.publish` prices a plain ``pm.sample`` result from it.
+    - ``dp_iterations``: iterations of this chain so far, tuning included (public).
+    - ``dp_n_rows``: N, the number of rows, for the subsampled test (public under its
+      substitute neighbours); 0 for the full-data test, whose cost does not depend on N (and
+      which never records it: N is private under add/remove).
+    - ``dp_batch_size``: b for the subsampled test; 0 for the full-data test.
+
+    The subsampled test's cost depends on N, b and the number of iterations only, so
+    :func:`pymc_dp.privacy_spent` prices a plain ``pm.sample`` result from ``dp_n_rows``,
+    ``dp_batch_size`` and ``dp_iterations``; a full-data result like every Gaussian step's,
+    from ``dp_mu_cumulative``. The tempering N₀ is not needed: it only sets the clip √b/N₀
+    that Theorem 2 assumes, which the step enforces.
 
     References
     ----------
@@ -157,12 +169,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     name = "dp_barker_mh"
     noise_attributes = ("llr_clip",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        "dp_accept": (np.float64, []),
-        "dp_accepted": (bool, []),
-        "dp_noisy_llr": (np.float64, []),
+        **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
-        "dp_tuning": (bool, []),
         "dp_iterations": (np.int64, []),
+        "dp_n_rows": (np.int64, []),
+        "dp_batch_size": (np.int64, []),
     }
 
     def __init__(
@@ -376,10 +387,47 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         return (proposal if accepted else theta), TransitionInfo(released, accept, accepted)
 
     def _iteration_mu(self) -> float:
-        return 0.0  # not recorded: priced from dp_iterations and the step's settings
+        return self.gaussian_mu_per_iteration() if self.full_data else math.nan
+
+    def _recorded_settings(self) -> dict[str, Any]:
+        # What the subsampled accountant needs besides the iteration count: N (public: substitute only) and b.
+        if self.full_data:  # priced from dp_mu_cumulative; N is not needed (and private under add/remove)
+            return {"dp_n_rows": 0, "dp_batch_size": 0}
+        return {"dp_n_rows": self.n_rows, "dp_batch_size": self.batch_size}
 
 
 def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:
     """``iterations`` subsampled Barker releases on N rows with batches of b (Theorem 2 with eq. 22)."""
     orders, rdp = barker_subsampled_rdp(n_rows, batch_size)
     return RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), int(iterations), label=label)
+
+
+def recorded_barker_releases(stats: Any) -> tuple[RdpReleases, int] | None:
+    """The releases of a plain ``pm.sample`` run of a subsampled DPBarkerMH, from its statistics alone.
+
+    Reads N and b (``dp_n_rows``, ``dp_batch_size``, the same at every draw) and the
+    iterations of every chain up to its last stored draw (Σ over chains of the last
+    ``dp_iterations``, tuning included). Returns (event, N), or None when the statistics are
+    not a subsampled Barker run's (no ``dp_batch_size``, or the full-data test, which is a
+    Gaussian mechanism priced from ``dp_mu_cumulative``).
+
+    Parameters
+    ----------
+    stats : xarray.Dataset
+        The ``sample_stats`` group.
+    """
+    if "dp_batch_size" not in stats:
+        return None
+    names = ("dp_n_rows", "dp_batch_size", "dp_iterations")
+    if any(tuple(stats[name].dims) != ("chain", "draw") for name in names):
+        raise ValueError(
+            "`idata` was sampled with DPBarkerMH beside other steps: price it with the steps, "
+            "pymc_dp.publish(idata, delta=..., step=step)."
+        )
+    n_rows, batch_size, iterations = (np.asarray(stats[name].values, dtype=np.int64) for name in names)
+    if iterations.size == 0 or not batch_size.any():
+        return None
+    if np.unique(n_rows).size != 1 or np.unique(batch_size).size != 1:
+        raise ValueError("`idata` holds dp_n_rows or dp_batch_size statistics that vary: they are not one run's.")
+    count = int(iterations.max(axis=1).sum())
+    return subsampled_barker_releases(int(n_rows.flat[0]), int(batch_size.flat[0]), count), int(n_rows.flat[0])
