@@ -11,7 +11,14 @@ import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp._errors import _raised_in_package
-from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._validation import (
+    _as_real,
+    check_bool,
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_unit_interval_open,
+)
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
@@ -228,14 +235,11 @@ class DPHMC(DPStep):
         if share >= 1.0:
             raise ValueError(f"`grad_budget_share` must be in the open interval (0, 1). Found {grad_budget_share!r}.")
         self.grad_budget_share = share
-        jitter = float(step_size_jitter)
+        jitter = _as_real("step_size_jitter", step_size_jitter)  # a string or None: TypeError naming it
         if not 0.0 <= jitter < 1.0:
             raise ValueError(f"`step_size_jitter` must be in [0, 1). Found {step_size_jitter!r}.")
         self.step_size_jitter = jitter
-        target = float(target_accept)
-        if not 0.0 < target < 1.0:
-            raise ValueError(f"`target_accept` must be in the open interval (0, 1). Found {target_accept!r}.")
-        self.target_accept = target
+        self.target_accept = check_unit_interval_open("target_accept", target_accept)
         if (
             isinstance(adapt_mass_window, bool)
             or not isinstance(adapt_mass_window, int | np.integer)
