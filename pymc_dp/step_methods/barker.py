@@ -206,6 +206,25 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         scale = check_proposal_scale(proposal_scale)
         if llr_clip is not None:
             llr_clip = check_finite_positive("llr_clip", llr_clip)
+        batch_size, tempered_size, temperature = self._check_test(batch_size, tempered_size, temperature)
+
+        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
+            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
+        )
+        self.n_rows = n = self._prior.n_rows
+        size = self._prior.n_params
+        self._fit_to_rows(n, batch_size, tempered_size, temperature, llr_clip)
+        self._noise_user_set = self.full_data and self.llr_clip is not None
+        self.correction = logistic_correction(self.correction_variance)
+
+        if proposal_scale is None and self.neighbouring == "substitute":
+            scale = np.array([self._default_proposal_scale(size)])
+        self._init_proposal(scale, size)
+        self._mechanism: NoisyBarkerStatistic | None = None
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
+
+    def _check_test(self, batch_size: Any, tempered_size: Any, temperature: Any) -> tuple[Any, Any, Any]:
+        """Validate the test's settings that do not need the model (mode, batch, tempering, relation, C)."""
         if tempered_size is not None and temperature is not None:
             raise ValueError(
                 "Give `tempered_size` (N₀) or `temperature` (N₀/N), not both. "
@@ -233,19 +252,18 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             if self.neighbouring != "substitute":
                 raise ValueError(
                     "`neighbouring` must be 'substitute' for the subsampled test (Theorem 2 and the amplification "
-                    f"bound of eq. 22 assume it); add/remove is available with full_data=True. Found {neighbouring!r}."
+                    "bound of eq. 22 assume it); add/remove is available with full_data=True. "
+                    f"Found {self.neighbouring!r}."
                 )
             if self.correction_variance != SUBSAMPLED_CORRECTION_VARIANCE:
                 raise ValueError(
                     "`correction_variance` must be 2.0 for the subsampled test: its privacy bound (Theorem 2) is "
-                    f"proved for C = 2. Other C are available with full_data=True. Found {correction_variance!r}."
+                    f"proved for C = 2. Other C are available with full_data=True. Found {self.correction_variance!r}."
                 )
+        return batch_size, tempered_size, temperature
 
-        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
-        )
-        self.n_rows = n = self._prior.n_rows
-        size = self._prior.n_params
+    def _fit_to_rows(self, n: int, batch_size: Any, tempered_size: Any, temperature: Any, llr_clip: Any) -> None:
+        """Check the batch and the tempering against the N rows; set b, T, N₀ and the clip."""
         if not self.full_data and batch_size >= n:
             raise ValueError(f"`batch_size` must be smaller than the number of rows ({n}). Found {batch_size}.")
         if tempered_size is not None and tempered_size > n:
@@ -265,14 +283,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
                 )
             llr_clip = bound if llr_clip is None else llr_clip
         self.llr_clip = llr_clip
-        self._noise_user_set = self.full_data and llr_clip is not None
-        self.correction = logistic_correction(self.correction_variance)
-
-        if proposal_scale is None and self.neighbouring == "substitute":
-            scale = np.array([self._default_proposal_scale(size)])
-        self._init_proposal(scale, size)
-        self._mechanism: NoisyBarkerStatistic | None = None
-        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     def _default_proposal_scale(self, size: int) -> float:
         """2.38/√(P·N₀), capped for the subsampled test so that most ratios stay below the clip.
