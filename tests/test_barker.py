@@ -341,6 +341,24 @@ def test_plain_pm_sample_is_priced_from_its_statistics_as_pmdp_sample_prices_it(
         assert spent.epsilon == subsampled_barker_epsilon(y.size, 100, 2 * 50, 1e-5)
 
 
+def test_plain_result_of_barker_beside_another_dp_step_is_priced_only_with_the_steps():
+    """Pricing Barker's statistics alone would leave out the other step's releases: refused, publish(step=) works."""
+    y = np.random.default_rng(6).normal(0.5, 1.0, size=200)
+    run = dict(draws=10, tune=10, chains=2, cores=1, random_seed=2, progressbar=False, compute_convergence_checks=False)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("obs", m, s, observed=y)
+        steps = [pmdp.DPBarkerMH([m], batch_size=100, tempered_size=20.0), pmdp.DPPenaltyMH([s], noise_scale=10.0)]
+        idata = pm.sample(step=steps, **run)
+        pmdp.strip_private_groups(idata, model=model)
+        with pytest.raises(ValueError, match=r"DPBarkerMH beside other steps.*step=step"):
+            pmdp.privacy_spent(idata, delta=1e-5, model=model)
+        pmdp.publish(idata, delta=1e-5, step=steps)
+    events = [e for step in steps for e in step.privacy_events(2 * 20)]
+    assert idata.posterior.attrs["dp_epsilon"] == pmdp.accounting.compose_epsilon(events, 1e-5)[0]
+
+
 def test_over_budget_run_is_refused_with_the_iterations_it_could_afford(tempered_normal):
     model, _ = tempered_normal
     with model:

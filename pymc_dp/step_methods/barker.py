@@ -429,7 +429,8 @@ def recorded_barker_releases(stats: Any) -> tuple[RdpReleases, int] | None:
     if "dp_batch_size" not in stats:
         return None
     names = ("dp_n_rows", "dp_batch_size", "dp_iterations")
-    if any(tuple(stats[name].dims) != ("chain", "draw") for name in names):
+    # Every DP step records dp_accepted: a second dimension means several steps, whose costs compose.
+    if any(tuple(stats[name].dims) != ("chain", "draw") for name in (*names, "dp_accepted")):
         raise ValueError(
             "`idata` was sampled with DPBarkerMH beside other steps: price it with the steps, "
             "pymc_dp.publish(idata, delta=..., step=step)."
