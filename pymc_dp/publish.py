@@ -58,10 +58,10 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     step : DPStep or list of DPStep, optional
         The step(s) the result was sampled with. With them, ε is computed from their public
         settings and the iteration counts the statistics record, the neighbouring relation and
-        N (under substitute neighbours) are recorded, and :class:`pymc_dp.DPBarkerMH` results
-        can be priced (their cost depends on N and the batch size, which the statistics do
-        not hold). Without them, Gaussian steps are priced from ``dp_mu_cumulative`` and the
-        relation is recorded as ``"unknown"``.
+        N (under substitute neighbours) are recorded. Without them, Gaussian steps are priced
+        from ``dp_mu_cumulative`` and the relation is recorded as ``"unknown"``; a subsampled
+        :class:`pymc_dp.DPBarkerMH` from the N, batch size and iteration counts its statistics
+        record (its relation, substitute, is recorded).
 
     Returns
     -------
@@ -72,8 +72,7 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     ------
     ValueError
         When ``delta`` is missing or not in (0, 1); when ``sample_stats`` holds statistics of
-        a non-DP sampler; when the result was sampled with DPBarkerMH and ``step`` is not
-        given; when ``step`` does not match the result.
+        a non-DP sampler; when ``step`` does not match the result.
 
     Notes
     -----
@@ -109,8 +108,19 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
 
 
 def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, Any]:
-    """The record of a result of Gaussian steps priced from ``dp_mu_cumulative`` (relation unknown)."""
-    spent = privacy_spent(idata, delta, model=model)  # refuses Barker results and foreign statistics
+    """The record of a result priced from its statistics alone (:func:`pymc_dp.privacy_spent`'s plain branch)."""
+    spent = privacy_spent(idata, delta, model=model)  # refuses foreign statistics
+    if spent.events:  # priced from recorded public settings (a subsampled DPBarkerMH): keep its events
+        return _publish_record(
+            idata,
+            list(spent.events),
+            method=spent.method,
+            mu=spent.mu,
+            delta=delta,
+            epsilon=spent.epsilon,
+            neighbouring=spent.neighbouring,
+            n_rows=spent.n_rows,
+        )
     mu = float(spent.mu)
     events = []
     if mu > 0:

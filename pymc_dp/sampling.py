@@ -40,7 +40,7 @@ from pymc_dp.results import (
 )
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import check_init, prior_starts
-from pymc_dp.step_methods.barker import DPBarkerMH
+from pymc_dp.step_methods.barker import DPBarkerMH, recorded_barker_releases
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.penalty import DPPenaltyMH
@@ -587,7 +587,9 @@ def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) 
     ``pm.sample`` result with DP steps it sums, over chains, the ``dp_mu_cumulative``
     statistic of each chain's last stored draw: the μ that chain spent up to that draw,
     tuning iterations included (so a result cut to fewer draws is priced for what it still
-    reveals, and a result whose tuning draws were discarded is still charged for them).
+    reveals, and a result whose tuning draws were discarded is still charged for them). A
+    subsampled DPBarkerMH result is priced in RDP from the N, batch size and iteration counts
+    its statistics record (``dp_n_rows``, ``dp_batch_size``, ``dp_iterations``).
 
     Parameters
     ----------
@@ -642,13 +644,13 @@ def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) 
     if "sample_stats" not in group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
     stats = group(idata, "sample_stats")
-    if "dp_iterations" in stats:
-        raise ValueError(
-            "`idata` was sampled with DPBarkerMH outside pymc_dp.sample: its ε depends on N and the batch size, "
-            "which the statistics do not record. Use pymc_dp.sample, or pymc_dp.publish(idata, delta=..., step=step), "
-            "or pymc_dp.accounting.subsampled_barker_epsilon(n_rows, batch_size, iterations, delta) with iterations "
-            "= the sum over chains of the last dp_iterations."
-        )
+    # -- a subsampled DPBarkerMH: priced in RDP from the N, b and iteration counts its statistics record --
+    barker = recorded_barker_releases(stats)
+    if barker is not None:
+        event, n_rows = barker
+        eps, method, mu = compose_epsilon([event], delta)
+        return PrivacySpent(eps, delta, "substitute", method, mu, n_rows, (event,))  # the test is substitute-only
+    # -- Gaussian steps (full-data DPBarkerMH included): μ summed from dp_mu_cumulative --
     if "dp_mu_cumulative" not in stats:
         raise ValueError("`idata` has no dp_mu_cumulative statistic: it was not sampled with pymc_dp steps.")
     cumulative = stats["dp_mu_cumulative"]

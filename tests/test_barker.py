@@ -309,15 +309,56 @@ def test_statistics_hold_no_exact_likelihood_values(tempered_normal):
         )
     stats = idata.sample_stats
     assert sorted(stats.data_vars) == sorted(
-        ["dp_accept", "dp_accepted", "dp_noisy_llr", "dp_proposal_scale", "dp_tuning", "dp_iterations"]
+        [
+            *["dp_accept", "dp_accepted", "dp_noisy_llr", "dp_proposal_scale", "dp_tuning", "dp_iterations"],
+            *["dp_mu_cumulative", "dp_n_rows", "dp_batch_size"],  # so that plain pm.sample results can be priced
+        ]
     )
     assert stats["dp_iterations"].values[0, -1] == 100
+    assert np.all(stats["dp_n_rows"].values == 2000) and np.all(stats["dp_batch_size"].values == 100)
+    assert np.all(np.isnan(stats["dp_mu_cumulative"].values))  # not a Gaussian mechanism: no μ
     attrs = idata.posterior.attrs
     record = json.loads(attrs["dp_accountant"])
     assert record["method"] == "rdp" and record["events"][0]["count"] == 100
     assert attrs["dp_epsilon"] == pytest.approx(subsampled_barker_epsilon(2000, 100, 100, 1e-5), rel=1e-12)
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"], rel=1e-12)
     assert record["steps"][0]["sampling"] == "fixed size, without replacement"
+
+
+@pytest.mark.parametrize("full_data", [False, True], ids=["subsampled", "full_data"])
+def test_plain_pm_sample_is_priced_from_its_statistics_as_pmdp_sample_prices_it(tempered_normal, full_data):
+    """The statistics record what the accountant needs (N, b and the iterations; μ for full data)."""
+    model, y = tempered_normal
+    settings = {"full_data": True, "llr_clip": 0.01} if full_data else {"batch_size": 100, "tempered_size": 20.0}
+    run = dict(draws=30, tune=20, chains=2, cores=1, random_seed=4, progressbar=False, compute_convergence_checks=False)
+    with model:
+        plain = pm.sample(step=pmdp.DPBarkerMH(**settings), **run)
+        reported = pmdp.sample(step=pmdp.DPBarkerMH(**settings), delta=1e-5, **run).posterior.attrs["dp_epsilon"]
+    pmdp.strip_private_groups(plain, model=model)
+    spent = pmdp.privacy_spent(plain, delta=1e-5, model=model)
+    if full_data:  # μ summed over iterations from dp_mu_cumulative vs k·μ in one event: equal up to rounding
+        assert spent.epsilon == pytest.approx(reported, rel=1e-12) and spent.method == "gaussian_closed_form"
+    else:  # the same RDP event, rebuilt from dp_n_rows, dp_batch_size and dp_iterations
+        assert spent.epsilon == reported and (spent.neighbouring, spent.n_rows) == ("substitute", y.size)
+        assert spent.epsilon == subsampled_barker_epsilon(y.size, 100, 2 * 50, 1e-5)
+
+
+def test_plain_result_of_barker_beside_another_dp_step_is_priced_only_with_the_steps():
+    """Pricing Barker's statistics alone would leave out the other step's releases: refused, publish(step=) works."""
+    y = np.random.default_rng(6).normal(0.5, 1.0, size=200)
+    run = dict(draws=10, tune=10, chains=2, cores=1, random_seed=2, progressbar=False, compute_convergence_checks=False)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("obs", m, s, observed=y)
+        steps = [pmdp.DPBarkerMH([m], batch_size=100, tempered_size=20.0), pmdp.DPPenaltyMH([s], noise_scale=10.0)]
+        idata = pm.sample(step=steps, **run)
+        pmdp.strip_private_groups(idata, model=model)
+        with pytest.raises(ValueError, match=r"DPBarkerMH beside other steps.*step=step"):
+            pmdp.privacy_spent(idata, delta=1e-5, model=model)
+        pmdp.publish(idata, delta=1e-5, step=steps)
+    events = [e for step in steps for e in step.privacy_events(2 * 20)]
+    assert idata.posterior.attrs["dp_epsilon"] == pmdp.accounting.compose_epsilon(events, 1e-5)[0]
 
 
 def test_over_budget_run_is_refused_with_the_iterations_it_could_afford(tempered_normal):
@@ -405,8 +446,9 @@ def test_same_seed_same_draws_for_one_and_two_cores(tempered_normal):
         two = pm.sample(step=pmdp.DPBarkerMH(**settings), cores=2, **kwargs)
     np.testing.assert_array_equal(one.posterior["m"].values, two.posterior["m"].values)
     pmdp.strip_private_groups(one, model=model)
-    with pytest.raises(ValueError, match=r"DPBarkerMH outside pymc_dp\.sample"):
-        pmdp.privacy_spent(one, delta=1e-5, model=model)
+    iterations = 2 * (100 + 100)  # priced from the N, b and iteration counts the statistics record
+    expected = subsampled_barker_epsilon(2000, 100, iterations, 1e-5)
+    assert pmdp.privacy_spent(one, delta=1e-5, model=model).epsilon == expected
 
 
 class _FixedRatios:

@@ -255,6 +255,18 @@ def test_non_differentiable_likelihood_is_refused():
         pmdp.DPHMC()
 
 
+def test_gradient_failures_are_told_apart_by_where_they_were_raised_not_by_their_text(conjugate_normal, monkeypatch):
+    """A PyTensor error whose text happens to say "continuous" or "`theta`" is still a missing gradient."""
+    from pymc_dp.mechanisms import RowMechanisms
+
+    def fails(self):
+        raise NotImplementedError("grad of `theta` not implemented for this continuous Op")
+
+    monkeypatch.setattr(RowMechanisms, "check_differentiable", fails)
+    with conjugate_normal.model, pytest.raises(ValueError, match=r"must be differentiable in `vars` \(\['m'\]\)"):
+        pmdp.DPHMC()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -298,7 +310,7 @@ def test_each_iteration_makes_l_plus_one_gradient_releases_and_one_ratio_release
     _, sd = conjugate_normal.posterior()
     step = noisy_step(conjugate_normal.model, sd)
     step.set_rng(np.random.default_rng(0))
-    llr_mechanism, grad_mechanism = step._mechanisms()
+    llr_mechanism, grad_mechanism = step._get_mechanism()
     counts = {"gradient": 0, "ratio": 0}
     grad_release, llr_release = grad_mechanism.release, llr_mechanism.release
 

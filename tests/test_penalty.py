@@ -234,3 +234,26 @@ def test_tuning_uses_private_accept_decisions_and_resets_per_chain(conjugate_nor
     assert 1.0 > 10 * sd
     assert np.all(idata.sample_stats["dp_proposal_scale"].values[:, -1] < 1.0)
     assert warm["dp_tuning"].values.all() and not idata.sample_stats["dp_tuning"].values.any()
+
+
+def test_the_shared_accept_reject_helper():
+    """One helper decides for every step: Metropolis (U from the rng) or Barker (V_cor from the rng)."""
+    from pymc_dp.step_methods.barker_correction import logistic_correction
+
+    from pymc_dp.step_methods.base import accept_reject
+
+    rng = np.random.default_rng(3)
+    state = rng.bit_generator.state
+    assert accept_reject(float("nan"), rng) == (False, 0.0)  # outside the support: rejected, nothing drawn
+    assert rng.bit_generator.state == state
+    assert accept_reject(-np.inf, rng) == (False, 0.0) and rng.bit_generator.state != state  # one uniform
+    assert accept_reject(5.0, rng) == (True, 1.0)
+    for log_alpha in (-2.0, -0.3):
+        # The decision is log U < log α with U the rng's next uniform; P(accept) = e^{log α}.
+        expected = bool(np.log(np.random.default_rng(9).uniform()) < log_alpha)
+        assert accept_reject(log_alpha, np.random.default_rng(9)) == (expected, pytest.approx(np.exp(log_alpha)))
+    correction = logistic_correction(2.0)
+    # Barker: accept iff statistic + V_cor > 0; P(accept) = P(V_cor > −statistic).
+    v = correction.sample(np.random.default_rng(4))
+    decided, probability = accept_reject(0.4, np.random.default_rng(4), correction)
+    assert decided == (0.4 + v > 0) and probability == correction.acceptance_probability(0.4)

@@ -1,5 +1,7 @@
 """The plain PyMC path: pm.sample(step=<DP step>) followed by pmdp.publish."""
 
+import copy
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -98,10 +100,11 @@ def test_publish_with_the_step_records_the_relation_and_prices_barker():
     with model:
         step = pmdp.DPBarkerMH(batch_size=20, tempered_size=5.0)
         idata = pm.sample(step=step, var_names=["m"], **KWARGS)
-        with pytest.raises(ValueError, match=r"pymc_dp\.sample.*subsampled_barker_epsilon"):
-            pmdp.publish(idata, delta=1e-6)  # the statistics alone do not say N and b
+        alone = pmdp.publish(copy.deepcopy(idata), delta=1e-6)  # the statistics record N, b and the iterations
         assert "dp_epsilon" not in idata["posterior"].attrs
         pmdp.publish(idata, delta=1e-6, step=step)
+    assert alone["posterior"].attrs["dp_epsilon"] == idata["posterior"].attrs["dp_epsilon"]
+    assert pmdp.privacy_spent(alone).epsilon == alone["posterior"].attrs["dp_epsilon"]
     attrs = idata["posterior"].attrs
     iterations = KWARGS["chains"] * (KWARGS["tune"] + KWARGS["draws"])
     expected = pmdp.accounting.subsampled_barker_epsilon(Y.size, 20, iterations, 1e-6)

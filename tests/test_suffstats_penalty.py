@@ -100,7 +100,7 @@ def test_alg3_clamps_rows_outside_the_bounds_by_default_and_strict_mode_gives_no
         m = pm.Normal("m", 0, 10)
         step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, noise_scale=1e-9, family_settings=settings)
         assert step.accountant_settings()["out_of_bounds"] == "clamp"
-        released = step._mechanism().release(np.random.default_rng(0))  # τ → 0: Ŝ ≈ S of the clamped rows
+        released = step._get_mechanism().release(np.random.default_rng(0))  # τ → 0: Ŝ ≈ S of the clamped rows
         assert released[0] == pytest.approx(0.5 + 1.0 - 0.2 - 1.0, abs=1e-6)
         with pytest.raises(ValueError, match="which and how many are not shown") as info:
             pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, family_settings=settings, out_of_bounds="raise")

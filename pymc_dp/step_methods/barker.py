@@ -6,18 +6,16 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
-from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
-from pymc_dp.mechanisms import NoisyBarkerStatistic, mechanism_rng
+from pymc_dp.mechanisms import NoisyBarkerStatistic
 from pymc_dp.step_methods.barker_correction import LogisticCorrection, _check_correction_variance, logistic_correction
-from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, check_proposal_scale
+from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, TransitionInfo, accept_reject, check_proposal_scale
 
-__all__ = ["DPBarkerMH", "barker_accepts"]
+__all__ = ["DPBarkerMH", "barker_accepts", "recorded_barker_releases", "subsampled_barker_releases"]
 
 #: The correction variance C Theorem 2 of Heikkilä et al. (2019) is proved for.
 SUBSAMPLED_CORRECTION_VARIANCE = 2.0
@@ -48,11 +46,7 @@ def barker_accepts(
         The decision, and P(accept | z) = P(V_cor > −(z + log prior ratio)), a post-processed
         acceptance probability (lower variance than the decision for diagnostics).
     """
-    shifted = released + log_prior_ratio
-    if math.isnan(shifted):
-        return False, 0.0
-    accepted = bool(shifted + correction.sample(rng) > 0.0)
-    return accepted, float(correction.acceptance_probability(shifted))
+    return accept_reject(released + log_prior_ratio, rng, correction)
 
 
 class DPBarkerMH(RandomWalkTuning, DPStep):
@@ -146,9 +140,21 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     - ``dp_accepted``: whether the proposal was accepted.
     - ``dp_noisy_llr``: the released statistic z_Δ.
     - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
+    - ``dp_mu_cumulative``: full data: μ spent by this chain so far, tuning included
+      (public: k·(2tB)²/(2C) after k iterations; tB under add/remove). Subsampled: NaN, the
+      test is not a Gaussian mechanism (it is priced in RDP from the three statistics below).
     - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
-    - ``dp_iterations``: iterations of this chain so far, tuning included (public);
-      :func:`pymc_dp.publish` prices a plain ``pm.sample`` result from it.
+    - ``dp_iterations``: iterations of this chain so far, tuning included (public).
+    - ``dp_n_rows``: N, the number of rows, for the subsampled test (public under its
+      substitute neighbours); 0 for the full-data test, whose cost does not depend on N (and
+      which never records it: N is private under add/remove).
+    - ``dp_batch_size``: b for the subsampled test; 0 for the full-data test.
+
+    The subsampled test's cost depends on N, b and the number of iterations only, so
+    :func:`pymc_dp.privacy_spent` prices a plain ``pm.sample`` result from ``dp_n_rows``,
+    ``dp_batch_size`` and ``dp_iterations``; a full-data result like every Gaussian step's,
+    from ``dp_mu_cumulative``. The tempering N₀ is not needed: it only sets the clip √b/N₀
+    that Theorem 2 assumes, which the step enforces.
 
     References
     ----------
@@ -163,12 +169,11 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     name = "dp_barker_mh"
     noise_attributes = ("llr_clip",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        "dp_accept": (np.float64, []),
-        "dp_accepted": (bool, []),
-        "dp_noisy_llr": (np.float64, []),
+        **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
-        "dp_tuning": (bool, []),
         "dp_iterations": (np.int64, []),
+        "dp_n_rows": (np.int64, []),
+        "dp_batch_size": (np.int64, []),
     }
 
     def __init__(
@@ -201,6 +206,25 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         scale = check_proposal_scale(proposal_scale)
         if llr_clip is not None:
             llr_clip = check_finite_positive("llr_clip", llr_clip)
+        batch_size, tempered_size, temperature = self._check_test(batch_size, tempered_size, temperature)
+
+        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
+            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
+        )
+        self.n_rows = n = self._prior.n_rows
+        size = self._prior.n_params
+        self._fit_to_rows(n, batch_size, tempered_size, temperature, llr_clip)
+        self._noise_user_set = self.full_data and self.llr_clip is not None
+        self.correction = logistic_correction(self.correction_variance)
+
+        if proposal_scale is None and self.neighbouring == "substitute":
+            scale = np.array([self._default_proposal_scale(size)])
+        self._init_proposal(scale, size)
+        self._mechanism: NoisyBarkerStatistic | None = None
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
+
+    def _check_test(self, batch_size: Any, tempered_size: Any, temperature: Any) -> tuple[Any, Any, Any]:
+        """Validate the test's settings that do not need the model (mode, batch, tempering, relation, C)."""
         if tempered_size is not None and temperature is not None:
             raise ValueError(
                 "Give `tempered_size` (N₀) or `temperature` (N₀/N), not both. "
@@ -228,19 +252,18 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             if self.neighbouring != "substitute":
                 raise ValueError(
                     "`neighbouring` must be 'substitute' for the subsampled test (Theorem 2 and the amplification "
-                    f"bound of eq. 22 assume it); add/remove is available with full_data=True. Found {neighbouring!r}."
+                    "bound of eq. 22 assume it); add/remove is available with full_data=True. "
+                    f"Found {self.neighbouring!r}."
                 )
             if self.correction_variance != SUBSAMPLED_CORRECTION_VARIANCE:
                 raise ValueError(
                     "`correction_variance` must be 2.0 for the subsampled test: its privacy bound (Theorem 2) is "
-                    f"proved for C = 2. Other C are available with full_data=True. Found {correction_variance!r}."
+                    f"proved for C = 2. Other C are available with full_data=True. Found {self.correction_variance!r}."
                 )
+        return batch_size, tempered_size, temperature
 
-        value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
-        )
-        self.n_rows = n = self._prior.n_rows
-        size = self._prior.n_params
+    def _fit_to_rows(self, n: int, batch_size: Any, tempered_size: Any, temperature: Any, llr_clip: Any) -> None:
+        """Check the batch and the tempering against the N rows; set b, T, N₀ and the clip."""
         if not self.full_data and batch_size >= n:
             raise ValueError(f"`batch_size` must be smaller than the number of rows ({n}). Found {batch_size}.")
         if tempered_size is not None and tempered_size > n:
@@ -260,19 +283,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
                 )
             llr_clip = bound if llr_clip is None else llr_clip
         self.llr_clip = llr_clip
-        self._noise_user_set = self.full_data and llr_clip is not None
-        self.correction = logistic_correction(self.correction_variance)
-
-        if proposal_scale is None and self.neighbouring == "substitute":
-            scale = np.array([self._default_proposal_scale(size)])
-        self._init_proposal(scale, size)
-        self._tune_initial = bool(tune)
-        self.tune = bool(tune)
-        self.reproducible_noise = bool(reproducible_noise)
-        self._iterations_chain = 0
-        self._mechanism: NoisyBarkerStatistic | None = None
-        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
 
     def _default_proposal_scale(self, size: int) -> float:
         """2.38/√(P·N₀), capped for the subsampled test so that most ratios stay below the clip.
@@ -328,8 +338,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         if self.full_data:
             noise_multiplier = math.sqrt(self.correction_variance) / self._sensitivity()
             return [GaussianReleases(noise_multiplier, count, label=self._label())]
-        orders, rdp = barker_subsampled_rdp(self.n_rows, self.batch_size)
-        return [RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), count, label=self._label())]
+        return [subsampled_barker_releases(self.n_rows, self.batch_size, count, label=self._label())]
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         if not self.full_data:
@@ -366,10 +375,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         return f"{type(self).__name__}[{','.join(self.var_names)}]"
 
     # -- sampling -------------------------------------------------------------------------
-    def _reset_chain_state(self) -> None:
-        self.reset_tuning()
-        self._iterations_chain = 0
-
     def _get_mechanism(self) -> NoisyBarkerStatistic:
         mechanism = self._mechanism
         if mechanism is None or mechanism.llr_clip != self.llr_clip:
@@ -382,27 +387,58 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
+        """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18)."""
         mechanism = self._get_mechanism()
-        tuning = bool(self.tune and self._tune_initial)
-        theta = q0.data
-        proposal = self._propose(theta, self.rng, tuning)
+        proposal = self._propose(theta, self.rng)
         released = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-        accepted, accept_probability = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
-        self._record_decision(accepted)
-        self._iterations_chain += 1
-        stats = {
-            "dp_accept": accept_probability,
-            "dp_accepted": accepted,
-            "dp_noisy_llr": float(released),
-            "dp_proposal_scale": float(np.mean(self.proposal_scale)),
-            "dp_tuning": tuning,
-            "dp_iterations": self._iterations_chain,
-        }
-        return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
+        accepted, accept = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
+        return (proposal if accepted else theta), TransitionInfo(released, accept, accepted)
 
-    @staticmethod
-    def competence(var, has_grad):
-        """Never chosen automatically: a DP step must be requested explicitly."""
-        return Competence.INCOMPATIBLE
+    def _iteration_mu(self) -> float:
+        return self.gaussian_mu_per_iteration() if self.full_data else math.nan
+
+    def _recorded_settings(self) -> dict[str, Any]:
+        # What the subsampled accountant needs besides the iteration count: N (public: substitute only) and b.
+        if self.full_data:  # priced from dp_mu_cumulative; N is not needed (and private under add/remove)
+            return {"dp_n_rows": 0, "dp_batch_size": 0}
+        return {"dp_n_rows": self.n_rows, "dp_batch_size": self.batch_size}
+
+
+def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:
+    """``iterations`` subsampled Barker releases on N rows with batches of b (Theorem 2 with eq. 22)."""
+    orders, rdp = barker_subsampled_rdp(n_rows, batch_size)
+    return RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), int(iterations), label=label)
+
+
+def recorded_barker_releases(stats: Any) -> tuple[RdpReleases, int] | None:
+    """The releases of a plain ``pm.sample`` run of a subsampled DPBarkerMH, from its statistics alone.
+
+    Reads N and b (``dp_n_rows``, ``dp_batch_size``, the same at every draw) and the
+    iterations of every chain up to its last stored draw (Σ over chains of the last
+    ``dp_iterations``, tuning included). Returns (event, N), or None when the statistics are
+    not a subsampled Barker run's (no ``dp_batch_size``, or the full-data test, which is a
+    Gaussian mechanism priced from ``dp_mu_cumulative``).
+
+    Parameters
+    ----------
+    stats : xarray.Dataset
+        The ``sample_stats`` group.
+    """
+    if "dp_batch_size" not in stats:
+        return None
+    names = ("dp_n_rows", "dp_batch_size", "dp_iterations")
+    # Every DP step records dp_accepted: a second dimension means several steps, whose costs compose.
+    if any(tuple(stats[name].dims) != ("chain", "draw") for name in (*names, "dp_accepted")):
+        raise ValueError(
+            "`idata` was sampled with DPBarkerMH beside other steps: price it with the steps, "
+            "pymc_dp.publish(idata, delta=..., step=step)."
+        )
+    n_rows, batch_size, iterations = (np.asarray(stats[name].values, dtype=np.int64) for name in names)
+    if iterations.size == 0 or not batch_size.any():
+        return None
+    if np.unique(n_rows).size != 1 or np.unique(batch_size).size != 1:
+        raise ValueError("`idata` holds dp_n_rows or dp_batch_size statistics that vary: they are not one run's.")
+    count = int(iterations.max(axis=1).sum())
+    return subsampled_barker_releases(int(n_rows.flat[0]), int(batch_size.flat[0]), count), int(n_rows.flat[0])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from pymc.blocking import RaveledVars
 from pymc.model import modelcontext
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
 from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
@@ -19,24 +22,93 @@ from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
 
-__all__ = ["DPStep", "RandomWalkTuning", "check_proposal_scale"]
+__all__ = ["DPStep", "RandomWalkTuning", "TransitionInfo", "accept_reject", "check_proposal_scale"]
+
+
+def accept_reject(log_alpha: float, rng: Any, correction: Any = None) -> tuple[bool, float]:
+    """The accept/reject decision every DP step makes, from released values only.
+
+    Like BlackJAX's ``proposal.py``, one helper serves every sampler; the rule is chosen by
+    ``correction``:
+
+    - **Metropolis** (``correction=None``; the penalty steps and DPHMC): accept iff
+      log U < log α with U ~ U(0, 1) from ``rng``; P(accept) = min(1, e^{log α}).
+    - **Barker** (a :class:`pymc_dp.step_methods.barker_correction.LogisticCorrection`; DPBarkerMH):
+      accept iff log α + V_cor > 0 with V_cor drawn from ``rng``; P(accept) =
+      P(V_cor > −log α), which with the N(0, C) noise already in the released statistic
+      is the logistic σ(log α) up to the correction error (Heikkilä et al. 2019, eq. 9).
+
+    A NaN log α (a proposal outside the support) is rejected without a draw.
+
+    Parameters
+    ----------
+    log_alpha : float
+        The test statistic: log α̂ of the penalty test, or the released Barker statistic
+        plus the log prior ratio. A function of released values and public settings only.
+    rng : numpy.random.Generator or SecureNoise
+        Source of U or V_cor.
+    correction : LogisticCorrection, optional
+        The Barker correction; None for the Metropolis rule.
+
+    Returns
+    -------
+    (bool, float)
+        The decision and the acceptance probability given ``log_alpha`` (the ``dp_accept``
+        statistic: a post-processing of the released values).
+    """
+    if math.isnan(log_alpha):
+        return False, 0.0
+    if correction is None:
+        return bool(np.log(rng.uniform()) < log_alpha), float(np.exp(min(0.0, log_alpha)))
+    return bool(log_alpha + correction.sample(rng) > 0.0), float(correction.acceptance_probability(log_alpha))
+
+
+@dataclass(frozen=True)
+class TransitionInfo:
+    """What one transition released, or computed from released values and public settings.
+
+    The ``info`` of a BlackJAX kernel: :meth:`DPStep.transition` returns it beside the new
+    point, and :meth:`DPStep.astep` turns it into sampler statistics.
+
+    Attributes
+    ----------
+    noisy_llr : float
+        The released log-likelihood-ratio statistic of the move (λ̂, d̂ or z_Δ); NaN when the
+        iteration released none (a diverged DPHMC trajectory).
+    accept : float
+        The acceptance probability given the released values.
+    accepted : bool
+        Whether the proposal was accepted.
+    """
+
+    noisy_llr: float
+    accept: float
+    accepted: bool
+
+    def statistics(self) -> dict[str, Any]:
+        """The sampler statistics this transition supplies."""
+        return {"dp_noisy_llr": float(self.noisy_llr), "dp_accept": float(self.accept), "dp_accepted": self.accepted}
 
 
 class DPStep(ArrayStepShared):
-    """Base class of the DP step methods.
+    """Base class of the DP step methods: one iteration is the step's :meth:`transition`.
 
-    Subclasses implement :meth:`astep`, :meth:`privacy_events` (what ``n`` iterations
-    release, from public settings alone), :meth:`set_noise_for_mu` (calibration) and
-    :meth:`accountant_settings`.
+    Subclasses implement :meth:`transition` (θ ↦ (θ′, :class:`TransitionInfo`): the algorithm,
+    with its releases), :meth:`privacy_events` (what ``n`` iterations release, from public
+    settings alone), :meth:`set_noise_for_mu` (calibration) and :meth:`accountant_settings`.
+    :meth:`astep` is written once, here: it calls the tuner's hooks (a tuner such as
+    :class:`RandomWalkTuning` is mixed in; the defaults tune nothing), counts the chain's
+    iterations, tuning iterations and μ, and builds the statistics the class declares from
+    the transition's info, the tuner and the public settings the step records.
 
     The per-chain hook works on both PyMC 5 (``set_rng``) and PyMC 6
     (``setup_chain(rng, tune, draws)``): it takes the chain's generator for the data-free
     randomness (proposals, momenta, accept uniforms), gives the chain a fresh mechanism
     generator from OS entropy (:func:`pymc_dp.mechanisms.mechanism_rng`; derived from the
     chain's generator only with ``reproducible_noise=True``, for testing), resets all
-    per-chain state (tuning, caches) and checks that the noise is set, before the chain
-    touches any data. With ``reproducible_noise=True``, draws with the same ``random_seed``
-    are identical for ``cores=1`` and ``cores>1``.
+    per-chain state (counts, tuning, caches) and checks that the noise is set, before the
+    chain touches any data. With ``reproducible_noise=True``, draws with the same
+    ``random_seed`` are identical for ``cores=1`` and ``cores>1``.
     """
 
     #: Statistics every DP step records (subclasses add their own).
@@ -77,15 +149,25 @@ class DPStep(ArrayStepShared):
         prior, mechanisms = model_access(model, value_vars, shared, initial_point, compile_kwargs)
         return value_vars, shared, prior, mechanisms
 
+    def _start(self, value_vars, shared, *, tune: bool, reproducible_noise: bool, blocked: bool, rng: Any) -> None:
+        """What every step's construction ends with, once its settings are validated and its model built."""
+        self._tune_initial = self.tune = bool(tune)
+        self.reproducible_noise = bool(reproducible_noise)
+        self._iterations_chain, self._mu_spent_chain = 0, 0.0
+        self.reset_tuning()
+        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
+        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
+
     # -- per-chain hooks ------------------------------------------------------------------
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:
         self._check_ready()
         self.rng = get_random_generator(rng, copy=False)
         self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
-        self._mu_spent_chain = 0.0
         if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets it
             self.planned_tune = int(tune)
         self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
+        self._iterations_chain, self._mu_spent_chain = 0, 0.0
+        self.reset_tuning()
         self._reset_chain_state()
 
     def set_rng(self, rng: Any) -> None:  # PyMC 5
@@ -95,10 +177,66 @@ class DPStep(ArrayStepShared):
         self._new_chain(rng, tune)
 
     def _reset_chain_state(self) -> None:
-        """Reset caches and counters that must not carry over between chains."""
+        """Drop caches that must not carry over between chains (counts and tuning are reset by the base)."""
 
     def _check_ready(self) -> None:
         """Raise before sampling if a privacy parameter is unset (override)."""
+
+    # -- one iteration --------------------------------------------------------------------
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
+        """One move of the algorithm from the flat point θ: (the point kept, what was released)."""
+        raise NotImplementedError
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One iteration: the tuner's hooks around :meth:`transition`, then counts and statistics."""
+        tuning = bool(self.tune and self._tune_initial)
+        self._tuning_before(tuning)
+        theta, info = self.transition(q0.data)
+        if tuning:
+            self._tuning_iterations += 1
+        self._tuning_after(tuning, theta, info)
+        self._iterations_chain += 1
+        self._mu_spent_chain += self._iteration_mu()
+        return RaveledVars(theta, q0.point_map_info), [self._statistics(info, tuning)]
+
+    def _statistics(self, info: TransitionInfo, tuning: bool) -> dict[str, Any]:
+        """The statistics the class declares, from ``info``, the counts, the tuner and the recorded settings."""
+        values = {
+            **info.statistics(),
+            "dp_tuning": tuning,
+            "dp_mu_cumulative": self._mu_spent_chain,
+            "dp_iterations": self._iterations_chain,
+            **self._tuned_statistics(),
+            **self._recorded_settings(),
+        }
+        return {key: values[key] for key in self.stats_dtypes_shapes}
+
+    def _iteration_mu(self) -> float:
+        """μ of one iteration, added to ``dp_mu_cumulative`` (NaN where the step is not a Gaussian mechanism)."""
+        return self.gaussian_mu_per_iteration()
+
+    def _recorded_settings(self) -> dict[str, Any]:
+        """Public settings recorded as statistics so that a plain ``pm.sample`` result can be priced."""
+        return {}
+
+    # -- tuning (the defaults tune nothing; a tuner mixin overrides them) -------------------
+    def reset_tuning(self) -> None:
+        """Return the tuned settings and the tuning count to their initial state (PyMC calls this per chain)."""
+        self._tuning_iterations = 0
+        self._reset_tuned_settings()
+
+    def _reset_tuned_settings(self) -> None:
+        """Return the tuned settings to their initial values."""
+
+    def _tuning_before(self, tuning: bool) -> None:
+        """Set this iteration's tuned settings (before the transition)."""
+
+    def _tuning_after(self, tuning: bool, theta: np.ndarray, info: TransitionInfo) -> None:
+        """Learn from the released decision and the point kept (after the transition)."""
+
+    def _tuned_statistics(self) -> dict[str, Any]:
+        """Statistics of the tuned settings used in this iteration."""
+        return {}
 
     # -- privacy interface ----------------------------------------------------------------
     @property
@@ -129,6 +267,11 @@ class DPStep(ArrayStepShared):
     def accountant_settings(self) -> dict[str, Any]:
         """Public settings recorded in ``dp_accountant``."""
         raise NotImplementedError
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Never chosen automatically: a DP step must be requested explicitly."""
+        return Competence.INCOMPATIBLE
 
 
 class GaussianNoiseScale:
@@ -195,8 +338,8 @@ def check_proposal_scale(proposal_scale: Any) -> np.ndarray:
 class RandomWalkTuning:
     """A Gaussian random-walk proposal tuned by PyMC's Metropolis rule on privatized accept decisions.
 
-    Mixed into DP Metropolis-type steps. Tuning reads only the accept decisions, which are
-    released values, so it costs no privacy.
+    The tuner of the DP Metropolis-type steps (mixed in before :class:`DPStep`). Tuning reads
+    only the accept decisions, which are released values, so it costs no privacy.
     """
 
     proposal_scale: np.ndarray
@@ -209,22 +352,26 @@ class RandomWalkTuning:
                 f"Found {scale.size} values."
             )
         self._proposal_scale_initial = np.broadcast_to(scale, (size,)).copy()
-        self.reset_tuning()
 
-    def reset_tuning(self) -> None:
-        """Return the proposal scale to its initial value (PyMC calls this per chain)."""
+    def _reset_tuned_settings(self) -> None:
         self.proposal_scale = self._proposal_scale_initial.copy()
         self._steps_until_tune = self.tune_interval
         self._accepted_sum = 0
 
-    def _propose(self, theta: np.ndarray, rng: np.random.Generator, tuning: bool) -> np.ndarray:
-        """Update the scale when a tuning interval is complete, then draw θ′ = θ + s·z."""
+    def _tuning_before(self, tuning: bool) -> None:
+        """Update the scale when a tuning interval is complete."""
         if tuning and self._steps_until_tune == 0:
             self.proposal_scale = tune_scaling(self.proposal_scale, self._accepted_sum / float(self.tune_interval))
             self._steps_until_tune = self.tune_interval
             self._accepted_sum = 0
-        return theta + rng.normal(size=theta.shape) * self.proposal_scale
 
-    def _record_decision(self, accepted: bool) -> None:
-        self._accepted_sum += int(accepted)
+    def _tuning_after(self, tuning: bool, theta: np.ndarray, info: TransitionInfo) -> None:
+        self._accepted_sum += int(info.accepted)
         self._steps_until_tune -= 1
+
+    def _tuned_statistics(self) -> dict[str, Any]:
+        return {"dp_proposal_scale": float(np.mean(self.proposal_scale))}
+
+    def _propose(self, theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """θ′ = θ + s·z, z ~ N(0, I) from the data-free ``rng``."""
+        return theta + rng.normal(size=theta.shape) * self.proposal_scale

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
-from pymc.step_methods.compound import Competence
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._errors import _raised_in_package
+from pymc_dp._validation import (
+    _as_real,
+    check_bool,
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_unit_interval_open,
+)
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, mechanism_rng
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
+from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
 __all__ = ["DPHMC", "kinetic_energy", "leapfrog"]
@@ -67,6 +74,16 @@ def leapfrog(
 def kinetic_energy(momentum: np.ndarray, inv_mass: np.ndarray) -> float:
     """½ pᵀ M⁻¹ p for a diagonal mass matrix."""
     return 0.5 * float(np.dot(momentum * inv_mass, momentum))
+
+
+@dataclass(frozen=True)
+class HMCInfo(TransitionInfo):
+    """A DPHMC transition's info: that of every step plus the (jittered) step size used."""
+
+    step_size: float
+
+    def statistics(self) -> dict[str, Any]:
+        return {**super().statistics(), "dp_step_size": float(self.step_size)}
 
 
 class DPHMC(DPStep):
@@ -218,14 +235,11 @@ class DPHMC(DPStep):
         if share >= 1.0:
             raise ValueError(f"`grad_budget_share` must be in the open interval (0, 1). Found {grad_budget_share!r}.")
         self.grad_budget_share = share
-        jitter = float(step_size_jitter)
+        jitter = _as_real("step_size_jitter", step_size_jitter)  # a string or None: TypeError naming it
         if not 0.0 <= jitter < 1.0:
             raise ValueError(f"`step_size_jitter` must be in [0, 1). Found {step_size_jitter!r}.")
         self.step_size_jitter = jitter
-        target = float(target_accept)
-        if not 0.0 < target < 1.0:
-            raise ValueError(f"`target_accept` must be in the open interval (0, 1). Found {target_accept!r}.")
-        self.target_accept = target
+        self.target_accept = check_unit_interval_open("target_accept", target_accept)
         if (
             isinstance(adapt_mass_window, bool)
             or not isinstance(adapt_mass_window, int | np.integer)
@@ -242,32 +256,37 @@ class DPHMC(DPStep):
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
             vars, model, initial_point, compile_kwargs, "DPHMC"
         )
-        try:
-            self._prior.prior_logp_and_grad(self._prior.initial_theta)
-            self._row_mechanisms.check_differentiable()
-        except (NotImplementedError, TypeError, ValueError) as err:
-            if "continuous" in str(err) or "`theta`" in str(err):
-                raise
-            raise ValueError(
-                f"The model must be differentiable in `vars` ({[v.name for v in value_vars]}) for DPHMC: "
-                f"building the gradient failed with {type(err).__name__}."
-            ) from None
+        self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows
         size = self._prior.n_params
         if step_size is None:
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)
         self._size = size
-        self._tune_initial = bool(tune)
-        self.tune = bool(tune)
-        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = grad_noise_scale is not None
         self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
         self._grad_mechanism: NoisyClippedGradient | None = None
-        self._mu_spent_chain = 0.0
-        self._reset_chain_state()
-        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
+
+    def _build_gradients(self, names: list[str]) -> None:
+        """Compile the prior and per-row gradients now, so that a model without gradients is refused here.
+
+        An error raised by pymc-dp's own checks passes unchanged (its message names the
+        parameter); one raised by PyTensor while building a gradient (``NotImplementedError``
+        for an Op without one, ``NullTypeGradError``, ``DisconnectedInputError``, ...) becomes
+        a ``ValueError`` naming ``vars``. Which is which is decided by where it was raised,
+        never by its text.
+        """
+        try:
+            self._prior.prior_logp_and_grad(self._prior.initial_theta)
+            self._row_mechanisms.check_differentiable()
+        except (NotImplementedError, TypeError, ValueError) as err:
+            if _raised_in_package(err)[0]:
+                raise
+            raise ValueError(
+                f"The model must be differentiable in `vars` ({names}) for DPHMC: "
+                f"building the gradient failed with {type(err).__name__}."
+            ) from None
 
     # -- privacy interface ----------------------------------------------------------------
     @property
@@ -330,24 +349,13 @@ class DPHMC(DPStep):
 
     # -- per-chain state ------------------------------------------------------------------
     def _reset_chain_state(self) -> None:
-        self.reset_tuning()
-        if self._llr_mechanism is not None:
-            self._llr_mechanism.forget()
-
-    def reset_tuning(self) -> None:
-        """Return η, M and the adaptation windows to their initial state."""
-        self.inv_mass = np.ones(self._size)
-        self.step_size = self._step_size_initial
-        self._adaptation = DualAverageAdaptation(self._step_size_initial, self.target_accept, 0.05, 0.75, 10)
-        self._window: list[np.ndarray] = []
-        self._window_length = self.adapt_mass_window
-        self._tuning_iteration = 0
+        self.forget_private_state()
 
     def forget_private_state(self) -> None:
         if self._llr_mechanism is not None:
             self._llr_mechanism.forget()
 
-    def _mechanisms(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
+    def _get_mechanism(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
         llr, grad = self._llr_mechanism, self._grad_mechanism
         current = (self.llr_noise_scale, self.llr_clip, self.grad_noise_scale, self.grad_clip, self.neighbouring)
         if (
@@ -364,65 +372,33 @@ class DPHMC(DPStep):
             )
         return self._llr_mechanism, self._grad_mechanism
 
-    # -- sampling -------------------------------------------------------------------------
-    def _log_target_gradient(self, grad_mechanism: NoisyClippedGradient) -> Callable[[np.ndarray], np.ndarray]:
-        def gradient(theta: np.ndarray) -> np.ndarray:
-            _, prior_grad = self._prior.prior_logp_and_grad(theta)
-            return prior_grad + self.temperature * grad_mechanism.release(theta, self.noise_rng)
+    # -- tuning: dual averaging of η on the released acceptance, windowed diagonal M -------
+    def _reset_tuned_settings(self) -> None:
+        """Return η, M and the adaptation windows to their initial state."""
+        self.inv_mass = np.ones(self._size)
+        self.step_size = self._step_size_initial
+        self._adaptation = DualAverageAdaptation(self._step_size_initial, self.target_accept, 0.05, 0.75, 10)
+        self._window: list[np.ndarray] = []
+        self._window_length = self.adapt_mass_window
 
-        return gradient
+    def _tuning_before(self, tuning: bool) -> None:
+        if tuning:  # η of this iteration: the dual-averaging iterate (fixed at its average by stop_tuning)
+            self.step_size = float(self._adaptation.current(True))
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        llr_mechanism, grad_mechanism = self._mechanisms()
-        if self.shared:  # other parameters may have moved since our last step
-            llr_mechanism.forget()
-        tuning = bool(self.tune and self._tune_initial)
-        step_size = float(self._adaptation.current(tuning)) if tuning else self.step_size
-        if self.step_size_jitter:
-            step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
-
-        theta = q0.data
-        momentum = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
-        proposal, momentum_end = leapfrog(
-            theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
-        )
-        if np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end)):
-            noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
-            log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-            kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
-            log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
-        else:  # the trajectory diverged (a function of released gradients only): reject without a release
-            noisy_llr, log_alpha = np.nan, -np.inf
-        if np.isnan(log_alpha):
-            log_alpha = -np.inf
-        accepted = bool(np.log(self.rng.uniform()) < log_alpha)
-        llr_mechanism.keep(accepted)
-        accept_probability = float(np.exp(min(0.0, log_alpha)))
-        new = proposal if accepted else theta
-
-        if tuning:
-            self._tuning_iteration += 1
-            self._adaptation.update(accept_probability, True)
-            if self.adapt_mass_window:
-                self._window.append(new.copy())
-                if len(self._window) == self._window_length:
-                    # Windows double (Stan's schedule); no mass update in the last window of a run whose
-                    # tuning length is known, so the step size ends adapted to the final mass matrix.
-                    left = None if self.planned_tune is None else self.planned_tune - self._tuning_iteration
-                    if left is None or left >= self.adapt_mass_window:
-                        self._update_mass()
-                    self._window = []
-                    self._window_length *= 2
-        self._mu_spent_chain += self.gaussian_mu_per_iteration()
-        stats = {
-            "dp_accept": accept_probability,
-            "dp_accepted": accepted,
-            "dp_noisy_llr": float(noisy_llr),
-            "dp_step_size": step_size,
-            "dp_mu_cumulative": self._mu_spent_chain,
-            "dp_tuning": tuning,
-        }
-        return RaveledVars(new, q0.point_map_info), [stats]
+    def _tuning_after(self, tuning: bool, theta: np.ndarray, info: TransitionInfo) -> None:
+        if not tuning:
+            return
+        self._adaptation.update(info.accept, True)
+        if self.adapt_mass_window:
+            self._window.append(theta.copy())
+            if len(self._window) == self._window_length:
+                # Windows double (Stan's schedule); no mass update in the last window of a run whose
+                # tuning length is known, so the step size ends adapted to the final mass matrix.
+                left = None if self.planned_tune is None else self.planned_tune - self._tuning_iterations
+                if left is None or left >= self.adapt_mass_window:
+                    self._update_mass()
+                self._window = []
+                self._window_length *= 2
 
     def _update_mass(self) -> None:
         draws = np.asarray(self._window)
@@ -447,7 +423,33 @@ class DPHMC(DPStep):
             self.step_size = float(self._adaptation.current(False))
         super().stop_tuning()
 
-    @staticmethod
-    def competence(var, has_grad):
-        """Never chosen automatically: a DP step must be requested explicitly."""
-        return Competence.INCOMPATIBLE
+    # -- sampling -------------------------------------------------------------------------
+    def _log_target_gradient(self, grad_mechanism: NoisyClippedGradient) -> Callable[[np.ndarray], np.ndarray]:
+        def gradient(theta: np.ndarray) -> np.ndarray:
+            _, prior_grad = self._prior.prior_logp_and_grad(theta)
+            return prior_grad + self.temperature * grad_mechanism.release(theta, self.noise_rng)
+
+        return gradient
+
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:
+        """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio."""
+        llr_mechanism, grad_mechanism = self._get_mechanism()
+        if self.shared:  # other parameters may have moved since our last step
+            llr_mechanism.forget()
+        step_size = self.step_size
+        if self.step_size_jitter:
+            step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
+        momentum = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+        proposal, momentum_end = leapfrog(
+            theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
+        )
+        if np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end)):
+            noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
+            log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
+            kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
+            log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
+        else:  # the trajectory diverged (a function of released gradients only): reject without a release
+            noisy_llr, log_alpha = np.nan, -np.inf
+        accepted, accept = accept_reject(log_alpha, self.rng)
+        llr_mechanism.keep(accepted)
+        return (proposal if accepted else theta), HMCInfo(noisy_llr, accept, accepted, step_size)

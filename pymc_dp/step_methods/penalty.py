@@ -6,12 +6,17 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.blocking import RaveledVars
-from pymc.step_methods.compound import Competence
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
-from pymc_dp.mechanisms import NoisyLogLikelihoodRatio, mechanism_rng
-from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
+from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
+from pymc_dp.step_methods.base import (
+    DPStep,
+    GaussianNoiseScale,
+    RandomWalkTuning,
+    TransitionInfo,
+    accept_reject,
+    check_proposal_scale,
+)
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
 
@@ -57,28 +62,6 @@ def penalty_log_acceptance(
     """
     scaled_std = temperature * noise_std
     return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
-
-
-def penalty_decision(step, log_alpha: float, noisy_llr: float, tuning: bool) -> tuple[bool, dict[str, Any]]:
-    """Accept with probability min(1, e^{log α}) from ``step.rng``; record the decision and the μ spent.
-
-    ``step`` is a random-walk penalty step making one Gaussian release per iteration (it has
-    ``rng``, ``proposal_scale``, ``_record_decision``, ``_mu_spent_chain`` and
-    ``gaussian_mu_per_iteration``). A NaN log α (a proposal outside the support) is rejected.
-    Returns the decision and the documented ``dp_*`` statistics, all privatized or public.
-    """
-    accepted = bool(not np.isnan(log_alpha) and np.log(step.rng.uniform()) < log_alpha)
-    step._record_decision(accepted)
-    step._mu_spent_chain += step.gaussian_mu_per_iteration()
-    stats = {
-        "dp_accept": 0.0 if np.isnan(log_alpha) else float(np.exp(min(0.0, log_alpha))),
-        "dp_accepted": accepted,
-        "dp_noisy_llr": float(noisy_llr),
-        "dp_proposal_scale": float(np.mean(step.proposal_scale)),
-        "dp_mu_cumulative": step._mu_spent_chain,
-        "dp_tuning": tuning,
-    }
-    return accepted, stats
 
 
 class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
@@ -207,15 +190,9 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._init_proposal(scale, size)
-        self._tune_initial = bool(tune)
-        self.tune = bool(tune)
-        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = noise_scale is not None
-        self._mu_spent_chain = 0.0
         self._mechanism: NoisyLogLikelihoodRatio | None = None
-        self._reset_chain_state()
-        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     # -- privacy interface ----------------------------------------------------------------
     def _noise_changed(self) -> None:
@@ -236,9 +213,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
 
     # -- sampling -------------------------------------------------------------------------
     def _reset_chain_state(self) -> None:
-        self.reset_tuning()
-        if self._mechanism is not None:
-            self._mechanism.forget()
+        self.forget_private_state()
 
     def forget_private_state(self) -> None:
         if self._mechanism is not None:
@@ -257,21 +232,15 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
+        """Algorithm 1 of Yıldırım and Ermiş (2019): propose, release λ̂, the penalty test."""
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
-        tuning = bool(self.tune and self._tune_initial)
-        theta = q0.data
-        proposal = self._propose(theta, self.rng, tuning)
+        proposal = self._propose(theta, self.rng)
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
         log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
-        accepted, stats = penalty_decision(self, log_alpha, noisy_llr, tuning)
+        accepted, accept = accept_reject(log_alpha, self.rng)
         mechanism.keep(accepted)
-        return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
-
-    @staticmethod
-    def competence(var, has_grad):
-        """Never chosen automatically: a DP step must be requested explicitly."""
-        return Competence.INCOMPATIBLE
+        return (proposal if accepted else theta), TransitionInfo(noisy_llr, accept, accepted)

@@ -7,19 +7,24 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytensor.tensor as pt
-from pymc.blocking import RaveledVars
 from pymc.model import modelcontext
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
-from pymc.step_methods.compound import Competence
 from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics, PrivateSufficientStatistics
-from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
-from pymc_dp.step_methods.penalty import penalty_decision, penalty_log_acceptance
+from pymc_dp.step_methods.base import (
+    DPStep,
+    GaussianNoiseScale,
+    RandomWalkTuning,
+    TransitionInfo,
+    accept_reject,
+    check_proposal_scale,
+)
+from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
 __all__ = ["DPSuffStatsPenaltyMH"]
 
@@ -139,7 +144,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             )
         # The mechanism reads the rows once (shapes, bounds, Σ S(x)); the step keeps no rows.
         self._private_statistics = PrivateSufficientStatistics(self.family, data, self.out_of_bounds)
-        self._statistics: NoisySufficientStatistics | None = None
+        self._mechanism: NoisySufficientStatistics | None = None
 
         initial_point = model.initial_point() if initial_point is None else initial_point
         value_vars = sorted_value_vars(model, vars)
@@ -160,22 +165,12 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         if proposal_scale is None:
             scale = np.array([2.38 / math.sqrt(self.n_params * self.n_rows)])
         self._init_proposal(scale, self.n_params)
-        self._tune_initial = bool(tune)
-        self.tune = bool(tune)
-        self.reproducible_noise = bool(reproducible_noise)
         self._noise_user_set = noise_scale is not None
-        self._mu_spent_chain = 0.0
-        super().__init__(value_vars, shared, blocked=blocked, rng=rng)
-        self._new_rng_only()
-
-    def _new_rng_only(self) -> None:
-        from pymc_dp.mechanisms import mechanism_rng
-
-        self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
+        self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     # -- privacy interface ----------------------------------------------------------------
     def _noise_changed(self) -> None:
-        self._statistics = None
+        self._mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
         return {
@@ -192,29 +187,25 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "releases_per_iteration": 1,
         }
 
-    def _reset_chain_state(self) -> None:
-        self.reset_tuning()
-
     def forget_private_state(self) -> None:
-        self._statistics = None
+        self._mechanism = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_statistics"] = None  # never pickle the exact statistics
+        state["_mechanism"] = None  # never pickle the exact statistics
         return state
 
-    def _mechanism(self) -> NoisySufficientStatistics:
-        if self._statistics is None or self._statistics.noise_multiplier != self.noise_scale:
+    def _get_mechanism(self) -> NoisySufficientStatistics:
+        if self._mechanism is None or self._mechanism.noise_multiplier != self.noise_scale:
             self._check_ready()
-            self._statistics = self._private_statistics.gaussian_releases(self.noise_scale)
-        return self._statistics
+            self._mechanism = self._private_statistics.gaussian_releases(self.noise_scale)
+        return self._mechanism
 
     # -- sampling -------------------------------------------------------------------------
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        mechanism = self._mechanism()
-        tuning = bool(self.tune and self._tune_initial)
-        theta = q0.data
-        proposal = self._propose(theta, self.rng, tuning)
+    def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
+        """Algorithm 3 of Yıldırım and Ermiş (2019): propose, release a fresh Ŝ, the penalty test on d̂."""
+        mechanism = self._get_mechanism()
+        proposal = self._propose(theta, self.rng)
         prior0, phi0, log_g0 = self._f(theta)
         prior1, phi1, log_g1 = self._f(proposal)
         noisy = mechanism.release(self.noise_rng)  # Alg. 3 line 1: a fresh Ŝ
@@ -222,10 +213,5 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         d_hat = float(self.n_rows * (log_g1 - log_g0) + dphi @ noisy)  # eq. 7 with Ŝ
         std = math.sqrt(float(dphi @ dphi) * mechanism.variance)  # eq. 8
         log_alpha = penalty_log_acceptance(d_hat, std, float(prior1 - prior0), 0.0, self.temperature)
-        accepted, stats = penalty_decision(self, log_alpha, d_hat, tuning)
-        return RaveledVars(proposal if accepted else theta, q0.point_map_info), [stats]
-
-    @staticmethod
-    def competence(var, has_grad):
-        """Never chosen automatically: a DP step must be requested explicitly."""
-        return Competence.INCOMPATIBLE
+        accepted, accept = accept_reject(log_alpha, self.rng)
+        return (proposal if accepted else theta), TransitionInfo(d_hat, accept, accepted)
