@@ -6,8 +6,9 @@ included, and NUTS's divergence and tuning messages quote energies. Such an erro
 the caller would release them unclipped and unnoised (privacy contract, rule 3). A run wraps
 the part that reads data in :func:`data_free_errors`: an exception raised by pymc-dp's own
 code passes unchanged (its messages are written to hold public settings only, and tested for
-it); any other is replaced by a :class:`PrivateRunError` that names its type and where it
-was raised, never its text, and does not chain to it.
+it), and so does an ``ImportError`` (its text names a missing module, e.g. matplotlib for
+PyMC 6's progress bar); any other is replaced by a :class:`PrivateRunError` that names its type
+and where it was raised, never its text, and does not chain to it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def data_free_errors(what: str) -> Iterator[None]:
     """
     try:
         yield
+    except ImportError as error:
+        # Raised by the import system (a missing or broken optional dependency): its text names a
+        # module and a file path, which come from the environment, not from the data; withheld,
+        # the user would not learn which package to install. Whatever it was raised while handling
+        # (an implicit __context__, possibly a PyMC error quoting log densities) is dropped.
+        error.__cause__ = None
+        error.__context__ = None
+        error.__suppress_context__ = True
+        raise
     except Exception as error:
         inside, location = _raised_in_package(error)
         if inside:

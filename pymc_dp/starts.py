@@ -50,7 +50,10 @@ def prior_starts(model: Any, chains: int, random_seed: Any = None, max_tries: in
     Raises
     ------
     ValueError
-        When a prior keeps producing non-finite draws (the message names the variable).
+        When a prior keeps producing non-finite draws, when a free variable has a ``pm.Flat`` or
+        ``pm.HalfFlat`` prior (nothing to draw from), or when a prior has no random method (a
+        ``pm.CustomDist`` without ``random``); the message names the variables and says to pass
+        ``init="model"`` or ``initvals``.
 
     Notes
     -----
@@ -67,10 +70,25 @@ def prior_starts(model: Any, chains: int, random_seed: Any = None, max_tries: in
     free = list(model.free_RVs)
     if not free:
         return [{} for _ in range(chains)]
+    flat = [rv.name for rv in free if isinstance(rv.owner.op, _flat_ops())]
+    if flat:
+        raise ValueError(
+            f"`init`='prior' draws each chain's start from the prior, but {flat} have flat priors (pm.Flat / "
+            "pm.HalfFlat), which cannot be drawn from. Pass init='model' (PyMC's start for every chain) or "
+            "`initvals` (one data-free dict per chain), or give them proper priors."
+        )
     starts: list[dict[str, np.ndarray]] = []
     for _ in range(chains):
         for attempt in range(max_tries):
-            values = pm.draw(free, random_seed=rng)
+            try:
+                values = pm.draw(free, random_seed=rng)
+            except NotImplementedError as error:  # a prior without a random method (CustomDist without `random`)
+                names = [rv.name for rv in free]
+                raise ValueError(
+                    f"`init`='prior' draws each chain's start from the prior, but one of the priors of {names} has "
+                    "no random method (e.g. a pm.CustomDist without `random`). Pass init='model' (PyMC's start for "
+                    "every chain) or `initvals` (one data-free dict per chain)."
+                ) from error  # prior draws only: the original message holds no data
             bad = [rv.name for rv, v in zip(free, values, strict=True) if not np.all(np.isfinite(v))]
             if not bad:
                 starts.append({rv.name: np.asarray(v) for rv, v in zip(free, values, strict=True)})
@@ -81,3 +99,9 @@ def prior_starts(model: Any, chains: int, random_seed: Any = None, max_tries: in
                     "give the variable a proper prior, or pass `initvals` (data-free) or init='model'."
                 )
     return starts
+
+
+def _flat_ops() -> tuple[type, ...]:
+    from pymc.distributions.continuous import FlatRV, HalfFlatRV
+
+    return (FlatRV, HalfFlatRV)

@@ -25,6 +25,22 @@ def test_pymc_dp_own_errors_pass_unchanged():
         check_finite_positive("noise_scale", -1.0)
 
 
+def test_an_import_error_passes_with_its_message_but_without_what_it_interrupted():
+    # A missing optional dependency (PyMC 6's progress bar imports matplotlib) must say which module
+    # to install; its text comes from the environment, not the data.
+    with pytest.raises(ModuleNotFoundError, match="No module named 'pymc_dp_no_such_module'"), data_free_errors("x"):
+        import pymc_dp_no_such_module  # noqa: F401
+    secret = 0.123456789
+    with pytest.raises(ImportError, match="cannot import name 'colors'") as info, data_free_errors("pm.sample"):
+        try:
+            raise FloatingPointError(f"log density at the start: {secret}")
+        except FloatingPointError:
+            raise ImportError("cannot import name 'colors'", name="matplotlib")  # noqa: B904
+    error = info.value
+    assert error.name == "matplotlib"
+    assert error.__context__ is None and error.__cause__ is None  # the data-bearing error is not carried along
+
+
 def test_one_posterior_sample_withholds_pymc_sampling_error_text():
     # PyMC's SamplingError lists every term's log density at the start, the tempered likelihood
     # (a sum over the rows) included: an exact data-dependent value.

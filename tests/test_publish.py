@@ -79,7 +79,18 @@ def test_plain_pm_sample_without_noise_says_how_to_set_it(name):
     make_model, make_step, _ = STEPS[name]
     with make_model(), pytest.raises(ValueError, match=r"pymc_dp\.sample\(step=.*pymc_dp\.accounting\.") as info:
         pm.sample(step=make_step({}), **KWARGS)
-    assert "pymc_dp.publish(idata)" in str(info.value)
+    assert "pymc_dp.publish(idata, delta=...)" in str(info.value)  # publish refuses without delta
+
+
+def test_plain_pm_sample_full_data_barker_without_clip_says_how_to_publish():
+    with _model(), pytest.raises(ValueError, match=r"pymc_dp\.sample\(step=DPBarkerMH") as info:
+        pm.sample(step=pmdp.DPBarkerMH(full_data=True, temperature=0.5), **KWARGS)
+    assert "llr_clip=" in str(info.value)
+    assert "pymc_dp.publish(idata, delta=..., step=step)" in str(info.value)  # Barker is priced from the step
+    with _model():  # the advice works as written
+        step = pmdp.DPBarkerMH(full_data=True, temperature=0.5, llr_clip=1.0)
+        idata = pmdp.publish(pm.sample(step=step, var_names=["m"], **KWARGS), delta=1e-6, step=step)
+    assert "observed_data" not in idata and pmdp.privacy_spent(idata).epsilon == idata["posterior"].attrs["dp_epsilon"]
 
 
 def test_publish_strips_data_reading_deterministics_and_a_refusal_changes_nothing():

@@ -314,8 +314,10 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     def _check_ready(self) -> None:
         if self.llr_clip is None:
             raise ValueError(
-                "`llr_clip` must be set before sampling with full_data=True. Found None. Pass llr_clip= to "
-                "DPBarkerMH, or sample with pymc_dp.sample(..., epsilon=..., delta=...) to calibrate it."
+                "`llr_clip` must be set before sampling with full_data=True. Found None. Either sample with "
+                "pymc_dp.sample(step=DPBarkerMH(...), epsilon=..., delta=...), which calibrates it, or, for a plain "
+                "pm.sample, pass llr_clip= to DPBarkerMH and publish the result with "
+                "pymc_dp.publish(idata, delta=..., step=step)."
             )
 
     def _likelihood_scale(self) -> float:

@@ -295,7 +295,7 @@ class GaussianNoiseScale:
                 f"pymc_dp.sample(step={type(self).__name__}(...), epsilon=..., delta=...), which calibrates it, or, "
                 f"for a plain pm.sample, pass noise_scale=pymc_dp.accounting.noise_multiplier_for_target(epsilon, "
                 f"delta, count=chains * (tune + draws)) to {type(self).__name__} and publish the result with "
-                "pymc_dp.publish(idata)."
+                "pymc_dp.publish(idata, delta=...)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:

@@ -301,7 +301,7 @@ class DPHMC(DPStep):
                 "pm.sample, take mu = pymc_dp.accounting.gaussian_mu_for_target(epsilon, delta) / (chains * (tune + "
                 "draws)), pass llr_noise_scale=(2 * mu_llr) ** -0.5 and grad_noise_scale=((n_leapfrog + 1) / (2 * "
                 "mu_grad)) ** 0.5 with mu_llr + mu_grad = mu to DPHMC, and publish the result with "
-                "pymc_dp.publish(idata)."
+                "pymc_dp.publish(idata, delta=...)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:
