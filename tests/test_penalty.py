@@ -239,7 +239,6 @@ def test_tuning_uses_private_accept_decisions_and_resets_per_chain(conjugate_nor
 def test_the_shared_accept_reject_helper():
     """One helper decides for every step: Metropolis (U from the rng) or Barker (V_cor from the rng)."""
     from pymc_dp.step_methods.barker_correction import logistic_correction
-
     from pymc_dp.step_methods.base import accept_reject
 
     rng = np.random.default_rng(3)
