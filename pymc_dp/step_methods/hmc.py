@@ -240,7 +240,7 @@ class DPHMC(DPStep):
             step_size = check_finite_positive("step_size", step_size)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPHMC"
+            vars, model, initial_point, compile_kwargs, "DPHMC", self.neighbouring
         )
         try:
             self._prior.prior_logp_and_grad(self._prior.initial_theta)

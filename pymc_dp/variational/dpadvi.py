@@ -335,7 +335,8 @@ class DPADVI(Inference):
                 f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
             )
         # Raises ModelStructureError for models without a row axis.
-        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs)
+        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs, self.neighbouring)
+        mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
         approx_class = _APPROXIMATIONS[self.approximation]
         kwargs = {"model": model, "random_seed": random_seed}
         if self._start is not None:
