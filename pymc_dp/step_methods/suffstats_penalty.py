@@ -15,7 +15,7 @@ from pymc.step_methods.compound import Competence
 from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
-from pymc_dp.data import sorted_value_vars
+from pymc_dp.data import check_prior_reads_no_data, sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics
 from pymc_dp.step_methods.base import DPStep, GaussianNoiseScale, RandomWalkTuning, check_proposal_scale
@@ -137,7 +137,11 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
                 "`model` must hold the priors only: the likelihood comes from `family` and `data`. Found observed "
                 f"variables {[rv.name for rv in model.observed_RVs]}."
             )
-        self.family.check_data(data, self.out_of_bounds)  # shapes (and bounds in "raise" mode) before building
+        checked = self.family.check_data(data, self.out_of_bounds)  # shapes (and bounds in "raise" mode) first
+        # The priors, the potentials and `params` enter the acceptance ratio exactly (unclipped,
+        # unnoised): none may read pm.Data, an observed value or an array with an axis of length N.
+        expressions = {f"params[{k!r}]": v for k, v in params.items()}
+        check_prior_reads_no_data(model, int(np.asarray(checked).shape[0]), expressions=expressions)
         self._data = data
         self._statistics: NoisySufficientStatistics | None = None
 
