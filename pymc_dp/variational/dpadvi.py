@@ -11,6 +11,7 @@ from pymc.model import modelcontext
 from pymc.variational.inference import Inference
 from pymc.variational.opvi import Approximation
 
+from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import (
     check_bool,
     check_finite_positive,
@@ -492,9 +493,12 @@ class DPADVI(Inference):
         if progressbar_theme is None:
             from pymc.progress_bar import default_progress_theme as progressbar_theme
         callbacks = list(callbacks or [])
-        self.state = self._iterate_without_loss(
-            0, n, self._make_step(mechanism), progressbar, progressbar_theme, callbacks
-        )
+        # The budget is charged: an error raised while the iterations read the data reaches the
+        # caller without its text (PyMC's and PyTensor's messages may quote values).
+        with data_free_errors("DPADVI.fit"):
+            self.state = self._iterate_without_loss(
+                0, n, self._make_step(mechanism), progressbar, progressbar_theme, callbacks
+            )
         self.approx.hist = self.hist  # empty: no loss is computed
         if include_transformed is not None:
             for group in self.approx.groups:
