@@ -28,6 +28,13 @@ __all__ = ["publish"]
 #: Label of the single event that :func:`publish` records when it prices from the statistics alone.
 PLAIN_SAMPLE_LABEL = "pm.sample with pymc_dp steps (μ summed from dp_mu_cumulative)"
 
+#: Start provenance of a plain ``pm.sample`` result: the run recorded none (``dp_start``).
+UNRECORDED_START = {
+    "source": "not recorded",
+    "note": "a plain pm.sample run does not record where its chains started; initvals given to it are not covered "
+    "by ε and must not come from the data",
+}
+
 
 def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: Any = None) -> Any:
     """Turn the result of a plain ``pm.sample(step=...)`` run with DP steps into a publishable one.
@@ -60,7 +67,9 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     Returns
     -------
     InferenceData or DataTree
-        ``idata`` itself, stripped and annotated.
+        ``idata`` itself, stripped and annotated. ``dp_start`` is ``"not recorded"``: a
+        plain ``pm.sample`` run does not say where its chains started (``initvals`` are not
+        covered by ε).
 
     Raises
     ------
@@ -112,7 +121,15 @@ def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, A
     else:  # no iteration stored: nothing released
         events, epsilon, method = [], 0.0, spent.method
     return _publish_record(
-        idata, events, method=method, mu=mu, delta=delta, epsilon=epsilon, neighbouring="unknown", n_rows=None
+        idata,
+        events,
+        method=method,
+        mu=mu,
+        delta=delta,
+        epsilon=epsilon,
+        neighbouring="unknown",
+        n_rows=None,
+        start=dict(UNRECORDED_START),
     )
 
 
@@ -192,4 +209,5 @@ def _record_from_steps(idata: Any, steps: list[Any], delta: float) -> dict[str, 
         iterations=iterations,
         steps=[s.accountant_settings() for s in steps],
         reproducible_noise=any(s.reproducible_noise for s in steps),
+        start=dict(UNRECORDED_START),
     )

@@ -75,7 +75,8 @@ class _DPApproximationMixin:
         """One draw from q per chain, as ``initvals`` for ``pm.sample`` / ``pymc_dp.sample``.
 
         Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q. The
-        points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events:
+        points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events
+        (and those of the ``PrivateStart`` the fit itself started from, if any):
         ``pymc_dp.sample`` then reports, as the chain's ``dp_epsilon``, the composition of
         the fit and the chain (the draws depend on both), without charging a budget twice.
         """
@@ -154,9 +155,13 @@ class DPADVI(Inference):
     random_seed : int, optional
         Seeds the approximation's start and the Monte Carlo draws (data-free), and the
         batches and noise only with ``reproducible_noise=True``.
-    start : dict, optional
-        Start point, as for ``pm.MeanField``. Not covered by ε: it must be public (not
-        computed from the data). Its provenance is recorded in the result (``dp_start``).
+    start : dict or PrivateStart, optional
+        Start point, as for ``pm.MeanField``. A dict is not covered by ε: it must be public
+        (not computed from the data); it is recorded as ``dp_start = "user"``. A
+        :class:`pymc_dp.results.PrivateStart` of one point (``approx.initial_values(1)`` of an
+        earlier DPADVI fit) is recorded as ``"dp_release"`` and its events are composed into
+        the fit's reported ``dp_epsilon`` (the fit depends on both; a budget is not charged
+        for them again).
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` for the per-row functions, e.g.
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
@@ -248,7 +253,7 @@ class DPADVI(Inference):
         self.budget = budget
         self.reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
         self.random_seed = random_seed
-        self._start = start
+        self._start, self._start_events, self._start_source = self._check_start(start)
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
             raise TypeError(f"`compile_kwargs` must be a dict. Found {type(compile_kwargs).__name__}.")
         self._compile_kwargs = dict(compile_kwargs or {})
@@ -260,6 +265,23 @@ class DPADVI(Inference):
         self.state = None
         self._approx = None
         self._iterations = 0  # accounted so far
+
+    @staticmethod
+    def _check_start(start: Any) -> tuple[dict | None, tuple[PrivacyEvent, ...], dict[str, Any]]:
+        """(the start point, the events it depends on, its provenance record) of ``start``."""
+        if start is None:
+            return None, (), {"source": "model"}
+        if isinstance(start, PrivateStart):
+            if len(start) != 1 or not isinstance(start[0], dict):
+                raise ValueError(
+                    "`start` must hold exactly one point when it is a PrivateStart (e.g. approx.initial_values(1)). "
+                    f"Found {len(start)} points."
+                )
+            return dict(start[0]), tuple(start.events), {"source": "dp_release", "description": start.source}
+        if not isinstance(start, dict):
+            raise TypeError(f"`start` must be a dict of start values or a PrivateStart. Found {type(start).__name__}.")
+        note = "start given by the caller: not covered by ε, must not come from the data"
+        return start, (), {"source": "user", "note": note}
 
     # -- PyMC's Inference interface --------------------------------------------------------
     @property
@@ -506,6 +528,11 @@ class DPADVI(Inference):
         return self.approx
 
     def _record(self, events: list[PrivacyEvent], epsilon: float, method: str, n_rows: int) -> dict[str, Any]:
+        """The accountant record; ``epsilon`` covers the fit's iterations and the start's events (composed)."""
+        released = list(self._start_events) + list(events)
+        run_epsilon = epsilon
+        if self._start_events:  # the fit depends on the release that computed its start
+            epsilon, method, _ = compose_epsilon(released, self.delta)
         record = {
             "format": ACCOUNTANT_FORMAT,
             "mechanism": "DPADVI",
@@ -513,6 +540,7 @@ class DPADVI(Inference):
             "mu": None,
             "delta": self.delta,
             "epsilon": epsilon,
+            "run_epsilon": run_epsilon,
             "neighbouring": self.neighbouring,
             "n_rows": n_rows if self.neighbouring == "substitute" else None,
             "iterations": self._iterations,
@@ -527,10 +555,8 @@ class DPADVI(Inference):
                 "n_mc": self.n_mc,
                 "reproducible_noise": self.reproducible_noise,
             },
-            "start": {"source": "model"}
-            if self._start is None
-            else {"source": "user", "note": "start given by the caller: not covered by ε, must not come from the data"},
-            "events": [e.to_dict() for e in events],
+            "start": dict(self._start_source),
+            "events": [e.to_dict() for e in released],
             "versions": versions(),
         }
         if self.budget is not None:
