@@ -16,7 +16,7 @@ variables given (sorted into model order), exactly as PyMC's ``RaveledVars`` lay
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,22 @@ def _leading_length(var: Variable) -> int | None:
     return int(pytensor.function([], var.shape[0], on_unused_input="ignore")())
 
 
+def _array_shape(var: Variable) -> tuple[int, ...]:
+    """Shape of a constant or shared array (``()`` for anything else)."""
+    if isinstance(var, Constant):
+        return tuple(np.shape(var.data))
+    if isinstance(var, SharedVariable):
+        return tuple(np.shape(var.get_value(borrow=True)))
+    return ()
+
+
+def _row_length_axes(var: Variable, n_rows: int | None) -> list[int]:
+    """Axes of a constant or shared array whose length is N (row data if any; rows must be axis 0)."""
+    if n_rows is None:
+        return []
+    return [axis for axis, length in enumerate(_array_shape(var)) if length == n_rows]
+
+
 def _value_of(var: Variable) -> np.ndarray:
     if isinstance(var, Constant):
         return np.asarray(var.data)
@@ -109,8 +125,13 @@ def _observed_value(model, rv) -> Variable:
     return model.rvs_to_values[rv]
 
 
-def _row_structure(model) -> tuple[int, str | None, list[Variable]]:
-    """N, the row dim name, and the observed value variables; raises on non-row models."""
+def _row_structure(model, neighbouring: str | None = None) -> tuple[int, str | None, list[Variable]]:
+    """N, the row dim name, and the observed value variables; raises on non-row models.
+
+    The lengths of the observed variables appear in an error message only under the
+    substitute relation, where N is public; otherwise (``neighbouring`` "add_remove" or not
+    given) the message names the variables alone.
+    """
     observed = list(model.observed_RVs)
     if not observed:
         raise ModelStructureError("The model has no observed variables: there is no data to protect.")
@@ -134,11 +155,11 @@ def _row_structure(model) -> tuple[int, str | None, list[Variable]]:
         dims = model.named_vars_to_dims.get(rv.name)
         first_dims[rv.name] = dims[0] if dims else None
     if len(set(lengths.values())) != 1:
-        raise ModelStructureError(
-            "Observed variables must share one row axis of the same length. Found lengths "
-            + ", ".join(f"`{k}`: {v}" for k, v in lengths.items())
-            + "."
-        )
+        if neighbouring == "substitute":  # N is public: the lengths may be shown
+            found = "Found lengths " + ", ".join(f"`{k}`: {v}" for k, v in lengths.items())
+        else:  # N may be private (add/remove): name the variables, never a length
+            found = "Found different lengths among " + ", ".join(f"`{k}`" for k in lengths)
+        raise ModelStructureError(f"Observed variables must share one row axis of the same length. {found}.")
     named = {d for d in first_dims.values() if d is not None}
     if len(named) > 1:
         raise ModelStructureError(
@@ -151,11 +172,11 @@ def _row_structure(model) -> tuple[int, str | None, list[Variable]]:
 
 
 def _data_in_graph(graph_outputs: Sequence[Variable], n_rows: int) -> list[Variable]:
-    """Shared data and non-scalar constants with leading length N in a graph."""
+    """Shared data and non-scalar constants with an axis of length N (any axis) in a graph."""
     found = []
     for var in ancestors(list(graph_outputs)):
         if isinstance(var, Constant | SharedVariable) and getattr(var, "ndim", 0) >= 1:
-            if _leading_length(var) == n_rows:
+            if _row_length_axes(var, n_rows):
                 found.append(var)
     return found
 
@@ -303,8 +324,22 @@ def _idx_is_full_slice(entry) -> bool:
     return isinstance(entry, slice) and entry.start is None and entry.stop is None and entry.step is None
 
 
-def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | None]:
-    """Row axis of each output of ``node`` given its inputs' row axes (allow-list; raises otherwise)."""
+#: Row-axis mark of a data-free value computed from the number of rows N (tracked only under
+#: add/remove neighbours, where N is private). A shape vector whose element ``a`` is N is
+#: marked ``("shape", a)``.
+_N = "N"
+
+
+def _is_n_mark(axis) -> bool:
+    return axis == _N or isinstance(axis, tuple)
+
+
+def _rowwise_axes(node, axes: list[int | None], var_name: str, n_private: bool = False) -> list[int | None]:
+    """Row axis of each output of ``node`` given its inputs' row axes (allow-list; raises otherwise).
+
+    With ``n_private`` (add/remove neighbours) reading the length of the row axis from a shape
+    gives an N mark (:func:`_n_axes` decides where it may go) instead of a data-free value.
+    """
     from pytensor.tensor.basic import Alloc, Join
     from pytensor.tensor.blockwise import Blockwise
     from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
@@ -326,8 +361,14 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
         # Identity (pm.Deterministic's copy of its expression on PyTensor 3): the row axis is kept.
         return [axes[0]]
     if isinstance(op, Shape | Shape_i):
-        # Only the shape is read: N is public (substitute relation), no row value enters.
-        return [None] * len(outs)
+        # Only the shape is read, no row value. Under substitute neighbours N is public: the
+        # output is data-free. Under add/remove N is private: the row axis's length is marked.
+        if not n_private:
+            return [None] * len(outs)
+        (a,) = row
+        if isinstance(op, Shape_i):
+            return [_N if op.i == a else None]
+        return [_N if node.inputs[0].ndim == 1 else ("shape", a)]
     if isinstance(op, Elemwise):
         # Inputs of an Elemwise have equal ndim; element i of the output reads element i of each input.
         if len(set(row)) != 1:
@@ -458,90 +499,260 @@ def _rowwise_axes(node, axes: list[int | None], var_name: str) -> list[int | Non
     raise _refuse(node, var_name, "is not on the list of row-wise operations")
 
 
-def _row_axes(outputs: Sequence[Variable], row_inputs: Sequence[Variable], var_name: str) -> list[int | None]:
+_READS_N = "reads the number of rows N, which is private under add/remove neighbours"
+
+
+def _n_axes(node, axes: list, var_name: str) -> list:
+    """Row axes of the outputs of ``node`` when an input carries an N mark (add/remove neighbours).
+
+    A data-free function of N stays marked; a tensor allocated with N along one axis and
+    data-free entries (``pt.ones(x.shape[0])``) gets that axis as a row axis, so that summing
+    it over rows is refused like any aggregation of rows. With row-indexed inputs, N may
+    only set a shape (``Alloc``, ``SpecifyShape``, ``Reshape``, a random variable's size);
+    anything else that reads it is refused.
+    """
+    from pytensor.tensor.basic import Alloc, MakeVector
+    from pytensor.tensor.random.op import RandomVariable
+    from pytensor.tensor.shape import Reshape, SpecifyShape
+    from pytensor.tensor.subtensor import Subtensor, get_idx_list
+
+    op = node.op
+    if not any(isinstance(a, int) for a in axes):  # no row values: a data-free function of N
+        if isinstance(op, Subtensor) and isinstance(axes[0], tuple) and all(a is None for a in axes[1:]):
+            idx = get_idx_list(node.inputs, op.idx_list)
+            length = node.inputs[0].type.shape[0]
+            if len(idx) == 1 and isinstance(idx[0], Constant) and length is not None:
+                return [_N if int(idx[0].data) % length == axes[0][1] else None]
+        if isinstance(op, Alloc) and axes[0] is None and list(axes[1:]).count(_N) == 1:
+            if all(a is None or a == _N for a in axes[1:]):
+                return [list(axes[1:]).index(_N)]
+        if isinstance(op, MakeVector) and list(axes).count(_N) == 1 and all(a is None or a == _N for a in axes):
+            return [("shape", list(axes).index(_N))]  # a shape vector with N at one position
+        if isinstance(op, RandomVariable):  # a component distribution (pm.Mixture) sized with N
+            rng_and_size = len(node.inputs) - len(op.ndims_params)
+            marks = [a for a in axes[:rng_and_size] if a is not None]
+            if all(a is None for a in axes[rng_and_size:]) and len(marks) == 1 and isinstance(marks[0], tuple):
+                # Batch axis k of length N, every entry drawn from the same data-free parameters.
+                return [None] * (len(node.outputs) - 1) + [marks[0][1]]
+        return [_N] * len(node.outputs)
+    if isinstance(op, Reshape | Alloc | SpecifyShape):  # input 0 is the tensor, the others its shape
+        cleared = None if _is_n_mark(axes[0]) else [axes[0]] + [None if _is_n_mark(a) else a for a in axes[1:]]
+    elif isinstance(op, RandomVariable):
+        rng_and_size = len(node.inputs) - len(op.ndims_params)
+        cleared = [None if _is_n_mark(a) else a for a in axes[:rng_and_size]] + list(axes[rng_and_size:])
+        if any(_is_n_mark(a) for a in axes[rng_and_size:]):
+            cleared = None
+    else:
+        cleared = None
+    if cleared is None:
+        raise _refuse(node, var_name, _READS_N)
+    return _rowwise_axes(node, cleared, var_name, n_private=True)
+
+
+def _row_axes(
+    outputs: Sequence[Variable],
+    row_inputs: Sequence[Variable],
+    var_name: str,
+    n_private: bool = False,
+    n_roots: Sequence[Variable] = (),
+) -> list:
     """Row axis of each of ``outputs`` (None: data-free), propagated from ``row_inputs`` (axis 0).
 
     Raises on any operation of a row-indexed input that is not on the allow-list. Subgraphs
-    without a row input among their ancestors are not checked.
+    without a row input among their ancestors are not checked. With ``n_private`` (add/remove
+    neighbours), the row count read from a shape, or from ``n_roots`` (the row dim's length),
+    is tracked too (:func:`_n_axes`); an output that depends on it is marked ``"N"``.
     """
     from pytensor.graph.traversal import io_toposort
 
     row_ids = {id(v) for v in row_inputs}
+    n_ids = {id(v) for v in n_roots} if n_private else set()
     roots = [v for v in ancestors(list(outputs)) if v.owner is None]
-    axis: dict[int, int | None] = {id(v): (0 if id(v) in row_ids else None) for v in roots}
+    axis: dict[int, Any] = {id(v): (0 if id(v) in row_ids else _N if id(v) in n_ids else None) for v in roots}
     for node in io_toposort(roots, list(outputs)):
         in_axes = [axis.get(id(i)) for i in node.inputs]
         if all(a is None for a in in_axes):
-            out_axes: list[int | None] = [None] * len(node.outputs)
+            out_axes: list = [None] * len(node.outputs)
+        elif any(_is_n_mark(a) for a in in_axes):
+            out_axes = _n_axes(node, in_axes, var_name)
         else:
-            out_axes = _rowwise_axes(node, in_axes, var_name)
+            out_axes = _rowwise_axes(node, in_axes, var_name, n_private)
         for o, a in zip(node.outputs, out_axes, strict=True):
             axis[id(o)] = a
     return [axis.get(id(o)) for o in outputs]
 
 
-def _check_rowwise_params(rv, model, n_rows, row_dim, observed_values) -> None:
+def _producer(var: Variable) -> str:
+    """The operation that computed ``var``, for messages (no values)."""
+    return f"operation `{_op_label(var.owner)}`" if var.owner is not None else "a data array given directly"
+
+
+def _size_input(rv) -> Variable | None:
+    """The ``size`` input of a random variable's node (it sets the shape only), if it has one."""
+    size_param = getattr(rv.owner.op, "size_param", None)
+    if size_param is None:
+        return None
+    try:
+        return size_param(rv.owner)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _check_rowwise_params(rv, model, n_rows, row_dim, observed_values, n_private=False) -> None:
     """Walk the observed variable's parameter graphs as the user built them.
 
     ``model.logp`` constant-folds: ``np_x - np_x.mean()`` on a numpy array becomes one
     constant there, so the aggregation is visible only in the random variable's inputs.
-    Each parameter must be data-free or carry the row axis first.
+    Each parameter must be data-free or carry the row axis first (and, under add/remove
+    neighbours, not depend on N; the ``size`` input, which sets only the shape, may).
     """
     from pytensor.tensor.variable import TensorVariable
 
-    params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable)]
+    size = _size_input(rv)
+    params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable) and i is not size]
     if not params:
         return
     params = model.replace_rvs_by_values(params)
-    rows = _model_row_inputs(model, params, n_rows, row_dim, observed_values)
-    for p, a in zip(params, _row_axes(params, rows, rv.name), strict=True):
-        if a not in (None, 0) or (a == 0 and p.ndim < rv.ndim):
-            raise ModelStructureError(f"A parameter of observed variable `{rv.name}` does not keep the row axis first.")
+    rows = _model_row_inputs(model, params, n_rows, row_dim, observed_values, rv.name)
+    n_roots = _row_dim_lengths(model, n_rows)
+    for p, a in zip(params, _row_axes(params, rows, rv.name, n_private, n_roots), strict=True):
+        if _is_n_mark(a):
+            raise ModelStructureError(
+                f"A parameter of observed variable `{rv.name}` {_READS_N}: {_producer(p)} computes it from the row "
+                "count. Each row's log-likelihood may not depend on how many rows there are."
+            )
+        if a not in (None, 0):
+            raise ModelStructureError(
+                f"A parameter of observed variable `{rv.name}` does not keep the row axis first: {_producer(p)} "
+                f"returns it with the row axis at position {a}. Keep rows on the first axis (see docs/data.md)."
+            )
+        if a == 0 and p.ndim < rv.ndim:
+            raise ModelStructureError(
+                f"A parameter of observed variable `{rv.name}` does not keep the row axis first: {_producer(p)} "
+                f"returns it with {p.ndim} axes where `{rv.name}` has {rv.ndim}, so broadcasting would align its "
+                "row axis with another axis. Keep rows on the first axis of every parameter (see docs/data.md)."
+            )
 
 
-def _check_rowwise(output: Variable, row_inputs: Sequence[Variable], var_name: str) -> None:
+def _check_rowwise(
+    output: Variable,
+    row_inputs: Sequence[Variable],
+    var_name: str,
+    n_private: bool = False,
+    n_roots: Sequence[Variable] = (),
+) -> None:
     """Propagate the row axis from ``row_inputs`` (axis 0) to ``output``; raise unless row-wise.
 
-    The output must be a vector whose only axis is the row axis, or data-free.
+    The output must be a vector whose only axis is the row axis, or data-free (and, under
+    add/remove neighbours, independent of N).
     """
-    [out_axis] = _row_axes([output], row_inputs, var_name)
-    if out_axis not in (None, 0) or output.ndim != 1:
+    [out_axis] = _row_axes([output], row_inputs, var_name, n_private, n_roots)
+    if _is_n_mark(out_axis):
         raise ModelStructureError(
-            f"The log-likelihood of observed variable `{var_name}` does not keep the row axis first."
+            f"The log-likelihood of observed variable `{var_name}` {_READS_N}: {_producer(output)} returns a value "
+            "computed from the row count. Each row's log-likelihood may not depend on how many rows there are."
+        )
+    if out_axis not in (None, 0) or output.ndim != 1:
+        where = "is lost" if out_axis is None else f"is at position {out_axis}"
+        raise ModelStructureError(
+            f"The log-likelihood of observed variable `{var_name}` does not keep the row axis first: after "
+            f"{_producer(output)} the per-row vector has {output.ndim} axes and the row axis {where}."
         )
 
 
-def _row_inputs(graph_outputs: Sequence[Variable], n_rows: int, extra: Sequence[Variable]) -> list[Variable]:
-    """Row-indexed roots: observed values, pm.Data and constants whose leading length is N."""
+def _describe_array(var: Variable) -> str:
+    return f"The array `{var.name}`" if getattr(var, "name", None) else "A constant array"
+
+
+def _row_inputs(
+    graph_outputs: Sequence[Variable], n_rows: int, extra: Sequence[Variable], var_name: str | None = None
+) -> list[Variable]:
+    """Row-indexed roots: observed values, pm.Data and constants with an axis of length N.
+
+    Rows must be the first axis: an array whose only axes of length N are not the first one
+    (a transposed covariate), or that has several axes of length N, is refused, naming the
+    array (never its values or its shape).
+    """
     found = list(extra)
     for var in ancestors(list(graph_outputs)):
         if var.owner is None and isinstance(var, Constant | SharedVariable) and getattr(var, "ndim", 0) >= 1:
-            if _leading_length(var) == n_rows and not any(var is f for f in found):
+            axes = _row_length_axes(var, n_rows)
+            if not axes:
+                continue
+            if axes != [0]:
+                used_by = f" read by the log-likelihood of observed variable `{var_name}`" if var_name else ""
+                raise ModelStructureError(
+                    f"{_describe_array(var)}{used_by} has an axis of the row length that is not its first "
+                    "axis (or several such axes). Any array with an axis of the row length is treated as row data, "
+                    "and rows must be its first axis: transpose it so that one row is one index of axis 0."
+                )
+            if not any(var is f for f in found):
                 found.append(var)
     return found
 
 
-def row_loglik(model) -> tuple[Variable, int, str | None, list[Variable]]:
+def _row_dim_lengths(model, n_rows: int) -> list[Variable]:
+    """The shared lengths of the model's dims that equal N (they hold the row count)."""
+    out = []
+    for length in model.dim_lengths.values():
+        if isinstance(length, SharedVariable) and np.ndim(length.get_value(borrow=True)) == 0:
+            if int(length.get_value(borrow=True)) == n_rows:
+                out.append(length)
+    return out
+
+
+def row_loglik(
+    model, *, neighbouring: str = "substitute", initial_point: dict[str, np.ndarray] | None = None
+) -> tuple[Variable, int, str | None, list[Variable]]:
     """The model's per-row log-likelihood graph, checked row-wise.
 
     Returns the vector (N,) of per-row log-likelihoods summed over all observed variables,
     as a function of the model's value variables, with every ``check_parameters`` condition
     applied row by row; N; the row dimension name; and the row-indexed roots of the graph.
+    Every entry point that reads rows (:class:`RowLikelihood`, hence every step and DPADVI;
+    :func:`pymc_dp.one_posterior_sample`) gets its per-row graph here, so every one of them
+    gets all three checks: the row-wise parameter checks, the allow-list walk and the one-row
+    perturbation probe.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model.
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        Under add/remove N is private: a per-row value that depends on the number of rows
+        (read from a shape or from the row dim's length) is refused, and error messages
+        never show a length.
+    initial_point : dict, optional
+        Parameter values for the perturbation probe (default: the model's initial point).
 
     Raises
     ------
     ModelStructureError
-        When a row's term could read another row's data (see docs/data.md), or the model is
-        not made of rows. Messages name the variable and the operation, never data values.
+        When a row's term could read another row's data (see docs/data.md), the model is not
+        made of rows, or (add/remove) a row's term reads N. Messages name the variable and the
+        operation, never data values.
 
     Notes
     -----
     Neighbouring relation: substitute or add/remove of one row. Per-row clipping bounds the
-    sensitivity only if row i's value depends on row i's data alone; this function checks
-    that on the graph (an allow-list of row-wise operations). It cannot see constants computed
-    from the data in NumPy before the model was built (e.g. a scalar ``x.mean()``).
+    sensitivity only if row i's value depends on row i's data alone (and, under add/remove,
+    not on how many other rows there are); this function checks that on the graph (an
+    allow-list of row-wise operations) and with a probe that changes one row. It cannot see
+    constants computed from the data in NumPy before the model was built (e.g. a scalar
+    ``x.mean()``).
+
+    References
+    ----------
+    .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential privacy.
+       Foundations and Trends in Theoretical Computer Science 9(3–4), §2.3 (neighbouring data
+       sets, sensitivity).
     """
-    n_rows, row_dim, observed_values = _row_structure(model)
+    from pymc_dp._validation import check_neighbouring
+
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    n_private = neighbouring == "add_remove"
+    n_rows, row_dim, observed_values = _row_structure(model, neighbouring)
+    n_roots = _row_dim_lengths(model, n_rows) if n_private else []
     terms = model.logp(vars=model.observed_RVs, sum=False)
     rows = []
     for rv, term in zip(model.observed_RVs, terms, strict=True):
@@ -549,35 +760,42 @@ def row_loglik(model) -> tuple[Variable, int, str | None, list[Variable]]:
             raise ModelStructureError(
                 f"Observed variable `{rv.name}` has a log-likelihood without a row axis (a scalar)."
             )
-        _check_rowwise_params(rv, model, n_rows, row_dim, observed_values)
-        row = _row_term(term, _model_row_inputs(model, [term], n_rows, row_dim, observed_values))
-        _check_rowwise(row, _model_row_inputs(model, [row], n_rows, row_dim, observed_values), rv.name)
+        _check_rowwise_params(rv, model, n_rows, row_dim, observed_values, n_private)
+        row = _row_term(term, _model_row_inputs(model, [term], n_rows, row_dim, observed_values, rv.name))
+        row_inputs = _model_row_inputs(model, [row], n_rows, row_dim, observed_values, rv.name)
+        _check_rowwise(row, row_inputs, rv.name, n_private, n_roots)
         rows.append(row)
     lik = pt.add(*rows) if len(rows) > 1 else rows[0]
     row_data = _model_row_inputs(model, [lik], n_rows, row_dim, observed_values)
     lik_ancestors = set(ancestors([lik]))
-    return lik, n_rows, row_dim, [v for v in row_data if v in lik_ancestors]
+    row_data = [v for v in row_data if v in lik_ancestors]
+    point = model.initial_point() if initial_point is None else initial_point
+    _perturbation_probe(model.value_vars, lik, [np.asarray(point[v.name]) for v in model.value_vars], row_data, n_rows)
+    return lik, n_rows, row_dim, row_data
 
 
-def _model_row_inputs(model, graph_outputs, n_rows, row_dim, observed_values) -> list[Variable]:
-    """:func:`_row_inputs`, less ``pm.Data`` containers whose first named dim is not the row dim."""
+def _model_row_inputs(model, graph_outputs, n_rows, row_dim, observed_values, var_name=None) -> list[Variable]:
+    """:func:`_row_inputs` with the model's observed values first.
+
+    A ``pm.Data`` container with an axis of length N is row data whatever the names of its
+    dims (a first dim named otherwise no longer hides it from the checks).
+    """
     obs = [v for v in observed_values if isinstance(v, Constant | SharedVariable)]
-    found = []
-    for var in _row_inputs(graph_outputs, n_rows, obs):
-        if isinstance(var, SharedVariable) and row_dim is not None and not any(var is o for o in obs):
-            dims = model.named_vars_to_dims.get(var.name)
-            if dims and dims[0] != row_dim:
-                continue
-        found.append(var)
-    return found
+    return _row_inputs(graph_outputs, n_rows, obs, var_name)
 
 
-def check_prior_reads_no_data(model, n_rows: int | None = None, public: Sequence[np.ndarray] = ()) -> None:
-    """Refuse a prior or potential that reads row data.
+def check_prior_reads_no_data(
+    model,
+    n_rows: int | None = None,
+    public: Sequence[np.ndarray] = (),
+    expressions: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse a prior, potential or parameter expression that reads row data.
 
     The free variables' log densities (with transforms) and every ``pm.Potential`` must not
-    read observed values, ``pm.Data`` containers, or constants whose leading length is the
-    number of rows N. Only the likelihood may read data: everything else is not clipped.
+    read observed values, ``pm.Data`` containers, or constants with an axis (any axis) whose
+    length is the number of rows N. Only the likelihood may read data: everything else is
+    not clipped.
 
     Parameters
     ----------
@@ -588,11 +806,15 @@ def check_prior_reads_no_data(model, n_rows: int | None = None, public: Sequence
         then only has its ``pm.Data`` containers checked).
     public : sequence of arrays, optional
         Arrays known to be public (e.g. released statistics) that may be read whatever their length.
+    expressions : mapping of str to tensor, optional
+        Further graphs that enter an exact (unclipped) computation, by the name the caller
+        knows them by: e.g. :class:`pymc_dp.DPSuffStatsPenaltyMH`'s ``params``, whose
+        natural parameters multiply the noisy statistics. Each must not read data either.
 
     Raises
     ------
     ModelStructureError
-        Naming the potential, or the prior, that reads data.
+        Naming the potential, the prior or the expression that reads data.
 
     Notes
     -----
@@ -617,7 +839,7 @@ def check_prior_reads_no_data(model, n_rows: int | None = None, public: Sequence
                 return True
             if isinstance(v, Constant) and any(_equal_array(v.data, p) for p in public):
                 continue
-            if n_rows is not None and getattr(v, "ndim", 0) >= 1 and _leading_length(v) == n_rows:
+            if getattr(v, "ndim", 0) >= 1 and _row_length_axes(v, n_rows):  # any axis of length N
                 return True
         return False
 
@@ -637,6 +859,25 @@ def check_prior_reads_no_data(model, n_rows: int | None = None, public: Sequence
                 raise ModelStructureError(
                     f"The prior of free variable `{rv.name}` reads row data; only the likelihood may depend on rows."
                 )
+    for name, expression in (expressions or {}).items():
+        [graph] = model.replace_rvs_by_values([pt.as_tensor_variable(expression)])
+        if reads(graph):
+            raise ModelStructureError(
+                f"`{name}` reads data: it enters the computation exactly, neither clipped nor noised. Build it from "
+                "the model's free variables and public constants only."
+            )
+
+
+def _probe_points(values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+    """``values`` and a deterministic shift of its floating-point entries (data-free probe points)."""
+    shifted = []
+    for value in values:
+        value = np.asarray(value)
+        if np.issubdtype(value.dtype, np.floating):
+            offsets = 0.5 * np.cos(np.arange(1, value.size + 1, dtype=float)).reshape(value.shape)
+            value = (value + offsets).astype(value.dtype)
+        shifted.append(value)
+    return [list(values), shifted]
 
 
 def _perturbation_probe(
@@ -645,7 +886,9 @@ def _perturbation_probe(
     """Change one row of every row-indexed array (on copies) and check no other row moves.
 
     One copy of each row-indexed array is made; the user's data are never modified. Row 0 is
-    replaced by the first of the next rows that differs from it.
+    replaced by the first of the next rows that differs from it. The check runs at ``values``
+    and at a second, shifted point (:func:`_probe_points`): at a start where a coefficient is
+    zero, ``b * (x - x.mean())`` would not show that it mixes rows.
     """
     if n_rows < 2 or not row_data:
         return
@@ -661,10 +904,13 @@ def _perturbation_probe(
                 copy[0] = copy[j]
                 break
         perturbed.append(copy)
-    with np.errstate(all="ignore"):
-        before = np.asarray(fn(*values, *originals), dtype=float)
-        after = np.asarray(fn(*values, *perturbed), dtype=float)
-    if not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True):
+    moved = False
+    for point in _probe_points(values):
+        with np.errstate(all="ignore"):
+            before = np.asarray(fn(*point, *originals), dtype=float)
+            after = np.asarray(fn(*point, *perturbed), dtype=float)
+        moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
+    if moved:
         raise ModelStructureError(
             "Changing one row's data changed other rows' log-likelihoods: the likelihood is not computed row "
             "by row (see docs/data.md)."
@@ -693,6 +939,10 @@ class RowLikelihood:
         Used for shapes and for the default ``shared_inputs``.
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` (e.g. ``{"mode": "FAST_COMPILE"}``).
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        The relation of the mechanisms built on these rows. Under add/remove N is private:
+        a per-row log-likelihood that depends on the number of rows is refused and no
+        message shows N (:func:`row_loglik`).
 
     Attributes
     ----------
@@ -705,16 +955,18 @@ class RowLikelihood:
     subset_mode : {"index", "slice"}
         "index" when every row-indexed array is a ``pm.Data`` container: a subset of B rows
         costs O(B). "slice" when some row data are numpy constants baked into the graph
-        (``observed=np.array``): a subset is computed on all rows and sliced.
+        (``observed=np.array``), or when the graph fixes the number of rows in a shape (see
+        :meth:`_build_index_mode`): a subset is computed on all rows and sliced.
 
     Raises
     ------
     ModelStructureError
         For models that cannot be split into rows; the message names the variable (and the
         operation, for graphs that mix rows). Construction builds the per-row graph with
-        :func:`row_loglik` (parameter checks row by row, allow-list walk), runs
-        :func:`check_prior_reads_no_data` and a one-row perturbation probe; in index mode a
-        subset that differs from the same rows of the full vector is also an error.
+        :func:`row_loglik` (parameter checks row by row, allow-list walk, one-row
+        perturbation probe) and runs :func:`check_prior_reads_no_data`; in index mode a
+        subset that differs from the same rows of the full vector, or a graph that cannot be
+        evaluated on a subset for any other reason than a fixed row count, is also an error.
 
     Notes
     -----
@@ -738,6 +990,7 @@ class RowLikelihood:
         *,
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict[str, Any] | None = None,
+        neighbouring: str = "substitute",
     ) -> None:
         model = modelcontext(model)
         self.model = model
@@ -749,18 +1002,15 @@ class RowLikelihood:
             shared_inputs = make_shared_replacements(initial_point, self.value_vars, model)
         self._compile_kwargs = dict(compile_kwargs or {})
 
-        lik, self.n_rows, self.row_dim, row_data = row_loglik(model)
+        # Row-wise checks, walk and perturbation probe (row_loglik); then the prior and potentials.
+        lik, self.n_rows, self.row_dim, row_data = row_loglik(
+            model, neighbouring=neighbouring, initial_point=initial_point
+        )
+        self.neighbouring = neighbouring
         check_prior_reads_no_data(model, self.n_rows)
         prior_terms = [model.logp(vars=model.free_RVs, jacobian=True, sum=True)]
         prior_terms += [model.logp(vars=[pot], sum=True) for pot in model.potentials]  # data-free: checked
         prior = pt.add(*prior_terms) if len(prior_terms) > 1 else prior_terms[0]
-        _perturbation_probe(
-            model.value_vars,
-            lik,
-            [np.asarray(initial_point[v.name]) for v in model.value_vars],
-            row_data,
-            self.n_rows,
-        )
 
         [lik_flat, prior_flat], theta = join_nonshared_inputs(
             point=initial_point, outputs=[lik, prior], inputs=self.value_vars, shared_inputs=shared_inputs
@@ -788,7 +1038,17 @@ class RowLikelihood:
         if self.row_dim is not None and isinstance(model.dim_lengths.get(self.row_dim), SharedVariable):
             self._row_dim_length = model.dim_lengths[self.row_dim]
         self._theta_initial = self._flat_initial(initial_point)
-        self.prior = PriorDensity(self)
+        self.prior = PriorDensity(
+            value_vars=self.value_vars,
+            n_rows=self.n_rows,
+            row_dim=self.row_dim,
+            initial_theta=self._theta_initial,
+            theta=theta,
+            graph=prior_flat,
+            f_prior=self._f_prior,
+            continuous=self._continuous,
+            compile_kwargs=self._compile_kwargs,
+        )
 
     @property
     def subset_mode(self) -> str:
@@ -800,6 +1060,18 @@ class RowLikelihood:
         return self._subset_mode
 
     def _build_index_mode(self) -> None:
+        """Compile the O(B) subset function and check it against the full vector; else slice mode.
+
+        The subset-vs-slice probe evaluates rows ``[0, N - 1]`` through the index path at two
+        parameter points and compares them with the same rows of the full vector; any
+        difference is a :class:`ModelStructureError`. Exactly one case falls back to slice
+        mode: the graph fixes the number of rows in a shape (``pt.specify_shape(x, (N,))``, a
+        reshape to a constant shape), so that a strict subset cannot be evaluated, while the
+        index path on *all* rows evaluates and equals the full vector (checked). Slice mode
+        then computes every subset on all rows, which that check covers. Any other failure
+        (the graph cannot be re-indexed or compiled, or fails on all rows too) is a
+        :class:`ModelStructureError` naming only the error's type: its text may hold values.
+        """
         replace = {d: d[self._rows_input] for d in self._row_data_vars}
         if self._row_dim_length is not None:
             dim_length = self._row_dim_length
@@ -807,18 +1079,44 @@ class RowLikelihood:
         try:
             lik_idx = graph_replace(self._lik_flat, replace, strict=False)
             f_idx = self._compile([self._theta, self._rows_input], lik_idx)
-            # Guard against arrays that only look row-indexed: a subset must equal the slice.
-            probe = np.array([0, self.n_rows - 1], dtype=np.int64)
-            theta0 = self._theta_initial
-            same = np.allclose(f_idx(theta0, probe), self._f_lik(theta0)[probe], equal_nan=True)
-        except (AssertionError, TypeError, ValueError):  # the graph could not be re-indexed: slice mode
+        except Exception as error:  # any failure to build: refused, its text withheld
+            raise self._not_indexable(error) from None
+        probe = np.array([0, self.n_rows - 1], dtype=np.int64)
+        everything = np.arange(self.n_rows, dtype=np.int64)
+        fixed_length = False
+        with np.errstate(all="ignore"):
+            for [theta] in _probe_points([self._theta_initial]):
+                theta = np.asarray(theta, dtype=np.float64)
+                full = np.asarray(self._f_lik(theta))
+                try:
+                    subset = np.asarray(f_idx(theta, probe))
+                except (AssertionError, ValueError):  # the documented case, if all rows evaluate (below)
+                    fixed_length, subset = True, full[probe]
+                try:
+                    all_rows = np.asarray(f_idx(theta, everything))
+                except Exception as error:  # not the documented case: refused, text withheld
+                    raise self._not_indexable(error) from None
+                if not (
+                    np.allclose(subset, full[probe], equal_nan=True) and np.allclose(all_rows, full, equal_nan=True)
+                ):
+                    raise ModelStructureError(
+                        "The log-likelihood of a subset of rows differs from the same rows computed on all rows: the "
+                        "likelihood is not computed row by row, or it reads the number of rows from a shape or a "
+                        "dim length (a subset has fewer rows). See docs/data.md; with the row arrays passed as numpy "
+                        "arrays every subset is computed on all rows."
+                    )
+        if fixed_length:  # the graph fixes the row count: every subset is computed on all rows and sliced
             return
-        if not same:
-            raise ModelStructureError(
-                "The log-likelihood of a subset of rows differs from the same rows computed on all rows: the "
-                "likelihood is not computed row by row (see docs/data.md)."
-            )
         self._f_lik_idx, self._subset_mode = f_idx, "index"
+
+    @staticmethod
+    def _not_indexable(error: BaseException) -> ModelStructureError:
+        return ModelStructureError(
+            f"The log-likelihood cannot be evaluated on a subset of rows ({type(error).__name__} while indexing the "
+            "row data; its message is withheld, it may hold data values). Only a graph that fixes the number of rows "
+            "in a shape falls back to computing every subset on all rows (see docs/data.md); pass the row arrays as "
+            "numpy arrays to always compute on all rows."
+        )
 
     # -- construction helpers -------------------------------------------------------------
     def _compile(self, inputs, outputs):
@@ -839,8 +1137,8 @@ class RowLikelihood:
         rows = np.asarray(rows)
         if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
             raise ValueError(f"`rows` must be a 1-d integer index array. Found dtype {rows.dtype}, shape {rows.shape}.")
-        if rows.size and (rows.min() < 0 or rows.max() >= self.n_rows):
-            raise ValueError(f"`rows` must index rows 0..{self.n_rows - 1}. Found an index out of that range.")
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_rows):  # N is not shown: private under add/remove
+            raise ValueError("`rows` must index rows of the data (0 <= index < N). Found an index out of that range.")
         return rows.astype(np.int64, copy=False)
 
     def _require_continuous(self) -> None:
@@ -944,14 +1242,43 @@ class RowLikelihood:
         return self.prior.prior_logp_and_grad(theta)
 
 
+def _compile_data_free(inputs, outputs, compile_kwargs: dict[str, Any]):
+    """Compile a data-free graph (the prior) with the caller's compile options."""
+    fn = pm_compile(inputs, outputs, **compile_kwargs)
+    fn.trust_input = True
+    return fn
+
+
 class PriorDensity:
     """The data-free part of a model: what step methods and DPADVI receive instead of the rows.
 
     Holds the prior + log|Jacobian| of the transforms + the potentials that read no data (all
     checked data-free when the :class:`RowLikelihood` it comes from was built), compiled as
     functions of the flat unconstrained θ, and the parameter layout. It holds no row-indexed
-    array and no function of one: the per-row values stay with the :class:`RowLikelihood`,
-    which only the mechanisms (:mod:`pymc_dp.mechanisms`) receive.
+    array, no function of one and no reference to the :class:`RowLikelihood` (not even
+    through a bound method): the per-row values stay with the :class:`RowLikelihood`, which
+    only the mechanisms (:mod:`pymc_dp.mechanisms`) receive.
+
+    Parameters
+    ----------
+    value_vars : list
+        The value variables θ is made of, in model order.
+    n_rows : int
+        N.
+    row_dim : str or None
+        Name of the row dimension.
+    initial_theta : numpy.ndarray
+        The model's initial point as a flat θ.
+    theta : TensorVariable
+        The flat θ input of ``graph``.
+    graph : TensorVariable
+        The prior + Jacobian + data-free potentials as a function of ``theta`` (data-free).
+    f_prior : callable
+        ``graph`` compiled (θ ↦ value).
+    continuous : bool
+        Whether every parameter is continuous (gradients available).
+    compile_kwargs : dict, optional
+        Used to compile the gradient on first use.
 
     Attributes
     ----------
@@ -965,18 +1292,43 @@ class PriorDensity:
         Name of the row dimension.
     initial_theta : numpy.ndarray
         The model's initial point as a flat θ (data-free: the model's initial values).
+
+    Notes
+    -----
+    Neighbouring relation: either. Nothing here reads a row, so nothing here is released
+    about one (the prior and potentials were checked by :func:`check_prior_reads_no_data`);
+    values computed from it are exact, neither clipped nor noised. ``n_rows`` is public only
+    under substitute neighbours: under add/remove a step must not release it.
+
+    References
+    ----------
+    .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential privacy.
+       Foundations and Trends in Theoretical Computer Science 9(3–4), Proposition 2.1
+       (post-processing).
     """
 
-    def __init__(self, rows: RowLikelihood) -> None:
-        self.value_vars = list(rows.value_vars)
-        self.n_params = rows.n_params
-        self.n_rows = rows.n_rows
-        self.row_dim = rows.row_dim
-        self.initial_theta = np.array(rows._theta_initial, copy=True)
-        self._continuous = rows._continuous
-        self._compile = rows._compile
-        self._theta, self._graph = rows._theta, rows._prior_flat
-        self._f_prior = rows._f_prior
+    def __init__(
+        self,
+        *,
+        value_vars: Sequence[Variable],
+        n_rows: int,
+        row_dim: str | None,
+        initial_theta: np.ndarray,
+        theta: Variable,
+        graph: Variable,
+        f_prior,
+        continuous: bool,
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.value_vars = list(value_vars)
+        self.initial_theta = np.array(initial_theta, dtype=np.float64, copy=True)
+        self.n_params = int(self.initial_theta.size)
+        self.n_rows = int(n_rows)
+        self.row_dim = row_dim
+        self._continuous = bool(continuous)
+        self._compile_kwargs = dict(compile_kwargs or {})
+        self._theta, self._graph = theta, graph
+        self._f_prior = f_prior
         self._f_prior_grad = None  # compiled on first use
 
     def _check_theta(self, theta: np.ndarray) -> np.ndarray:
@@ -995,6 +1347,6 @@ class PriorDensity:
             raise ValueError("Gradients need continuous parameters. Found discrete parameters.")
         if self._f_prior_grad is None:
             grad = pytensor.grad(self._graph, self._theta)
-            self._f_prior_grad = self._compile([self._theta], [self._graph, grad])
+            self._f_prior_grad = _compile_data_free([self._theta], [self._graph, grad], self._compile_kwargs)
         value, grad = self._f_prior_grad(self._check_theta(theta))
         return float(value), np.asarray(grad)

@@ -24,15 +24,15 @@ from pymc_dp.step_methods.base import DPStep
 
 __all__ = ["publish"]
 
-#: What a published plain ``pm.sample`` result records about its start (pm.sample does not say).
-_UNRECORDED_START = {
-    "source": "unknown",
-    "note": "sampled with pm.sample outside pymc_dp.sample: where the chains started is not recorded; start values "
-    "are not covered by ε and must not come from the data",
-}
-
 #: Label of the single event that :func:`publish` records when it prices from the statistics alone.
 PLAIN_SAMPLE_LABEL = "pm.sample with pymc_dp steps (μ summed from dp_mu_cumulative)"
+
+#: Start provenance of a plain ``pm.sample`` result: the run recorded none (``dp_start``).
+UNRECORDED_START = {
+    "source": "not recorded",
+    "note": "a plain pm.sample run does not record where its chains started; initvals given to it are not covered "
+    "by ε and must not come from the data",
+}
 
 
 def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: Any = None) -> Any:
@@ -66,7 +66,9 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     Returns
     -------
     InferenceData or DataTree
-        ``idata`` itself, stripped and annotated.
+        ``idata`` itself, stripped and annotated. ``dp_start`` is ``"not recorded"``: a
+        plain ``pm.sample`` run does not say where its chains started (``initvals`` are not
+        covered by ε).
 
     Raises
     ------
@@ -112,14 +114,7 @@ def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, A
     spent = privacy_spent(idata, delta, model=model)  # refuses foreign statistics
     if spent.events:  # priced from recorded public settings (a subsampled DPBarkerMH): keep its events
         return _publish_record(
-            idata,
-            list(spent.events),
-            method=spent.method,
-            mu=spent.mu,
-            delta=delta,
-            epsilon=spent.epsilon,
-            neighbouring=spent.neighbouring,
-            n_rows=spent.n_rows,
+            idata, list(spent.events), delta=delta, neighbouring=spent.neighbouring, n_rows=spent.n_rows
         )
     mu = float(spent.mu)
     events = []
@@ -140,7 +135,7 @@ def _publish_record(
         neighbouring=neighbouring,
         n_rows=n_rows,
         reproducible_noise=bool(details.pop("reproducible_noise", False)),
-        start=_UNRECORDED_START,
+        start=dict(UNRECORDED_START),
         details={"chains": int(group(idata, "sample_stats").sizes.get("chain", 0)), **details},
     ).to_dict()
 

@@ -58,3 +58,28 @@ def test_one_posterior_sample_withholds_pymc_sampling_error_text():
     assert "Logp" not in message and "-inf" not in message and "{" not in message
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert budget.spent().epsilon == pytest.approx(0.1)  # charged before the data were read: stays charged
+
+
+def test_dpadvi_fit_withholds_errors_raised_while_reading_the_data(monkeypatch):
+    # DPADVI's iterations run after the budget is charged; an error raised while they read the
+    # rows (here a per-row gradient whose message quotes a row's value) must not carry its text.
+    from pymc_dp.data import RowLikelihood
+
+    y = np.random.default_rng(1).normal(0.3, 1.0, size=50)
+    secret = repr(float(y[7]))
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1, observed=y)
+
+    def leaky_grad_rows(self, theta, rows=None):
+        raise FloatingPointError(f"per-row gradient overflow at row 7 (y = {secret})")
+
+    monkeypatch.setattr(RowLikelihood, "grad_rows", leaky_grad_rows)
+    budget = pmdp.PrivacyBudget(5.0, 1e-5, n_rows=50)
+    dpadvi = pmdp.DPADVI(noise_multiplier=3.0, sampling_rate=0.5, clip=1.0, budget=budget, random_seed=1)
+    with pytest.raises(pmdp.PrivateRunError, match=r"DPADVI\.fit failed .* FloatingPointError") as info:
+        dpadvi.fit(5, model=model, progressbar=False)
+    assert secret not in str(info.value) and secret[:5] not in str(info.value)
+    assert info.value.original_type == "FloatingPointError"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert budget.spent().epsilon > 0  # charged before the data were read: stays charged

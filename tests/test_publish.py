@@ -68,6 +68,7 @@ def test_plain_pm_sample_then_publish(name):
     assert attrs["dp_epsilon"] == again.epsilon
     assert attrs["dp_delta"] == 1e-6
     assert attrs["dp_neighbouring"] == "unknown"
+    assert attrs["dp_start"] == "not recorded"  # pm.sample records no start: say so, never "model"
     # μ: every chain's tune + draws iterations, each at the set noise.
     mu_iter = sum(0.5 / v**2 for v in noise.values()) if name != "hmc" else 0.5 / 20.0**2 + 3 * 0.5 / 20.0**2
     expected = gaussian_epsilon(1e-6, KWARGS["chains"] * (KWARGS["tune"] + KWARGS["draws"]) * mu_iter)
@@ -121,6 +122,7 @@ def test_publish_with_the_step_records_the_relation_and_prices_barker():
     expected = pmdp.accounting.subsampled_barker_epsilon(Y.size, 20, iterations, 1e-6)
     assert attrs["dp_epsilon"] == pytest.approx(expected, rel=1e-12)
     assert attrs["dp_neighbouring"] == "substitute" and attrs["dp_n_rows"] == Y.size
+    assert attrs["dp_start"] == "not recorded"
     assert pmdp.privacy_spent(idata).epsilon == attrs["dp_epsilon"]
     with _model():
         penalty = pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=20.0)

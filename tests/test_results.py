@@ -149,3 +149,46 @@ def test_no_row_count_in_messages_under_add_remove(conjugate_normal):
     with conjugate_normal.model, pytest.raises(ValueError, match="one label per row") as refused:
         pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_scale=1.0, neighbouring="add_remove")
     assert str(conjugate_normal.y.size) not in str(refused.value)
+
+
+def test_dpadvi_started_from_a_private_start_composes_its_events(covariate_model):
+    # Before: a PrivateStart given as DPADVI's `start` was recorded as "user" and its ε dropped.
+    from pymc_dp.accounting.events import compose_epsilon
+
+    model, _ = covariate_model
+    settings = dict(noise_multiplier=2.0, sampling_rate=0.2, clip=2.0, delta=1e-5)
+    first = pmdp.DPADVI(**settings, random_seed=1)
+    first.fit(20, model=model, progressbar=False)
+    with pytest.raises(ValueError, match="exactly one point"):
+        pmdp.DPADVI(**settings, start=first.approx.initial_values(2, random_seed=2))
+    second = pmdp.DPADVI(**settings, random_seed=3, start=first.approx.initial_values(1, random_seed=2))
+    idata = second.fit(20, model=model, progressbar=False).sample(30, random_seed=4)
+    attrs = idata["posterior"].attrs
+    record = json.loads(attrs["dp_accountant"])
+    assert attrs["dp_start"] == "dp_release" and record["start"]["description"].startswith("DPADVI")
+    composed = compose_epsilon(first.privacy_events(20) + second.privacy_events(20), 1e-5)[0]
+    assert attrs["dp_epsilon"] == pytest.approx(composed, rel=1e-12)
+    assert record["run_epsilon"] == pytest.approx(second.privacy_spent().epsilon, rel=1e-12)
+    assert record["run_epsilon"] < attrs["dp_epsilon"]
+    _assert_publishable(idata, model)
+    # A chain started from the second fit depends on both fits.
+    starts = second.approx.initial_values(1, random_seed=5)
+    assert len(starts.events) == 2
+
+
+def test_one_posterior_sample_records_initvals_and_refuses_a_private_start():
+    from pymc_dp.results import PrivateStart
+
+    data = np.random.default_rng(6).integers(0, 2, size=100)
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        pm.Bernoulli("y", p, observed=data)
+    kwargs = dict(epsilon=0.5, loglik_bounds=(-5.0, 0.0), tune=30)
+    given = pmdp.one_posterior_sample(model, initvals={"p": 0.3}, **kwargs)
+    assert given["posterior"].attrs["dp_start"] == "user"
+    assert "not covered by ε" in json.loads(given["posterior"].attrs["dp_accountant"])["start"]["note"]
+    assert pmdp.one_posterior_sample(model, **kwargs)["posterior"].attrs["dp_start"] == "model"
+    budget = pmdp.PrivacyBudget(1.0, 1e-6, n_rows=100)
+    with pytest.raises(ValueError, match="must not be a PrivateStart"):
+        pmdp.one_posterior_sample(model, initvals=PrivateStart([{"p": 0.3}], [], "a release"), budget=budget, **kwargs)
+    assert budget.events == ()  # refused before anything is charged

@@ -378,3 +378,302 @@ def test_subset_that_differs_from_the_slice_is_a_hard_error():
     rows._f_lik = lambda theta: full(theta) + 1.0  # the subset path now disagrees with the full vector
     with pytest.raises(ModelStructureError, match="subset of rows differs"):
         _ = rows.subset_mode  # before: fell back to "slice" silently
+
+
+# -- (e) every entry point refuses data read outside the likelihood -----------------------------
+
+
+def _potential_reads_a_row_array():
+    data = _data()
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1.0, observed=data["y_real"])
+        pm.Potential("pen", -((pt.as_tensor_variable(data["x"]) - m) ** 2).sum())
+    return model
+
+
+def _potential_reads_a_transposed_row_array():
+    data = _data()
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1.0, observed=data["y_real"])
+        pm.Potential("pen", -((pt.as_tensor_variable(data["X"].T) - m) ** 2).sum())  # (2, N): rows on axis 1
+    return model
+
+
+def _dpadvi_fit(model, budget):
+    pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, clip=1.0, budget=budget).fit(1, model=model, progressbar=False)
+
+
+ENTRY_POINTS = {
+    "DPPenaltyMH": lambda model, budget: pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, model=model),
+    "DPHMC": lambda model, budget: pmdp.DPHMC(
+        llr_clip=5.0, grad_clip=5.0, n_leapfrog=2, llr_noise_scale=1.0, grad_noise_scale=1.0, model=model
+    ),
+    "DPBarkerMH": lambda model, budget: pmdp.DPBarkerMH(batch_size=20, tempered_size=5.0, model=model),
+    "DPADVI": _dpadvi_fit,
+    "one_posterior_sample": lambda model, budget: pmdp.one_posterior_sample(
+        model, epsilon=0.5, loglik_bounds=(-5.0, 0.0), tune=10, budget=budget
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "factory", [_potential_reads_data, _potential_reads_a_row_array, _potential_reads_a_transposed_row_array]
+)
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_every_entry_point_refuses_a_potential_reading_data(entry, factory):
+    # Before: only DPPenaltyMH was tested, and a (2, N) array escaped the leading-axis test.
+    budget = pmdp.PrivacyBudget(2.0, 1e-5, n_rows=N)
+    with pytest.raises(ModelStructureError, match="Potential `pen` reads data"):
+        ENTRY_POINTS[entry](factory(), budget)
+    assert budget.events == ()  # refused before anything is charged
+
+
+# -- (f) row data on any axis, whatever the dim names --------------------------------------------
+
+
+def _transposed_standardised(data):
+    Xt = pm.Data("Xt", data["X"].T, dims=("col", "obs"))  # rows on axis 1
+    b = pm.Normal("b", 0, 1, dims="col")
+    xs = (Xt - Xt.mean(axis=1, keepdims=True)) / Xt.std(axis=1, keepdims=True)
+    pm.Normal("y", b @ xs, 1.0, observed=data["y_real"], dims="obs")
+
+
+def _transposed_numpy_standardised(data):
+    Xt = pt.as_tensor_variable(data["X"].T)
+    b = pm.Normal("b", 0, 1, dims="col")
+    xs = (Xt - Xt.mean(axis=1, keepdims=True)) / Xt.std(axis=1, keepdims=True)
+    pm.Normal("y", b @ xs, 1.0, observed=data["y_real"], dims="obs")
+
+
+@pytest.mark.parametrize("build", [_transposed_standardised, _transposed_numpy_standardised])
+def test_a_transposed_row_array_is_refused_naming_it(build):
+    with pytest.raises(ModelStructureError, match="axis of the row length that is not its first") as err:
+        RowLikelihood(_refusing(build))
+    assert "`y`" in str(err.value) and str(N) not in str(err.value)  # names the variable, not the shape
+    if build is _transposed_standardised:
+        assert "`Xt`" in str(err.value)
+
+
+def _data_with_another_dim(row_wise):
+    data = _data()
+    coords = {"obs": range(N), "unit": range(N)}
+    with pm.Model(coords=coords) as model:
+        z = pm.Data("z", data["x"], dims="unit")  # length N, first dim not named like the rows
+        yd = pm.Data("y_obs", data["y_real"], dims="obs")
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b * (z if row_wise else z - z.mean()), 1.0, observed=yd, dims="obs")
+    return model
+
+
+def test_pm_data_with_another_dim_name_is_row_data():
+    # Before: a pm.Data whose first dim was not the row dim escaped the walk, the probe and indexing.
+    with pytest.raises(ModelStructureError, match=r"observed variable `y`.*operation `"):
+        RowLikelihood(_data_with_another_dim(row_wise=False))
+    rows = RowLikelihood(_data_with_another_dim(row_wise=True))
+    assert rows.subset_mode == "index"
+    theta = np.array([0.7])
+    subset = np.array([K, 0, N - 1])
+    np.testing.assert_allclose(rows.loglik_rows(theta, subset), rows.loglik_rows(theta)[subset], rtol=1e-12)
+
+
+def test_prior_reading_a_transposed_row_array_is_refused():
+    data = _data()
+    with pm.Model() as model:
+        m = pm.Normal("m", mu=pt.as_tensor_variable(data["X"].T).mean(), sigma=1.0)
+        pm.Normal("y", m, 1.0, observed=data["y_real"])
+    with pytest.raises(ModelStructureError, match="free variable `m`"):
+        check_prior_reads_no_data(model)
+
+
+# -- (g) the subset path: one documented fallback, everything else a hard error ---------------------
+
+
+def _fixed_row_count(data):
+    x = pm.Data("x", data["x"], dims="obs")
+    y = pm.Data("y_obs", data["y_real"], dims="obs")
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * pt.specify_shape(x, (N,)), 1.0, observed=y, dims="obs")
+
+
+def test_a_graph_that_fixes_the_row_count_computes_subsets_on_all_rows():
+    rows = RowLikelihood(_refusing(_fixed_row_count))
+    assert rows.subset_mode == "slice"  # documented fallback: a strict subset cannot be evaluated
+    theta, subset = np.array([0.4]), np.array([K, 1])
+    np.testing.assert_allclose(rows.loglik_rows(theta, subset), rows.loglik_rows(theta)[subset], rtol=1e-12)
+
+
+def test_a_subset_path_that_cannot_be_built_is_a_hard_error(monkeypatch):
+    rows = RowLikelihood(logistic(_data(), use_data=True))
+    secret = repr(float(_data()["x"][K]))
+
+    def broken(inputs, outputs):
+        raise TypeError(f"cannot index row {K} = {secret}")
+
+    monkeypatch.setattr(rows, "_compile", broken)
+    with pytest.raises(ModelStructureError, match=r"cannot be evaluated on a subset of rows \(TypeError") as err:
+        _ = rows.subset_mode  # before: fell back to "slice" silently
+    assert secret not in str(err.value) and err.value.__cause__ is None
+
+
+def _reads_the_row_count(data):
+    x = pm.Data("x", data["x"], dims="obs")
+    y = pm.Data("y_obs", data["y_real"], dims="obs")
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x / x.shape[0], 1.0, observed=y, dims="obs")
+
+
+def test_a_subset_that_reads_the_row_count_is_refused_not_silently_wrong():
+    # At the start point b = 0 the subset and the full vector agreed, and index mode computed
+    # every batch with B in place of N. The probe now also runs at a shifted point.
+    rows = RowLikelihood(_refusing(_reads_the_row_count))
+    with pytest.raises(ModelStructureError, match="number of rows from a shape"):
+        _ = rows.subset_mode
+
+
+def test_subsampling_mechanisms_check_the_subset_path_before_anything_is_charged():
+    model = _refusing(_reads_the_row_count)
+    with model, pytest.raises(ModelStructureError, match="subset of rows differs"):
+        pmdp.DPBarkerMH(batch_size=20, tempered_size=5.0)
+    budget = pmdp.PrivacyBudget(2.0, 1e-5, n_rows=N)
+    with pytest.raises(ModelStructureError, match="subset of rows differs"):
+        _dpadvi_fit(model, budget)
+    assert budget.events == ()
+
+
+# -- (h) the perturbation probe in every entry point -------------------------------------------
+
+
+def _walk_disabled(monkeypatch):
+    """Switch off the allow-list walk, to see the probe (the last line of defence) on its own."""
+    import pymc_dp.data as data_layer
+
+    monkeypatch.setattr(data_layer, "_check_rowwise", lambda *args, **kwargs: None)
+    monkeypatch.setattr(data_layer, "_check_rowwise_params", lambda *args, **kwargs: None)
+
+
+def test_one_posterior_sample_runs_the_perturbation_probe(monkeypatch):
+    _walk_disabled(monkeypatch)
+    budget = pmdp.PrivacyBudget(2.0, 1e-5, n_rows=N)
+    with pytest.raises(ModelStructureError, match="Changing one row"):
+        pmdp.one_posterior_sample(
+            _refusing(_standardised), epsilon=0.5, loglik_bounds=(-5.0, 0.0), tune=10, budget=budget
+        )
+    assert budget.events == ()
+
+
+def test_the_probe_runs_in_row_loglik_and_at_a_point_other_than_the_start(monkeypatch):
+    from pymc_dp.data import row_loglik
+
+    _walk_disabled(monkeypatch)
+    model = _refusing(_standardised)  # b * (x - mean) / std: every row is 0 at the start b = 0
+    with pytest.raises(ModelStructureError, match="Changing one row"):
+        row_loglik(model)
+    with pytest.raises(ModelStructureError, match="Changing one row"):
+        RowLikelihood(model)
+
+
+# -- (i) the row count is private under add/remove -----------------------------------------------
+
+
+def _count_from_shape(data):
+    x = pt.as_tensor_variable(data["x"])
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x / x.shape[0], 1.0, observed=data["y_real"], dims="obs")
+
+
+def _count_from_ones(data):
+    x = pm.Data("x", data["x"], dims="obs")
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x + pt.ones(x.shape[0]).sum(), 1.0, observed=data["y_real"], dims="obs")
+
+
+def _count_from_dim_length(data):
+    x = pm.Data("x", data["x"], dims="obs")
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x / pm.modelcontext(None).dim_lengths["obs"], 1.0, observed=data["y_real"], dims="obs")
+
+
+@pytest.mark.parametrize("build", [_count_from_shape, _count_from_ones, _count_from_dim_length])
+def test_a_likelihood_reading_the_row_count_is_refused_under_add_remove(build):
+    model = _refusing(build)
+    with pytest.raises(ModelStructureError, match=r"observed variable `y`.*operation `") as err:
+        RowLikelihood(model, neighbouring="add_remove")
+    assert str(N) not in str(err.value)
+    with model, pytest.raises(ModelStructureError):
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, neighbouring="add_remove")
+
+
+def test_the_row_count_is_public_under_substitute():
+    rows = RowLikelihood(_refusing(_count_from_shape))  # numpy rows: slice mode, N a public constant
+    theta = np.array([0.3])
+    np.testing.assert_allclose(rows.loglik_rows(theta, np.array([K])), rows.loglik_rows(theta)[[K]])
+
+
+def _observed_pm_data_without_dims(data):
+    x = pm.Data("x", data["x"])
+    y = pm.Data("y_obs", data["y_real"])
+    b = pm.Normal("b", 0, 1)
+    pm.Normal("y", b * x + pt.zeros_like(x), 1.0, observed=y)  # PyMC sizes `y` from y_obs.shape
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_is_accepted_under_add_remove(name):
+    rows = RowLikelihood(ZOO[name](_data(), True), neighbouring="add_remove")
+    assert rows.subset_mode == "index"
+
+
+def test_shapes_that_only_size_a_tensor_are_accepted_under_add_remove():
+    rows = RowLikelihood(_refusing(_observed_pm_data_without_dims), neighbouring="add_remove")
+    assert rows.subset_mode == "index"
+
+
+# -- (j) messages name the operation and show N only when it is public ---------------------------
+
+
+def _matrix_observed(param):
+    data = _data()
+    with pm.Model() as model:
+        x = pm.Data("x", data["x"])
+        b = pm.Normal("b", 0, 1)
+        mu = b * (x if param == "vector" else x[None, :])
+        pm.Normal("y", mu, 1.0, observed=np.tile(data["y_real"][:, None], (1, N)))  # (N, N)
+    return model
+
+
+@pytest.mark.parametrize("param", ["vector", "row_last"])
+def test_parameter_messages_name_the_operation(param):
+    # A (N,) or (1, N) parameter of an (N, N) observed variable: broadcasting puts its rows on axis 1.
+    with pytest.raises(
+        ModelStructureError, match=r"observed variable `y` does not keep the row axis first: operation `"
+    ):
+        RowLikelihood(_matrix_observed(param))
+
+
+def test_final_check_message_names_the_operation():
+    from pymc_dp.data import _check_rowwise
+
+    x = pytensor.shared(np.zeros(N), name="x")
+    with pytest.raises(ModelStructureError, match=r"`y`.*operation `.*row axis is at position 1"):
+        _check_rowwise(x[None, :] * 2.0, [x], "y")
+
+
+def _two_lengths():
+    data = _data()
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1.0, observed=data["y_real"])
+        pm.Normal("z", m, 1.0, observed=data["y_real"][:-1])
+    return model
+
+
+def test_row_lengths_are_shown_only_under_substitute():
+    with pytest.raises(ModelStructureError, match=r"`y`.*`z`") as err:
+        RowLikelihood(_two_lengths(), neighbouring="add_remove")
+    assert str(N) not in str(err.value) and str(N - 1) not in str(err.value)
+    with _two_lengths(), pytest.raises(ModelStructureError) as err:
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, neighbouring="add_remove")
+    assert str(N - 1) not in str(err.value)
+    with pytest.raises(ModelStructureError, match=f"`y`: {N}, `z`: {N - 1}"):
+        RowLikelihood(_two_lengths())  # substitute: N is public

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 
 import pymc_dp as pmdp
@@ -107,3 +108,30 @@ def test_alg3_clamps_rows_outside_the_bounds_by_default_and_strict_mode_gives_no
         assert "2" not in str(info.value) and "9" not in str(info.value)
         with pytest.raises(ValueError, match="`out_of_bounds` must be one of"):
             pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, family_settings=settings, out_of_bounds=None)
+
+
+@pytest.mark.parametrize("reads", ["potential_pm_data", "potential_row_array", "prior_pm_data", "params"])
+def test_alg3_refuses_priors_potentials_and_params_that_read_data(reads):
+    # They enter the acceptance ratio exactly (unclipped, unnoised): before, nothing checked them.
+    from pymc_dp.data import ModelStructureError
+
+    y = np.clip(np.random.default_rng(4).normal(0.5, 1.0, size=80), -5, 5)
+    settings = {"sigma": 1.0, "bounds": (-5, 5)}
+    with pm.Model():
+        if reads == "prior_pm_data":
+            x = pm.Data("x", y)
+            m = pm.Normal("m", x.mean(), 10)
+        else:
+            m = pm.Normal("m", 0, 10)
+        mu = m
+        if reads == "potential_pm_data":
+            x = pm.Data("x", y)
+            pm.Potential("pen", -((x - m) ** 2).sum())
+        elif reads == "potential_row_array":
+            pm.Potential("pen", -((pt.as_tensor_variable(y) - m) ** 2).sum())
+        elif reads == "params":
+            mu = m + pt.as_tensor_variable(y).mean()
+        expected = {"prior_pm_data": "free variable `m`", "params": r"`params\['mu'\]` reads data"}
+        with pytest.raises(ModelStructureError, match=expected.get(reads, "Potential `pen` reads data")) as info:
+            pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": mu}, noise_scale=1.0, family_settings=settings)
+    assert repr(float(y[0]))[:6] not in str(info.value)

@@ -19,7 +19,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
 from pymc_dp.mechanisms import mechanism_rng
-from pymc_dp.results import group_names, posterior_attrs
+from pymc_dp.results import PrivateStart, group_names, posterior_attrs
 from pymc_dp.run import PrivateRun
 
 __all__ = ["one_posterior_sample", "ops_temperature", "tempered_model"]
@@ -125,9 +125,15 @@ def tempered_model(model: Any, temperature: float, loglik_bounds: tuple[float, f
     """
     low, high = _check_loglik_bounds(loglik_bounds)
     temperature = check_finite_positive("temperature", temperature)
-    # Row-wise parameter checks and the allow-list walk: one row can move only its own term.
+    # Row-wise parameter checks, the allow-list walk and the perturbation probe: one row can
+    # move only its own term.
     rows, n_rows, _, _ = row_loglik(model)
     check_prior_reads_no_data(model, n_rows)
+    return _tempered_copy(model, rows, temperature, low, high)
+
+
+def _tempered_copy(model: Any, rows: Any, temperature: float, low: float, high: float) -> Any:
+    """:func:`tempered_model` on the per-row graph ``rows`` already built (and checked) by ``row_loglik``."""
     hidden = set(data_dependent_deterministics(model)) if model.observed_RVs else set()
     fgraph, _ = fgraph_from_model(model)
     drop = [
@@ -188,7 +194,10 @@ def one_posterior_sample(
         draw. By default the chain is seeded from the operating system's CSPRNG
         (:func:`pymc_dp.mechanisms.mechanism_rng`).
     **kwargs
-        Passed to ``pm.sample`` (not ``draws``/``chains``).
+        Passed to ``pm.sample`` (not ``draws``/``chains``). ``initvals`` are recorded in the
+        result (``dp_start`` = ``"user"``: not covered by ε, they must be public); a
+        :class:`pymc_dp.results.PrivateStart` is refused (its (ε, δ) release cannot be
+        composed into this pure ε-DP draw).
 
     Returns
     -------
@@ -199,9 +208,10 @@ def one_posterior_sample(
     Raises
     ------
     ModelStructureError
-        Before anything is charged, when a row's log-likelihood could read another row's data,
-        or a prior or potential reads data (:func:`pymc_dp.data.row_loglik`,
-        :func:`pymc_dp.data.check_prior_reads_no_data`).
+        Before anything is charged, when a row's log-likelihood could read another row's data
+        (the allow-list walk or the one-row perturbation probe of
+        :func:`pymc_dp.data.row_loglik`), or a prior or potential reads data
+        (:func:`pymc_dp.data.check_prior_reads_no_data`).
 
     Notes
     -----
@@ -255,8 +265,20 @@ def one_posterior_sample(
     unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
     if unknown:
         raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
-    n_rows = _row_structure(model)[0]
-    row_loglik(model)  # refuses likelihoods that mix rows, before anything is charged
+    if isinstance(kwargs.get("initvals"), PrivateStart):
+        raise ValueError(
+            "`initvals` must not be a PrivateStart for one_posterior_sample: its draw is pure ε-DP (δ = 0) and "
+            "cannot compose the (ε, δ) release that computed the start. Found a PrivateStart; start from the model's "
+            "initial point or from public values."
+        )
+    if kwargs.get("initvals") is None:
+        start = {"source": "model", "note": "the model's initial point with PyMC's jitter (data-free)"}
+    else:
+        note = "initvals given by the caller: not covered by ε, must not come from the data"
+        start = {"source": "user", "note": note}
+    n_rows = _row_structure(model, neighbouring)[0]
+    # Refuses likelihoods that mix rows (walk and one-row perturbation probe), before anything is charged.
+    rows = row_loglik(model, neighbouring=neighbouring)[0]
     check_prior_reads_no_data(model, n_rows)
     sensitivity = _utility_sensitivity(low, high, neighbouring)
     temperature = min(1.0, epsilon / (2.0 * sensitivity))
@@ -274,7 +296,7 @@ def one_posterior_sample(
 
     hidden = set(data_dependent_deterministics(model))
     var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
-    tempered = tempered_model(model, temperature, (low, high))
+    tempered = _tempered_copy(model, rows, temperature, low, high)
     pymc_logger = logging.getLogger("pymc")
     level = pymc_logger.level
     with tempered:
@@ -309,6 +331,7 @@ def one_posterior_sample(
     )
     record = run.record(
         reproducible_noise=reproducible_noise,
+        start=start,
         loglik_bounds=[low, high],
         utility_sensitivity=sensitivity,
         temperature=temperature,

@@ -58,18 +58,36 @@ class RowMechanisms:
             lambda theta: rows.loglik_rows(theta, index), llr_clip, noise_multiplier, rng, neighbouring
         )
 
+    def check_subsets(self) -> None:
+        """Build the subset path now (raises ``ModelStructureError`` if it disagrees with all rows); releases nothing.
+
+        Mechanisms on row subsets (DPBarkerMH's batches, DPADVI's Poisson batches) call it
+        before anything is charged, so that the subset-vs-slice probe refuses a model then,
+        not at the first batch.
+        """
+        _ = self._rows.subset_mode
+
     def check_differentiable(self) -> None:
         """Build the per-row gradient now (raises if the likelihood is not differentiable); releases nothing."""
         self._rows.warm_gradient()
 
 
-def model_access(model, value_vars, shared, initial_point, compile_kwargs):
+def model_access(model, value_vars, shared, initial_point, compile_kwargs, neighbouring: str = "substitute"):
     """The data-free prior and the row mechanisms of ``model`` for the parameters ``value_vars``.
 
     The one place a step method or DPADVI reaches its model's data: it gets back a
     :class:`pymc_dp.data.PriorDensity` (no row data) and a :class:`RowMechanisms`.
+    ``neighbouring`` is the relation of the mechanisms: under add/remove N is private and a
+    per-row log-likelihood that depends on it is refused (:func:`pymc_dp.data.row_loglik`).
     """
     from pymc_dp.data import RowLikelihood
 
-    rows = RowLikelihood(model, value_vars, shared, initial_point=initial_point, compile_kwargs=compile_kwargs)
+    rows = RowLikelihood(
+        model,
+        value_vars,
+        shared,
+        initial_point=initial_point,
+        compile_kwargs=compile_kwargs,
+        neighbouring=neighbouring,
+    )
     return rows.prior, RowMechanisms(rows)

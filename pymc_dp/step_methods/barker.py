@@ -209,7 +209,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         batch_size, tempered_size, temperature = self._check_test(batch_size, tempered_size, temperature)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPBarkerMH"
+            vars, model, initial_point, compile_kwargs, "DPBarkerMH", self.neighbouring
         )
         self.n_rows = n = self._prior.n_rows
         size = self._prior.n_params
@@ -266,6 +266,8 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         """Check the batch and the tempering against the N rows; set b, T, N₀ and the clip."""
         if not self.full_data and batch_size >= n:
             raise ValueError(f"`batch_size` must be smaller than the number of rows ({n}). Found {batch_size}.")
+        if not self.full_data:  # batches: the subset path is checked now, before any run is charged
+            self._row_mechanisms.check_subsets()
         if tempered_size is not None and tempered_size > n:
             raise ValueError(
                 f"`tempered_size` must lie in (0, N] with N = {n} rows (it tempers, never sharpens). "

@@ -133,11 +133,13 @@ class DPStep(ArrayStepShared):
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod
-    def _data_access(vars, model, initial_point, compile_kwargs, step_name: str):
+    def _data_access(vars, model, initial_point, compile_kwargs, step_name: str, neighbouring: str = "substitute"):
         """(value_vars, shared, PriorDensity, RowMechanisms) for continuous ``vars``.
 
         The one place steps reach their model: a data-free prior and the row mechanisms,
-        never the per-row functions (:func:`pymc_dp.mechanisms.model_access`).
+        never the per-row functions (:func:`pymc_dp.mechanisms.model_access`). The model is
+        checked under the step's neighbouring relation (under add/remove a row's term must
+        not depend on N).
         """
         model = modelcontext(model)
         initial_point = model.initial_point() if initial_point is None else initial_point
@@ -146,7 +148,7 @@ class DPStep(ArrayStepShared):
         if discrete:
             raise ValueError(f"`vars` must be continuous for {step_name}. Found discrete variables: {discrete}.")
         shared = make_shared_replacements(initial_point, value_vars, model)
-        prior, mechanisms = model_access(model, value_vars, shared, initial_point, compile_kwargs)
+        prior, mechanisms = model_access(model, value_vars, shared, initial_point, compile_kwargs, neighbouring)
         return value_vars, shared, prior, mechanisms
 
     def _start(self, value_vars, shared, *, tune: bool, reproducible_noise: bool, blocked: bool, rng: Any) -> None:

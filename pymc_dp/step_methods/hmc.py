@@ -254,7 +254,7 @@ class DPHMC(DPStep):
             step_size = check_finite_positive("step_size", step_size)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPHMC"
+            vars, model, initial_point, compile_kwargs, "DPHMC", self.neighbouring
         )
         self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows

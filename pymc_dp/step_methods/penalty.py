@@ -183,7 +183,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         scale = check_proposal_scale(proposal_scale)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPPenaltyMH"
+            vars, model, initial_point, compile_kwargs, "DPPenaltyMH", self.neighbouring
         )
         size = self._prior.n_params
         self.n_rows = self._prior.n_rows

@@ -13,7 +13,7 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
-from pymc_dp.data import sorted_value_vars
+from pymc_dp.data import check_prior_reads_no_data, sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics, PrivateSufficientStatistics
 from pymc_dp.step_methods.base import (
@@ -144,6 +144,10 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             )
         # The mechanism reads the rows once (shapes, bounds, Σ S(x)); the step keeps no rows.
         self._private_statistics = PrivateSufficientStatistics(self.family, data, self.out_of_bounds)
+        # The priors, the potentials and `params` enter the acceptance ratio exactly (unclipped,
+        # unnoised): none may read pm.Data, an observed value or an array with an axis of length N.
+        expressions = {f"params[{k!r}]": v for k, v in params.items()}
+        check_prior_reads_no_data(model, self._private_statistics.n_rows, expressions=expressions)
         self._mechanism: NoisySufficientStatistics | None = None
 
         initial_point = model.initial_point() if initial_point is None else initial_point

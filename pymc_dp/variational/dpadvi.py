@@ -201,7 +201,8 @@ class _DPApproximationMixin:
         """One draw per chain from q with its scale multiplied by ``inflate``, as ``initvals``.
 
         Starting a DP chain here costs no privacy beyond the DPADVI run that fitted q. The
-        points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events:
+        points come as a :class:`pymc_dp.results.PrivateStart` carrying that run's events
+        (and those of the ``PrivateStart`` the fit itself started from, if any):
         ``pymc_dp.sample`` then reports, as the chain's ``dp_epsilon``, the composition of
         the fit and the chain (the draws depend on both), without charging a budget twice.
 
@@ -308,9 +309,13 @@ class DPADVI(Inference):
     random_seed : int, optional
         Seeds the approximation's start and the Monte Carlo draws (data-free), and the
         batches and noise only with ``reproducible_noise=True``.
-    start : dict, optional
-        Start point, as for ``pm.MeanField``. Not covered by ε: it must be public (not
-        computed from the data). Its provenance is recorded in the result (``dp_start``).
+    start : dict or PrivateStart, optional
+        Start point, as for ``pm.MeanField``. A dict is not covered by ε: it must be public
+        (not computed from the data); it is recorded as ``dp_start = "user"``. A
+        :class:`pymc_dp.results.PrivateStart` of one point (``approx.initial_values(1)`` of an
+        earlier DPADVI fit) is recorded as ``"dp_release"`` and its events are composed into
+        the fit's reported ``dp_epsilon`` (the fit depends on both; a budget is not charged
+        for them again).
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` for the per-row functions, e.g.
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
@@ -409,7 +414,7 @@ class DPADVI(Inference):
         self.budget = budget
         self.reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
         self.random_seed = random_seed
-        self._start = start
+        self._start, self._start_events, self._start_source = self._check_start(start)
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
             raise TypeError(f"`compile_kwargs` must be a dict. Found {type(compile_kwargs).__name__}.")
         self._compile_kwargs = dict(compile_kwargs or {})
@@ -421,6 +426,23 @@ class DPADVI(Inference):
         self.state = None
         self._approx = None
         self._iterations = 0  # accounted so far
+
+    @staticmethod
+    def _check_start(start: Any) -> tuple[dict | None, tuple[PrivacyEvent, ...], dict[str, Any]]:
+        """(the start point, the events it depends on, its provenance record) of ``start``."""
+        if start is None:
+            return None, (), {"source": "model"}
+        if isinstance(start, PrivateStart):
+            if len(start) != 1 or not isinstance(start[0], dict):
+                raise ValueError(
+                    "`start` must hold exactly one point when it is a PrivateStart (e.g. approx.initial_values(1)). "
+                    f"Found {len(start)} points."
+                )
+            return dict(start[0]), tuple(start.events), {"source": "dp_release", "description": start.source}
+        if not isinstance(start, dict):
+            raise TypeError(f"`start` must be a dict of start values or a PrivateStart. Found {type(start).__name__}.")
+        note = "start given by the caller: not covered by ε, must not come from the data"
+        return start, (), {"source": "user", "note": note}
 
     # -- PyMC's Inference interface --------------------------------------------------------
     @property
@@ -486,7 +508,8 @@ class DPADVI(Inference):
                 f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
             )
         # Raises ModelStructureError for models without a row axis.
-        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs)
+        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs, self.neighbouring)
+        mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
         approx_class = _APPROXIMATIONS[self.approximation]
         kwargs = {"model": model, "random_seed": random_seed}
         if self._start is not None:
@@ -622,7 +645,8 @@ class DPADVI(Inference):
             model = self._approx.model
         n_rows = _row_structure(model)[0]
         run = PrivateRun(
-            "DPADVI",
+            "DPADVI.fit",
+            description="DPADVI",
             delta=self.delta,
             neighbouring=self.neighbouring,
             n_rows=n_rows,
@@ -631,9 +655,10 @@ class DPADVI(Inference):
         )
         sigma = self._calibrated_noise(n)
         total = self._iterations + n
-        run.plan(
+        run_epsilon = run.plan(
             [PoissonGaussianReleases(sigma, self.sampling_rate, total, self.neighbouring, "dpadvi")],
             charge=[PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")],
+            depends_on=self._start_events,  # a DP start: composed into the result, charged when it was made
             advice=f"use more noise, a smaller sampling rate or fewer iterations ({total} iterations in all at "
             f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}).",
         )
@@ -646,7 +671,7 @@ class DPADVI(Inference):
             # Every check passed: commit σ, then touch data.
             self.noise_multiplier = sigma
             self._iterations = total
-            self._approx._dp_record = self._record(run)
+            self._approx._dp_record = self._record(run, run_epsilon)
             mechanism = self._row_mechanisms.poisson_gradient_sum(
                 self.clip, sigma, self.sampling_rate, self.neighbouring
             )
@@ -666,16 +691,12 @@ class DPADVI(Inference):
                 group.include_transformed = bool(include_transformed)
         return self.approx
 
-    def _record(self, run: PrivateRun) -> dict[str, Any]:
-        """The accountant record of every fit of this object (``run`` planned for the latest)."""
-        start = (
-            {"source": "model"}
-            if self._start is None
-            else {"source": "user", "note": "start given by the caller: not covered by ε, must not come from the data"}
-        )
+    def _record(self, run: PrivateRun, run_epsilon: float) -> dict[str, Any]:
+        """The accountant record of every fit of this object and of the start's release (``run``: the latest fit)."""
         return run.record(
-            start=start,
+            start=dict(self._start_source),
             reproducible_noise=self.reproducible_noise,
+            run_epsilon=run_epsilon,
             iterations=self._iterations,
             settings={
                 "noise_multiplier": self.noise_multiplier,
