@@ -39,6 +39,7 @@ __all__ = [
     "UnpublishableResultError",
     "check_publishable",
     "finalize_result",
+    "foreign_statistics",
     "private_content",
     "strip_private_groups",
     "write_privacy_attrs",
@@ -230,15 +231,48 @@ def _replace_group(idata: Any, name: str, dataset) -> None:
     idata[name] = dataset
 
 
-def strip_private_groups(idata: Any, model: Any = None) -> Any:
+def foreign_statistics(idata: Any) -> list[str]:
+    """Sample statistics that no DP step writes (a non-DP sampler such as NUTS ran on the model)."""
+    return sorted(
+        {
+            str(v)
+            for name in group_names(idata)
+            if name in _STATS_GROUPS
+            for v in group(idata, name).data_vars
+            if not str(v).startswith("dp_")
+        }
+    )
+
+
+def strip_private_groups(idata: Any, model: Any = None, *, foreign_statistics_ok: bool = False) -> Any:
     """Delete (in place) everything :func:`private_content` finds that can be deleted; return ``idata``.
 
     Removes the data groups and any group not on the allow-list, variables that read data
-    (given ``model``, or as the result's record says), non-DP statistics, coordinates only
-    they used, the row dimension's labels (the dimension stays, without labels) and
-    ``sampling_time``. Without a model or a record, variables are left as they are (and
-    :func:`check_publishable` refuses the result until a model is given).
+    (given ``model``, or as the result's record says), coordinates only they used, the row
+    dimension's labels (the dimension stays, without labels) and ``sampling_time``. Without
+    a model or a record, variables are left as they are (and :func:`check_publishable`
+    refuses the result until a model is given).
+
+    Statistics of a non-DP sampler are refused, not deleted, and nothing is changed: they
+    show that a sampler that reads the raw data (NUTS, say, given the variables no DP step
+    covered) produced some of the draws, and deleting its statistics would leave those
+    exact draws behind, priced as if only the DP steps had run. (``foreign_statistics_ok``
+    is for pymc_dp's own front-ends, whose samplers read only released values, e.g. NUTS
+    on released sufficient statistics: their statistics are deleted.)
+
+    Raises
+    ------
+    UnpublishableResultError
+        When ``sample_stats`` holds statistics no DP step writes (unless
+        ``foreign_statistics_ok``).
     """
+    foreign = foreign_statistics(idata)
+    if foreign and not foreign_statistics_ok:
+        raise UnpublishableResultError(
+            f"This result holds statistics of a non-DP sampler ({foreign}): some of its draws come from a sampler "
+            "that reads the raw data, and no clean-up makes them private. Sample every free variable with DP steps "
+            "(pymc_dp.sample refuses a model with uncovered variables). Nothing was changed."
+        )
     for name in group_names(idata):
         if name not in PUBLISHABLE_GROUPS:
             del idata[name]
@@ -296,6 +330,6 @@ def finalize_result(idata: Any, record: dict[str, Any], model: Any = None) -> An
     (:func:`check_publishable`), then writes the ``dp_*`` attributes
     (:func:`write_privacy_attrs`). Returns ``idata``.
     """
-    strip_private_groups(idata, model)
+    strip_private_groups(idata, model, foreign_statistics_ok=True)
     check_publishable(idata, model)
     return write_privacy_attrs(idata, record)

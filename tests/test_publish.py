@@ -8,6 +8,7 @@ import pytest
 
 import pymc_dp as pmdp
 from pymc_dp.accounting import gaussian_epsilon
+from pymc_dp.results import group, group_names
 
 Y = np.random.default_rng(3).normal(0.5, 1.0, size=60)
 KWARGS = {"draws": 20, "tune": 10, "chains": 2, "cores": 1, "random_seed": 1, "progressbar": False}
@@ -61,8 +62,8 @@ def test_plain_pm_sample_then_publish(name):
             pmdp.privacy_spent(idata, delta=1e-6)  # a result that still holds data is never priced
         published = pmdp.publish(idata, delta=1e-6)
     assert published is idata
-    for group in ("observed_data", "constant_data", "log_likelihood"):
-        assert group not in published
+    for name in ("observed_data", "constant_data", "log_likelihood"):
+        assert name not in published
     attrs = published["posterior"].attrs
     again = pmdp.privacy_spent(published)
     assert attrs["dp_epsilon"] == again.epsilon
@@ -139,3 +140,31 @@ def test_privacy_spent_prints_epsilon_rounded_up_and_delta_short():
     assert str(spent) == "ε = 1.000 (δ = 1e-06)"
     assert "epsilon=1.000, delta=1e-06" in repr(spent)
     assert str(pmdp.PrivacySpent(1.00004, 1e-5)) == "ε = 1.001 (δ = 1e-05)"  # never printed below the truth
+
+
+@pytest.mark.parametrize("step_name", ["penalty", "barker"])
+def test_a_result_partly_sampled_by_nuts_is_refused_whatever_the_route(step_name):
+    # PyMC gives the variables no DP step covers to NUTS, which reads the raw data: stripping
+    # its statistics would leave its exact draws behind, priced as if only the DP step had run.
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", m, s, observed=Y)
+        if step_name == "penalty":
+            step = pmdp.DPPenaltyMH([m], llr_clip=2.0, noise_scale=20.0)
+        else:
+            step = pmdp.DPBarkerMH([m], batch_size=20, reproducible_noise=True)
+        idata = pm.sample(step=[step], compute_convergence_checks=False, **KWARGS)
+    assert "diverging" in group(idata, "sample_stats")
+    before = copy.deepcopy(idata)
+    with model:
+        with pytest.raises(pmdp.UnpublishableResultError, match="statistics of a non-DP sampler"):
+            pmdp.publish(idata, delta=1e-5)
+        with pytest.raises(pmdp.UnpublishableResultError, match="statistics of a non-DP sampler"):
+            pmdp.publish(idata, delta=1e-5, step=step)
+        with pytest.raises(pmdp.UnpublishableResultError, match="statistics of a non-DP sampler"):
+            pmdp.strip_private_groups(idata, model=model)
+        with pytest.raises(pmdp.UnpublishableResultError):
+            pmdp.privacy_spent(idata, 1e-5, model=model)
+    assert group_names(idata) == group_names(before)
+    assert set(group(idata, "sample_stats").data_vars) == set(group(before, "sample_stats").data_vars)
