@@ -85,7 +85,7 @@ def main() -> None:
         t_plain = per_iteration(lambda n, p=plain: p.refine(n, progressbar=False), short, long)
 
         dpadvi = pmdp.DPADVI(
-            noise_multiplier=1.0, delta=1e-6, sampling_rate=q, clip=5.0, approximation=approximation,
+            noise_multiplier=1.0, delta=1e-6, sampling_rate=q, grad_clip=5.0, approximation=approximation,
             optimizer="adam", learning_rate=0.01, random_seed=1,
             compile_kwargs=None if args.mode is None else {"mode": args.mode},
         )  # fmt: skip

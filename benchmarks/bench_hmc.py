@@ -43,8 +43,8 @@ def main() -> None:
             n_leapfrog=args.leapfrog,
             grad_clip=3.0,
             llr_clip=3.0,
-            grad_noise_scale=50.0,
-            llr_noise_scale=50.0,
+            grad_noise_multiplier=50.0,
+            llr_noise_multiplier=50.0,
             tune=False,
             compile_kwargs={"mode": args.mode} if args.mode else None,
         )

@@ -29,7 +29,7 @@ def main() -> None:
 
     with model:
         metropolis = pm.Metropolis()
-        dp_step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=50.0)
+        dp_step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=50.0)
     t_metropolis = seconds_per_iteration(model, metropolis, args.iterations)
     t_dp = seconds_per_iteration(model, dp_step, args.iterations)
     # pm.Metropolis() becomes one Metropolis per variable, each updating its coordinates one at a time.

@@ -36,7 +36,7 @@ def measure(n_rows: int, n_params: int, c2: float, draws: int, tune: int, chains
     with pm.Model():
         b = pm.Normal("beta", 0, 5, shape=n_params)
         pm.Normal("y", pm.math.dot(x, b), 1.0, observed=y)
-        step = pmdp.DPPenaltyMH(llr_clip=llr_clip, noise_scale=tau)
+        step = pmdp.DPPenaltyMH(llr_clip=llr_clip, noise_multiplier=tau)
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -179,7 +179,7 @@ def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta:
                 epsilon=epsilon,
                 delta=delta,
                 sampling_rate=min(1.0, 1000 / n_rows),
-                clip=clip,
+                grad_clip=clip,
                 optimizer="adam",
                 learning_rate=0.05,
                 random_seed=seed,

@@ -114,19 +114,19 @@ def mmd(sample: np.ndarray, reference: np.ndarray, rng: np.random.Generator, max
 def make_step(problem: Problem, sampler: str, sqrt_n: float):
     """The paper's hyperparameters (params/*.py of DP-HMC-experiments), τ scaled by √n."""
     settings = {
-        ("banana", "DPPenaltyMH"): dict(noise_scale=0.17 * sqrt_n, proposal_scale=0.06, llr_clip=0.15),
-        ("gauss", "DPPenaltyMH"): dict(noise_scale=0.05 * sqrt_n, proposal_scale=0.0007, llr_clip=10.0),
+        ("banana", "DPPenaltyMH"): dict(noise_multiplier=0.17 * sqrt_n, proposal_scale=0.06, llr_clip=0.15),
+        ("gauss", "DPPenaltyMH"): dict(noise_multiplier=0.05 * sqrt_n, proposal_scale=0.0007, llr_clip=10.0),
         ("banana", "DPHMC"): dict(
-            llr_noise_scale=0.10 * sqrt_n,
-            grad_noise_scale=0.55 * sqrt_n,
+            llr_noise_multiplier=0.10 * sqrt_n,
+            grad_noise_multiplier=0.55 * sqrt_n,
             step_size=0.006 / 2,
             n_leapfrog=25,
             llr_clip=0.1,
             grad_clip=0.05,
         ),
         ("gauss", "DPHMC"): dict(
-            llr_noise_scale=0.1 * sqrt_n,
-            grad_noise_scale=0.25 * sqrt_n,
+            llr_noise_multiplier=0.1 * sqrt_n,
+            grad_noise_multiplier=0.25 * sqrt_n,
             step_size=0.00015 / 2,
             n_leapfrog=12,
             llr_clip=6.0,

@@ -81,7 +81,7 @@ def dp_initialised_chain(model: pm.Model, args, delta: float, x_test: np.ndarray
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=delta, n_rows=len(model["y_obs"].get_value()))
     iterations = 60 if args.quick else args.iterations
     dpadvi = pmdp.DPADVI(
-        epsilon=1.0, budget=budget, sampling_rate=args.sampling_rate, clip=args.clip,
+        epsilon=1.0, budget=budget, sampling_rate=args.sampling_rate, grad_clip=args.clip,
         optimizer="adam", learning_rate=0.05, random_seed=7,
     )  # fmt: skip
     approx = dpadvi.fit(iterations, model=model, progressbar=False)
@@ -134,7 +134,7 @@ def main() -> None:
         scores, start, sigma = [], time.perf_counter(), None
         for repeat in range(args.repeats):
             dpadvi = pmdp.DPADVI(
-                epsilon=epsilon, delta=delta, sampling_rate=args.sampling_rate, clip=args.clip,
+                epsilon=epsilon, delta=delta, sampling_rate=args.sampling_rate, grad_clip=args.clip,
                 optimizer="adam", learning_rate=0.05, random_seed=100 + repeat,
             )  # fmt: skip
             approx = dpadvi.fit(args.iterations, model=model, progressbar=False)

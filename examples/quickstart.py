@@ -92,7 +92,7 @@ def main() -> None:
     print(f"\nRows: {args.rows}, chains: {args.chains}, iterations per chain: {args.tune + args.draws}")
     print(
         f"Privacy spent: epsilon = {format_epsilon(spent.epsilon)} at delta = {spent.delta:.3g} "
-        f"({spent.neighbouring} neighbours, {spent.method}); noise_scale tau = {settings['noise_scale']:.2f}"
+        f"({spent.neighbouring} neighbours, {spent.method}); noise_multiplier tau = {settings['noise_multiplier']:.2f}"
     )
     print(f"Recorded on the result: dp_epsilon = {format_epsilon(private.posterior.attrs['dp_epsilon'])}")
     groups = ("posterior", "sample_stats", "observed_data", "constant_data")

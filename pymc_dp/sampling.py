@@ -121,7 +121,7 @@ def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
     """
     return {
         "sampling_rate": min(1.0, 1000.0 / n_rows),
-        "clip": float(clip),
+        "grad_clip": float(clip),
         "approximation": "meanfield",
         "optimizer": "adam",
         "learning_rate": 0.05,

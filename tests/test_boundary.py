@@ -294,10 +294,12 @@ def test_steps_and_dpadvi_reach_rows_only_through_the_mechanism_layer():
     model, y = _row_model()
     with model:
         steps = {
-            "DPPenaltyMH": pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=5.0),
-            "DPHMC": pmdp.DPHMC(llr_clip=2.0, grad_clip=2.0, n_leapfrog=2, llr_noise_scale=5.0, grad_noise_scale=5.0),
+            "DPPenaltyMH": pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=5.0),
+            "DPHMC": pmdp.DPHMC(
+                llr_clip=2.0, grad_clip=2.0, n_leapfrog=2, llr_noise_multiplier=5.0, grad_noise_multiplier=5.0
+            ),
             "DPBarkerMH": pmdp.DPBarkerMH(batch_size=20, tempered_size=5.0),
-            "DPMultiOwnerPenaltyMH": pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(60) % 2, noise_scale=5.0),
+            "DPMultiOwnerPenaltyMH": pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(60) % 2, noise_multiplier=5.0),
         }
         idata = pm.sample(
             step=list(steps.values())[:1],
@@ -311,9 +313,13 @@ def test_steps_and_dpadvi_reach_rows_only_through_the_mechanism_layer():
     with pm.Model():
         m = pm.Normal("m", 0, 5)
         steps["DPSuffStatsPenaltyMH"] = pmdp.DPSuffStatsPenaltyMH(
-            "normal", np.clip(y, -5, 5), {"mu": m}, noise_scale=5.0, family_settings={"sigma": 1.0, "bounds": (-5, 5)}
+            "normal",
+            np.clip(y, -5, 5),
+            {"mu": m},
+            noise_multiplier=5.0,
+            family_settings={"sigma": 1.0, "bounds": (-5, 5)},
         )
-    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, clip=1.0, delta=1e-5, random_seed=1)
+    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, grad_clip=1.0, delta=1e-5, random_seed=1)
     approx = dpadvi.fit(3, model=model, progressbar=False)
     roots = {**steps, "DPADVI": dpadvi, "approximation": approx}
     leaks = {name: _paths_to_rows(obj, name) for name, obj in roots.items()}

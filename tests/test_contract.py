@@ -72,12 +72,12 @@ STEPS = {
 
 #: Noise fixed by hand, for runs outside pymc_dp.sample (subsampled Barker has none to set).
 FIXED_NOISE = {
-    "DPPenaltyMH": {"noise_scale": 20.0},
-    "DPHMC": {"grad_noise_scale": 20.0, "llr_noise_scale": 20.0},
+    "DPPenaltyMH": {"noise_multiplier": 20.0},
+    "DPHMC": {"grad_noise_multiplier": 20.0, "llr_noise_multiplier": 20.0},
     "DPBarkerMH": {},
     "DPBarkerMH-full": {"llr_clip": 0.005},
-    "DPMultiOwnerPenaltyMH": {"noise_scale": 20.0},
-    "DPSuffStatsPenaltyMH": {"noise_scale": 20.0},
+    "DPMultiOwnerPenaltyMH": {"noise_multiplier": 20.0},
+    "DPSuffStatsPenaltyMH": {"noise_multiplier": 20.0},
 }
 
 
@@ -153,7 +153,9 @@ def test_refused_runs_change_nothing(name, row_model, prior_model, data):
 
 def test_dpadvi_contract(row_model, data):
     def fit(seed):
-        dpadvi = pmdp.DPADVI(epsilon=2.0, delta=1e-5, sampling_rate=0.25, clip=2.0, random_seed=seed, **REPRODUCIBLE)
+        dpadvi = pmdp.DPADVI(
+            epsilon=2.0, delta=1e-5, sampling_rate=0.25, grad_clip=2.0, random_seed=seed, **REPRODUCIBLE
+        )
         return dpadvi.fit(50, model=row_model, progressbar=False).sample(40, random_seed=seed)
 
     idata = fit(4)
@@ -163,7 +165,7 @@ def test_dpadvi_contract(row_model, data):
     assert not np.isin(np.fromiter(_numbers_in(idata), dtype=float), data).any()
     np.testing.assert_array_equal(group(idata, "posterior")["m"].values, group(fit(4), "posterior")["m"].values)
     budget = pmdp.PrivacyBudget(epsilon=0.1, delta=1e-5, n_rows=N_ROWS)
-    refused = pmdp.DPADVI(noise_multiplier=0.5, budget=budget, sampling_rate=1.0, clip=1.0)
+    refused = pmdp.DPADVI(noise_multiplier=0.5, budget=budget, sampling_rate=1.0, grad_clip=1.0)
     with pytest.raises(pmdp.PrivacyBudgetExceededError, match="Nothing was run"):
         refused.fit(100, model=row_model, progressbar=False)
     assert budget.events == () and refused.approx is None
@@ -271,7 +273,7 @@ _RANDOM_WALK_BAD = [
 ]
 _PENALTY_BAD = [
     ({"llr_clip": -1.0}, "llr_clip", ValueError),
-    ({"noise_scale": 0.0}, "noise_scale", ValueError),
+    ({"noise_multiplier": 0.0}, "noise_multiplier", ValueError),
     ({"temperature": 0.0}, "temperature", ValueError),
     ({"temperature": "hot"}, "temperature", TypeError),
     ({"neighbouring": "swap"}, "neighbouring", ValueError),
@@ -289,7 +291,7 @@ BAD_SETTINGS = {
         ({"step_size": -0.1}, "step_size", ValueError),
         ({"grad_clip": 0.0}, "grad_clip", ValueError),
         ({"llr_clip": float("nan")}, "llr_clip", ValueError),
-        ({"grad_noise_scale": 1.0}, "grad_noise_scale", ValueError),
+        ({"grad_noise_multiplier": 1.0}, "grad_noise_multiplier", ValueError),
         ({"grad_budget_share": 1.0}, "grad_budget_share", ValueError),
         ({"step_size_jitter": 1.0}, "step_size_jitter", ValueError),
         ({"step_size_jitter": "wide"}, "step_size_jitter", TypeError),
@@ -320,7 +322,7 @@ BAD_SETTINGS = {
         *_RANDOM_WALK_BAD,
     ],
     "DPSuffStatsPenaltyMH": [
-        ({"noise_scale": -1.0}, "noise_scale", ValueError),
+        ({"noise_multiplier": -1.0}, "noise_multiplier", ValueError),
         ({"temperature": 0.0}, "temperature", ValueError),
         ({"params": {}}, "params", ValueError),
         ({"out_of_bounds": "ignore"}, "out_of_bounds", ValueError),

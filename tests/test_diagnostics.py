@@ -66,7 +66,7 @@ def test_sample_starts_each_chain_at_its_own_prior_draw_by_default():
     draws = {}
     for init in ("prior", "model"):
         with _model(y):
-            step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=5.0, proposal_scale=1e-6, tune=False)
+            step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=5.0, proposal_scale=1e-6, tune=False)
             idata = pmdp.sample(
                 step=step, epsilon=1e6, init=init, random_seed=5, on_poor_mixing="ignore", **{**RUN, "tune": 0}
             )
@@ -119,7 +119,7 @@ def test_a_run_that_mixed_is_marked_usable_without_a_warning():
         m = pm.Normal("m", 0, 1)
         pm.Normal("y", m, 1, observed=y)
         # τ·2b·‖θ′ − θ‖ ≈ 0.6: the penalty lets most proposals through.
-        step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=1.0, proposal_scale=0.1, tune=False)
+        step = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=1.0, proposal_scale=0.1, tune=False)
         with warnings.catch_warnings():
             warnings.simplefilter("error", PoorMixingWarning)
             idata = pmdp.sample(step=step, epsilon=1e4, random_seed=4, **{**RUN, "draws": 600, "tune": 300})

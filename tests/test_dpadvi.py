@@ -175,11 +175,15 @@ def test_clipped_sum_through_the_parameter_map_equals_the_direct_one(family):
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"clip": 0.0}, "clip"), ({"clip": math.inf}, "clip"), ({"noise_multiplier": 0.0}, "noise_multiplier")]
+    [
+        ({"grad_clip": 0.0}, "grad_clip"),
+        ({"grad_clip": math.inf}, "grad_clip"),
+        ({"noise_multiplier": 0.0}, "noise_multiplier"),
+    ]
     + [({"sampling_rate": q}, "sampling_rate") for q in (0.0, 1.5, -0.1)],
 )
 def test_mechanism_rejects_bad_settings(kwargs, name):
-    settings = {"clip": 1.0, "noise_multiplier": 1.0, "sampling_rate": 0.1} | kwargs
+    settings = {"grad_clip": 1.0, "noise_multiplier": 1.0, "sampling_rate": 0.1} | kwargs
     with pytest.raises(ValueError, match=f"`{name}`"):
         NoisyPoissonGradientSum(ConstantRows(10, [1.0]), **settings)
 
@@ -209,7 +213,7 @@ def test_noise_free_unclipped_gradient_is_the_exact_reparameterisation_gradient(
     # The limit: σ → 0, C → ∞, q = 1. The release then equals the exact per-draw ELBO gradient.
     model, design, y = linear_gaussian
     dpadvi = pmdp.DPADVI(
-        noise_multiplier=1e-15, delta=1e-6, sampling_rate=1.0, clip=1e9, approximation=approximation, random_seed=0
+        noise_multiplier=1e-15, delta=1e-6, sampling_rate=1.0, grad_clip=1e9, approximation=approximation, random_seed=0
     )
     dpadvi.fit(1, model=model, progressbar=False)
     family = dpadvi._family
@@ -225,7 +229,7 @@ def test_noise_free_unclipped_gradient_is_the_exact_reparameterisation_gradient(
 
 def test_dpadvi_result_is_private(regression):
     model, _, y = regression
-    dpadvi = pmdp.DPADVI(epsilon=2.0, delta=1e-5, sampling_rate=0.2, clip=5.0, optimizer="adam", random_seed=1)
+    dpadvi = pmdp.DPADVI(epsilon=2.0, delta=1e-5, sampling_rate=0.2, grad_clip=5.0, optimizer="adam", random_seed=1)
     approx = dpadvi.fit(40, model=model, progressbar=False)
     assert isinstance(approx, DPMeanField) and approx.hist.size == 0  # no loss is computed or kept
     idata = approx.sample(30, random_seed=2)
@@ -250,7 +254,7 @@ def test_dpadvi_result_is_private(regression):
 
 
 def test_add_remove_result_does_not_release_n(conjugate_normal):
-    dpadvi = pmdp.DPADVI(noise_multiplier=3.0, delta=1e-5, sampling_rate=0.1, clip=1.0, neighbouring="add_remove")
+    dpadvi = pmdp.DPADVI(noise_multiplier=3.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, neighbouring="add_remove")
     idata = dpadvi.fit(20, model=conjugate_normal.model, progressbar=False).sample(10)
     attrs = idata["posterior"].attrs
     assert "dp_n_rows" not in attrs and attrs["dp_neighbouring"] == "add_remove"
@@ -262,7 +266,9 @@ def test_pm_fit_accepts_dpadvi_and_full_rank(conjugate_normal):
     with conjugate_normal.model:
         approx = pm.fit(
             30,
-            method=pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.5, clip=3.0, approximation="fullrank"),
+            method=pmdp.DPADVI(
+                noise_multiplier=2.0, delta=1e-5, sampling_rate=0.5, grad_clip=3.0, approximation="fullrank"
+            ),
             progressbar=False,
         )
     assert isinstance(approx, DPFullRank)
@@ -278,7 +284,7 @@ def test_accounted_sampling_rate_is_the_sampling_rate(conjugate_normal, monkeypa
         return batch
 
     monkeypatch.setattr(poisson_gradient, "poisson_sample", recording)  # where the release looks it up
-    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.25, clip=3.0, random_seed=3)
+    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.25, grad_clip=3.0, random_seed=3)
     dpadvi.fit(400, model=conjugate_normal.model, progressbar=False)
     n_rows = conjugate_normal.y.size
     assert len(calls) == 400 and {c[:2] for c in calls} == {(n_rows, 0.25)}
@@ -290,7 +296,7 @@ def test_accounted_sampling_rate_is_the_sampling_rate(conjugate_normal, monkeypa
 
 
 def test_later_fits_are_accounted_on_top_and_refused_past_the_target(conjugate_normal):
-    dpadvi = pmdp.DPADVI(epsilon=1.0, noise_multiplier=4.0, delta=1e-5, sampling_rate=0.05, clip=1.0)
+    dpadvi = pmdp.DPADVI(epsilon=1.0, noise_multiplier=4.0, delta=1e-5, sampling_rate=0.05, grad_clip=1.0)
     dpadvi.fit(100, model=conjugate_normal.model, progressbar=False)
     dpadvi.fit(150, progressbar=False)
     spent = dpadvi.privacy_spent()
@@ -306,7 +312,7 @@ def test_later_fits_are_accounted_on_top_and_refused_past_the_target(conjugate_n
 
 def test_refused_first_fit_changes_nothing(conjugate_normal):
     budget = PrivacyBudget(epsilon=0.5, delta=1e-5, n_rows=conjugate_normal.y.size)
-    dpadvi = pmdp.DPADVI(noise_multiplier=0.8, budget=budget, sampling_rate=0.5, clip=1.0, random_seed=1)
+    dpadvi = pmdp.DPADVI(noise_multiplier=0.8, budget=budget, sampling_rate=0.5, grad_clip=1.0, random_seed=1)
     with pytest.raises(PrivacyBudgetExceededError, match="Nothing was run or charged"):
         dpadvi.fit(500, model=conjugate_normal.model, progressbar=False, random_seed=2)
     assert dpadvi.approx is None and budget.events == () and dpadvi.privacy_spent().epsilon == 0.0
@@ -317,7 +323,7 @@ def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
     # The paper-000 experiment in miniature: DPADVI initialises DP MCMC, both charged to one budget.
     n_rows = conjugate_normal.y.size
     budget = PrivacyBudget(epsilon=3.0, delta=1e-5, n_rows=n_rows)
-    dpadvi = pmdp.DPADVI(epsilon=1.0, budget=budget, sampling_rate=0.1, clip=2.0, optimizer="adam", random_seed=4)
+    dpadvi = pmdp.DPADVI(epsilon=1.0, budget=budget, sampling_rate=0.1, grad_clip=2.0, optimizer="adam", random_seed=4)
     approx = dpadvi.fit(200, model=conjugate_normal.model, progressbar=False)
     assert budget.spent().epsilon == pytest.approx(dpadvi.privacy_spent().epsilon, rel=1e-12)
     starts = approx.initial_values(chains=2, random_seed=5)
@@ -339,7 +345,7 @@ def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
     assert json.loads(attrs["dp_accountant"])["run_epsilon"] < spent.epsilon
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"], rel=1e-12)
     with pytest.raises(PrivacyBudgetExceededError):
-        pmdp.DPADVI(noise_multiplier=0.5, budget=budget, sampling_rate=1.0, clip=1.0).fit(
+        pmdp.DPADVI(noise_multiplier=0.5, budget=budget, sampling_rate=1.0, grad_clip=1.0).fit(
             100, model=conjugate_normal.model, progressbar=False
         )
     assert budget.events == events  # the refused fit charged nothing
@@ -348,7 +354,7 @@ def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [({"sampling_rate": q}, "sampling_rate") for q in (0.0, 1.5, -0.2, math.nan, True)]
-    + [({"clip": c}, "clip") for c in (0.0, -1.0, math.inf, math.nan)]
+    + [({"grad_clip": c}, "grad_clip") for c in (0.0, -1.0, math.inf, math.nan)]
     + [
         ({"noise_multiplier": 0.0}, "noise_multiplier"),
         ({"n_mc": 0}, "n_mc"),
@@ -363,18 +369,18 @@ def test_dpadvi_then_dp_chain_under_one_budget(conjugate_normal):
     ],
 )
 def test_bad_settings_name_the_parameter(kwargs, name):
-    settings = {"noise_multiplier": 1.0, "delta": 1e-5, "sampling_rate": 0.1, "clip": 1.0} | kwargs
+    settings = {"noise_multiplier": 1.0, "delta": 1e-5, "sampling_rate": 0.1, "grad_clip": 1.0} | kwargs
     with pytest.raises((ValueError, TypeError), match=f"`{name}`"):
         pmdp.DPADVI(**settings)
 
 
 def test_either_a_target_or_a_noise_multiplier_is_required():
     with pytest.raises(ValueError, match=r"`epsilon`.*`noise_multiplier`"):
-        pmdp.DPADVI(delta=1e-5, sampling_rate=0.1, clip=1.0)
+        pmdp.DPADVI(delta=1e-5, sampling_rate=0.1, grad_clip=1.0)
 
 
 def test_fit_errors(conjugate_normal):
-    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0)
+    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0)
     with pytest.raises(ValueError, match="`n`"):
         dpadvi.fit(0, model=conjugate_normal.model)
     with pytest.raises(ValueError, match=r"`score`.*ELBO"):
@@ -389,7 +395,7 @@ def test_discrete_latent_variables_and_rowless_observations_are_refused():
     with pm.Model() as discrete:
         k = pm.Categorical("k", p=[0.5, 0.5])
         pm.Normal("y", k, 1.0, observed=y)
-    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0, random_seed=3)
+    dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, random_seed=3)
     with pytest.raises(ValueError, match=r"discrete.*k"):
         dpadvi.fit(5, model=discrete, random_seed=4)
     assert dpadvi.random_seed == 3 and dpadvi.approx is None and dpadvi.privacy_spent().epsilon == 0.0
@@ -397,22 +403,22 @@ def test_discrete_latent_variables_and_rowless_observations_are_refused():
         m = pm.Normal("m", 0, 1)
         pm.Normal("total", m, 1.0, observed=3.0)
     with pytest.raises(ModelStructureError, match="total"):
-        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0).fit(5, model=rowless)
+        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0).fit(5, model=rowless)
 
 
 def test_budget_and_delta_must_agree():
     budget = PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=10)
     with pytest.raises(ValueError, match="`delta` must equal the budget"):
-        pmdp.DPADVI(noise_multiplier=1.0, budget=budget, delta=1e-6, sampling_rate=0.1, clip=1.0)
+        pmdp.DPADVI(noise_multiplier=1.0, budget=budget, delta=1e-6, sampling_rate=0.1, grad_clip=1.0)
 
 
 def test_fit_without_a_model_says_how_to_give_one():
     with pytest.raises(ValueError, match="`model` must be given"):
-        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, clip=1.0).fit(5)
+        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0).fit(5)
 
 
 def test_objects_holding_the_data_refuse_pickling(conjugate_normal):
-    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.5, clip=1.0)
+    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.5, grad_clip=1.0)
     approx = dpadvi.fit(5, model=conjugate_normal.model, progressbar=False)
     for obj in (dpadvi, approx):
         with pytest.raises(TypeError, match="raw data"):
@@ -422,7 +428,7 @@ def test_objects_holding_the_data_refuse_pickling(conjugate_normal):
 def test_budget_must_share_the_neighbouring_relation():
     budget = PrivacyBudget(epsilon=1.0, delta=1e-5, neighbouring="add_remove")
     with pytest.raises(ValueError, match="`budget`"):
-        pmdp.DPADVI(noise_multiplier=1.0, budget=budget, sampling_rate=0.1, clip=1.0)
+        pmdp.DPADVI(noise_multiplier=1.0, budget=budget, sampling_rate=0.1, grad_clip=1.0)
 
 
 def _fit_replicates(make, model, replicates: int, n: int) -> np.ndarray:
@@ -445,7 +451,7 @@ def test_noise_free_unclipped_dpadvi_matches_pm_advi(linear_gaussian, approximat
 
     def dp(seed, model, n):
         return pmdp.DPADVI(
-            noise_multiplier=1e-15, delta=1e-6, sampling_rate=1.0, clip=1e9, approximation=approximation,
+            noise_multiplier=1e-15, delta=1e-6, sampling_rate=1.0, grad_clip=1e9, approximation=approximation,
             optimizer="adam", learning_rate=0.01, random_seed=seed,
         ).fit(n, model=model, progressbar=False)  # fmt: skip
 

@@ -21,7 +21,7 @@ def _fit(n_rows, epsilon, iterations, seed=3, **kwargs):
         epsilon=epsilon,
         delta=1e-6,
         sampling_rate=1.0,
-        clip=3.0,
+        grad_clip=3.0,
         optimizer="adam",
         learning_rate=0.05,
         random_seed=seed,
@@ -72,4 +72,4 @@ def test_a_well_conditioned_fit_is_usable_and_averaging_is_recorded():
 
 def test_average_iterates_must_be_a_bool():
     with pytest.raises(TypeError, match="`average_iterates` must be"):
-        pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.5, clip=1.0, average_iterates="yes")
+        pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.5, grad_clip=1.0, average_iterates="yes")

@@ -21,8 +21,8 @@ def test_a_foreign_error_is_replaced_by_one_without_its_text_or_chain():
 
 def test_pymc_dp_own_errors_pass_unchanged():
     # pymc-dp's messages hold public settings only; they reach the caller as raised.
-    with pytest.raises(ValueError, match="`noise_scale` must be"), data_free_errors("pm.sample"):
-        check_finite_positive("noise_scale", -1.0)
+    with pytest.raises(ValueError, match="`noise_multiplier` must be"), data_free_errors("pm.sample"):
+        check_finite_positive("noise_multiplier", -1.0)
 
 
 def test_an_import_error_passes_with_its_message_but_without_what_it_interrupted():
@@ -76,7 +76,7 @@ def test_dpadvi_fit_withholds_errors_raised_while_reading_the_data(monkeypatch):
 
     monkeypatch.setattr(RowLikelihood, "grad_rows", leaky_grad_rows)
     budget = pmdp.PrivacyBudget(5.0, 1e-5, n_rows=50)
-    dpadvi = pmdp.DPADVI(noise_multiplier=3.0, sampling_rate=0.5, clip=1.0, budget=budget, random_seed=1)
+    dpadvi = pmdp.DPADVI(noise_multiplier=3.0, sampling_rate=0.5, grad_clip=1.0, budget=budget, random_seed=1)
     with pytest.raises(pmdp.PrivateRunError, match=r"DPADVI\.fit failed .* FloatingPointError") as info:
         dpadvi.fit(5, model=model, progressbar=False)
     assert secret not in str(info.value) and secret[:5] not in str(info.value)

@@ -68,8 +68,8 @@ def noisy_step(model, sd):
             n_leapfrog=10,
             grad_clip=10.0,
             llr_clip=10.0,
-            grad_noise_scale=0.5,
-            llr_noise_scale=0.07 / sd,
+            grad_noise_multiplier=0.5,
+            llr_noise_multiplier=0.07 / sd,
             tune=False,
         )
 
@@ -112,8 +112,8 @@ def test_noise_to_zero_without_clipping_matches_pymc_hmc(conjugate_normal):
                 n_leapfrog=n_steps,
                 grad_clip=1e4,
                 llr_clip=1e4,
-                grad_noise_scale=1e-12,
-                llr_noise_scale=1e-12,
+                grad_noise_multiplier=1e-12,
+                llr_noise_multiplier=1e-12,
                 tune=False,
             ),
             **kwargs,
@@ -150,7 +150,11 @@ def test_epsilon_equals_theorem_3_3(conjugate_normal, chains, tune, draws, n_lea
     with conjugate_normal.model:
         idata = pmdp.sample(
             step=pmdp.DPHMC(
-                n_leapfrog=n_leapfrog, grad_clip=5.0, llr_clip=5.0, grad_noise_scale=tau_g, llr_noise_scale=tau_l
+                n_leapfrog=n_leapfrog,
+                grad_clip=5.0,
+                llr_clip=5.0,
+                grad_noise_multiplier=tau_g,
+                llr_noise_multiplier=tau_l,
             ),
             delta=delta,
             draws=draws,
@@ -187,8 +191,8 @@ def test_calibration_honours_the_gradient_share(conjugate_normal):
         )
     k = 2 * 30
     [settings] = json.loads(idata.posterior.attrs["dp_accountant"])["steps"]
-    mu_grad = k * 5 / (2 * settings["grad_noise_scale"] ** 2)
-    mu_llr = k / (2 * settings["llr_noise_scale"] ** 2)
+    mu_grad = k * 5 / (2 * settings["grad_noise_multiplier"] ** 2)
+    mu_llr = k / (2 * settings["llr_noise_multiplier"] ** 2)
     assert mu_grad / (mu_grad + mu_llr) == pytest.approx(0.3, rel=1e-9)
     assert mu_grad + mu_llr == pytest.approx(gaussian_mu_for_target(6.0, 1e-6), rel=1e-9)
     assert idata.posterior.attrs["dp_epsilon"] <= 6.0
@@ -202,8 +206,8 @@ def test_tuning_adapts_step_size_and_mass_and_is_accounted(conjugate_normal):
             n_leapfrog=5,
             grad_clip=10.0,
             llr_clip=10.0,
-            grad_noise_scale=0.5,
-            llr_noise_scale=1.0,
+            grad_noise_multiplier=0.5,
+            llr_noise_multiplier=1.0,
             adapt_mass_window=50,
         )
         idata = pm.sample(
@@ -276,8 +280,8 @@ def test_gradient_failures_are_told_apart_by_where_they_were_raised_not_by_their
         ({"grad_clip": 0.0}, "grad_clip"),
         ({"grad_clip": float("nan")}, "grad_clip"),
         ({"llr_clip": -1.0}, "llr_clip"),
-        ({"grad_noise_scale": 1.0}, "grad_noise_scale` and `llr_noise_scale"),
-        ({"grad_noise_scale": -1.0, "llr_noise_scale": 1.0}, "grad_noise_scale"),
+        ({"grad_noise_multiplier": 1.0}, "grad_noise_multiplier` and `llr_noise_multiplier"),
+        ({"grad_noise_multiplier": -1.0, "llr_noise_multiplier": 1.0}, "grad_noise_multiplier"),
         ({"grad_budget_share": 1.0}, "grad_budget_share"),
         ({"step_size_jitter": 1.0}, "step_size_jitter"),
         ({"target_accept": 0.0}, "target_accept"),

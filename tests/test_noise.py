@@ -22,7 +22,7 @@ SAMPLE_KWARGS = dict(
 def _steps(model, y):
     """Every DP step, built on ``model`` (the conjugate normal) — and DPSuffStatsPenaltyMH's own priors-only model."""
     with model:
-        yield "penalty", model, lambda **kw: pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, **kw)
+        yield "penalty", model, lambda **kw: pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=3.0, **kw)
         yield (
             "hmc",
             model,
@@ -31,8 +31,8 @@ def _steps(model, y):
                 n_leapfrog=3,
                 grad_clip=5.0,
                 llr_clip=5.0,
-                grad_noise_scale=2.0,
-                llr_noise_scale=3.0,
+                grad_noise_multiplier=2.0,
+                llr_noise_multiplier=3.0,
                 **kw,
             ),
         )
@@ -45,7 +45,9 @@ def _steps(model, y):
         yield (
             "owners",
             model,
-            lambda **kw: pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(y.size) % 3, llr_clip=5.0, noise_scale=3.0, **kw),
+            lambda **kw: pmdp.DPMultiOwnerPenaltyMH(
+                owners=np.arange(y.size) % 3, llr_clip=5.0, noise_multiplier=3.0, **kw
+            ),
         )
     with pm.Model() as priors_only:
         m = pm.Normal("m", 0, 10)
@@ -57,7 +59,7 @@ def _steps(model, y):
             np.clip(y, -5, 5),
             {"mu": m},
             model=priors_only,
-            noise_scale=3.0,
+            noise_multiplier=3.0,
             family_settings={"sigma": 1.0, "bounds": (-5, 5)},
             **kw,
         ),
@@ -90,9 +92,9 @@ def test_every_step_draws_fresh_noise_under_one_seed_unless_reproducible(conjuga
 
 def test_steps_refuse_a_non_bool_reproducible_noise(conjugate_normal):
     with conjugate_normal.model, pytest.raises(TypeError, match="`reproducible_noise` must be a bool"):
-        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, reproducible_noise="yes")
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=3.0, reproducible_noise="yes")
     with conjugate_normal.model, pytest.raises(TypeError, match="secure_noise"):
-        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0, secure_noise=True)  # renamed, not deprecated
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=3.0, secure_noise=True)  # renamed, not deprecated
 
 
 def test_pmdp_sample_records_the_noise_source(conjugate_normal):
@@ -111,7 +113,9 @@ def test_pmdp_sample_records_the_noise_source(conjugate_normal):
 
 def test_owners_have_independent_os_seeded_generators(conjugate_normal):
     with conjugate_normal.model:
-        step = pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(conjugate_normal.y.size) % 3, llr_clip=5.0, noise_scale=3.0)
+        step = pmdp.DPMultiOwnerPenaltyMH(
+            owners=np.arange(conjugate_normal.y.size) % 3, llr_clip=5.0, noise_multiplier=3.0
+        )
     draws = []
     for _ in range(2):  # two chains with the same chain seed
         step.set_rng(np.random.default_rng(0))
@@ -153,7 +157,7 @@ def test_release_statistics_noise_is_fresh_under_one_seed_unless_reproducible():
 
 
 def _dpadvi_fit(model, **kwargs):
-    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.3, clip=2.0, random_seed=3, **kwargs)
+    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.3, grad_clip=2.0, random_seed=3, **kwargs)
     approx = dpadvi.fit(3, model=model, progressbar=False)
     return np.concatenate([np.ravel(p.get_value()) for p in dpadvi._params]), approx
 

@@ -37,7 +37,7 @@ def test_invariance_with_noise_on(conjugate_normal, temperature):
     assert np.max(np.abs(conjugate_normal.y - mean)) + 5 * sd < 10.0  # llr_clip=10 never clips
     with conjugate_normal.model:
         step = pmdp.DPPenaltyMH(
-            proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.08 / sd, temperature=temperature, tune=False
+            proposal_scale=1.5 * sd, llr_clip=10.0, noise_multiplier=0.08 / sd, temperature=temperature, tune=False
         )
     # noise sd of λ̂ at a typical move is 2τb|d| ≈ 2·(0.08/sd)·10·1.2 sd ≈ 1.9: the penalty matters.
     starts = np.random.default_rng(1).normal(mean, sd, size=600)
@@ -52,7 +52,7 @@ def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch
     mean, sd = conjugate_normal.posterior()
     monkeypatch.setattr(penalty_module, "penalty_log_acceptance", without_penalty)
     with conjugate_normal.model:
-        step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_scale=0.08 / sd, tune=False)
+        step = pmdp.DPPenaltyMH(proposal_scale=1.5 * sd, llr_clip=10.0, noise_multiplier=0.08 / sd, tune=False)
     starts = np.random.default_rng(1).normal(mean, sd, size=600)
     ends, _ = run_chains_from(step, starts, n_steps=12, seed=2)
     z_mean, z_var = invariance_z_scores(ends, mean, sd)
@@ -64,7 +64,7 @@ def test_noise_to_zero_without_clipping_matches_pymc_metropolis(conjugate_normal
     with conjugate_normal.model:
         reference = pm.sample(step=pm.Metropolis(), cores=1, **kwargs)
         private = pm.sample(
-            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=1e3, noise_scale=1e-12), cores=1, **kwargs
+            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=1e3, noise_multiplier=1e-12), cores=1, **kwargs
         )
     np.testing.assert_array_equal(private.posterior["m"].values, reference.posterior["m"].values)
 
@@ -73,7 +73,7 @@ def test_same_seed_same_draws_for_one_and_two_cores(conjugate_normal):
     kwargs = dict(draws=200, tune=200, chains=2, random_seed=5, progressbar=False, compute_convergence_checks=False)
     with conjugate_normal.model:
         # Identity across cores needs seed-derived noise (testing only; by default the noise is OS entropy).
-        settings = dict(llr_clip=5.0, noise_scale=3.0, reproducible_noise=True)
+        settings = dict(llr_clip=5.0, noise_multiplier=3.0, reproducible_noise=True)
         one = pm.sample(step=pmdp.DPPenaltyMH(**settings), cores=1, **kwargs)
         two = pm.sample(step=pmdp.DPPenaltyMH(**settings), cores=2, **kwargs)
     np.testing.assert_array_equal(one.posterior["m"].values, two.posterior["m"].values)
@@ -86,7 +86,7 @@ def test_epsilon_attribute_equals_closed_form(conjugate_normal, chains, tune, dr
     delta = 1e-6
     with conjugate_normal.model:
         idata = pmdp.sample(
-            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=tau),
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=tau),
             delta=delta,
             draws=draws,
             tune=tune,
@@ -106,7 +106,7 @@ def test_plain_pm_sample_result_is_priced_with_tuning(conjugate_normal):
     tau, chains, tune, draws = 25.0, 2, 150, 100
     with conjugate_normal.model:
         idata = pm.sample(
-            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=tau),
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=tau),
             draws=draws,
             tune=tune,
             chains=chains,
@@ -133,7 +133,7 @@ def test_plain_pm_sample_result_is_priced_with_tuning(conjugate_normal):
 def test_result_with_non_dp_sampler_statistics_is_refused(conjugate_normal):
     with conjugate_normal.model:
         idata = pm.sample(
-            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=25.0),
+            step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=25.0),
             draws=10,
             tune=5,
             chains=1,
@@ -152,8 +152,8 @@ def test_default_noise_is_not_reproducible_but_priced_the_same(conjugate_normal)
         draws=30, tune=0, chains=1, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False
     )
     with conjugate_normal.model:
-        a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), **kwargs)
-        b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=3.0), **kwargs)
+        a = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=3.0), **kwargs)
+        b = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=3.0), **kwargs)
     assert not np.array_equal(a.sample_stats["dp_noisy_llr"].values, b.sample_stats["dp_noisy_llr"].values)
     pmdp.strip_private_groups(a, model=conjugate_normal.model)
     assert pmdp.privacy_spent(a, delta=1e-6, model=conjugate_normal.model).mu == pytest.approx(30 / (2 * 3.0**2))
@@ -161,7 +161,7 @@ def test_default_noise_is_not_reproducible_but_priced_the_same(conjugate_normal)
 
 def test_new_chain_resets_all_per_chain_state(conjugate_normal):
     with conjugate_normal.model:
-        step = pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_scale=2.0, tune_interval=5)
+        step = pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_multiplier=2.0, tune_interval=5)
     q = DictToArrayBijection.map({"m": np.asarray(0.3)})
     step.set_rng(np.random.default_rng(0))
     for _ in range(23):
@@ -178,7 +178,7 @@ def test_new_chain_resets_all_per_chain_state(conjugate_normal):
 def test_sampling_without_noise_scale_fails_before_touching_data(conjugate_normal):
     with conjugate_normal.model:
         step = pmdp.DPPenaltyMH()
-        with pytest.raises(ValueError, match="`noise_scale` must be set before sampling"):
+        with pytest.raises(ValueError, match="`noise_multiplier` must be set before sampling"):
             pm.sample(step=step, draws=10, tune=0, chains=1, progressbar=False, compute_convergence_checks=False)
 
 
@@ -188,9 +188,9 @@ def test_sampling_without_noise_scale_fails_before_touching_data(conjugate_norma
         ({"llr_clip": -1.0}, "llr_clip"),
         ({"llr_clip": 0.0}, "llr_clip"),
         ({"llr_clip": float("nan")}, "llr_clip"),
-        ({"noise_scale": 0.0}, "noise_scale"),
-        ({"noise_scale": -3.0}, "noise_scale"),
-        ({"noise_scale": float("inf")}, "noise_scale"),
+        ({"noise_multiplier": 0.0}, "noise_multiplier"),
+        ({"noise_multiplier": -3.0}, "noise_multiplier"),
+        ({"noise_multiplier": float("inf")}, "noise_multiplier"),
         ({"temperature": 0.0}, "temperature"),
         ({"proposal_scale": -0.1}, "proposal_scale"),
         ({"proposal_scale": [0.1, 0.2]}, "proposal_scale"),
@@ -217,7 +217,7 @@ def test_tuning_uses_private_accept_decisions_and_resets_per_chain(conjugate_nor
     _, sd = conjugate_normal.posterior()
     with conjugate_normal.model:
         idata = pm.sample(
-            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_scale=1.0),
+            step=pmdp.DPPenaltyMH(proposal_scale=1.0, llr_clip=5.0, noise_multiplier=1.0),
             draws=50,
             tune=400,
             chains=2,

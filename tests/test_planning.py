@@ -128,9 +128,9 @@ def test_draws_auto_runs_the_planned_iterations_and_records_the_plan(regression)
 def test_draws_auto_refuses_fixed_noise_and_other_steps(regression):
     with regression:
         with pytest.raises(ValueError, match="leave the step's noise unset"):
-            pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=5.0), epsilon=1.0, delta=1e-6, draws="auto", **QUIET)
+            pmdp.sample(step=pmdp.DPPenaltyMH(noise_multiplier=5.0), epsilon=1.0, delta=1e-6, draws="auto", **QUIET)
         with pytest.raises(ValueError, match="needs `epsilon`"):
-            pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=5.0), delta=1e-6, draws="auto", **QUIET)
+            pmdp.sample(step=pmdp.DPPenaltyMH(noise_multiplier=5.0), delta=1e-6, draws="auto", **QUIET)
 
 
 def test_dpadvi_start_shares_the_target_and_is_recorded(regression):

@@ -30,23 +30,23 @@ def _suffstats_model():
 
 
 STEPS = {
-    "penalty": (_model, lambda noise: pmdp.DPPenaltyMH(llr_clip=2.0, **noise), {"noise_scale": 20.0}),
+    "penalty": (_model, lambda noise: pmdp.DPPenaltyMH(llr_clip=2.0, **noise), {"noise_multiplier": 20.0}),
     "hmc": (
         _model,
         lambda noise: pmdp.DPHMC(llr_clip=2.0, grad_clip=2.0, n_leapfrog=2, **noise),
-        {"llr_noise_scale": 20.0, "grad_noise_scale": 20.0},
+        {"llr_noise_multiplier": 20.0, "grad_noise_multiplier": 20.0},
     ),
     "owners": (
         _model,
         lambda noise: pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(Y.size) % 3, llr_clip=2.0, **noise),
-        {"noise_scale": 20.0},
+        {"noise_multiplier": 20.0},
     ),
     "suffstats": (
         _suffstats_model,
         lambda noise: pmdp.DPSuffStatsPenaltyMH(
             "normal", Y, {"mu": pm.modelcontext(None)["m"]}, family_settings={"sigma": 1.0, "bounds": (-5, 5)}, **noise
         ),
-        {"noise_scale": 20.0},
+        {"noise_multiplier": 20.0},
     ),
 }
 
@@ -62,8 +62,8 @@ def test_plain_pm_sample_then_publish(name):
             pmdp.privacy_spent(idata, delta=1e-6)  # a result that still holds data is never priced
         published = pmdp.publish(idata, delta=1e-6)
     assert published is idata
-    for name in ("observed_data", "constant_data", "log_likelihood"):
-        assert name not in published
+    for group_name in ("observed_data", "constant_data", "log_likelihood"):
+        assert group_name not in published
     attrs = published["posterior"].attrs
     again = pmdp.privacy_spent(published)
     assert attrs["dp_epsilon"] == again.epsilon
@@ -98,7 +98,7 @@ def test_plain_pm_sample_full_data_barker_without_clip_says_how_to_publish():
 def test_publish_strips_data_reading_deterministics_and_a_refusal_changes_nothing():
     model = _model()
     with model:
-        idata = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=20.0), **KWARGS)
+        idata = pm.sample(step=pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=20.0), **KWARGS)
         groups = set(idata.groups() if callable(getattr(idata, "groups", None)) else idata.groups)
         with pytest.raises(ValueError, match="`delta` must be given"):
             pmdp.publish(idata)
@@ -126,10 +126,10 @@ def test_publish_with_the_step_records_the_relation_and_prices_barker():
     assert attrs["dp_start"] == "not recorded"
     assert pmdp.privacy_spent(idata).epsilon == attrs["dp_epsilon"]
     with _model():
-        penalty = pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=20.0)
+        penalty = pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=20.0)
         plain = pm.sample(step=penalty, **KWARGS)
         with pytest.raises(ValueError, match="`step` must be the step"):
-            pmdp.publish(plain, delta=1e-6, step=pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=7.0))
+            pmdp.publish(plain, delta=1e-6, step=pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=7.0))
         pmdp.publish(plain, delta=1e-6, step=penalty)
     mu = iterations / (2 * 20.0**2)
     assert plain["posterior"].attrs["dp_epsilon"] == pytest.approx(gaussian_epsilon(1e-6, mu), rel=1e-9)
@@ -151,7 +151,7 @@ def test_a_result_partly_sampled_by_nuts_is_refused_whatever_the_route(step_name
         s = pm.HalfNormal("s", 2)
         pm.Normal("y", m, s, observed=Y)
         if step_name == "penalty":
-            step = pmdp.DPPenaltyMH([m], llr_clip=2.0, noise_scale=20.0)
+            step = pmdp.DPPenaltyMH([m], llr_clip=2.0, noise_multiplier=20.0)
         else:
             step = pmdp.DPBarkerMH([m], batch_size=20, reproducible_noise=True)
         idata = pm.sample(step=[step], compute_convergence_checks=False, **KWARGS)

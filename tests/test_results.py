@@ -45,7 +45,7 @@ def _assert_publishable(idata, model=None):
 def test_plain_pm_sample_with_a_data_reading_deterministic_is_refused(covariate_model):
     model, x = covariate_model
     with model:
-        step = pmdp.DPPenaltyMH(llr_clip=2.0, noise_scale=5.0)
+        step = pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=5.0)
         idata = pm.sample(step=step, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
         with pytest.raises(pmdp.UnpublishableResultError) as refused:
             pmdp.privacy_spent(idata, delta=1e-5)
@@ -98,7 +98,7 @@ def test_priors_only_model_keeps_no_deterministic_reading_data():
         pm.Deterministic("scaled", m * scale)
         pm.Deterministic("doubled", 2 * m)
         step = pmdp.DPSuffStatsPenaltyMH(
-            "normal", y, {"mu": m}, noise_scale=0.5, family_settings={"sigma": 1.0, "bounds": (-5, 5)}
+            "normal", y, {"mu": m}, noise_multiplier=0.5, family_settings={"sigma": 1.0, "bounds": (-5, 5)}
         )
         idata = pmdp.sample(step=step, delta=1e-5, draws=20, tune=10, chains=1, **QUIET)
     assert set(group(idata, "posterior").data_vars) == {"m", "doubled"}
@@ -107,7 +107,7 @@ def test_priors_only_model_keeps_no_deterministic_reading_data():
 
 def test_dpadvi_sample_drops_the_row_coordinate(covariate_model):
     model, _ = covariate_model
-    approx = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, clip=2.0, delta=1e-5, random_seed=1).fit(
+    approx = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, grad_clip=2.0, delta=1e-5, random_seed=1).fit(
         20, model=model, progressbar=False
     )
     idata = approx.sample(30, random_seed=3)
@@ -147,7 +147,7 @@ def test_start_provenance_is_recorded(covariate_model):
 
 def test_no_row_count_in_messages_under_add_remove(conjugate_normal):
     with conjugate_normal.model, pytest.raises(ValueError, match="one label per row") as refused:
-        pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_scale=1.0, neighbouring="add_remove")
+        pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_multiplier=1.0, neighbouring="add_remove")
     assert str(conjugate_normal.y.size) not in str(refused.value)
 
 
@@ -156,7 +156,7 @@ def test_dpadvi_started_from_a_private_start_composes_its_events(covariate_model
     from pymc_dp.accounting.events import compose_epsilon
 
     model, _ = covariate_model
-    settings = dict(noise_multiplier=2.0, sampling_rate=0.2, clip=2.0, delta=1e-5)
+    settings = dict(noise_multiplier=2.0, sampling_rate=0.2, grad_clip=2.0, delta=1e-5)
     first = pmdp.DPADVI(**settings, random_seed=1)
     first.fit(20, model=model, progressbar=False)
     with pytest.raises(ValueError, match="exactly one point"):

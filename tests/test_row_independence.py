@@ -333,15 +333,15 @@ def test_one_posterior_sample_refuses_a_likelihood_mixing_rows():
 def test_steps_and_dpadvi_refuse_data_outside_the_likelihood(factory):
     model = factory()
     with model, pytest.raises(ModelStructureError):
-        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0)
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=1.0)
     with pytest.raises(ModelStructureError):
-        dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.5, clip=1.0)
+        dpadvi = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.5, grad_clip=1.0)
         dpadvi.fit(1, model=model, progressbar=False)
 
 
 def test_dpadvi_refuses_a_likelihood_mixing_rows():
     with pytest.raises(ModelStructureError, match="operation"):
-        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.5, clip=1.0).fit(
+        pmdp.DPADVI(noise_multiplier=1.0, delta=1e-5, sampling_rate=0.5, grad_clip=1.0).fit(
             1, model=_refusing(_normalised_by_total), progressbar=False
         )
 
@@ -402,13 +402,15 @@ def _potential_reads_a_transposed_row_array():
 
 
 def _dpadvi_fit(model, budget):
-    pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, clip=1.0, budget=budget).fit(1, model=model, progressbar=False)
+    pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, grad_clip=1.0, budget=budget).fit(
+        1, model=model, progressbar=False
+    )
 
 
 ENTRY_POINTS = {
-    "DPPenaltyMH": lambda model, budget: pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, model=model),
+    "DPPenaltyMH": lambda model, budget: pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=1.0, model=model),
     "DPHMC": lambda model, budget: pmdp.DPHMC(
-        llr_clip=5.0, grad_clip=5.0, n_leapfrog=2, llr_noise_scale=1.0, grad_noise_scale=1.0, model=model
+        llr_clip=5.0, grad_clip=5.0, n_leapfrog=2, llr_noise_multiplier=1.0, grad_noise_multiplier=1.0, model=model
     ),
     "DPBarkerMH": lambda model, budget: pmdp.DPBarkerMH(batch_size=20, tempered_size=5.0, model=model),
     "DPADVI": _dpadvi_fit,
@@ -602,7 +604,7 @@ def test_a_likelihood_reading_the_row_count_is_refused_under_add_remove(build):
         RowLikelihood(model, neighbouring="add_remove")
     assert str(N) not in str(err.value)
     with model, pytest.raises(ModelStructureError):
-        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, neighbouring="add_remove")
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=1.0, neighbouring="add_remove")
 
 
 def test_the_row_count_is_public_under_substitute():
@@ -673,7 +675,7 @@ def test_row_lengths_are_shown_only_under_substitute():
         RowLikelihood(_two_lengths(), neighbouring="add_remove")
     assert str(N) not in str(err.value) and str(N - 1) not in str(err.value)
     with _two_lengths(), pytest.raises(ModelStructureError) as err:
-        pmdp.DPPenaltyMH(llr_clip=5.0, noise_scale=1.0, neighbouring="add_remove")
+        pmdp.DPPenaltyMH(llr_clip=5.0, noise_multiplier=1.0, neighbouring="add_remove")
     assert str(N - 1) not in str(err.value)
     with pytest.raises(ModelStructureError, match=f"`y`: {N}, `z`: {N - 1}"):
         RowLikelihood(_two_lengths())  # substitute: N is public

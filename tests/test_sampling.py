@@ -39,8 +39,8 @@ def test_calibrated_run_meets_its_target(calibrated_run):
     assert attrs["dp_delta"] == 1e-5 and attrs["dp_neighbouring"] == "substitute" and attrs["dp_n_rows"] == 150
     record = json.loads(attrs["dp_accountant"])
     expected_tau = (2 * 400 / (2 * gaussian_mu_for_target(3.0, 1e-5))) ** 0.5
-    assert record["steps"][0]["noise_scale"] == pytest.approx(expected_tau, rel=1e-9)
-    assert step.noise_scale is None  # the calibration belonged to that run only
+    assert record["steps"][0]["noise_multiplier"] == pytest.approx(expected_tau, rel=1e-9)
+    assert step.noise_multiplier is None  # the calibration belonged to that run only
     assert record["chains"] == 2 and record["iterations_per_chain"] == 400
     assert record["steps"][0]["llr_clip"] == 0.5 and record["method"] == "gaussian_closed_form"
     spent = pmdp.privacy_spent(idata)
@@ -80,7 +80,7 @@ def test_arviz_works_on_the_result(calibrated_run):
 def test_uncovered_variable_is_refused(regression):
     model, _, _ = regression
     with model:
-        step = pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], noise_scale=10.0)
+        step = pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], noise_multiplier=10.0)
         with pytest.raises(ValueError, match=r"uncovered: \['s_log__'\]"):
             pmdp.sample(step=step, delta=1e-5, draws=10, tune=0, chains=1, **QUIET)
 
@@ -88,7 +88,7 @@ def test_uncovered_variable_is_refused(regression):
 def test_non_dp_step_is_refused(regression):
     model, _, _ = regression
     with model:
-        steps = [pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], noise_scale=10.0), pm.Metropolis([model["s"]])]
+        steps = [pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], noise_multiplier=10.0), pm.Metropolis([model["s"]])]
         with pytest.raises(ValueError, match=r"Found \['Metropolis'\]"):
             pmdp.sample(step=steps, delta=1e-5, draws=10, tune=0, chains=1, **QUIET)
 
@@ -97,8 +97,8 @@ def test_two_dp_steps_compose(regression):
     model, _, _ = regression
     with model:
         steps = [
-            pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], llr_clip=4.0, noise_scale=30.0),
-            pmdp.DPPenaltyMH(vars=[model["s"]], llr_clip=4.0, noise_scale=60.0),
+            pmdp.DPPenaltyMH(vars=[model["a"], model["b"]], llr_clip=4.0, noise_multiplier=30.0),
+            pmdp.DPPenaltyMH(vars=[model["s"]], llr_clip=4.0, noise_multiplier=60.0),
         ]
         idata = pmdp.sample(step=steps, delta=1e-5, draws=30, tune=20, chains=2, random_seed=1, **QUIET)
     mu = 2 * 50 * (1 / (2 * 30.0**2) + 1 / (2 * 60.0**2))
@@ -112,7 +112,7 @@ def test_two_dp_steps_compose(regression):
 def test_leaking_deterministic_in_var_names_is_refused(regression):
     model, _, _ = regression
     with model:
-        step = pmdp.DPPenaltyMH(noise_scale=10.0)
+        step = pmdp.DPPenaltyMH(noise_multiplier=10.0)
         with pytest.raises(ValueError, match=r"Found \['fitted_mean'\]"):
             pmdp.sample(step=step, delta=1e-5, draws=10, tune=0, chains=1, var_names=["a", "fitted_mean"], **QUIET)
 
@@ -140,16 +140,16 @@ def test_bad_inputs_are_refused_and_change_nothing(regression, kwargs, message):
         args = {"step": step, "epsilon": 1.0, "delta": 1e-5, "draws": 10, "tune": 10, "chains": 1} | kwargs
         with pytest.raises(ValueError, match=message):
             pmdp.sample(**args, **QUIET)
-    assert step.noise_scale is None
+    assert step.noise_multiplier is None
 
 
 def test_over_target_run_is_refused_and_changes_nothing(regression):
     model, _, _ = regression
     with model:
-        step = pmdp.DPPenaltyMH(noise_scale=1.0)
+        step = pmdp.DPPenaltyMH(noise_multiplier=1.0)
         with pytest.raises(pmdp.PrivacyBudgetExceededError, match="above `epsilon`=1"):
             pmdp.sample(step=step, epsilon=1.0, delta=1e-5, draws=100, tune=100, chains=2, **QUIET)
-    assert step.noise_scale == 1.0
+    assert step.noise_multiplier == 1.0
 
 
 def test_budget_spans_runs_and_refuses_without_charging(regression):
@@ -185,10 +185,12 @@ def test_budget_spans_runs_and_refuses_without_charging(regression):
         step = pmdp.DPPenaltyMH(llr_clip=4.0)
         with pytest.raises(pmdp.PrivacyBudgetExceededError, match="Nothing was run or charged"):
             pmdp.sample(step=step, delta=1e-5, budget=budget, draws=50, tune=50, chains=1, **QUIET)
-        assert (budget.events, budget.labels) == before and step.noise_scale is None
+        assert (budget.events, budget.labels) == before and step.noise_multiplier is None
         wrong = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=151)
         with pytest.raises(ValueError, match=r"`budget\.n_rows` must equal"):
-            pmdp.sample(step=pmdp.DPPenaltyMH(noise_scale=50.0), delta=1e-5, budget=wrong, draws=5, tune=0, chains=1)
+            pmdp.sample(
+                step=pmdp.DPPenaltyMH(noise_multiplier=50.0), delta=1e-5, budget=wrong, draws=5, tune=0, chains=1
+            )
         assert wrong.spent().epsilon == 0.0
 
 
@@ -196,7 +198,7 @@ def test_neighbouring_relations_must_agree(regression):
     model, _, _ = regression
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-5, n_rows=150, neighbouring="add_remove")
     with model:
-        step = pmdp.DPPenaltyMH(noise_scale=50.0)
+        step = pmdp.DPPenaltyMH(noise_multiplier=50.0)
         with pytest.raises(ValueError, match=r"`budget\.neighbouring` must be .substitute."):
             pmdp.sample(step=step, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, **QUIET)
 
@@ -214,7 +216,7 @@ def test_refused_before_charging_when_pymc_arguments_are_wrong(regression):
             )
         with pytest.raises(ValueError, match="`trace` is not supported"):
             pmdp.sample(step=step, epsilon=1.0, delta=1e-5, budget=budget, draws=5, tune=0, chains=1, trace=None)
-    assert budget.events == () and step.noise_scale is None
+    assert budget.events == () and step.noise_multiplier is None
 
 
 def test_each_run_is_calibrated_to_its_own_target_and_forgets_raw_values(regression):
@@ -226,7 +228,7 @@ def test_each_run_is_calibrated_to_its_own_target_and_forgets_raw_values(regress
     assert first.posterior.attrs["dp_epsilon"] == pytest.approx(1.0, rel=1e-9)
     assert second.posterior.attrs["dp_epsilon"] == pytest.approx(2.0, rel=1e-9)
     # The run's calibrated mechanism, with whatever raw values it cached, is gone with the run.
-    assert step._mechanism is None and step.noise_scale is None
+    assert step._mechanism is None and step.noise_multiplier is None
 
 
 def test_calibration_cannot_be_reused_uncharged_by_plain_pm_sample(regression):
@@ -235,7 +237,7 @@ def test_calibration_cannot_be_reused_uncharged_by_plain_pm_sample(regression):
         step = pmdp.DPPenaltyMH(llr_clip=0.5)
         budget = pmdp.PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=150)
         pmdp.sample(step=step, budget=budget, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
-        with pytest.raises(ValueError, match="`noise_scale` must be set before sampling"):
+        with pytest.raises(ValueError, match="`noise_multiplier` must be set before sampling"):
             pm.sample(step=step, draws=20, tune=10, chains=1, random_seed=1, **QUIET)
     assert len(budget.events) == 1
 
@@ -252,7 +254,7 @@ def test_step_built_on_other_data_is_refused():
         yd = pm.Data("yd", rng.normal(size=20), dims="obs")
         m = pm.Normal("m")
         pm.Normal("y", m, 1, observed=yd, dims="obs")
-        step = pmdp.DPPenaltyMH(noise_scale=10.0)
+        step = pmdp.DPPenaltyMH(noise_multiplier=10.0)
         pm.set_data({"yd": rng.normal(size=25)}, coords={"obs": range(25)})
         with pytest.raises(ValueError, match="number of rows changed"):
             pmdp.sample(step=step, delta=1e-5, draws=5, tune=0, chains=1, **QUIET)

@@ -25,7 +25,7 @@ def test_alg3_leaves_the_conjugate_posterior_invariant(normal_suffstats):
         y,
         {"mu": m},
         model=model,
-        noise_scale=0.05,
+        noise_multiplier=0.05,
         proposal_scale=0.1,
         tune=False,
         family_settings={"sigma": 1.0, "bounds": (-5, 5)},
@@ -58,7 +58,9 @@ def test_alg3_is_accounted_as_gaussian_releases_and_refuses_observed_models(norm
 def test_alg3_step_holds_the_statistics_mechanism_not_the_rows(normal_suffstats):
     model, m, y, _, _ = normal_suffstats
     settings = {"sigma": 1.0, "bounds": (-5, 5)}
-    step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, model=model, noise_scale=1.0, family_settings=settings)
+    step = pmdp.DPSuffStatsPenaltyMH(
+        "normal", y, {"mu": m}, model=model, noise_multiplier=1.0, family_settings=settings
+    )
     assert step._private_statistics.n_rows == step.n_rows == y.size
     for holder in (step, step._private_statistics, step._mechanism()):
         for value in vars(holder).values():
@@ -69,8 +71,10 @@ def test_alg3_step_holds_the_statistics_mechanism_not_the_rows(normal_suffstats)
 
 def test_one_owner_costs_what_dppenaltymh_costs(conjugate_normal):
     with conjugate_normal.model:
-        single = pmdp.DPPenaltyMH(llr_clip=3.0, noise_scale=20.0)
-        owners = pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(conjugate_normal.y.size), llr_clip=3.0, noise_scale=20.0)
+        single = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=20.0)
+        owners = pmdp.DPMultiOwnerPenaltyMH(
+            owners=np.zeros(conjugate_normal.y.size), llr_clip=3.0, noise_multiplier=20.0
+        )
         a = pmdp.sample(step=single, delta=1e-6, draws=30, tune=20, chains=2, random_seed=1, progressbar=False)
         b = pmdp.sample(step=owners, delta=1e-6, draws=30, tune=20, chains=2, random_seed=1, progressbar=False)
     assert a["posterior"].attrs["dp_epsilon"] == b["posterior"].attrs["dp_epsilon"]
@@ -82,7 +86,7 @@ def test_several_owners_leave_the_posterior_invariant(conjugate_normal):
     owners = np.arange(conjugate_normal.y.size) % 3
     with conjugate_normal.model:
         step = pmdp.DPMultiOwnerPenaltyMH(
-            owners=owners, llr_clip=50.0, noise_scale=0.02, proposal_scale=0.1, tune=False
+            owners=owners, llr_clip=50.0, noise_multiplier=0.02, proposal_scale=0.1, tune=False
         )
     assert step.owner_labels == ["0", "1", "2"]
     starts = np.random.default_rng(2).normal(mean, sd, size=300)
@@ -91,7 +95,7 @@ def test_several_owners_leave_the_posterior_invariant(conjugate_normal):
     assert abs(z_mean) < Z_CRIT and abs(z_var) < Z_CRIT
     assert 0.05 < acceptance < 0.95
     with conjugate_normal.model, pytest.raises(ValueError, match="`owners` must have one label per row"):
-        pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_scale=1.0)
+        pmdp.DPMultiOwnerPenaltyMH(owners=np.zeros(3), noise_multiplier=1.0)
 
 
 def test_alg3_clamps_rows_outside_the_bounds_by_default_and_strict_mode_gives_no_count():
@@ -99,7 +103,7 @@ def test_alg3_clamps_rows_outside_the_bounds_by_default_and_strict_mode_gives_no
     settings = {"sigma": 1.0, "bounds": (-1, 1)}
     with pm.Model():
         m = pm.Normal("m", 0, 10)
-        step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, noise_scale=1e-9, family_settings=settings)
+        step = pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": m}, noise_multiplier=1e-9, family_settings=settings)
         assert step.accountant_settings()["out_of_bounds"] == "clamp"
         released = step._get_mechanism().release(np.random.default_rng(0))  # τ → 0: Ŝ ≈ S of the clamped rows
         assert released[0] == pytest.approx(0.5 + 1.0 - 0.2 - 1.0, abs=1e-6)
@@ -133,5 +137,5 @@ def test_alg3_refuses_priors_potentials_and_params_that_read_data(reads):
             mu = m + pt.as_tensor_variable(y).mean()
         expected = {"prior_pm_data": "free variable `m`", "params": r"`params\['mu'\]` reads data"}
         with pytest.raises(ModelStructureError, match=expected.get(reads, "Potential `pen` reads data")) as info:
-            pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": mu}, noise_scale=1.0, family_settings=settings)
+            pmdp.DPSuffStatsPenaltyMH("normal", y, {"mu": mu}, noise_multiplier=1.0, family_settings=settings)
     assert repr(float(y[0]))[:6] not in str(info.value)

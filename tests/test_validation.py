@@ -74,7 +74,7 @@ def test_dp_penalty_mh_on_a_gaussian_regression_posterior(linear_regression):
     with model:
         # |∂/∂coef log p| = |y − a − b x|·‖(1, x)‖ ≤ 5·√2 for these data and plausible coef: never clipped.
         # τ = 0.02: the llr noise has std 0.02·2·8·‖θ′ − θ‖ ≈ 0.02, so the penalty barely bites.
-        step = pmdp.DPPenaltyMH(llr_clip=8.0, noise_scale=0.02, proposal_scale=sd, tune=False)
+        step = pmdp.DPPenaltyMH(llr_clip=8.0, noise_multiplier=0.02, proposal_scale=sd, tune=False)
         idata = pmdp.sample(step=step, delta=1e-5, draws=6000, tune=500, **SAMPLE)
     z_mean, z_sd = _z_scores(idata, "coef", mean, sd)
     assert np.all(np.abs(z_mean) < Z_CRIT) and np.all(np.abs(z_sd) < Z_CRIT), (z_mean, z_sd)
@@ -86,8 +86,8 @@ def test_dp_hmc_on_a_gaussian_regression_posterior(linear_regression):
         step = pmdp.DPHMC(
             grad_clip=8.0,
             llr_clip=8.0,
-            grad_noise_scale=0.02,
-            llr_noise_scale=0.02,
+            grad_noise_multiplier=0.02,
+            llr_noise_multiplier=0.02,
             n_leapfrog=5,
             step_size=0.5 * float(sd.min()),
             tune=False,
@@ -146,7 +146,7 @@ def test_dp_suffstats_penalty_mh_on_the_conjugate_posterior(normal_rows):
             "normal",
             y,
             {"mu": m},
-            noise_scale=0.05,
+            noise_multiplier=0.05,
             proposal_scale=1.5 * sd,
             tune=False,
             family_settings={"sigma": 1.0, "bounds": (-5, 5)},
@@ -162,7 +162,7 @@ def test_dp_multi_owner_penalty_mh_on_the_conjugate_posterior(conjugate_normal):
         step = pmdp.DPMultiOwnerPenaltyMH(
             owners=np.arange(conjugate_normal.y.size) % 3,
             llr_clip=50.0,
-            noise_scale=0.02,
+            noise_multiplier=0.02,
             proposal_scale=1.5 * sd,
             tune=False,
         )
@@ -211,7 +211,7 @@ def test_dpadvi_mean_field_optimum_on_a_gaussian_regression(linear_regression):
             noise_multiplier=1e-4,
             delta=1e-6,
             sampling_rate=1.0,
-            clip=100.0,  # |∂/∂coef log p| ≤ 5·√2 here: never clipped
+            grad_clip=100.0,  # |∂/∂coef log p| ≤ 5·√2 here: never clipped
             optimizer="adam",
             learning_rate=0.002,
             n_mc=4,

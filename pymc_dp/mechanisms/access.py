@@ -44,10 +44,10 @@ class RowMechanisms:
         return NoisyBarkerStatistic(self._rows, **settings)
 
     def poisson_gradient_sum(
-        self, clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
+        self, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
     ) -> NoisyPoissonGradientSum:
         """A :class:`NoisyPoissonGradientSum` on Poisson batches of the rows."""
-        return NoisyPoissonGradientSum(self._rows, clip, noise_multiplier, sampling_rate, neighbouring)
+        return NoisyPoissonGradientSum(self._rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
 
     def owner_ratio(
         self, owner_rows: np.ndarray, llr_clip: float, noise_multiplier: float, rng: Any, neighbouring: str

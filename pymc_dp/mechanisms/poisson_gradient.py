@@ -29,7 +29,7 @@ class NoisyPoissonGradientSum:
     ----------
     rows : pymc_dp.data.RowLikelihood
         Data access for the model's parameters θ.
-    clip : float
+    grad_clip : float
         C > 0, finite: the L2 bound on each row's gradient.
     noise_multiplier : float
         σ > 0: noise standard deviation per unit of sensitivity Δ.
@@ -53,14 +53,14 @@ class NoisyPoissonGradientSum:
     """
 
     def __init__(
-        self, rows, clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str = "substitute"
+        self, rows, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str = "substitute"
     ) -> None:
         self._rows = rows
-        self.clip = check_finite_positive("clip", clip)
+        self.grad_clip = check_finite_positive("grad_clip", grad_clip)
         self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.clip, self.neighbouring)
+        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
 
     def release(
         self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: np.random.Generator | SecureNoise
@@ -80,8 +80,10 @@ class NoisyPoissonGradientSum:
         batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
         draws = np.atleast_2d(theta_draws)
         if len(draws) == 1:
-            clipped = clipped_sum_l2_linear(self._rows.grad_rows(draws[0], batch), parameter_jacobians[0], self.clip)
+            clipped = clipped_sum_l2_linear(
+                self._rows.grad_rows(draws[0], batch), parameter_jacobians[0], self.grad_clip
+            )
         else:
             per_row = sum(self._rows.grad_rows(t, batch) @ m for t, m in zip(draws, parameter_jacobians, strict=True))
-            clipped = clipped_sum_l2(per_row / len(draws), self.clip)
+            clipped = clipped_sum_l2(per_row / len(draws), self.grad_clip)
         return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate

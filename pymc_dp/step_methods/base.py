@@ -276,41 +276,41 @@ class DPStep(ArrayStepShared):
         return Competence.INCOMPATIBLE
 
 
-class GaussianNoiseScale:
+class GaussianNoiseMultiplier:
     """Privacy interface of a step that makes one Gaussian release per iteration at noise multiplier τ.
 
-    The step keeps τ in ``noise_scale`` (None until set or calibrated); each iteration costs
+    The step keeps τ in ``noise_multiplier`` (None until set or calibrated); each iteration costs
     μ = 1/(2τ²) (Sommer et al. 2019, Lemma 12). Subclasses drop whatever they built for an
     old τ in :meth:`_noise_changed`.
     """
 
-    noise_scale: float | None
+    noise_multiplier: float | None
 
     @property
     def is_calibrated(self) -> bool:
-        return self.noise_scale is not None
+        return self.noise_multiplier is not None
 
     def _check_ready(self) -> None:
-        if self.noise_scale is None:
+        if self.noise_multiplier is None:
             raise ValueError(
-                f"`noise_scale` must be set before sampling. Found None. Either sample with "
+                f"`noise_multiplier` must be set before sampling. Found None. Either sample with "
                 f"pymc_dp.sample(step={type(self).__name__}(...), epsilon=..., delta=...), which calibrates it, or, "
-                f"for a plain pm.sample, pass noise_scale=pymc_dp.accounting.noise_multiplier_for_target(epsilon, "
+                f"for a plain pm.sample, pass noise_multiplier=pymc_dp.accounting.noise_multiplier_for_target(epsilon, "
                 f"delta, count=chains * (tune + draws)) to {type(self).__name__} and publish the result with "
                 "pymc_dp.publish(idata, delta=...)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:
         self._check_ready()
-        return 0.5 / self.noise_scale**2
+        return 0.5 / self.noise_multiplier**2
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         self._check_ready()
-        return [GaussianReleases(self.noise_scale, int(n_iterations), label=self._label())]
+        return [GaussianReleases(self.noise_multiplier, int(n_iterations), label=self._label())]
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
-        self.noise_scale = round_towards_privacy(math.sqrt(0.5 / mu), lambda tau: 0.5 / tau**2 <= mu, math.inf)
+        self.noise_multiplier = round_towards_privacy(math.sqrt(0.5 / mu), lambda tau: 0.5 / tau**2 <= mu, math.inf)
         self._noise_changed()
 
     def _noise_changed(self) -> None:

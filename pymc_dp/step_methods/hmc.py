@@ -110,7 +110,7 @@ class DPHMC(DPStep):
         b_g > 0: L2 bound on each row's log-likelihood gradient.
     llr_clip : float, default 1.0
         b_l > 0: each row's log-likelihood ratio is clipped to ±b_l‖θ′ − θ‖₂.
-    grad_noise_scale, llr_noise_scale : float, optional
+    grad_noise_multiplier, llr_noise_multiplier : float, optional
         τ_g and τ_l: noise standard deviation per unit of sensitivity (σ_g = 2τ_g b_g and
         σ_l = 2τ_l b_l‖θ′ − θ‖₂ under substitute neighbours). Give both or neither; when
         neither, :func:`pymc_dp.sample` calibrates them from a target ε.
@@ -186,7 +186,7 @@ class DPHMC(DPStep):
     """
 
     name = "dp_hmc"
-    noise_attributes = ("grad_noise_scale", "llr_noise_scale")
+    noise_attributes = ("grad_noise_multiplier", "llr_noise_multiplier")
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_step_size": (np.float64, []),
@@ -200,8 +200,8 @@ class DPHMC(DPStep):
         n_leapfrog: int = 10,
         grad_clip: float = 1.0,
         llr_clip: float = 1.0,
-        grad_noise_scale: float | None = None,
-        llr_noise_scale: float | None = None,
+        grad_noise_multiplier: float | None = None,
+        llr_noise_multiplier: float | None = None,
         grad_budget_share: float = 0.5,
         step_size_jitter: float = 0.0,
         target_accept: float = 0.65,
@@ -220,16 +220,21 @@ class DPHMC(DPStep):
         self.n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
         self.grad_clip = check_finite_positive("grad_clip", grad_clip)
         self.llr_clip = check_finite_positive("llr_clip", llr_clip)
-        if (grad_noise_scale is None) != (llr_noise_scale is None):
+        if (grad_noise_multiplier is None) != (llr_noise_multiplier is None):
             raise ValueError(
-                "`grad_noise_scale` and `llr_noise_scale` must be given together (or both left to calibration). "
-                f"Found grad_noise_scale={grad_noise_scale!r}, llr_noise_scale={llr_noise_scale!r}."
+                "`grad_noise_multiplier` and `llr_noise_multiplier` must be given together (or both left to "
+                f"calibration). Found grad_noise_multiplier={grad_noise_multiplier!r}, "
+                f"llr_noise_multiplier={llr_noise_multiplier!r}."
             )
-        self.grad_noise_scale = (
-            None if grad_noise_scale is None else check_finite_positive("grad_noise_scale", grad_noise_scale)
+        self.grad_noise_multiplier = (
+            None
+            if grad_noise_multiplier is None
+            else check_finite_positive("grad_noise_multiplier", grad_noise_multiplier)
         )
-        self.llr_noise_scale = (
-            None if llr_noise_scale is None else check_finite_positive("llr_noise_scale", llr_noise_scale)
+        self.llr_noise_multiplier = (
+            None
+            if llr_noise_multiplier is None
+            else check_finite_positive("llr_noise_multiplier", llr_noise_multiplier)
         )
         share = check_finite_positive("grad_budget_share", grad_budget_share)
         if share >= 1.0:
@@ -263,7 +268,7 @@ class DPHMC(DPStep):
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)
         self._size = size
-        self._noise_user_set = grad_noise_scale is not None
+        self._noise_user_set = grad_noise_multiplier is not None
         self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
         self._grad_mechanism: NoisyClippedGradient | None = None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
@@ -291,30 +296,31 @@ class DPHMC(DPStep):
     # -- privacy interface ----------------------------------------------------------------
     @property
     def is_calibrated(self) -> bool:
-        return self.grad_noise_scale is not None and self.llr_noise_scale is not None
+        return self.grad_noise_multiplier is not None and self.llr_noise_multiplier is not None
 
     def _check_ready(self) -> None:
         if not self.is_calibrated:
             raise ValueError(
-                "`grad_noise_scale` and `llr_noise_scale` must be set before sampling. Found None. Either sample "
-                "with pymc_dp.sample(step=DPHMC(...), epsilon=..., delta=...), which calibrates them, or, for a plain "
-                "pm.sample, take mu = pymc_dp.accounting.gaussian_mu_for_target(epsilon, delta) / (chains * (tune + "
-                "draws)), pass llr_noise_scale=(2 * mu_llr) ** -0.5 and grad_noise_scale=((n_leapfrog + 1) / (2 * "
-                "mu_grad)) ** 0.5 with mu_llr + mu_grad = mu to DPHMC, and publish the result with "
+                "`grad_noise_multiplier` and `llr_noise_multiplier` must be set before sampling. Found None. Either "
+                "sample with pymc_dp.sample(step=DPHMC(...), epsilon=..., delta=...), which calibrates them, or, for a "
+                "plain pm.sample, take mu = pymc_dp.accounting.gaussian_mu_for_target(epsilon, delta) / (chains * "
+                "(tune + draws)), pass llr_noise_multiplier=(2 * mu_llr) ** -0.5 and grad_noise_multiplier="
+                "((n_leapfrog + 1) / (2 * mu_grad)) ** 0.5 with mu_llr + mu_grad = mu to DPHMC, and publish the result "
+                "with "
                 "pymc_dp.publish(idata, delta=...)."
             )
 
     def gaussian_mu_per_iteration(self) -> float:
         self._check_ready()
-        return 0.5 / self.llr_noise_scale**2 + (self.n_leapfrog + 1) * 0.5 / self.grad_noise_scale**2
+        return 0.5 / self.llr_noise_multiplier**2 + (self.n_leapfrog + 1) * 0.5 / self.grad_noise_multiplier**2
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         self._check_ready()
         label = f"DPHMC[{','.join(self.var_names)}]"
         return [
-            GaussianReleases(self.llr_noise_scale, int(n_iterations), label=f"{label} log-likelihood ratio"),
+            GaussianReleases(self.llr_noise_multiplier, int(n_iterations), label=f"{label} log-likelihood ratio"),
             GaussianReleases(
-                self.grad_noise_scale, int(n_iterations) * (self.n_leapfrog + 1), label=f"{label} gradient"
+                self.grad_noise_multiplier, int(n_iterations) * (self.n_leapfrog + 1), label=f"{label} gradient"
             ),
         ]
 
@@ -328,7 +334,7 @@ class DPHMC(DPStep):
             return 0.5 / (llr_scale * factor) ** 2 + (self.n_leapfrog + 1) * 0.5 / (grad_scale * factor) ** 2
 
         factor = round_towards_privacy(1.0, lambda f: cost(f) <= mu, math.inf)
-        self.grad_noise_scale, self.llr_noise_scale = grad_scale * factor, llr_scale * factor
+        self.grad_noise_multiplier, self.llr_noise_multiplier = grad_scale * factor, llr_scale * factor
         self._llr_mechanism = self._grad_mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
@@ -336,8 +342,8 @@ class DPHMC(DPStep):
             "step": type(self).__name__,
             "mechanism": "gaussian: clipped gradients (L+1 per iteration) and clipped log-likelihood ratio",
             "vars": list(self.var_names),
-            "grad_noise_scale": self.grad_noise_scale,
-            "llr_noise_scale": self.llr_noise_scale,
+            "grad_noise_multiplier": self.grad_noise_multiplier,
+            "llr_noise_multiplier": self.llr_noise_multiplier,
             "grad_clip": self.grad_clip,
             "llr_clip": self.llr_clip,
             "n_leapfrog": self.n_leapfrog,
@@ -357,7 +363,13 @@ class DPHMC(DPStep):
 
     def _get_mechanism(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
         llr, grad = self._llr_mechanism, self._grad_mechanism
-        current = (self.llr_noise_scale, self.llr_clip, self.grad_noise_scale, self.grad_clip, self.neighbouring)
+        current = (
+            self.llr_noise_multiplier,
+            self.llr_clip,
+            self.grad_noise_multiplier,
+            self.grad_clip,
+            self.neighbouring,
+        )
         if (
             llr is None
             or grad is None
@@ -365,10 +377,10 @@ class DPHMC(DPStep):
         ):
             self._check_ready()
             self._llr_mechanism = self._row_mechanisms.log_likelihood_ratio(
-                self.llr_clip, self.llr_noise_scale, self.neighbouring
+                self.llr_clip, self.llr_noise_multiplier, self.neighbouring
             )
             self._grad_mechanism = self._row_mechanisms.clipped_gradient(
-                self.grad_clip, self.grad_noise_scale, self.neighbouring
+                self.grad_clip, self.grad_noise_multiplier, self.neighbouring
             )
         return self._llr_mechanism, self._grad_mechanism
 

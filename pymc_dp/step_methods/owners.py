@@ -102,15 +102,18 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
 
     def _get_mechanism(self):
         mechanism = self._mechanism
-        if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip) != (self.noise_scale, self.llr_clip):
+        if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip) != (
+            self.noise_multiplier,
+            self.llr_clip,
+        ):
             self._check_ready()
             functions = [
                 self._row_mechanisms.owner_ratio(
-                    rows, self.llr_clip, self.noise_scale, self._owner_rng(), self.neighbouring
+                    rows, self.llr_clip, self.noise_multiplier, self._owner_rng(), self.neighbouring
                 )
                 for rows in self._owner_rows
             ]
-            self._mechanism = _Owners(functions, self.llr_clip, self.noise_scale)
+            self._mechanism = _Owners(functions, self.llr_clip, self.noise_multiplier)
         return self._mechanism
 
     def accountant_settings(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pymc_dp._validation import check_bool, check_finite_positive, check_neighbo
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
 from pymc_dp.step_methods.base import (
     DPStep,
-    GaussianNoiseScale,
+    GaussianNoiseMultiplier,
     RandomWalkTuning,
     TransitionInfo,
     accept_reject,
@@ -64,7 +64,7 @@ def penalty_log_acceptance(
     return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
 
 
-class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
+class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     """Differentially private random-walk Metropolis by the penalty algorithm.
 
     Each iteration proposes θ′ = θ + s·z (z ~ N(0, I) on the unconstrained scale), releases
@@ -87,7 +87,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. Choose it from public
         knowledge (a bound on ‖∇θ log p(x | θ)‖ over plausible rows and θ). The sampler is
         exact when no ratio is clipped; clipping biases it but never weakens privacy.
-    noise_scale : float, optional
+    noise_multiplier : float, optional
         τ: the noise standard deviation is σ = τ·Δ, Δ the sensitivity (2b‖θ′ − θ‖₂ under
         substitute neighbours). Leave unset to have :func:`pymc_dp.sample` calibrate it from
         a target ε.
@@ -149,7 +149,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     """
 
     name = "dp_penalty_mh"
-    noise_attributes = ("noise_scale",)
+    noise_attributes = ("noise_multiplier",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
@@ -161,7 +161,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         *,
         proposal_scale: float | np.ndarray | None = None,
         llr_clip: float = 1.0,
-        noise_scale: float | None = None,
+        noise_multiplier: float | None = None,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
         reproducible_noise: bool = False,
@@ -175,7 +175,9 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     ) -> None:
         # Validate every argument before building anything.
         self.llr_clip = check_finite_positive("llr_clip", llr_clip)
-        self.noise_scale = None if noise_scale is None else check_finite_positive("noise_scale", noise_scale)
+        self.noise_multiplier = (
+            None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
+        )
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
@@ -190,7 +192,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._init_proposal(scale, size)
-        self._noise_user_set = noise_scale is not None
+        self._noise_user_set = noise_multiplier is not None
         self._mechanism: NoisyLogLikelihoodRatio | None = None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
@@ -203,7 +205,7 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "step": type(self).__name__,
             "mechanism": "gaussian: clipped log-likelihood ratio (penalty test)",
             "vars": list(self.var_names),
-            "noise_scale": self.noise_scale,
+            "noise_multiplier": self.noise_multiplier,
             "llr_clip": self.llr_clip,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
@@ -222,13 +224,13 @@ class DPPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     def _get_mechanism(self) -> NoisyLogLikelihoodRatio:
         mechanism = self._mechanism
         if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip, mechanism.neighbouring) != (
-            self.noise_scale,
+            self.noise_multiplier,
             self.llr_clip,
             self.neighbouring,
         ):
             self._check_ready()
             self._mechanism = self._row_mechanisms.log_likelihood_ratio(
-                self.llr_clip, self.noise_scale, self.neighbouring
+                self.llr_clip, self.noise_multiplier, self.neighbouring
             )
         return self._mechanism
 

@@ -18,7 +18,7 @@ from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_
 from pymc_dp.mechanisms import NoisySufficientStatistics, PrivateSufficientStatistics
 from pymc_dp.step_methods.base import (
     DPStep,
-    GaussianNoiseScale,
+    GaussianNoiseMultiplier,
     RandomWalkTuning,
     TransitionInfo,
     accept_reject,
@@ -29,7 +29,7 @@ from pymc_dp.step_methods.penalty import penalty_log_acceptance
 __all__ = ["DPSuffStatsPenaltyMH"]
 
 
-class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
+class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     """DP penalty random-walk Metropolis on a fresh Gaussian-noised copy of the sufficient statistics.
 
     For an exponential-family likelihood p(x | θ) = h(x) g(θ) exp(φ(θ)ᵀS(x)), each iteration
@@ -52,7 +52,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         Family parameter name → model variable or expression, e.g. ``{"p": p}``.
     vars : list, optional
         Continuous variables to sample (default: all free variables).
-    noise_scale : float, optional
+    noise_multiplier : float, optional
         τ; unset to have :func:`pymc_dp.sample` calibrate it from a target ε.
     proposal_scale : float or array, optional
         Initial random-walk scale (default 2.38/√(P·N)).
@@ -97,7 +97,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     """
 
     name = "dp_suffstats_penalty_mh"
-    noise_attributes = ("noise_scale",)
+    noise_attributes = ("noise_multiplier",)
     reads_model_rows: ClassVar[bool] = False
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
@@ -111,7 +111,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         params: dict[str, Any],
         vars=None,
         *,
-        noise_scale: float | None = None,
+        noise_multiplier: float | None = None,
         proposal_scale: float | np.ndarray | None = None,
         temperature: float = 1.0,
         reproducible_noise: bool = False,
@@ -127,7 +127,9 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
     ) -> None:
         self.family = get_family(family, **(family_settings or {}))
         self.out_of_bounds = check_out_of_bounds(out_of_bounds)
-        self.noise_scale = None if noise_scale is None else check_finite_positive("noise_scale", noise_scale)
+        self.noise_multiplier = (
+            None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
+        )
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = "substitute"
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
@@ -169,7 +171,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         if proposal_scale is None:
             scale = np.array([2.38 / math.sqrt(self.n_params * self.n_rows)])
         self._init_proposal(scale, self.n_params)
-        self._noise_user_set = noise_scale is not None
+        self._noise_user_set = noise_multiplier is not None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     # -- privacy interface ----------------------------------------------------------------
@@ -183,7 +185,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
             "vars": list(self.var_names),
             "family": self.family.settings(),
             "l2_sensitivity": self.family.l2_sensitivity(),
-            "noise_scale": self.noise_scale,
+            "noise_multiplier": self.noise_multiplier,
             "temperature": self.temperature,
             "neighbouring": self.neighbouring,
             "reproducible_noise": self.reproducible_noise,
@@ -200,9 +202,9 @@ class DPSuffStatsPenaltyMH(GaussianNoiseScale, RandomWalkTuning, DPStep):
         return state
 
     def _get_mechanism(self) -> NoisySufficientStatistics:
-        if self._mechanism is None or self._mechanism.noise_multiplier != self.noise_scale:
+        if self._mechanism is None or self._mechanism.noise_multiplier != self.noise_multiplier:
             self._check_ready()
-            self._mechanism = self._private_statistics.gaussian_releases(self.noise_scale)
+            self._mechanism = self._private_statistics.gaussian_releases(self.noise_multiplier)
         return self._mechanism
 
     # -- sampling -------------------------------------------------------------------------

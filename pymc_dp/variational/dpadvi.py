@@ -44,7 +44,7 @@ __all__ = ["DPADVI", "DPFullRank", "DPMeanField"]
 _REFUSED_FIT_KWARGS = {
     "score": "the ELBO is an exact function of the data; DPADVI reports no loss",
     "obj_optimizer": "DPADVI takes `optimizer=` and `learning_rate=` (it clips per row before any optimiser)",
-    "total_grad_norm_constraint": "DPADVI clips every row's gradient to `clip`",
+    "total_grad_norm_constraint": "DPADVI clips every row's gradient to `grad_clip`",
     "more_replacements": "replacements would bypass the per-row clipping",
     "more_updates": "extra updates would read the data outside the mechanism",
     "obj_n_mc": "DPADVI takes `n_mc=` at construction",
@@ -285,7 +285,7 @@ class DPADVI(Inference):
         σ > 0, the noise standard deviation per unit of sensitivity Δ.
     sampling_rate : float
         q in (0, 1]: the Poisson sampling probability of each row (expected batch qN).
-    clip : float
+    grad_clip : float
         C > 0, finite: the L2 bound on each row's gradient with respect to the variational
         parameters (μ and ρ, or μ and the Cholesky entries).
     approximation : {"meanfield", "fullrank"}
@@ -338,7 +338,7 @@ class DPADVI(Inference):
 
     Examples
     --------
-    >>> dpadvi = pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.01, clip=5.0)  # doctest: +SKIP
+    >>> dpadvi = pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.01, grad_clip=5.0)  # doctest: +SKIP
     >>> approx = dpadvi.fit(n=5000, model=model)  # doctest: +SKIP
     >>> idata = approx.sample(2000)  # doctest: +SKIP
     >>> idata.posterior.attrs["dp_epsilon"]  # doctest: +SKIP
@@ -360,7 +360,7 @@ class DPADVI(Inference):
         delta: float | None = None,
         noise_multiplier: float | None = None,
         sampling_rate: float,
-        clip: float,
+        grad_clip: float,
         approximation: str = "meanfield",
         optimizer: str = "adagrad",
         learning_rate: float | None = None,
@@ -377,7 +377,7 @@ class DPADVI(Inference):
         self.average_iterates = check_bool("average_iterates", average_iterates)
         self.epsilon = None if epsilon is None else check_finite_positive("epsilon", epsilon)
         self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
-        self.clip = check_finite_positive("clip", clip)
+        self.grad_clip = check_finite_positive("grad_clip", grad_clip)
         self.noise_multiplier = (
             None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
         )
@@ -673,7 +673,7 @@ class DPADVI(Inference):
             self._iterations = total
             self._approx._dp_record = self._record(run, run_epsilon)
             mechanism = self._row_mechanisms.poisson_gradient_sum(
-                self.clip, sigma, self.sampling_rate, self.neighbouring
+                self.grad_clip, sigma, self.sampling_rate, self.neighbouring
             )
             if progressbar_theme is None:
                 from pymc.progress_bar import default_progress_theme as progressbar_theme
@@ -701,7 +701,7 @@ class DPADVI(Inference):
             settings={
                 "noise_multiplier": self.noise_multiplier,
                 "sampling_rate": self.sampling_rate,
-                "clip": self.clip,
+                "grad_clip": self.grad_clip,
                 "approximation": self.approximation,
                 "optimizer": self.optimizer,
                 "learning_rate": self.learning_rate,
