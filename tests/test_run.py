@@ -124,3 +124,26 @@ def test_only_the_pipeline_charges_budgets_and_builds_records():
             ):
                 found.append(f"{relative}:{node.lineno} builds its own record")
     assert found == []
+
+
+#: Modules that may build accounting events themselves, with why (everything else asks a mechanism).
+_EVENT_BUILDERS = {
+    "publish.py": "prices a plain pm.sample result from its recorded μ (no mechanism object exists)",
+    "exponential_family/ops.py": "one posterior sample is the exponential mechanism, run by NUTS, not a release object",
+    "testing/audit.py": "the audit's claims, stated independently of the mechanisms they test",
+}
+_EVENT_TYPES = {"GaussianReleases", "PoissonGaussianReleases", "RdpReleases", "PureDPReleases"}
+
+
+def test_mechanisms_price_themselves():
+    # Steps, DPADVI and the releases collect their events from the mechanism classes (issue 13, item 4).
+    root = Path(pymc_dp.__file__).parent
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("accounting/", "mechanisms/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), relative)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _EVENT_TYPES:
+                found.add(relative)
+    assert found == set(_EVENT_BUILDERS)

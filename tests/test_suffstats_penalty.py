@@ -62,7 +62,7 @@ def test_alg3_step_holds_the_statistics_mechanism_not_the_rows(normal_suffstats)
         "normal", y, {"mu": m}, model=model, noise_multiplier=1.0, family_settings=settings
     )
     assert step._private_statistics.n_rows == step.n_rows == y.size
-    for holder in (step, step._private_statistics, step._mechanism()):
+    for holder in (step, step._private_statistics, step._get_mechanism()):
         for value in vars(holder).values():
             assert value is not y
             assert not (isinstance(value, np.ndarray) and value.shape[:1] == y.shape), value

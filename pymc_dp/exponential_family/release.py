@@ -12,7 +12,6 @@ from pymc.model import modelcontext
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
@@ -316,7 +315,7 @@ def release_statistics(
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
-    events = (PureDPReleases(epsilon, 1, label=f"laplace sufficient statistics [{fam.name}]"),)
+    events = tuple(PrivateSufficientStatistics.laplace_events(epsilon, f"laplace sufficient statistics [{fam.name}]"))
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
     private = PrivateSufficientStatistics(fam, data, out_of_bounds)
     run = PrivateRun("release_statistics", delta=0.0, neighbouring="substitute", n_rows=private.n_rows, budget=budget)

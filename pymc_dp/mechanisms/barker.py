@@ -7,6 +7,8 @@ import math
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.barker import barker_subsampled_rdp
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
 from pymc_dp.mechanisms.clipping import clip_values
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import sample_without_replacement
@@ -83,6 +85,24 @@ class NoisyBarkerStatistic:
                     f"Found {correction_variance!r}."
                 )
 
+    @staticmethod
+    def sensitivity(llr_clip: float, temperature: float, neighbouring: str) -> float:
+        """L2 sensitivity of the full-data statistic: 2tB (substitute) or tB (add/remove)."""
+        return (2.0 if neighbouring == "substitute" else 1.0) * temperature * llr_clip
+
+    @staticmethod
+    def full_data_events(
+        correction_variance: float, llr_clip: float, temperature: float, neighbouring: str, count: int, label: str
+    ) -> list[PrivacyEvent]:
+        """``count`` full-data releases: Gaussian with σ/Δ = √C / (κtB) (Heikkilä et al. 2019, Thm 1)."""
+        sensitivity = NoisyBarkerStatistic.sensitivity(llr_clip, temperature, neighbouring)
+        return [GaussianReleases(math.sqrt(correction_variance) / sensitivity, int(count), label=label)]
+
+    @staticmethod
+    def subsampled_events(n_rows: int, batch_size: int, count: int, label: str = "DPBarkerMH") -> list[PrivacyEvent]:
+        """``count`` subsampled releases on N rows with batches of b: RDP of Theorem 2 amplified by eq. 22."""
+        return [subsampled_barker_releases(n_rows, batch_size, count, label)]
+
     def release(self, theta: np.ndarray, theta_proposed: np.ndarray, rng: np.random.Generator | SecureNoise) -> float:
         """Release z for the move θ → θ′ (``rng`` draws the batch and the noise)."""
         theta = np.asarray(theta, dtype=float)
@@ -101,3 +121,9 @@ class NoisyBarkerStatistic:
         batch_variance = min(batch_variance, 1.0)
         noise_std = math.sqrt(self.correction_variance - batch_variance)
         return n0 * float(np.mean(clipped)) + float(rng.normal(0.0, noise_std))
+
+
+def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:
+    """``iterations`` subsampled Barker releases on N rows with batches of b (Theorem 2 with eq. 22)."""
+    orders, rdp = barker_subsampled_rdp(n_rows, batch_size)
+    return RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), int(iterations), label=label)

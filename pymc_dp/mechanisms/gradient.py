@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.clipping import clipped_sum_l2, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise
 
@@ -46,6 +47,16 @@ class NoisyClippedGradient:
         self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
+
+    @staticmethod
+    def sensitivity(grad_clip: float, neighbouring: str) -> float:
+        """L2 sensitivity of the clipped gradient sum: 2C (substitute) or C (add/remove)."""
+        return sensitivity_of_clipped_sum(grad_clip, neighbouring)
+
+    @staticmethod
+    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases from public settings: Gaussian, Δ/σ = 1/τ each."""
+        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     def release(self, theta: np.ndarray, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""

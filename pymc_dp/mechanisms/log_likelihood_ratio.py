@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.noise import noisy_clipped_sum
 
 __all__ = ["NoisyLogLikelihoodRatio"]
@@ -54,6 +55,16 @@ class NoisyLogLikelihoodRatio:
         self._cached_point: bytes | None = None
         self._cached_loglik: np.ndarray | None = None
         self._pending: tuple[bytes, np.ndarray] | None = None
+
+    @staticmethod
+    def sensitivity(llr_clip: float, distance: float, neighbouring: str) -> float:
+        """L2 sensitivity of the clipped sum for a step of length ``distance``: 2b‖θ′ − θ‖ or b‖θ′ − θ‖."""
+        return (2.0 if neighbouring == "substitute" else 1.0) * llr_clip * distance
+
+    @staticmethod
+    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases from public settings: Gaussian, Δ/σ = 1/τ each."""
+        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     @property
     def mu_per_release(self) -> float:

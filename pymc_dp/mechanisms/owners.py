@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise, noisy_clipped_sum
 
@@ -49,6 +50,11 @@ class OwnerLogLikelihoodRatio:
         self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.rng = rng
+
+    @staticmethod
+    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases of the owners' summed ratios: Gaussian, Δ/σ = 1/τ each."""
+        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     def __call__(self, theta: np.ndarray, theta_proposed: np.ndarray) -> float:
         theta = np.asarray(theta, dtype=float)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_sampling_rate
+from pymc_dp.accounting.events import PoissonGaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import poisson_sample
@@ -61,6 +62,13 @@ class NoisyPoissonGradientSum:
         self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
         self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
+
+    @staticmethod
+    def events(
+        noise_multiplier: float, sampling_rate: float, count: int, neighbouring: str, label: str = "dpadvi"
+    ) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases: Poisson-subsampled Gaussian at (σ, q) under ``neighbouring``."""
+        return [PoissonGaussianReleases(noise_multiplier, sampling_rate, int(count), neighbouring, label)]
 
     def release(
         self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: np.random.Generator | SecureNoise

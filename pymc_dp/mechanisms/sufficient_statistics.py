@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PureDPReleases
 from pymc_dp.mechanisms.noise import SecureNoise
 
 __all__ = ["NoisySufficientStatistics", "PrivateSufficientStatistics", "laplace_sufficient_statistics"]
@@ -66,6 +67,11 @@ class PrivateSufficientStatistics:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.family!r}, n_rows={self.n_rows}, out_of_bounds={self.out_of_bounds!r})"
+
+    @staticmethod
+    def laplace_events(epsilon: float, label: str) -> list[PrivacyEvent]:
+        """The accounting of one Laplace release at ε (b = Δ₁/ε): pure ε-DP."""
+        return [PureDPReleases(epsilon, 1, label=label)]
 
     def laplace_release(self, epsilon: float, rng: np.random.Generator | SecureNoise) -> tuple[np.ndarray, float]:
         """One (ε, 0)-DP release Proj(S + Laplace(Δ₁/ε)^d); returns (statistics, Laplace scale b = Δ₁/ε)."""
@@ -183,6 +189,11 @@ class NoisySufficientStatistics:
 
     def __getstate__(self) -> dict:
         raise TypeError("NoisySufficientStatistics holds exact statistics and cannot be pickled.")
+
+    @staticmethod
+    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases of fresh noisy statistics: Gaussian, Δ₂/σ = 1/τ each."""
+        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     def release(self, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One fresh Ŝ ~ N(S, ξ I)."""

@@ -8,10 +8,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
-from pymc_dp.accounting.barker import barker_orders, barker_subsampled_rdp
+from pymc_dp.accounting.barker import barker_orders
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
+from pymc_dp.accounting.events import PrivacyEvent, RdpReleases
 from pymc_dp.mechanisms import NoisyBarkerStatistic
+from pymc_dp.mechanisms.barker import subsampled_barker_releases
 from pymc_dp.step_methods.barker_correction import LogisticCorrection, _check_correction_variance, logistic_correction
 from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, TransitionInfo, accept_reject, check_proposal_scale
 
@@ -326,9 +327,8 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         return self.temperature if self.full_data else self.tempered_size
 
     def _sensitivity(self) -> float:
-        """L2 sensitivity of the full-data statistic: 2tB (substitute) or tB (add/remove)."""
-        factor = 2.0 if self.neighbouring == "substitute" else 1.0
-        return factor * self.temperature * self.llr_clip
+        """L2 sensitivity of the full-data statistic, as the mechanism states it."""
+        return NoisyBarkerStatistic.sensitivity(self.llr_clip, self.temperature, self.neighbouring)
 
     def gaussian_mu_per_iteration(self) -> float:
         if not self.full_data:
@@ -340,9 +340,10 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         self._check_ready()
         count = int(n_iterations)
         if self.full_data:
-            noise_multiplier = math.sqrt(self.correction_variance) / self._sensitivity()
-            return [GaussianReleases(noise_multiplier, count, label=self._label())]
-        return [subsampled_barker_releases(self.n_rows, self.batch_size, count, label=self._label())]
+            return NoisyBarkerStatistic.full_data_events(
+                self.correction_variance, self.llr_clip, self.temperature, self.neighbouring, count, self._label()
+            )
+        return NoisyBarkerStatistic.subsampled_events(self.n_rows, self.batch_size, count, label=self._label())
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         if not self.full_data:
@@ -408,12 +409,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         if self.full_data:  # priced from dp_mu_cumulative; N is not needed (and private under add/remove)
             return {"dp_n_rows": 0, "dp_batch_size": 0}
         return {"dp_n_rows": self.n_rows, "dp_batch_size": self.batch_size}
-
-
-def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:
-    """``iterations`` subsampled Barker releases on N rows with batches of b (Theorem 2 with eq. 22)."""
-    orders, rdp = barker_subsampled_rdp(n_rows, batch_size)
-    return RdpReleases(tuple(orders.tolist()), tuple(rdp.tolist()), int(iterations), label=label)
 
 
 def recorded_barker_releases(stats: Any) -> tuple[RdpReleases, int] | None:

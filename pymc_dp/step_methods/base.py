@@ -18,7 +18,7 @@ from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
 
@@ -285,6 +285,8 @@ class GaussianNoiseMultiplier:
     """
 
     noise_multiplier: float | None
+    #: The mechanism the step releases through; it states the accounting of its releases (``events``).
+    mechanism_class: ClassVar[Any]
 
     @property
     def is_calibrated(self) -> bool:
@@ -306,7 +308,7 @@ class GaussianNoiseMultiplier:
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         self._check_ready()
-        return [GaussianReleases(self.noise_multiplier, int(n_iterations), label=self._label())]
+        return self.mechanism_class.events(self.noise_multiplier, int(n_iterations), self._label())
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)

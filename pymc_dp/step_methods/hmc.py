@@ -20,7 +20,7 @@ from pymc_dp._validation import (
     check_unit_interval_open,
 )
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
@@ -317,12 +317,10 @@ class DPHMC(DPStep):
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         self._check_ready()
         label = f"DPHMC[{','.join(self.var_names)}]"
-        return [
-            GaussianReleases(self.llr_noise_multiplier, int(n_iterations), label=f"{label} log-likelihood ratio"),
-            GaussianReleases(
-                self.grad_noise_multiplier, int(n_iterations) * (self.n_leapfrog + 1), label=f"{label} gradient"
-            ),
-        ]
+        count = int(n_iterations)
+        return NoisyLogLikelihoodRatio.events(
+            self.llr_noise_multiplier, count, f"{label} log-likelihood ratio"
+        ) + NoisyClippedGradient.events(self.grad_noise_multiplier, count * (self.n_leapfrog + 1), f"{label} gradient")
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)

@@ -75,6 +75,8 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
        Statistics and Computing 29, §3.2.2, Algorithm 2, eq. (6).
     """
 
+    mechanism_class = OwnerLogLikelihoodRatio
+
     name = "dp_multi_owner_penalty_mh"
 
     def __init__(self, vars=None, *, owners: Any, **kwargs: Any) -> None:

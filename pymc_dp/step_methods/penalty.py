@@ -149,6 +149,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     """
 
     name = "dp_penalty_mh"
+    mechanism_class = NoisyLogLikelihoodRatio
     noise_attributes = ("noise_multiplier",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,

@@ -96,6 +96,8 @@ class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
        Lemma 12.
     """
 
+    mechanism_class = NoisySufficientStatistics
+
     name = "dp_suffstats_penalty_mh"
     noise_attributes = ("noise_multiplier",)
     reads_model_rows: ClassVar[bool] = False

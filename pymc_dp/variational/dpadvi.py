@@ -23,7 +23,6 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import (
-    PoissonGaussianReleases,
     PrivacyEvent,
     PrivacySpent,
     compose_epsilon,
@@ -468,9 +467,7 @@ class DPADVI(Inference):
         """The events of ``iterations`` iterations at the current noise multiplier."""
         if self.noise_multiplier is None:
             raise RuntimeError("The noise multiplier is not set yet: it is calibrated at the first fit.")
-        return [
-            PoissonGaussianReleases(self.noise_multiplier, self.sampling_rate, iterations, self.neighbouring, "dpadvi")
-        ]
+        return NoisyPoissonGradientSum.events(self.noise_multiplier, self.sampling_rate, iterations, self.neighbouring)
 
     def privacy_spent(self) -> PrivacySpent:
         """ε at ``delta`` of every iteration run so far by this object."""
@@ -656,8 +653,8 @@ class DPADVI(Inference):
         sigma = self._calibrated_noise(n)
         total = self._iterations + n
         run_epsilon = run.plan(
-            [PoissonGaussianReleases(sigma, self.sampling_rate, total, self.neighbouring, "dpadvi")],
-            charge=[PoissonGaussianReleases(sigma, self.sampling_rate, n, self.neighbouring, "dpadvi")],
+            NoisyPoissonGradientSum.events(sigma, self.sampling_rate, total, self.neighbouring),
+            charge=NoisyPoissonGradientSum.events(sigma, self.sampling_rate, n, self.neighbouring),
             depends_on=self._start_events,  # a DP start: composed into the result, charged when it was made
             advice=f"use more noise, a smaller sampling rate or fewer iterations ({total} iterations in all at "
             f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}).",
