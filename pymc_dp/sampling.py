@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import json
 import math
@@ -22,10 +21,10 @@ from pymc_dp._validation import (
     check_unit_interval_open,
 )
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
-from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
-from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
+from pymc_dp.accounting.budget import PrivacyBudget
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
+from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.planning import plan as plan_run
@@ -225,57 +224,6 @@ def _auto_iterations(
     return tune, draws, summary
 
 
-def _plan_calibration(
-    steps: list[DPStep],
-    k: int,
-    epsilon: float | None,
-    delta: float,
-    earlier: tuple[PrivacyEvent, ...] = (),
-) -> list[DPStep]:
-    """Copies of ``steps`` with unset noise calibrated so that ``earlier`` plus the run meets ε.
-
-    Every step left unset gets the same μ per iteration. When everything else is Gaussian
-    the largest such μ is found in closed form (μ adds); otherwise by bisection on the
-    composed ε (RDP composition with the other events), which is increasing in μ.
-    """
-    planned = [copy.copy(s) for s in steps]
-    unset = [s for s in planned if s.needs_calibration]
-    if not unset:
-        return planned
-    if epsilon is None:
-        names = ", ".join(type(s).__name__ for s in unset)
-        raise ValueError(f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None.")
-    target = epsilon * (1.0 - CALIBRATION_MARGIN)
-    fixed = list(earlier) + [e for s in planned if not s.needs_calibration for e in s.privacy_events(k)]
-    refusal = PrivacyBudgetExceededError(
-        f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) is already used up by "
-        "earlier runs or by the steps whose noise is fixed. Nothing was run or charged."
-    )
-
-    def set_all(mu_per_iteration: float) -> list[PrivacyEvent]:
-        for s in unset:
-            s.set_noise_for_mu(mu_per_iteration)
-        return fixed + [e for s in unset for e in s.privacy_events(k)]
-
-    if all(isinstance(e, GaussianReleases) for e in fixed):
-        mu_left = gaussian_mu_for_target(target, delta) - sum(e.mu for e in fixed)
-        if mu_left <= 0:
-            raise refusal
-        set_all(mu_left / (k * len(unset)))
-        return planned
-    if compose_epsilon(fixed, delta)[0] >= target:
-        raise refusal
-    low, high = -60.0, math.log(gaussian_mu_for_target(target, delta) / (k * len(unset)))
-    for _ in range(80):  # on log μ; ends within 1e-12 relative
-        middle = 0.5 * (low + high)
-        if compose_epsilon(set_all(math.exp(middle)), delta)[0] <= target:
-            low = middle
-        else:
-            high = middle
-    set_all(math.exp(low))
-    return planned
-
-
 def _iteration_hint(steps: list[DPStep], epsilon: float, delta: float, chains: int) -> str:
     """For a lone subsampled DPBarkerMH (whose ε is set by N, b and T alone): the iterations ε allows."""
     if len(steps) != 1 or not isinstance(steps[0], DPBarkerMH) or steps[0].full_data:
@@ -428,9 +376,9 @@ def sample(
     iterations = chains * (tune + draws)
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
-        planned = _plan_calibration(steps, iterations, budget.epsilon, budget.delta, budget.events)
+        planned = calibrate_releasers(steps, iterations, budget.epsilon, budget.delta, budget.events)
     else:  # a DP start planned in this call is covered by the same target
-        planned = _plan_calibration(steps, iterations, epsilon, delta, dp_init.events if dp_init else ())
+        planned = calibrate_releasers(steps, iterations, epsilon, delta, dp_init.events if dp_init else ())
     run_events = [e for s in planned for e in s.privacy_events(iterations)]
     run_epsilon = run.plan(
         (list(dp_init.events) if dp_init else []) + run_events,

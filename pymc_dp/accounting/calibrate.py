@@ -2,15 +2,18 @@
 
 Every calibration in pymc-dp lives here: the Gaussian noise multiplier for a count of
 releases (closed form, Sommer et al. 2019, Lemma 12), the Poisson-subsampled Gaussian noise
-multiplier (bisection on the composed ε), and the per-iteration μ the step methods are set
-to. Floating-point results are moved with :func:`round_towards_privacy` until the target
+multiplier (bisection on the composed ε), and the per-iteration μ the step methods of one run
+are set to (:func:`calibrate_releasers`; each step splits its μ between its releases).
+Floating-point results are moved with :func:`round_towards_privacy` until the target
 provably holds in floating point: a calibrated mechanism is never even one ulp less private
 than asked.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from typing import Any
 
 from pymc_dp._validation import (
     check_finite_positive,
@@ -20,11 +23,13 @@ from pymc_dp._validation import (
     check_unit_interval_open,
 )
 from pymc_dp.accounting._floats import round_towards_privacy
-from pymc_dp.accounting.events import PoissonGaussianReleases, compose_epsilon
+from pymc_dp.accounting.budget import PrivacyBudgetExceededError
+from pymc_dp.accounting.events import GaussianReleases, PoissonGaussianReleases, PrivacyEvent, compose_epsilon
 from pymc_dp.accounting.gaussian import _check_mu, gaussian_mu_for_target
 
 __all__ = [
     "CALIBRATION_MARGIN",
+    "calibrate_releasers",
     "noise_multiplier_for_target",
     "poisson_gaussian_noise_multiplier",
     "round_towards_privacy",
@@ -124,3 +129,57 @@ def poisson_gaussian_noise_multiplier(
         else:
             low = middle
     return high
+
+
+def calibrate_releasers(
+    steps: list[Any],
+    k: int,
+    epsilon: float | None,
+    delta: float,
+    earlier: tuple[PrivacyEvent, ...] = (),
+) -> list[Any]:
+    """Copies of ``steps`` with unset noise calibrated so that ``earlier`` plus ``k`` iterations meet ε.
+
+    ``steps`` are releasers (the DP step methods): objects with ``needs_calibration``,
+    ``set_noise_for_mu(μ)`` and ``privacy_events(k)``; only public settings are read.
+
+    Every step left unset gets the same μ per iteration. When everything else is Gaussian
+    the largest such μ is found in closed form (μ adds); otherwise by bisection on the
+    composed ε (RDP composition with the other events), which is increasing in μ.
+    """
+    planned = [copy.copy(s) for s in steps]
+    unset = [s for s in planned if s.needs_calibration]
+    if not unset:
+        return planned
+    if epsilon is None:
+        names = ", ".join(type(s).__name__ for s in unset)
+        raise ValueError(f"`epsilon` must be given when a step leaves its noise unset ({names}). Found epsilon=None.")
+    target = epsilon * (1.0 - CALIBRATION_MARGIN)
+    fixed = list(earlier) + [e for s in planned if not s.needs_calibration for e in s.privacy_events(k)]
+    refusal = PrivacyBudgetExceededError(
+        f"No privacy is left to calibrate the noise: the target (ε={epsilon:g}, δ={delta:g}) is already used up by "
+        "earlier runs or by the steps whose noise is fixed. Nothing was run or charged."
+    )
+
+    def set_all(mu_per_iteration: float) -> list[PrivacyEvent]:
+        for s in unset:
+            s.set_noise_for_mu(mu_per_iteration)
+        return fixed + [e for s in unset for e in s.privacy_events(k)]
+
+    if all(isinstance(e, GaussianReleases) for e in fixed):
+        mu_left = gaussian_mu_for_target(target, delta) - sum(e.mu for e in fixed)
+        if mu_left <= 0:
+            raise refusal
+        set_all(mu_left / (k * len(unset)))
+        return planned
+    if compose_epsilon(fixed, delta)[0] >= target:
+        raise refusal
+    low, high = -60.0, math.log(gaussian_mu_for_target(target, delta) / (k * len(unset)))
+    for _ in range(80):  # on log μ; ends within 1e-12 relative
+        middle = 0.5 * (low + high)
+        if compose_epsilon(set_all(math.exp(middle)), delta)[0] <= target:
+            low = middle
+        else:
+            high = middle
+    set_all(math.exp(low))
+    return planned
