@@ -139,9 +139,21 @@ def compare(dp_idata, reference: dict[str, np.ndarray], names: list[str]) -> dic
     result = {"max_z": float(max(z)), "min_sd_ratio": float(min(ratio)), "max_sd_ratio": float(max(ratio))}
     result["all_covered"] = all(covered)
     if dp_idata.posterior.sizes["draw"] > 1 and dp_idata.posterior.sizes["chain"] > 1:
-        result["min_ess"] = float(min(np.min(np.asarray(az.ess(dp_idata, var_names=names)[n])) for n in names))
-        result["max_rhat"] = float(max(np.max(np.asarray(az.rhat(dp_idata, var_names=names)[n])) for n in names))
+        # A chain that never moved has zero variance: ArviZ divides by it (R-hat inf, which is the point).
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result.update(_mixing(dp_idata, names))
     return result
+
+
+def _mixing(dp_idata, names: list[str]) -> dict[str, float]:
+    """Worst bulk ESS and R-hat over the parameters (ArviZ)."""
+    ess = az.ess(dp_idata, var_names=names)
+    rhat = az.rhat(dp_idata, var_names=names)
+    return {
+        "min_ess": float(min(np.min(np.asarray(ess[n])) for n in names)),
+        "max_rhat": float(max(np.max(np.asarray(rhat[n])) for n in names)),
+    }
 
 
 def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta: float, small: bool, seed: int):

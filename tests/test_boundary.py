@@ -255,7 +255,7 @@ def _paths_to_rows(root, name: str) -> list[str]:
             if isinstance(obj, RowLikelihood):  # also through a live weakref.proxy
                 found.append(path)
                 continue
-            if type(obj).__module__ == pymc_dp.mechanisms.__name__:
+            if type(obj).__module__.startswith(pymc_dp.mechanisms.__name__):
                 continue  # RowMechanisms and the mechanisms it hands out: the layer that may read rows
             stack.extend((child, path + label) for label, child in _children(obj))
         except ReferenceError:  # a weakref.proxy whose object is gone reaches nothing
