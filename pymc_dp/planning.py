@@ -141,12 +141,18 @@ def penalty_ess(
     ESS ≈ 0.331 (1 − f) k / (P (1 + c²)) with c² = κ² b² s² C k / (2 μ*): see the module
     docstring for the derivation.
     """
-    c2 = _sensitivity_factor(neighbouring) ** 2 * llr_clip**2 * posterior_sd**2 * chains * iterations / (2 * mu_total)
-    return _RWM_EFFICIENCY * (1.0 - tune_fraction) * iterations / (n_params * (1.0 + c2))
+    return penalty_ess_from_noise(
+        (1.0 - tune_fraction) * iterations,
+        noise_multiplier=math.sqrt(chains * iterations / (2 * mu_total)),  # τ² = C k / (2 μ*)
+        llr_clip=llr_clip,
+        posterior_sd=posterior_sd,
+        n_params=n_params,
+        neighbouring=neighbouring,
+    )
 
 
 def penalty_ess_from_noise(
-    draws: int,
+    draws: float,
     *,
     noise_multiplier: float,
     llr_clip: float,
