@@ -191,7 +191,8 @@ def poor_mixing_message(diagnostics: dict[str, Any], epsilon: float | None = Non
         "iterations (ρ the zCDP budget, b the clip bound, s the posterior SD). What to change: more ε or more "
         "rows (the product N·ε is what matters), fewer parameters, a method that spends the budget once "
         "(pmdp.release_statistics for conjugate families, DPADVI), or start the chains from a DP initial "
-        "approximation (approx.initial_values of a DPADVI fit). Diagnostics are in posterior.attrs['dp_diagnostics']."
+        "approximation (init='dpadvi'). pmdp.plan(model, epsilon=..., delta=...) predicts, before any data access, "
+        "what each method can deliver. Diagnostics are in posterior.attrs['dp_diagnostics']."
     )
 
 
