@@ -323,13 +323,16 @@ def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
     return idata
 
 
-def finalize_result(idata: Any, record: dict[str, Any], model: Any = None) -> Any:
+def finalize_result(
+    idata: Any, record: dict[str, Any], model: Any = None, *, foreign_statistics_ok: bool = False
+) -> Any:
     """Strip, check and annotate a result: the last stage of every private front-end.
 
     Deletes what reads data (:func:`strip_private_groups`), refuses what cannot be deleted
     (:func:`check_publishable`), then writes the ``dp_*`` attributes
-    (:func:`write_privacy_attrs`). Returns ``idata``.
+    (:func:`write_privacy_attrs`). Returns ``idata``. ``foreign_statistics_ok`` is for
+    results whose non-DP sampler read only released values (NUTS on released statistics).
     """
-    strip_private_groups(idata, model, foreign_statistics_ok=True)
+    strip_private_groups(idata, model, foreign_statistics_ok=foreign_statistics_ok)
     check_publishable(idata, model)
     return write_privacy_attrs(idata, record)

@@ -107,8 +107,20 @@ class DPADVIStart:
         )
 
     def starts(self, chains: int, rng: Any) -> list[dict[str, Any]]:
+        """Fit (inside the run's charge), record the fit's diagnostics and draw one widened start per chain.
+
+        The starts are drawn with q's standard deviations multiplied by ``inflate`` and by
+        √(1 + e² + j²), e the fit's expected mean error and j its iterate jitter (both in q's
+        sds; :meth:`pymc_dp.variational.dpadvi.DPMeanField.optimisation_diagnostics`), so that
+        a fit off by several sds does not put every chain on the same wrong side.
+        """
         approx = self.fit.fit(self.iterations, progressbar=False)
-        return list(approx.initial_values(chains, random_seed=rng, inflate=self.inflate))
+        diagnostics = approx.optimisation_diagnostics()
+        self.settings["fit_diagnostics"] = diagnostics
+        widen = math.sqrt(
+            1.0 + (diagnostics["expected_mean_error_sd"] or 0.0) ** 2 + diagnostics["optimisation_sd_ratio_max"] ** 2
+        )
+        return list(approx.initial_values(chains, random_seed=rng, inflate=self.inflate * widen))
 
 
 def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
@@ -156,7 +168,12 @@ def _dpadvi_start(
     sigma = poisson_gaussian_noise_multiplier(
         share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, settings["sampling_rate"], iterations, neighbouring
     )
-    seed = _start_seed(kwargs.get("random_seed")).integers(2**32)
+    if neighbouring != "substitute":
+        raise ValueError(
+            "init='dpadvi' plans its sampling rate from N, which is private under add/remove neighbours. Found "
+            "neighbouring='add_remove'; use init='prior' or a PrivateStart from a DPADVI fit with public settings."
+        )
+    seed = _start_seed(kwargs.get("random_seed")).spawn(1)[0].integers(2**32)  # apart from the starts' stream
     reproducible = any(s.reproducible_noise for s in steps)
     fit = DPADVI(
         delta=delta,
@@ -167,6 +184,7 @@ def _dpadvi_start(
         model=model,
         **settings,
     )
+    fit.prepare(model)  # the model checks DPADVI adds (continuous variables, subset path): before any charge
     events = tuple(fit.privacy_events(iterations))
     settings.update(iterations=iterations, noise_multiplier=sigma, epsilon_share=share)
     return DPADVIStart(fit, iterations, events, settings)
@@ -189,6 +207,11 @@ def _auto_iterations(
             f"epsilon={epsilon!r} and steps {[type(s).__name__ for s in steps]}."
         )
     step = steps[0]
+    if step.neighbouring != "substitute":
+        raise ValueError(
+            "`draws`='auto' plans the iterations from N, which is private under add/remove neighbours (the number "
+            "of draws would reveal it). Found neighbouring='add_remove'; give `draws` and `tune` yourself."
+        )
     if not step.needs_calibration:
         raise ValueError(
             "`draws`='auto' chooses the iterations and calibrates the noise to them: leave the step's noise unset."
@@ -209,8 +232,12 @@ def _auto_iterations(
     chosen = the_plan.method("DPHMC" if is_hmc else "DPPenaltyMH")
     if tune is None:
         tune, draws = chosen.tune, chosen.draws
+    elif tune < chosen.iterations:
+        draws = chosen.iterations - tune
     else:
-        draws = max(1, chosen.iterations - tune)
+        raise ValueError(
+            f"`tune` must be below the {chosen.iterations} iterations the plan chose for draws='auto'. Found {tune}."
+        )
     summary = {
         "method": chosen.method,
         "iterations": chosen.iterations,

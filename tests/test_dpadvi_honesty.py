@@ -73,3 +73,31 @@ def test_a_well_conditioned_fit_is_usable_and_averaging_is_recorded():
 def test_average_iterates_must_be_a_bool():
     with pytest.raises(TypeError, match="`average_iterates` must be"):
         pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.5, grad_clip=1.0, average_iterates="yes")
+
+
+def test_a_fit_stopped_before_its_second_half_is_flagged_not_averaged():
+    rng = np.random.default_rng(1)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 3)
+        pm.Normal("y", mu, 1.0, observed=rng.normal(size=200))
+
+    def stop(approx, loss, i):
+        if i >= 3:
+            raise StopIteration("enough")
+
+    fit = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-6, sampling_rate=1.0, grad_clip=3.0, model=model, random_seed=1)
+    approx = fit.fit(100, progressbar=False, callbacks=[stop])
+    diagnostics = approx.optimisation_diagnostics()
+    assert diagnostics["usable"] is False and "not averaged" in diagnostics["reasons"][0]
+
+
+def test_starts_respect_transforms_that_depend_on_other_variables():
+    rng = np.random.default_rng(2)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        b = pm.Uniform("b", lower=a, upper=a + 1)
+        pm.Normal("y", a + b, 1.0, observed=rng.normal(size=100))
+    fit = pmdp.DPADVI(noise_multiplier=1.0, delta=1e-6, sampling_rate=1.0, grad_clip=3.0, model=model, random_seed=1)
+    approx = fit.fit(50, progressbar=False)
+    for point in approx.initial_values(20, random_seed=3, inflate=3.0):
+        assert point["a"] < point["b"] < point["a"] + 1

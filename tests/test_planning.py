@@ -153,6 +153,7 @@ def test_dpadvi_start_shares_the_target_and_is_recorded(regression):
     assert attrs["dp_start"] == "dp_release" and "DPADVI" in record["start"]["description"]
     assert next(e["type"] for e in record["events"]) == "poisson_gaussian"
     assert record["dp_init"]["epsilon_share"] == 0.3
+    assert set(record["dp_init"]["fit_diagnostics"]) >= {"expected_mean_error_sd", "usable"}  # the fit's honesty
     # One target covers the fit and the chains; the budget was charged for both, once.
     assert 1.9 < attrs["dp_epsilon"] <= 2.0
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"])
@@ -173,3 +174,54 @@ def test_dpadvi_start_refusals_change_nothing(regression):
                 step=pmdp.DPPenaltyMH(), epsilon=1.0, delta=1e-6, init="dpadvi", init_epsilon_share=1.5, **QUIET
             )
     assert budget.spent().epsilon == 0.0
+
+
+def test_n_dependent_planning_is_refused_under_add_remove(regression):
+    # Under add/remove N is private: the plan's iterations and DPADVI's sampling rate would reveal it.
+    with regression:
+        with pytest.raises(ValueError, match="private under add/remove"):
+            pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=3.0, neighbouring="add_remove"),
+                epsilon=1.0,
+                delta=1e-6,
+                draws="auto",
+                **QUIET,
+            )
+        with pytest.raises(ValueError, match="private under add/remove"):
+            pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=3.0, neighbouring="add_remove"),
+                epsilon=1.0,
+                delta=1e-6,
+                draws=10,
+                tune=5,
+                init="dpadvi",
+                **QUIET,
+            )
+
+
+def test_dpadvi_start_refusals_from_dpadvi_checks_come_before_the_charge(regression, monkeypatch):
+    budget = pmdp.PrivacyBudget(epsilon=3.0, delta=1e-6, n_rows=400)
+
+    def refuse(self, model, random_seed):
+        raise pmdp.ModelStructureError("DPADVI cannot fit this model")
+
+    monkeypatch.setattr(pmdp.DPADVI, "_setup", refuse)
+    with regression:
+        with pytest.raises(pmdp.ModelStructureError, match="DPADVI cannot fit this model"):
+            pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=3.0),
+                epsilon=2.0,
+                delta=1e-6,
+                draws=10,
+                tune=5,
+                init="dpadvi",
+                budget=budget,
+                **QUIET,
+            )
+    assert budget.spent().epsilon == 0.0 and budget.labels == ()
+
+
+def test_draws_auto_refuses_a_tune_longer_than_the_plan(regression):
+    with regression:
+        with pytest.raises(ValueError, match="`tune` must be below"):
+            pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), epsilon=0.5, delta=1e-6, draws="auto", tune=10**6, **QUIET)

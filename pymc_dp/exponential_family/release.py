@@ -176,7 +176,7 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
                 "releases": [{k: v for k, v in r.accountant_record().items() if k != "versions"} for r in releases]
             },
         )
-    finalize_result(idata, record.to_dict(), model)
+    finalize_result(idata, record.to_dict(), model, foreign_statistics_ok=True)  # NUTS read only the releases
     posterior_attrs(idata)["dp_released_statistics"] = json.dumps(statistics[0] if len(releases) == 1 else statistics)
     return idata
 

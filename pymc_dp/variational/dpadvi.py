@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 from pymc.model import modelcontext
 from pymc.variational.inference import Inference
 
@@ -108,15 +109,16 @@ class _DPApproximationMixin:
             raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
         check_bool("inflate", inflate)
         diagnostics = self.optimisation_diagnostics(inflate)
-        with self._inflated(inflate):
+        with self._inflated(diagnostics if inflate else None):
             idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
         finalize_result(idata, self._dp_record, self.model)
         posterior_attrs(idata)["dp_diagnostics"] = json.dumps(diagnostics)
-        if not diagnostics["usable"]:
+        if diagnostics["usable"] is False:
             warnings.warn(diagnostics["reasons"][0], PoorMixingWarning, stacklevel=2)
         return idata
 
     _dp_optimisation_sd: np.ndarray | None = None
+    _dp_averaged_iterates: int = 0
 
     def optimisation_diagnostics(self, inflate: bool = True) -> dict[str, Any]:
         """How the optimiser's noise compares with q's spread (post-processing of the released gradients).
@@ -138,12 +140,18 @@ class _DPApproximationMixin:
         worst = float(np.max(ratio)) if ratio.size else 0.0
         record = self._dp_record
         settings = record["settings"]
+        averaged = self._dp_averaged_iterates
         mean_error = None
-        if record["neighbouring"] == "substitute":  # N is public only there
-            mean_error = dpadvi_mean_error(
-                settings["noise_multiplier"], settings["sampling_rate"], record["n_rows"], record["iterations"]
-            )
         reasons = []
+        if averaged < 2:
+            reasons.append(
+                f"DPADVI's last fit ended with {averaged} iterate(s) in its second half (a callback stopped it "
+                "early, or it was too short): its noise was not averaged. Fit for more iterations."
+            )
+        elif record["neighbouring"] == "substitute":  # N is public only there
+            mean_error = dpadvi_mean_error(  # the error of the average over the iterates actually averaged
+                settings["noise_multiplier"], settings["sampling_rate"], record["n_rows"], 2 * averaged
+            )
         if mean_error is not None and mean_error > DPADVI_MAX_MEAN_ERROR:
             reasons.append(
                 f"DPADVI's gradient noise moves its fitted mean by about {mean_error:.2g} posterior sds (expected, "
@@ -161,29 +169,29 @@ class _DPApproximationMixin:
             "optimisation_sd_ratio_max": worst,
             "expected_mean_error_sd": mean_error,
             "inflated": bool(inflate),
-            "usable": not reasons,
+            # None: under add/remove neighbours N is private, so the expected error is not computed.
+            "usable": False if reasons else (True if mean_error is not None else None),
             "reasons": reasons,
         }
 
     @contextlib.contextmanager
-    def _inflated(self, inflate: bool):
-        """q with variances σ² + jitter² while sampling (restored after)."""
-        if not inflate:
+    def _inflated(self, diagnostics: dict[str, Any] | None):
+        """q with variances σ² + jitter² + (error × σ)² while sampling (restored after); None: q unchanged."""
+        if diagnostics is None:
             yield
             return
-        diagnostics = self.optimisation_diagnostics(inflate)
         sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
         jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
         extra = np.square(jitter) + np.square((diagnostics["expected_mean_error_sd"] or 0.0) * sd)
         group = self.groups[0]
         if "rho" in group.params_dict:
             shared = group.params_dict["rho"]
-            rho = np.asarray(shared.get_value(), dtype=float)
-            widened = np.sqrt(np.logaddexp(0.0, rho) ** 2 + extra)
+            fitted = np.asarray(shared.get_value(), dtype=float)
+            widened = np.sqrt(np.logaddexp(0.0, fitted) ** 2 + extra)
             new = widened + np.log(-np.expm1(-widened))  # softplus⁻¹
         else:
             shared = group.params_dict["L_tril"]
-            rho = np.asarray(shared.get_value(), dtype=float)
+            fitted = np.asarray(shared.get_value(), dtype=float)
             cov = np.asarray(self.cov.eval(), dtype=float) + np.diag(extra)
             chol = np.linalg.cholesky(cov)
             rows, cols = np.tril_indices(cov.shape[0])
@@ -194,7 +202,7 @@ class _DPApproximationMixin:
         try:
             yield
         finally:
-            shared.set_value(rho.astype(shared.dtype))
+            shared.set_value(fitted.astype(shared.dtype))
 
     def initial_values(self, chains: int = 1, random_seed: Any = None, inflate: float = 1.0) -> PrivateStart:
         """One draw per chain from q with its scale multiplied by ``inflate``, as ``initvals``.
@@ -229,18 +237,22 @@ class _DPApproximationMixin:
         return PrivateStart(points, events, source=f"DPADVI ({self._dp_record['iterations']} iterations)")
 
     def _constrained_point(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Free-variable values (constrained scale) of a flat unconstrained vector in q's ordering."""
+        """Free-variable values (constrained scale) of a flat unconstrained vector in q's ordering.
+
+        Every transform is inverted with the point's own values of the variables it depends
+        on (e.g. ``Uniform("b", lower=a, upper=a + 1)``), through the model's value → RV map.
+        """
         ordering = self.groups[0].ordering
-        point = {}
-        for rv in self.model.free_RVs:
-            value_var = self.model.rvs_to_values[rv]
-            _, where, shape, _ = ordering[value_var.name]
-            value = np.asarray(flat[where]).reshape(shape)
-            transform = self.model.rvs_to_transforms.get(rv)
-            if transform is not None:
-                value = np.asarray(transform.backward(value, *rv.owner.inputs).eval())
-            point[rv.name] = value
-        return point
+        if getattr(self, "_to_constrained", None) is None:
+            values = list(self.model.value_vars)
+            outputs = self.model.replace_rvs_by_values(list(self.model.free_RVs))
+            self._to_constrained = pytensor.function(values, outputs, on_unused_input="ignore")
+        inputs = []
+        for value_var in self.model.value_vars:
+            _, where, shape, dtype = ordering[value_var.name]
+            inputs.append(np.asarray(flat[where], dtype=dtype).reshape(shape))
+        outputs = self._to_constrained(*inputs)
+        return {rv.name: np.asarray(out) for rv, out in zip(self.model.free_RVs, outputs, strict=True)}
 
     def __getstate__(self):
         raise TypeError(
@@ -442,6 +454,17 @@ class DPADVI(Inference):
             raise TypeError(f"`start` must be a dict of start values or a PrivateStart. Found {type(start).__name__}.")
         note = "start given by the caller: not covered by ε, must not come from the data"
         return start, (), {"source": "user", "note": note}
+
+    def prepare(self, model: Any = None) -> None:
+        """Build the approximation and run DPADVI's model checks now; releases and charges nothing.
+
+        ``fit`` does this at its first call; call it earlier when a larger run must be refused
+        before it charges anything (``pmdp.sample(init="dpadvi")`` does). The checks read
+        the model's structure and probe its rows; their errors carry no data.
+        """
+        if self._approx is None:
+            model = modelcontext(model) if model is not None else (self._model or modelcontext(None))
+            self._setup(model, self.random_seed)
 
     # -- PyMC's Inference interface --------------------------------------------------------
     @property
@@ -679,9 +702,13 @@ class DPADVI(Inference):
                 0, n, self._make_step(mechanism, tail), progressbar, progressbar_theme, list(callbacks or [])
             )
         # Post-processing of the released gradients: iterate averaging and the optimisation noise.
-        if self.average_iterates:
-            self._unpack(tail.mean)
-        self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
+        self._approx._dp_averaged_iterates = tail.count
+        if tail.count >= 2:
+            if self.average_iterates:
+                self._unpack(tail.mean)
+            self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
+        else:  # stopped before its second half (a callback): nothing to average; flagged by the diagnostics
+            self._approx._dp_optimisation_sd = None
         self.approx.hist = self.hist  # empty: no loss is computed
         if include_transformed is not None:
             for group in self.approx.groups:
