@@ -300,7 +300,7 @@ def _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring,
     ess = penalty_ess(k, **common)
     limit = penalty_ess_limit(**common)
     tau = math.sqrt(chains * k / (2 * mu_total))
-    usable = ess * chains >= MIN_USEFUL_ESS
+    usable = bool(ess * chains >= MIN_USEFUL_ESS)
     note = (
         "random walk with the penalty test; assumes a near-Gaussian, roughly isotropic posterior "
         "(a correlated one mixes slower by about its condition number)"
@@ -327,9 +327,9 @@ def _hmc_plan(
         ess = acceptance * (1 - TUNE_FRACTION) * k
         if best is None or ess > best[1] * 1.01:
             best = (int(k), ess, acceptance, tau_l)
-    k, ess, acceptance, tau_l = best
+    k, ess, acceptance, tau_l = best[0], float(best[1]), float(best[2]), float(best[3])
     tau_g = math.sqrt((n_leapfrog + 1) / (2 * grad_budget_share * mu_total / (chains * k)))  # the L+1 gradients
-    usable = ess * chains >= MIN_USEFUL_ESS
+    usable = bool(ess * chains >= MIN_USEFUL_ESS)
     note = (
         "HMC with noisy gradients and the penalty test; rough model: a tuned trajectory moves about one posterior "
         "width, every accepted proposal is an independent draw, gradient noise ignored"
@@ -370,7 +370,7 @@ def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate,
         epsilon * (1.0 - CALIBRATION_MARGIN), delta, sampling_rate, iterations, neighbouring
     )
     nsr = dpadvi_mean_error(sigma, sampling_rate, n_rows, iterations, neighbouring)
-    usable = nsr < DPADVI_MAX_MEAN_ERROR
+    usable = bool(nsr < DPADVI_MAX_MEAN_ERROR)
     note = (
         "expected error of the averaged mean from the gradient noise, in posterior sds (per-row score ≈ clip/2); "
         "clipping adds a bias, and a mean-field fit under-states correlations"

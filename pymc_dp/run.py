@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
@@ -130,7 +132,16 @@ class AccountantRecord:
             record["budget"] = dict(self.budget)
         record["events"] = [e.to_dict() for e in self.events]
         record["versions"] = versions()
-        return json.loads(json.dumps(record))  # plain JSON types only, as it is stored
+        return json.loads(json.dumps(record, default=_plain))  # plain JSON types only, as it is stored
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars and arrays as plain Python values (a record must never fail to serialise after a charge)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 class PrivateRun:

@@ -225,3 +225,20 @@ def test_draws_auto_refuses_a_tune_longer_than_the_plan(regression):
     with regression:
         with pytest.raises(ValueError, match="`tune` must be below"):
             pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), epsilon=0.5, delta=1e-6, draws="auto", tune=10**6, **QUIET)
+
+
+def test_draws_auto_with_dphmc_records_a_json_plan(regression):
+    # The DP-HMC plan is computed with NumPy (acceptance from the normal CDF): the record must still be JSON.
+    with regression:
+        with pytest.warns(pmdp.diagnostics.PoorMixingWarning):
+            idata = pmdp.sample(
+                step=pmdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_leapfrog=2),
+                epsilon=0.5,
+                delta=1e-6,
+                draws="auto",
+                chains=1,
+                **QUIET,
+            )
+    plan = json.loads(idata.posterior.attrs["dp_accountant"])["plan"]
+    assert plan["method"] == "DPHMC" and plan["usable"] is False
+    assert all(isinstance(m.usable, bool) for m in pmdp.plan(regression, epsilon=0.5, delta=1e-6).methods)

@@ -147,3 +147,17 @@ def test_mechanisms_price_themselves():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _EVENT_TYPES:
                 found.add(relative)
     assert found == set(_EVENT_BUILDERS)
+
+
+def test_a_record_with_numpy_values_serialises():
+    import numpy as np
+
+    record = AccountantRecord.priced(
+        "test",
+        [GaussianReleases(2.0, 3)],
+        delta=DELTA,
+        neighbouring="substitute",
+        n_rows=np.int64(5),
+        details={"usable": np.bool_(True), "ess": np.float64(2.5), "sds": np.array([0.1, 0.2])},
+    ).to_dict()
+    assert record["usable"] is True and record["ess"] == 2.5 and record["sds"] == [0.1, 0.2]
