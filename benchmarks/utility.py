@@ -45,6 +45,7 @@ import pymc as pm
 
 import pymc_dp as pmdp
 from pymc_dp.diagnostics import PoorMixingWarning
+from pymc_dp.planning import default_dpadvi_sampling_rate
 
 #: Public codebook ranges (low, high) used to scale covariates to about [−1, 1].
 FAIR_RANGES = {"rate_marriage": (1, 5), "age": (17.5, 42), "yrs_married": (0.5, 23), "religious": (1, 4)}
@@ -190,7 +191,7 @@ def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta:
             fit = pmdp.DPADVI(
                 epsilon=epsilon,
                 delta=delta,
-                sampling_rate=min(1.0, 1000 / n_rows),
+                sampling_rate=default_dpadvi_sampling_rate(n_rows),
                 grad_clip=clip,
                 optimizer="adam",
                 learning_rate=0.05,

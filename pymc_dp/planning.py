@@ -94,12 +94,14 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
+from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 
 __all__ = [
     "DPADVI_MAX_MEAN_ERROR",
     "MIN_USEFUL_ESS",
     "MethodPlan",
     "Plan",
+    "default_dpadvi_sampling_rate",
     "dpadvi_mean_error",
     "penalty_ess",
     "penalty_ess_from_noise",
@@ -117,6 +119,8 @@ _RWM_EFFICIENCY = 0.331
 _RWM_SPEED = 1.325
 #: DPADVI's expected mean error (in posterior sds) above which its fit is not a usable posterior.
 DPADVI_MAX_MEAN_ERROR = 0.5
+#: Expected rows per DPADVI batch when no sampling rate is given.
+DPADVI_BATCH_ROWS = 1000.0
 #: Fraction of the iterations the plan spends on tuning.
 TUNE_FRACTION = 0.25
 #: c² at which ESS reaches 90 % of its limit (c² / (1 + c²) = 0.9).
@@ -124,7 +128,13 @@ _KNEE = 9.0
 
 
 def _sensitivity_factor(neighbouring: str) -> float:
-    return 2.0 if neighbouring == "substitute" else 1.0
+    """κ: the sensitivity of a sum of rows clipped to norm 1 (2 under substitute, 1 under add/remove)."""
+    return sensitivity_of_clipped_sum(1.0, neighbouring)
+
+
+def default_dpadvi_sampling_rate(n_rows: int) -> float:
+    """q = min(1, 1000/N): Poisson batches of about 1,000 rows, the default of the plan and of init="dpadvi"."""
+    return min(1.0, DPADVI_BATCH_ROWS / n_rows)
 
 
 def penalty_ess(
@@ -437,7 +447,7 @@ def plan_from_settings(
             raise ValueError(f"`posterior_sd` must be positive and finite. Found {posterior_sd!r}.")
         s, source = float(np.sqrt(np.mean(sd**2))), "given"
     if dpadvi_sampling_rate is None:
-        dpadvi_sampling_rate = min(1.0, 1000.0 / n_rows)
+        dpadvi_sampling_rate = default_dpadvi_sampling_rate(n_rows)
     mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
     methods = (
         _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations),

@@ -27,6 +27,7 @@ from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilo
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import (
     PrivateStart,
@@ -131,7 +132,7 @@ def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
     (``llr_clip`` bounds the same per-row score norm). Only public quantities enter.
     """
     return {
-        "sampling_rate": min(1.0, 1000.0 / n_rows),
+        "sampling_rate": default_dpadvi_sampling_rate(n_rows),
         "grad_clip": float(clip),
         "approximation": "meanfield",
         "optimizer": "adam",

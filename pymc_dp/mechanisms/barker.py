@@ -9,7 +9,7 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.barker import barker_subsampled_rdp
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, RdpReleases
-from pymc_dp.mechanisms.clipping import clip_values
+from pymc_dp.mechanisms.clipping import clip_values, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import sample_without_replacement
 
@@ -88,7 +88,7 @@ class NoisyBarkerStatistic:
     @staticmethod
     def sensitivity(llr_clip: float, temperature: float, neighbouring: str) -> float:
         """L2 sensitivity of the full-data statistic: 2tB (substitute) or tB (add/remove)."""
-        return (2.0 if neighbouring == "substitute" else 1.0) * temperature * llr_clip
+        return sensitivity_of_clipped_sum(temperature * llr_clip, neighbouring)
 
     @staticmethod
     def full_data_events(

@@ -6,6 +6,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import noisy_clipped_sum
 
 __all__ = ["NoisyLogLikelihoodRatio"]
@@ -59,7 +60,7 @@ class NoisyLogLikelihoodRatio:
     @staticmethod
     def sensitivity(llr_clip: float, distance: float, neighbouring: str) -> float:
         """L2 sensitivity of the clipped sum for a step of length ``distance``: 2b‖θ′ − θ‖ or b‖θ′ − θ‖."""
-        return (2.0 if neighbouring == "substitute" else 1.0) * llr_clip * distance
+        return sensitivity_of_clipped_sum(llr_clip * distance, neighbouring)
 
     @staticmethod
     def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:

@@ -134,8 +134,7 @@ class _DPApproximationMixin:
         from q unchanged, flagged when q is narrower than the iterate spread
         (``inflate=False``).
         """
-        sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
-        jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
+        sd, jitter = self._spread()
         ratio = jitter / sd
         worst = float(np.max(ratio)) if ratio.size else 0.0
         record = self._dp_record
@@ -174,14 +173,19 @@ class _DPApproximationMixin:
             "reasons": reasons,
         }
 
+    def _spread(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q's standard deviations, the last fit's iterate jitter) per coordinate, unconstrained, q's order."""
+        sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
+        jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
+        return sd, jitter
+
     @contextlib.contextmanager
     def _inflated(self, diagnostics: dict[str, Any] | None):
         """q with variances σ² + jitter² + (error × σ)² while sampling (restored after); None: q unchanged."""
         if diagnostics is None:
             yield
             return
-        sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
-        jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
+        sd, jitter = self._spread()
         extra = np.square(jitter) + np.square((diagnostics["expected_mean_error_sd"] or 0.0) * sd)
         group = self.groups[0]
         if "rho" in group.params_dict:
