@@ -164,16 +164,16 @@ def _dpadvi_start(
             f"init='dpadvi' needs steps that clip per-row scores (DPPenaltyMH, DPHMC). Found {names}; use "
             "init='prior' or a PrivateStart from your own DPADVI fit (approx.initial_values)."
         )
-    settings = dpadvi_start_settings(n_rows, max(clips))
-    iterations = settings.pop("iterations")
-    sigma = poisson_gaussian_noise_multiplier(
-        share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, settings["sampling_rate"], iterations, neighbouring
-    )
     if neighbouring != "substitute":
         raise ValueError(
             "init='dpadvi' plans its sampling rate from N, which is private under add/remove neighbours. Found "
             "neighbouring='add_remove'; use init='prior' or a PrivateStart from a DPADVI fit with public settings."
         )
+    settings = dpadvi_start_settings(n_rows, max(clips))
+    iterations = settings.pop("iterations")
+    sigma = poisson_gaussian_noise_multiplier(
+        share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, settings["sampling_rate"], iterations, neighbouring
+    )
     seed = _start_seed(kwargs.get("random_seed")).spawn(1)[0].integers(2**32)  # apart from the starts' stream
     reproducible = any(s.reproducible_noise for s in steps)
     fit = DPADVI(
