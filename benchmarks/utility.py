@@ -15,14 +15,16 @@ Covariates are scaled by public codebook ranges (fixed constants below), never b
 of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with two chains:
 
 - ``DPPenaltyMH``: ``draws="auto"`` and ``init="dpadvi"`` (the route :func:`pymc_dp.plan`
-  recommends when a chain can mix);
-- ``DPHMC``: 300 tuning + 300 draws, 5 leapfrog steps, ``init="dpadvi"``;
-- ``DPADVI``: mean-field, 2,000 Adam steps on Poisson batches of about 1,000 rows; 1,000
-  draws from q.
+  recommends when a chain can mix), clip bound ``"auto"`` (a private quantile, ``docs/clipping.md``);
+- ``DPHMC``: 300 tuning + 300 draws, 5 leapfrog steps, ``init="dpadvi"``, clip bounds ``"auto"``;
+- ``DPADVI``: mean-field, 2,000 Adam steps on Poisson batches of about 1,000 rows, the data
+  set's public clip bound with the clipping check (``clip_check_share``); 1,000 draws from q.
 
 Per parameter it reports |DP mean − NUTS mean| / NUTS sd, DP sd / NUTS sd, whether NUTS's
 mean lies in the DP 94 % equal-tailed interval, bulk ESS and R-hat (samplers), whether the
-result was flagged (:class:`pymc_dp.diagnostics.PoorMixingWarning`) and the wall time. The
+result was flagged (:class:`pymc_dp.diagnostics.PoorMixingWarning`), whether it meets the
+honesty target (flagged, or NUTS's means inside its 94 % intervals widened by 2 MCSE) and the
+wall time. The
 summary per cell is the worst parameter. ``--coverage R`` adds a simulation with known truth
 (logistic regression, N = 10,000, P = 3): coverage of the DP 90 % intervals over R data sets.
 
@@ -128,23 +130,46 @@ def _flat(idata, names: list[str]) -> dict[str, np.ndarray]:
 
 
 def compare(dp_idata, reference: dict[str, np.ndarray], names: list[str]) -> dict[str, float]:
-    """Worst-parameter utility of a DP result against NUTS draws."""
+    """Worst-parameter utility of a DP result against NUTS draws.
+
+    ``all_covered``: NUTS's mean lies in every DP 94 % equal-tailed interval; ``all_covered_mcse``:
+    in every interval widened on each side by 2 MCSE of the DP mean (the honesty target's test).
+    """
     dp = _flat(dp_idata, names)
-    z, ratio, covered = [], [], []
+    mcse = _mcse(dp_idata, names)
+    z, ratio, covered, covered_mcse = [], [], [], []
     for key, ref in reference.items():
         draws = dp[key]
         z.append(abs(draws.mean() - ref.mean()) / ref.std())
         ratio.append(draws.std() / ref.std())
         low, high = np.quantile(draws, [0.03, 0.97])
         covered.append(bool(low <= ref.mean() <= high))
+        widen = 2 * mcse.get(key, 0.0)
+        covered_mcse.append(bool(low - widen <= ref.mean() <= high + widen))
     result = {"max_z": float(max(z)), "min_sd_ratio": float(min(ratio)), "max_sd_ratio": float(max(ratio))}
     result["all_covered"] = all(covered)
+    result["all_covered_mcse"] = all(covered_mcse)
     if dp_idata.posterior.sizes["draw"] > 1 and dp_idata.posterior.sizes["chain"] > 1:
         # A chain that never moved has zero variance: ArviZ divides by it (R-hat inf, which is the point).
         with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             result.update(_mixing(dp_idata, names))
     return result
+
+
+def _mcse(dp_idata, names: list[str]) -> dict[str, float]:
+    """MCSE of the mean per scalar parameter (ArviZ; 0 for DPADVI's independent draws of one chain)."""
+    if dp_idata.posterior.sizes["chain"] < 2 or dp_idata.posterior.sizes["draw"] < 4:
+        return {}
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mcse = az.mcse(dp_idata, var_names=names)
+    out = {}
+    for name in names:
+        values = np.atleast_1d(np.asarray(mcse[name], dtype=float)).ravel()
+        for i, value in enumerate(values):
+            out[f"{name}[{i}]" if values.size > 1 else name] = float(value) if np.isfinite(value) else np.inf
+    return out
 
 
 def _mixing(dp_idata, names: list[str]) -> dict[str, float]:
@@ -157,14 +182,18 @@ def _mixing(dp_idata, names: list[str]) -> dict[str, float]:
     }
 
 
-def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta: float, small: bool, seed: int):
-    """One DP result, whether it was flagged, and its wall time."""
+def run_method(method: str, model: pm.Model, clip: float | None, epsilon: float, delta: float, small: bool, seed: int):
+    """One DP result, whether it was flagged, and its wall time.
+
+    The samplers choose their clip bounds privately (``"auto"``); DPADVI clips at the data
+    set's public bound ``clip`` and checks the share it clips (``clip_check_share``).
+    """
     start = time.perf_counter()
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PoorMixingWarning)
         if method == "DPPenaltyMH":
             idata = pmdp.sample(
-                step=pmdp.DPPenaltyMH(llr_clip=clip),
+                step=pmdp.DPPenaltyMH(),  # llr_clip="auto": a private bound (docs/clipping.md)
                 epsilon=epsilon,
                 delta=delta,
                 draws=60 if small else "auto",
@@ -176,7 +205,7 @@ def run_method(method: str, model: pm.Model, clip: float, epsilon: float, delta:
             )
         elif method == "DPHMC":
             idata = pmdp.sample(
-                step=pmdp.DPHMC(llr_clip=clip, grad_clip=clip, n_leapfrog=5),
+                step=pmdp.DPHMC(n_leapfrog=5),  # clip bounds "auto"
                 epsilon=epsilon,
                 delta=delta,
                 draws=30 if small else 300,
@@ -214,7 +243,7 @@ def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) 
         with pm.Model() as model:
             coef = pm.Normal("coef", 0, 2, shape=3)
             pm.Bernoulli("y", logit_p=coef[0] + x @ coef[1:], observed=y)
-        idata, was_flagged, _ = run_method("DPPenaltyMH", model, 2.5, epsilon, 0.1 / n_rows, small, seed + r)
+        idata, was_flagged, _ = run_method("DPPenaltyMH", model, None, epsilon, 0.1 / n_rows, small, seed + r)
         draws = np.asarray(idata.posterior["coef"]).reshape(-1, 3)
         low, high = np.quantile(draws, [0.05, 0.95], axis=0)
         hits += int(np.sum((low <= truth) & (truth <= high)))
@@ -273,11 +302,16 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def honest(cell: dict) -> bool:
+    """The honesty target: a result is flagged, or NUTS's means lie in its 94 % intervals widened by 2 MCSE."""
+    return bool(cell["flagged"] or cell.get("all_covered_mcse", cell["all_covered"]))
+
+
 def markdown(result: dict) -> str:
     lines = [
         "| data set | method | ε | max \\|Δmean\\|/sd | sd ratio (min–max) | NUTS mean in 94 % | min ESS | max R-hat "
-        "| flagged | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| flagged | honest or flagged | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result["cells"]:
         ess = f"{c['min_ess']:.0f}" if "min_ess" in c else "–"
@@ -285,7 +319,7 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {c['dataset']} | {c['method']} | {c['epsilon']:g} | {c['max_z']:.2f} | "
             f"{c['min_sd_ratio']:.2f}–{c['max_sd_ratio']:.2f} | {'all' if c['all_covered'] else 'no'} | {ess} | "
-            f"{rhat} | {'yes' if c['flagged'] else 'no'} | {c['seconds']:.0f} |"
+            f"{rhat} | {'yes' if c['flagged'] else 'no'} | {'yes' if honest(c) else '**no**'} | {c['seconds']:.0f} |"
         )
     for c in result.get("coverage", []):
         lines.append(

@@ -46,6 +46,19 @@ def check_finite_positive(name: str, value: object) -> float:
     return check_positive(name, value, allow_inf=False)
 
 
+#: A clip bound chosen privately by :func:`pymc_dp.sample` (a DP quantile of the per-row score norms).
+AUTO_CLIP = "auto"
+
+
+def check_clip_bound(name: str, value: object) -> float | str:
+    """Return ``"auto"`` or ``value`` as a float after checking it is finite and > 0."""
+    if isinstance(value, str):
+        if value != AUTO_CLIP:
+            raise ValueError(f"`{name}` must be a positive finite number or 'auto'. Found {value!r}.")
+        return AUTO_CLIP
+    return check_positive(name, value, allow_inf=False)
+
+
 def check_unit_interval_open(name: str, value: object) -> float:
     """Return ``value`` as a float after checking 0 < value < 1."""
     x = _as_real(name, value)

@@ -43,6 +43,7 @@ __all__ = [
     "PoorMixingError",
     "PoorMixingWarning",
     "attach_diagnostics",
+    "clipping_problem",
     "mixing_diagnostics",
     "poor_mixing_message",
 ]
@@ -196,7 +197,38 @@ def poor_mixing_message(diagnostics: dict[str, Any], epsilon: float | None = Non
     )
 
 
-def attach_diagnostics(idata: Any, on_poor_mixing: str = "warn", method: str = "mcmc") -> Any:
+def clipping_problem(clipping: dict[str, Any] | None) -> str | None:
+    """A plain-words problem when the private clip bound clips too many rows (None when it does not).
+
+    ``clipping`` is the ``clip_bound`` record of a :func:`pymc_dp.sample` run. The last
+    release's noisy share of rows whose score norm is above the bound (at its reference
+    point) is compared with 1/√N: the first-order clipping bias of the posterior mean is about
+    √N × that share × (the clipped rows' excess over the bound, relative to a typical score)
+    posterior standard deviations, so above 1/√N it is of the order of one posterior standard
+    deviation or more. The share is noisy: it flags only when it exceeds 1/√N by three of its
+    standard deviations (``share_above_bound_sd``), so that noise alone rarely flags a result
+    (at small N·ε the check is weak; the mixing diagnostics usually flag such runs anyway).
+    Post-processing of released values.
+    """
+    if not clipping or not clipping.get("releases"):
+        return None
+    last = clipping["releases"][-1]
+    share, threshold = last["share_above_bound_at_reference"], last["bias_threshold_share"]
+    share_sd = last.get("share_above_bound_sd", 0.0)
+    if share - 3.0 * share_sd <= threshold:
+        return None
+    return (
+        f"clipping: about {100 * share:.2g} % (± {100 * share_sd:.2g} %) of rows' scores are above the clip bound "
+        f"{last['bound']:.3g} at {last['reference']} (noisy; above 1/√N = {100 * threshold:.2g} % the clipping bias "
+        "of the posterior mean "
+        "is of the order of a posterior standard deviation or more, and R-hat cannot see it): raise clip_margin or "
+        "clip_quantile, or use a likelihood with bounded scores"
+    )
+
+
+def attach_diagnostics(
+    idata: Any, on_poor_mixing: str = "warn", method: str = "mcmc", clipping: dict[str, Any] | None = None
+) -> Any:
     """Compute :func:`mixing_diagnostics` from ``idata``'s posterior, write ``dp_diagnostics``; warn or raise.
 
     Parameters
@@ -208,6 +240,9 @@ def attach_diagnostics(idata: Any, on_poor_mixing: str = "warn", method: str = "
         a :class:`PoorMixingError` carrying the result, or nothing (the attribute still says).
     method : str
         Recorded in the diagnostics.
+    clipping : dict, optional
+        The run's private clip-bound record (``dp_accountant["clip_bound"]``): when it shows
+        too many rows above the bound (:func:`clipping_problem`) the result is flagged too.
 
     Returns
     -------
@@ -222,6 +257,14 @@ def attach_diagnostics(idata: Any, on_poor_mixing: str = "warn", method: str = "
         if "dp_accepted" in stats:
             accepted = np.asarray(stats["dp_accepted"].values)
     diagnostics = mixing_diagnostics(draws, accepted, method)
+    problem = clipping_problem(clipping)
+    if clipping:
+        last = clipping["releases"][-1]
+        keys = ("bound", "share_above_bound_at_reference", "share_above_bound_sd", "bias_threshold_share", "reference")
+        diagnostics["clipping"] = {key: last[key] for key in keys if key in last}
+    if problem is not None:
+        diagnostics["problems"].append(problem)
+        diagnostics["usable"] = False
     attrs = posterior_attrs(idata)
     attrs["dp_diagnostics"] = json.dumps(diagnostics)
     if not diagnostics["usable"] and on_poor_mixing != "ignore":

@@ -24,9 +24,15 @@ from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
-from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.mechanisms.clip_bound import (
+    NoisyScoreNormHistogram,
+    histogram_sensitivity,
+    share_above,
+    share_above_sd,
+)
 from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import (
@@ -107,21 +113,31 @@ class DPADVIStart:
             f"with {self.inflate:g}× its standard deviations"
         )
 
-    def starts(self, chains: int, rng: Any) -> list[dict[str, Any]]:
+    def starts(
+        self, chains: int, rng: Any, grad_clip: float | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
         """Fit (inside the run's charge), record the fit's diagnostics and draw one widened start per chain.
+
+        Returns the starts and the fit's mean (value-variable name → unconstrained value), a
+        released point. ``grad_clip`` replaces the planned clip bound (a private bound
+        released in the same run); the events do not depend on it.
 
         The starts are drawn with q's standard deviations multiplied by ``inflate`` and by
         √(1 + e² + j²), e the fit's expected mean error and j its iterate jitter (both in q's
         sds; :meth:`pymc_dp.variational.dpadvi.DPMeanField.optimisation_diagnostics`), so that
         a fit off by several sds does not put every chain on the same wrong side.
         """
+        if grad_clip is not None:
+            self.fit.grad_clip = float(grad_clip)
+            self.settings["grad_clip"] = float(grad_clip)
         approx = self.fit.fit(self.iterations, progressbar=False)
         diagnostics = approx.optimisation_diagnostics()
         self.settings["fit_diagnostics"] = diagnostics
         widen = math.sqrt(
             1.0 + (diagnostics["expected_mean_error_sd"] or 0.0) ** 2 + diagnostics["optimisation_sd_ratio_max"] ** 2
         )
-        return list(approx.initial_values(chains, random_seed=rng, inflate=self.inflate * widen))
+        starts = list(approx.initial_values(chains, random_seed=rng, inflate=self.inflate * widen))
+        return starts, approx.unconstrained_mean_point()
 
 
 def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
@@ -158,6 +174,8 @@ def _dpadvi_start(
     if epsilon is None:
         raise ValueError("`epsilon` must be given with init='dpadvi' (it is split between the fit and the chains).")
     clips = [getattr(s, "grad_clip", None) or getattr(s, "llr_clip", None) for s in steps]
+    # An "auto" bound is released in the run, before the fit: 1.0 stands in for it until then.
+    clips = [1.0 if clip == "auto" else clip for clip in clips]
     if not all(isinstance(s, DPPenaltyMH | DPHMC) for s in steps) or None in clips:
         names = sorted({type(s).__name__ for s in steps})
         raise ValueError(
@@ -189,6 +207,108 @@ def _dpadvi_start(
     events = tuple(fit.privacy_events(iterations))
     settings.update(iterations=iterations, noise_multiplier=sigma, epsilon_share=share)
     return DPADVIStart(fit, iterations, events, settings)
+
+
+class ClipBoundPlan:
+    """The private clip bound(s) of one ``pmdp.sample`` run: planned before the charge, released inside it.
+
+    Each release is the Gaussian mechanism on the histogram of per-row score norms at a public
+    point (:class:`pymc_dp.mechanisms.NoisyScoreNormHistogram`), all at one noise multiplier
+    calibrated from ``share`` of ε. With ``init="dpadvi"`` there are two: at the model's
+    initial point (the DPADVI fit's bound) and at the fit's mean (the chains' bound).
+    """
+
+    def __init__(
+        self, step: DPStep, quantile: float, margin: float, noise_multiplier: float, releases: int, share: float
+    ) -> None:
+        self.step, self.quantile, self.margin, self.noise_multiplier = step, quantile, margin, noise_multiplier
+        self.attributes = step.auto_clip_attributes
+        self.share = share
+        self.noise_std = noise_multiplier * histogram_sensitivity(step.neighbouring)
+        self.events = tuple(
+            NoisyScoreNormHistogram.events(
+                noise_multiplier, releases, f"{type(step).__name__}[{','.join(step.var_names)}] clip bound"
+            )
+        )
+        self.releases: list[dict[str, Any]] = []
+        self.bounds: dict[str, float] = {}
+
+    def release(self, point: dict[str, Any], where: str) -> float:
+        """One priced release at the public ``point``; returns the bound (margin × the noisy quantile)."""
+        released = self.step.release_clip_bound(point, self.quantile, self.noise_multiplier)
+        bound = self.margin * released.bound
+        # Post-processing of the released histogram: N where it is public, else the noisy total.
+        total = self.step.n_rows if self.step.neighbouring == "substitute" else max(released.noisy_counts.sum(), 1.0)
+        self.releases.append(
+            {
+                "quantile_bound": released.bound,
+                "bound": bound,
+                "share_above_bound_at_reference": round(share_above(released.noisy_counts, bound, total), 5),
+                "share_above_bound_sd": round(share_above_sd(self.noise_std, bound, total), 5),
+                "bias_threshold_share": round(1.0 / math.sqrt(total), 5),
+                "reference": where,
+            }
+        )
+        return bound
+
+    def commit(self, bound: float) -> dict[str, Any]:
+        """Set the released bound on the step for this run; returns the public record."""
+        self.bounds = {name: bound for name in self.attributes}
+        for name in self.attributes:
+            setattr(self.step, name, bound)  # the step rebuilds its mechanisms when a bound changes
+        return {
+            "quantile": self.quantile,
+            "margin": self.margin,
+            "epsilon_share": self.share,
+            "noise_multiplier": self.noise_multiplier,
+            "bounds": dict(self.bounds),
+            "releases": list(self.releases),
+        }
+
+    def restore(self) -> None:
+        """Put ``"auto"`` back: the next run releases its own bound."""
+        for name in self.attributes:
+            setattr(self.step, name, "auto")
+
+
+def _plan_clip_bound(
+    steps: list[DPStep],
+    model: Any,
+    epsilon: float | None,
+    delta: float,
+    quantile: float,
+    margin: float,
+    share: float,
+    releases: int,
+) -> ClipBoundPlan | None:
+    """Plan (price, not release) the private clip bound of steps whose bound is ``"auto"``; None if none is."""
+    quantile = check_finite_positive("clip_quantile", quantile)
+    if quantile > 1:
+        raise ValueError(f"`clip_quantile` must be in (0, 1]. Found {quantile!r}.")
+    margin = check_finite_positive("clip_margin", margin)
+    share = check_finite_positive("clip_epsilon_share", share)
+    if share >= 1:
+        raise ValueError(f"`clip_epsilon_share` must be in (0, 1). Found {share!r}.")
+    auto = [s for s in steps if getattr(s, "auto_clip_attributes", ())]
+    if not auto:
+        return None
+    if len(steps) != 1:
+        raise ValueError(
+            "Clip bounds 'auto' need one DP step covering every variable (the bound is a quantile of the score "
+            f"norms of all parameters). Found {len(steps)} steps; give each step its clip bounds as numbers."
+        )
+    if epsilon is None and not auto[0].needs_calibration:
+        raise ValueError(
+            f"`epsilon` must be given when a clip bound is 'auto' ({', '.join(auto[0].auto_clip_attributes)} of "
+            f"{type(auto[0]).__name__}): `clip_epsilon_share` of it pays for the private bound. Found epsilon=None; "
+            "or give the bound as a number."
+        )
+    step = auto[0]
+    if epsilon is None and step.needs_calibration:
+        return None  # the calibration refuses the run next, saying that its noise needs `epsilon`
+    step.check_score_norms()  # the model must have per-row gradients: refused here, before any charge
+    mu = gaussian_mu_for_target(share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+    return ClipBoundPlan(step, quantile, margin, math.sqrt(releases / (2.0 * mu)), releases, share)
 
 
 def _auto_iterations(
@@ -224,8 +344,9 @@ def _auto_iterations(
         epsilon=chain_epsilon,
         delta=delta,
         chains=chains,
-        llr_clip=step.llr_clip,
-        grad_clip=step.grad_clip if is_hmc else None,
+        # Without a posterior sd the plan's b·s is 2√P/√N whatever b: an "auto" bound plans like any other.
+        llr_clip=1.0 if step.llr_clip == "auto" else step.llr_clip,
+        grad_clip=(1.0 if step.grad_clip == "auto" else step.grad_clip) if is_hmc else None,
         neighbouring=step.neighbouring,
         n_leapfrog=step.n_leapfrog if is_hmc else 10,
         grad_budget_share=step.grad_budget_share if is_hmc else 0.5,
@@ -277,6 +398,9 @@ def sample(
     var_names: list[str] | None = None,
     init: str = "prior",
     init_epsilon_share: float = 0.2,
+    clip_quantile: float = 0.95,
+    clip_margin: float = 2.0,
+    clip_epsilon_share: float = 0.05,
     on_poor_mixing: str = "warn",
     **kwargs: Any,
 ) -> Any:
@@ -328,6 +452,22 @@ def sample(
         row (DPPenaltyMH, DPHMC).
     init_epsilon_share : float, default 0.2
         The share of ``epsilon`` that ``init="dpadvi"`` gives the DPADVI fit, in (0, 1).
+    clip_quantile, clip_margin : float, default 0.95 and 2.0
+        For a step whose clip bound is ``"auto"`` (the default of DPPenaltyMH and DPHMC): the
+        bound is ``clip_margin`` times the ``clip_quantile`` of the per-row score norms
+        ‖∇θ log p(xᵢ | θ)‖ at a public point, read off a histogram released with Gaussian
+        noise (:class:`pymc_dp.mechanisms.NoisyScoreNormHistogram`). The point is the model's
+        initial point, or with ``init="dpadvi"`` the fit's mean (a second release, after one
+        at the initial point that sets the fit's own bound). The margin covers scores that
+        grow between the reference point and the posterior (a logistic row's score doubles
+        from θ = 0 to where it is misfitted). Why 0.95 and 2, measured on real data:
+        ``docs/clipping.md``. When the noisy share of rows above the bound exceeds 1/√N
+        (where the clipping bias is of the order of a posterior standard deviation) the result
+        is flagged like a chain that did not mix.
+    clip_epsilon_share : float, default 0.05
+        The share of ``epsilon`` (of the budget's ε when no ``epsilon`` is given) that the
+        clip-bound releases get, in (0, 1). The releases, the bounds and the noisy share of
+        rows above them are recorded in ``dp_accountant["clip_bound"]``.
     on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
         What happens when the released draws are not a usable posterior (R-hat above 1.05 or
         bulk/tail ESS below 100 for some variable; :mod:`pymc_dp.diagnostics`): a
@@ -390,26 +530,39 @@ def sample(
     init = check_init(init)
     check_on_poor_mixing(on_poor_mixing)
     dp_init, run_plan = None, None
-    if kwargs.get("initvals") is None and init == "dpadvi":
+    with_dpadvi = kwargs.get("initvals") is None and init == "dpadvi"
+    if with_dpadvi:
         dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, init_epsilon_share, kwargs)
     if draws == "auto":
         tune, draws, run_plan = _auto_iterations(
             steps, model, epsilon, delta, chains, tune, init_epsilon_share, dp_init
         )
+    clip_plan = _plan_clip_bound(
+        steps,
+        model,
+        epsilon if epsilon is not None else getattr(budget, "epsilon", None),
+        delta,
+        clip_quantile,
+        clip_margin,
+        clip_epsilon_share,
+        releases=2 if with_dpadvi else 1,
+    )
+    clip_events = clip_plan.events if clip_plan is not None else ()
     start, start_events = _start_provenance(kwargs.get("initvals"), init, dp_init)
     if kwargs.get("initvals") is None and init == "prior":
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
 
     # Plan: calibrate unset noise and price every iteration of every chain, before any data access.
     iterations = chains * (tune + draws)
+    earlier = tuple(clip_events) + (dp_init.events if dp_init else ())  # released in this run, before the chains
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
-        planned = calibrate_releasers(steps, iterations, budget.epsilon, budget.delta, budget.events)
-    else:  # a DP start planned in this call is covered by the same target
-        planned = calibrate_releasers(steps, iterations, epsilon, delta, dp_init.events if dp_init else ())
+        planned = calibrate_releasers(steps, iterations, budget.epsilon, budget.delta, budget.events + earlier)
+    else:  # a DP start and clip bounds planned in this call are covered by the same target
+        planned = calibrate_releasers(steps, iterations, epsilon, delta, earlier)
     run_events = [e for s in planned for e in s.privacy_events(iterations)]
     run_epsilon = run.plan(
-        (list(dp_init.events) if dp_init else []) + run_events,
+        list(earlier) + run_events,
         depends_on=start_events,
         advice=lambda: (
             "use more noise, fewer chains or fewer iterations." + _iteration_hint(planned, epsilon, delta, chains)
@@ -419,10 +572,18 @@ def sample(
     # Charge and run. The calibration is committed for this run only and undone when it ends,
     # however it ends; a run that PyMC aborts after the charge stays charged.
     restore = _commit_calibration(steps, planned, tune)
+    clip_record = None
     try:
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
+            reference = model.initial_point() if clip_plan is not None else None  # data-free
+            fit_clip = clip_plan.release(reference, "the model's initial point") if clip_plan and dp_init else None
             if dp_init is not None:
-                kwargs["initvals"] = dp_init.starts(chains, _start_seed(kwargs.get("random_seed")))
+                kwargs["initvals"], reference = dp_init.starts(
+                    chains, _start_seed(kwargs.get("random_seed")), grad_clip=fit_clip
+                )
+            if clip_plan is not None:
+                where = "the DPADVI fit's mean" if dp_init is not None else "the model's initial point"
+                clip_record = clip_plan.commit(clip_plan.release(reference, where))
             idata = pm.sample(
                 draws=draws, tune=tune, chains=chains, step=step, model=model, var_names=var_names, **kwargs
             )
@@ -430,6 +591,8 @@ def sample(
         for s in steps:
             s.forget_private_state()
         restore()
+        if clip_plan is not None:
+            clip_plan.restore()
 
     record = run.record(
         start=start,
@@ -439,12 +602,14 @@ def sample(
         tune=tune,
         draws=draws,
         iterations_per_chain=tune + draws,
-        steps=[s.accountant_settings() for s in planned],  # the run's noise (cleared from `steps`)
+        # the run's noise and clip bounds (cleared from `steps`)
+        steps=[{**s.accountant_settings(), **(clip_plan.bounds if clip_plan else {})} for s in planned],
         **({"plan": run_plan} if run_plan is not None else {}),
+        **({"clip_bound": clip_record} if clip_record is not None else {}),
         **({"dp_init": dp_init.settings} if dp_init is not None else {}),
     )
     run.publish(idata, model, record)
-    return attach_diagnostics(idata, on_poor_mixing)
+    return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
 
 
 def _start_seed(random_seed: Any) -> Any:

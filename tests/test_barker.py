@@ -351,7 +351,10 @@ def test_plain_result_of_barker_beside_another_dp_step_is_priced_only_with_the_s
         m = pm.Normal("m", 0, 10)
         s = pm.HalfNormal("s", 2)
         pm.Normal("obs", m, s, observed=y)
-        steps = [pmdp.DPBarkerMH([m], batch_size=100, tempered_size=20.0), pmdp.DPPenaltyMH([s], noise_multiplier=10.0)]
+        steps = [
+            pmdp.DPBarkerMH([m], batch_size=100, tempered_size=20.0),
+            pmdp.DPPenaltyMH([s], noise_multiplier=10.0, llr_clip=1.0),
+        ]
         idata = pm.sample(step=steps, **run)
         pmdp.strip_private_groups(idata, model=model)
         with pytest.raises(ValueError, match=r"DPBarkerMH beside other steps.*step=step"):

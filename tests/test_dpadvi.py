@@ -14,6 +14,7 @@ import pymc_dp as pmdp
 from pymc_dp import mechanisms
 from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExceededError, compose_epsilon
 from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.accounting.events import PoissonGaussianReleases
 from pymc_dp.data import ModelStructureError
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_gradient, poisson_sample
@@ -248,8 +249,11 @@ def test_dpadvi_result_is_private(regression):
     assert attrs["dp_n_rows"] == y.size and attrs["dp_neighbouring"] == "substitute"
     record = json.loads(attrs["dp_accountant"])
     assert record["iterations"] == 40 and record["settings"]["sampling_rate"] == 0.2
+    # σ is calibrated to what the clipping check (one Gaussian histogram at 5 % of ε) leaves.
+    check_tau = math.sqrt(0.5 / gaussian_mu_for_target(0.05 * 2.0 * (1 - 1e-10), 1e-5))
+    check = [GaussianReleases(check_tau, 1, label="DPADVI clipping check")]
     assert record["settings"]["noise_multiplier"] == pytest.approx(
-        poisson_gaussian_noise_multiplier(2.0 * (1 - 1e-10), 1e-5, 0.2, 40), rel=1e-12
+        poisson_gaussian_noise_multiplier(2.0 * (1 - 1e-10), 1e-5, 0.2, 40, "substitute", check), rel=1e-12
     )
     with pytest.raises(ValueError, match="`return_inferencedata`"):
         approx.sample(5, return_inferencedata=False)

@@ -12,6 +12,7 @@ non-positive noise scale or a δ outside (0, 1) is an error, never silently acce
 Modules
 -------
 - :mod:`~pymc_dp.mechanisms.clipping`: per-row clipping and the sensitivity of a clipped sum.
+- :mod:`~pymc_dp.mechanisms.clip_bound`: a private clip bound (a DP quantile of per-row score norms).
 - :mod:`~pymc_dp.mechanisms.noise`: Gaussian and Laplace noise, the Gaussian mechanism on a
   clipped sum, :class:`SecureNoise` and the per-mechanism generators (:func:`mechanism_rng`).
 - :mod:`~pymc_dp.mechanisms.subsampling`: secret batches (Poisson, fixed size without replacement).
@@ -25,6 +26,7 @@ Modules
 
 from pymc_dp.mechanisms.access import RowMechanisms, model_access
 from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+from pymc_dp.mechanisms.clip_bound import ClipBoundRelease, NoisyScoreNormHistogram
 from pymc_dp.mechanisms.clipping import (
     clip_l2,
     clip_values,
@@ -52,10 +54,12 @@ from pymc_dp.mechanisms.sufficient_statistics import (
 )
 
 __all__ = [
+    "ClipBoundRelease",
     "NoisyBarkerStatistic",
     "NoisyClippedGradient",
     "NoisyLogLikelihoodRatio",
     "NoisyPoissonGradientSum",
+    "NoisyScoreNormHistogram",
     "NoisySufficientStatistics",
     "OwnerLogLikelihoodRatio",
     "PrivateSufficientStatistics",

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
@@ -38,6 +39,10 @@ class RowMechanisms:
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str) -> NoisyClippedGradient:
         """A :class:`NoisyClippedGradient` on every row."""
         return NoisyClippedGradient(self._rows, grad_clip, noise_multiplier, neighbouring)
+
+    def score_norm_histogram(self, noise_multiplier: float, neighbouring: str) -> NoisyScoreNormHistogram:
+        """A :class:`NoisyScoreNormHistogram` on every row (the private clip bound)."""
+        return NoisyScoreNormHistogram(self._rows, noise_multiplier, neighbouring)
 
     def barker_statistic(self, **settings: Any) -> NoisyBarkerStatistic:
         """A :class:`NoisyBarkerStatistic` (settings by name, as its constructor takes them)."""

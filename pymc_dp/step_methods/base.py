@@ -16,7 +16,7 @@ from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
-from pymc_dp._validation import check_finite_positive
+from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import sorted_value_vars
@@ -130,6 +130,8 @@ class DPStep(ArrayStepShared):
     noise_attributes: ClassVar[tuple[str, ...]] = ()
     #: Number of tuning iterations of the current run when known (None: unknown).
     planned_tune: int | None = None
+    #: Names of the clip-bound attributes that may be ``"auto"`` (chosen privately by :func:`pymc_dp.sample`).
+    clip_attributes: ClassVar[tuple[str, ...]] = ()
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod
@@ -163,6 +165,7 @@ class DPStep(ArrayStepShared):
     # -- per-chain hooks ------------------------------------------------------------------
     def _new_chain(self, rng: Any, tune: int | None = None) -> None:
         self._check_ready()
+        self._check_clip_bounds()
         self.rng = get_random_generator(rng, copy=False)
         self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
         if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets it
@@ -183,6 +186,22 @@ class DPStep(ArrayStepShared):
 
     def _check_ready(self) -> None:
         """Raise before sampling if a privacy parameter is unset (override)."""
+
+    @property
+    def auto_clip_attributes(self) -> tuple[str, ...]:
+        """The clip bounds left to :func:`pymc_dp.sample` to choose privately (``"auto"``)."""
+        return tuple(name for name in self.clip_attributes if getattr(self, name) == AUTO_CLIP)
+
+    def _check_clip_bounds(self) -> None:
+        """Raise before any data access if a clip bound is still ``"auto"`` (outside :func:`pymc_dp.sample`)."""
+        auto = self.auto_clip_attributes
+        if auto:
+            raise ValueError(
+                f"{', '.join(f'`{name}`' for name in auto)} must be a number when sampling outside pymc_dp.sample. "
+                f"Found 'auto': the bound is chosen privately (a DP quantile of the per-row score norms, charged to "
+                f"the run) by pymc_dp.sample(step={type(self).__name__}(...), epsilon=..., delta=...). For a plain "
+                f"pm.sample, pass a bound, e.g. {type(self).__name__}({auto[0]}=1.0)."
+            )
 
     # -- one iteration --------------------------------------------------------------------
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
@@ -253,6 +272,28 @@ class DPStep(ArrayStepShared):
 
     def forget_private_state(self) -> None:
         """Drop cached raw per-row values (called when a run ends)."""
+
+    def check_score_norms(self) -> None:
+        """Build the per-row gradient now (a private clip bound needs it); raises if there is none. Releases nothing."""
+        try:
+            self._row_mechanisms.check_differentiable()
+        except (NotImplementedError, TypeError) as err:
+            raise ValueError(
+                f"Clip bounds 'auto' need per-row gradients of the log-likelihood in {list(self.var_names)}: building "
+                f"them failed with {type(err).__name__}. Give the clip bound as a number."
+            ) from None
+
+    def release_clip_bound(self, point: dict[str, Any], quantile: float, noise_multiplier: float) -> Any:
+        """One private clip-bound release at a public ``point`` (value-variable name → unconstrained value).
+
+        The Gaussian mechanism on the histogram of the per-row score norms of the step's
+        variables (:class:`pymc_dp.mechanisms.NoisyScoreNormHistogram`); returns a
+        :class:`pymc_dp.mechanisms.ClipBoundRelease`. :func:`pymc_dp.sample` prices it before
+        calling this (one Gaussian release at ``noise_multiplier``).
+        """
+        theta = np.concatenate([np.asarray(point[v.name], dtype=float).ravel() for v in self.vars])
+        mechanism = self._row_mechanisms.score_norm_histogram(noise_multiplier, self.neighbouring)
+        return mechanism.release(theta, quantile, self.noise_rng)
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         """Releases made by ``n_iterations`` iterations of one chain (public settings only)."""

@@ -14,6 +14,7 @@ from pymc_dp._errors import _raised_in_package
 from pymc_dp._validation import (
     _as_real,
     check_bool,
+    check_clip_bound,
     check_finite_positive,
     check_neighbouring,
     check_positive_int,
@@ -106,10 +107,15 @@ class DPHMC(DPStep):
         a posterior whose rows carry unit Fisher information), 0.05 under add/remove.
     n_leapfrog : int, default 10
         L ≥ 1 leapfrog steps per iteration (L + 1 gradient releases).
-    grad_clip : float, default 1.0
-        b_g > 0: L2 bound on each row's log-likelihood gradient.
-    llr_clip : float, default 1.0
-        b_l > 0: each row's log-likelihood ratio is clipped to ±b_l‖θ′ − θ‖₂.
+    grad_clip : float or "auto", default "auto"
+        b_g > 0: L2 bound on each row's log-likelihood gradient. ``"auto"``:
+        :func:`pymc_dp.sample` chooses it privately for each run as a DP quantile
+        (``clip_quantile``) of the per-row score norms at a public point, charged to the run
+        (:mod:`pymc_dp.mechanisms.clip_bound`); a plain ``pm.sample`` needs a number.
+    llr_clip : float or "auto", default "auto"
+        b_l > 0: each row's log-likelihood ratio is clipped to ±b_l‖θ′ − θ‖₂. ``"auto"``: the
+        same private bound as ``grad_clip`` (the ratio per unit ‖θ′ − θ‖₂ is bounded by the
+        score norm along the segment).
     grad_noise_multiplier, llr_noise_multiplier : float, optional
         τ_g and τ_l: noise standard deviation per unit of sensitivity (σ_g = 2τ_g b_g and
         σ_l = 2τ_l b_l‖θ′ − θ‖₂ under substitute neighbours). Give both or neither; when
@@ -187,6 +193,7 @@ class DPHMC(DPStep):
 
     name = "dp_hmc"
     noise_attributes = ("grad_noise_multiplier", "llr_noise_multiplier")
+    clip_attributes = ("grad_clip", "llr_clip")
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_step_size": (np.float64, []),
@@ -198,8 +205,8 @@ class DPHMC(DPStep):
         *,
         step_size: float | None = None,
         n_leapfrog: int = 10,
-        grad_clip: float = 1.0,
-        llr_clip: float = 1.0,
+        grad_clip: float | str = "auto",
+        llr_clip: float | str = "auto",
         grad_noise_multiplier: float | None = None,
         llr_noise_multiplier: float | None = None,
         grad_budget_share: float = 0.5,
@@ -218,8 +225,8 @@ class DPHMC(DPStep):
     ) -> None:
         # Validate every argument before building anything.
         self.n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
-        self.grad_clip = check_finite_positive("grad_clip", grad_clip)
-        self.llr_clip = check_finite_positive("llr_clip", llr_clip)
+        self.grad_clip = check_clip_bound("grad_clip", grad_clip)
+        self.llr_clip = check_clip_bound("llr_clip", llr_clip)
         if (grad_noise_multiplier is None) != (llr_noise_multiplier is None):
             raise ValueError(
                 "`grad_noise_multiplier` and `llr_noise_multiplier` must be given together (or both left to "
@@ -374,6 +381,7 @@ class DPHMC(DPStep):
             or (llr.noise_multiplier, llr.llr_clip, grad.noise_multiplier, grad.grad_clip, llr.neighbouring) != current
         ):
             self._check_ready()
+            self._check_clip_bounds()
             self._llr_mechanism = self._row_mechanisms.log_likelihood_ratio(
                 self.llr_clip, self.llr_noise_multiplier, self.neighbouring
             )

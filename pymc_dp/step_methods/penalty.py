@@ -7,7 +7,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp._validation import (
+    check_bool,
+    check_clip_bound,
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+)
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
 from pymc_dp.step_methods.base import (
     DPStep,
@@ -83,10 +89,14 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         P-dimensional posterior whose rows carry unit Fisher information (N is public under
         substitute neighbours; under add/remove, where it is not, the default is 1.0). Tuned
         during tuning.
-    llr_clip : float, default 1.0
-        b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. Choose it from public
-        knowledge (a bound on ‖∇θ log p(x | θ)‖ over plausible rows and θ). The sampler is
-        exact when no ratio is clipped; clipping biases it but never weakens privacy.
+    llr_clip : float or "auto", default "auto"
+        b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. ``"auto"``:
+        :func:`pymc_dp.sample` chooses b privately for each run as a DP quantile
+        (``clip_quantile``) of the per-row score norms ‖∇θ log p(xᵢ | θ)‖ at a public point,
+        charged to the run (:mod:`pymc_dp.mechanisms.clip_bound`); a plain ``pm.sample`` needs
+        a number, from public knowledge (a bound on ‖∇θ log p(x | θ)‖ over plausible rows and
+        θ). The sampler is exact when no ratio is clipped; clipping biases it but never
+        weakens privacy.
     noise_multiplier : float, optional
         τ: the noise standard deviation is σ = τ·Δ, Δ the sensitivity (2b‖θ′ − θ‖₂ under
         substitute neighbours). Leave unset to have :func:`pymc_dp.sample` calibrate it from
@@ -151,6 +161,8 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     name = "dp_penalty_mh"
     mechanism_class = NoisyLogLikelihoodRatio
     noise_attributes = ("noise_multiplier",)
+    clip_attributes = ("llr_clip",)
+    clip_attributes = ("llr_clip",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
@@ -161,7 +173,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         vars=None,
         *,
         proposal_scale: float | np.ndarray | None = None,
-        llr_clip: float = 1.0,
+        llr_clip: float | str = "auto",
         noise_multiplier: float | None = None,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
@@ -175,7 +187,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         blocked: bool = True,
     ) -> None:
         # Validate every argument before building anything.
-        self.llr_clip = check_finite_positive("llr_clip", llr_clip)
+        self.llr_clip = check_clip_bound("llr_clip", llr_clip)
         self.noise_multiplier = (
             None if noise_multiplier is None else check_finite_positive("noise_multiplier", noise_multiplier)
         )
@@ -230,6 +242,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             self.neighbouring,
         ):
             self._check_ready()
+            self._check_clip_bounds()
             self._mechanism = self._row_mechanisms.log_likelihood_ratio(
                 self.llr_clip, self.noise_multiplier, self.neighbouring
             )

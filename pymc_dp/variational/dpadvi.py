@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import warnings
 from typing import Any
 
@@ -14,6 +15,7 @@ from pymc.model import modelcontext
 from pymc.variational.inference import Inference
 
 from pymc_dp._validation import (
+    _as_real,
     check_bool,
     check_finite_positive,
     check_neighbouring,
@@ -29,9 +31,11 @@ from pymc_dp.accounting.events import (
     compose_epsilon,
     event_from_dict,
 )
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
-from pymc_dp.diagnostics import PoorMixingWarning
-from pymc_dp.mechanisms import NoisyPoissonGradientSum, mechanism_rng, model_access
+from pymc_dp.diagnostics import PoorMixingWarning, clipping_problem
+from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
+from pymc_dp.mechanisms.clip_bound import histogram_sensitivity, share_above, share_above_sd
 from pymc_dp.planning import DPADVI_MAX_MEAN_ERROR, dpadvi_mean_error
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
@@ -119,6 +123,7 @@ class _DPApproximationMixin:
 
     _dp_optimisation_sd: np.ndarray | None = None
     _dp_averaged_iterates: int = 0
+    _dp_clipping: dict[str, Any] | None = None
 
     def optimisation_diagnostics(self, inflate: bool = True) -> dict[str, Any]:
         """How the optimiser's noise compares with q's spread (post-processing of the released gradients).
@@ -157,6 +162,9 @@ class _DPApproximationMixin:
                 "from σ, q, N and the iterations): not a usable posterior. Use more ε or more rows (N·ε), a larger "
                 "sampling rate or more iterations, or a method that spends the budget once (pmdp.release_statistics)."
             )
+        problem = clipping_problem({"releases": [self._dp_clipping]} if self._dp_clipping else None)
+        if problem is not None:
+            reasons.append(f"DPADVI's {problem}.")
         if worst > 1.0 and not inflate:
             reasons.append(
                 f"DPADVI's fitted q is narrower than its optimisation noise (iterate jitter up to {worst:.2g}× q's "
@@ -168,6 +176,7 @@ class _DPApproximationMixin:
             "optimisation_sd_ratio_max": worst,
             "expected_mean_error_sd": mean_error,
             "inflated": bool(inflate),
+            **({"clipping": self._dp_clipping} if self._dp_clipping else {}),
             # None: under add/remove neighbours N is private, so the expected error is not computed.
             "usable": False if reasons else (True if mean_error is not None else None),
             "reasons": reasons,
@@ -239,6 +248,16 @@ class _DPApproximationMixin:
         points = [self._constrained_point(flat) for flat in flats]
         events = [event_from_dict(e) for e in self._dp_record["events"]]
         return PrivateStart(points, events, source=f"DPADVI ({self._dp_record['iterations']} iterations)")
+
+    def unconstrained_mean_point(self) -> dict[str, np.ndarray]:
+        """q's mean as a point: value-variable name → value on the unconstrained scale (a released value)."""
+        if self._dp_record is None:
+            raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
+        mean = np.asarray(self.mean.eval(), dtype=float)
+        return {
+            name: np.asarray(mean[where], dtype=dtype).reshape(shape)
+            for name, (_, where, shape, dtype) in self.groups[0].ordering.items()
+        }
 
     def _constrained_point(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """Free-variable values (constrained scale) of a flat unconstrained vector in q's ordering.
@@ -334,6 +353,15 @@ class DPADVI(Inference):
     compile_kwargs : dict, optional
         Passed to ``pymc.pytensorf.compile`` for the per-row functions, e.g.
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
+    clip_check_share : float, default 0.05
+        With a target ``epsilon`` (σ calibrated), the share of ε spent at the end of every fit
+        on one release of the histogram of per-row score norms at the fitted mean
+        (:class:`pymc_dp.mechanisms.NoisyScoreNormHistogram`), from which the noisy share of
+        rows whose score norm exceeds ``grad_clip`` is read: above 1/√N (clipping bias of
+        the order of a posterior sd or more) the fit is flagged by
+        :meth:`DPMeanField.optimisation_diagnostics`. The score norm bounds the clipped
+        gradient's norm from below, so the share is a lower bound on the share clipped. 0
+        turns it off; with ``noise_multiplier`` set it is off.
     average_iterates : bool, default True
         End each fit at the average of its second half of iterates (Polyak–Ruppert), which
         damps the gradient noise the last iterate carries. The iterates' spread is kept as
@@ -388,8 +416,12 @@ class DPADVI(Inference):
         start: dict | None = None,
         compile_kwargs: dict | None = None,
         average_iterates: bool = True,
+        clip_check_share: float = 0.05,
     ) -> None:
         self.average_iterates = check_bool("average_iterates", average_iterates)
+        clip_check_share = _as_real("clip_check_share", clip_check_share)
+        if not 0.0 <= clip_check_share < 1.0:
+            raise ValueError(f"`clip_check_share` must be in [0, 1). Found {clip_check_share!r}.")
         self.epsilon = None if epsilon is None else check_finite_positive("epsilon", epsilon)
         self.sampling_rate = check_sampling_rate("sampling_rate", sampling_rate)
         self.grad_clip = check_finite_positive("grad_clip", grad_clip)
@@ -427,6 +459,15 @@ class DPADVI(Inference):
                 "to). Found neither."
             )
         self.budget = budget
+        # The clipping check needs a target to take its share of: on when σ is calibrated from `epsilon`.
+        calibrated = self.noise_multiplier is None and self.epsilon is not None
+        self.clip_check_share = clip_check_share if calibrated else 0.0
+        self._clip_check_noise = None
+        if self.clip_check_share > 0:
+            check_epsilon = self.clip_check_share * self.epsilon * (1 - CALIBRATION_MARGIN)
+            check_mu = gaussian_mu_for_target(check_epsilon, self.delta)
+            self._clip_check_noise = math.sqrt(0.5 / check_mu)
+        self._clip_checks = 0  # released so far
         self.reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
         self.random_seed = random_seed
         self._start, self._start_events, self._start_source = self._check_start(start)
@@ -494,7 +535,15 @@ class DPADVI(Inference):
         """The events of ``iterations`` iterations at the current noise multiplier."""
         if self.noise_multiplier is None:
             raise RuntimeError("The noise multiplier is not set yet: it is calibrated at the first fit.")
-        return NoisyPoissonGradientSum.events(self.noise_multiplier, self.sampling_rate, iterations, self.neighbouring)
+        return NoisyPoissonGradientSum.events(
+            self.noise_multiplier, self.sampling_rate, iterations, self.neighbouring
+        ) + self._clip_check_events(self._clip_checks)
+
+    def _clip_check_events(self, count: int) -> list[PrivacyEvent]:
+        """The clipping checks' events (one histogram per fit; none when the check is off)."""
+        if self._clip_check_noise is None or count == 0:
+            return []
+        return NoisyScoreNormHistogram.events(self._clip_check_noise, count, "DPADVI clipping check")
 
     def privacy_spent(self) -> PrivacySpent:
         """ε at ``delta`` of every iteration run so far by this object."""
@@ -509,7 +558,7 @@ class DPADVI(Inference):
         if self.noise_multiplier is not None:
             return self.noise_multiplier
         if self.epsilon is not None:
-            target, earlier = self.epsilon, ()
+            target, earlier = self.epsilon, tuple(self._clip_check_events(self._clip_checks + 1))
         else:  # calibrate to what is left of the budget
             target, earlier = self.budget.epsilon, self.budget.events
         try:
@@ -679,9 +728,12 @@ class DPADVI(Inference):
         )
         sigma = self._calibrated_noise(n)
         total = self._iterations + n
+        checks = self._clip_checks + (1 if self._clip_check_noise is not None else 0)
         run_epsilon = run.plan(
-            NoisyPoissonGradientSum.events(sigma, self.sampling_rate, total, self.neighbouring),
-            charge=NoisyPoissonGradientSum.events(sigma, self.sampling_rate, n, self.neighbouring),
+            NoisyPoissonGradientSum.events(sigma, self.sampling_rate, total, self.neighbouring)
+            + self._clip_check_events(checks),
+            charge=NoisyPoissonGradientSum.events(sigma, self.sampling_rate, n, self.neighbouring)
+            + self._clip_check_events(checks - self._clip_checks),
             depends_on=self._start_events,  # a DP start: composed into the result, charged when it was made
             advice=f"use more noise, a smaller sampling rate or fewer iterations ({total} iterations in all at "
             f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}).",
@@ -695,6 +747,7 @@ class DPADVI(Inference):
             # Every check passed: commit σ, then touch data.
             self.noise_multiplier = sigma
             self._iterations = total
+            self._clip_checks = checks
             self._approx._dp_record = self._record(run, run_epsilon)
             mechanism = self._row_mechanisms.poisson_gradient_sum(
                 self.grad_clip, sigma, self.sampling_rate, self.neighbouring
@@ -705,11 +758,15 @@ class DPADVI(Inference):
             self.state = self._iterate_without_loss(
                 0, n, self._make_step(mechanism, tail), progressbar, progressbar_theme, list(callbacks or [])
             )
-        # Post-processing of the released gradients: iterate averaging and the optimisation noise.
+            # Post-processing of the released gradients: iterate averaging.
+            if tail.count >= 2 and self.average_iterates:
+                self._unpack(tail.mean)
+            if self._clip_check_noise is not None:
+                self._approx._dp_clipping = self._clipping_check()
+                self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
+        # Post-processing of the released gradients: the optimisation noise.
         self._approx._dp_averaged_iterates = tail.count
         if tail.count >= 2:
-            if self.average_iterates:
-                self._unpack(tail.mean)
             self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
         else:  # stopped before its second half (a callback): nothing to average; flagged by the diagnostics
             self._approx._dp_optimisation_sd = None
@@ -718,6 +775,24 @@ class DPADVI(Inference):
             for group in self.approx.groups:
                 group.include_transformed = bool(include_transformed)
         return self.approx
+
+    def _clipping_check(self) -> dict[str, Any]:
+        """One release: the noisy share of rows whose score norm at the fitted mean exceeds ``grad_clip``."""
+        mean = self._family.mean_std(self._packed())[0][self._to_rows]  # the data layer's order
+        noisy = self._row_mechanisms.score_norm_histogram(self._clip_check_noise, self.neighbouring).release_counts(
+            mean, self._noise_rng
+        )
+        # Post-processing: N where it is public, else the noisy total.
+        total = self._prior.n_rows if self.neighbouring == "substitute" else max(float(noisy.sum()), 1.0)
+        noise_std = self._clip_check_noise * histogram_sensitivity(self.neighbouring)
+        return {
+            "bound": self.grad_clip,
+            "share_above_bound_at_reference": round(share_above(noisy, self.grad_clip, total), 5),
+            "share_above_bound_sd": round(share_above_sd(noise_std, self.grad_clip, total), 5),
+            "bias_threshold_share": round(1.0 / math.sqrt(total), 5),
+            "reference": "the fitted mean",
+            "noise_multiplier": self._clip_check_noise,
+        }
 
     def _record(self, run: PrivateRun, run_epsilon: float) -> dict[str, Any]:
         """The accountant record of every fit of this object and of the start's release (``run``: the latest fit)."""
@@ -736,5 +811,6 @@ class DPADVI(Inference):
                 "n_mc": self.n_mc,
                 "average_iterates": self.average_iterates,
                 "reproducible_noise": self.reproducible_noise,
+                "clip_check_share": self.clip_check_share,
             },
         ).to_dict()
