@@ -6,7 +6,13 @@ Public names only; see the README for a quick start and ``docs/`` for the guaran
 from importlib import metadata
 
 from pymc_dp._errors import PrivateRunError
-from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
+from pymc_dp.accounting import (
+    LedgerIntegrityError,
+    PrivacyBudget,
+    PrivacyBudgetExceededError,
+    PrivacyLedger,
+    PrivacySpent,
+)
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.planning import Plan, plan
@@ -28,10 +34,12 @@ __all__ = [
     "DPMultiOwnerPenaltyMH",
     "DPPenaltyMH",
     "DPSuffStatsPenaltyMH",
+    "LedgerIntegrityError",
     "ModelStructureError",
     "Plan",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
+    "PrivacyLedger",
     "PrivacySpent",
     "PrivateRunError",
     "PrivateStart",
