@@ -19,6 +19,7 @@ from pymc_dp.planning import Plan, plan
 from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
 from pymc_dp.sampling import privacy_spent, sample
+from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
 
@@ -41,6 +42,7 @@ __all__ = [
     "PrivacyBudgetExceededError",
     "PrivacyLedger",
     "PrivacySpent",
+    "PrivacyStatement",
     "PrivateRunError",
     "PrivateStart",
     "ReleasedStatistics",
@@ -51,6 +53,7 @@ __all__ = [
     "one_posterior_sample",
     "plan",
     "privacy_spent",
+    "privacy_statement",
     "publish",
     "release_statistics",
     "sample",

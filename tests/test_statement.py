@@ -1,0 +1,210 @@
+"""pmdp.privacy_statement on every result type the package returns."""
+
+import json
+import re
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
+from pymc_dp.diagnostics import PoorMixingWarning
+from pymc_dp.statement import BIBTEX
+
+QUIET = dict(progressbar=False, compute_convergence_checks=False)
+SMALL = dict(draws=20, tune=10, chains=2, **QUIET)
+
+
+def _normal_model(n, seed=1):
+    y = np.random.default_rng(seed).normal(0.5, 1.0, size=n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        pm.Normal("y", mu, 1.0, observed=y)
+    return model, y
+
+
+@pytest.fixture(scope="module")
+def results():
+    """One result of every kind pymc_dp returns, at a tiny size (the statements do not depend on mixing)."""
+    out = {}
+    model, y = _normal_model(300)
+    big, _ = _normal_model(5000, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PoorMixingWarning)  # tiny runs do not mix; the statement says so
+        with model:
+            out["DPPenaltyMH"] = pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=2.5), epsilon=1.0, delta=1e-6, **SMALL)
+            out["DPHMC"] = pmdp.sample(
+                step=pmdp.DPHMC(llr_clip=2.0, grad_clip=2.0, n_leapfrog=2), epsilon=1.0, delta=1e-6, **SMALL
+            )
+            out["init=dpadvi"] = pmdp.sample(
+                step=pmdp.DPPenaltyMH(llr_clip=2.5), epsilon=2.0, delta=1e-6, init="dpadvi", **SMALL
+            )
+            approx = pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.1, grad_clip=2.0).fit(
+                30, model=model, progressbar=False
+            )
+            out["DPADVI approximation"] = approx
+            out["DPADVI idata"] = approx.sample(20)
+            tau = pmdp.accounting.noise_multiplier_for_target(1.0, 1e-6, count=2 * 30)
+            step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=tau)
+            out["publish"] = pmdp.publish(pm.sample(step=step, **SMALL), delta=1e-6)
+            step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=tau)
+            out["publish with step"] = pmdp.publish(pm.sample(step=step, **SMALL), delta=1e-6, step=step)
+            out["one_posterior_sample"] = pmdp.one_posterior_sample(
+                epsilon=1.0, loglik_bounds=(-6.0, 0.0), tune=30, progressbar=False
+            )
+        with big:
+            out["DPBarkerMH"] = pmdp.sample(
+                step=pmdp.DPBarkerMH(batch_size=100, tempered_size=20.0), epsilon=3.0, delta=1e-6, **SMALL
+            )
+            out["DPMultiOwnerPenaltyMH"] = pmdp.sample(
+                step=pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(5000) % 3, llr_clip=2.0),
+                epsilon=3.0,
+                delta=1e-6,
+                **SMALL,
+            )
+        with pm.Model():
+            m = pm.Normal("m", 0, 10)
+            step = pmdp.DPSuffStatsPenaltyMH(
+                "normal", np.clip(y, -4, 4), {"mu": m}, family_settings={"sigma": 1.0, "bounds": (-4, 4)}
+            )
+            out["DPSuffStatsPenaltyMH"] = pmdp.sample(step=step, epsilon=1.0, delta=1e-6, **SMALL)
+        release = pmdp.release_statistics("bernoulli", (y > 0.5).astype("int64"), epsilon=0.5)
+        out["ReleasedStatistics"] = release
+        with pm.Model():
+            release.likelihood("y", p=pm.Beta("p", 1, 1))
+            out["released statistics idata"] = release.sample(draws=20, tune=20, chains=1, **QUIET)
+    return out
+
+
+def _record(result):
+    if isinstance(result, pmdp.ReleasedStatistics):
+        return result.accountant_record()
+    if hasattr(result, "_dp_record"):
+        return result._dp_record
+    return json.loads(result.posterior.attrs["dp_accountant"])
+
+
+KINDS = [
+    "DPPenaltyMH",
+    "DPHMC",
+    "DPBarkerMH",
+    "DPMultiOwnerPenaltyMH",
+    "DPSuffStatsPenaltyMH",
+    "init=dpadvi",
+    "DPADVI approximation",
+    "DPADVI idata",
+    "publish",
+    "publish with step",
+    "one_posterior_sample",
+    "ReleasedStatistics",
+    "released statistics idata",
+]
+# What each statement must name: its mechanism's paper (as cited in the text) and its BibTeX key.
+PAPERS = {
+    "DPPenaltyMH": ("Yıldırım and Ermiş, 2019", "yildirim2019exact"),
+    "DPHMC": ("Räisä et al., 2021", "raisa2021dphmc"),
+    "DPBarkerMH": ("Heikkilä et al., 2019", "heikkila2019dpmcmc"),
+    "DPMultiOwnerPenaltyMH": ("Algorithm 2", "yildirim2019exact"),
+    "DPSuffStatsPenaltyMH": ("Algorithm 3", "yildirim2019exact"),
+    "init=dpadvi": ("Jälkö et al., 2017", "jalko2017dpvi"),
+    "DPADVI approximation": ("Jälkö et al., 2017", "jalko2017dpvi"),
+    "DPADVI idata": ("Jälkö et al., 2017", "jalko2017dpvi"),
+    "publish": ("plain pm.sample", "sommer2019privacy"),
+    "publish with step": ("Yıldırım and Ermiş, 2019", "yildirim2019exact"),
+    "one_posterior_sample": ("McSherry and Talwar, 2007", "mcsherry2007mechanism"),
+    "ReleasedStatistics": ("Laplace mechanism (Dwork et al., 2006", "dwork2006calibrating"),
+    "released statistics idata": ("Laplace mechanism (Dwork et al., 2006", "dwork2006calibrating"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_statement_states_the_guarantee_mechanism_relation_and_software(results, kind):
+    result = results[kind]
+    record = _record(result)
+    statement = pmdp.privacy_statement(result)
+    text = statement.text
+    # ε recomposed from the events, as privacy_spent does, rounded up; δ as recorded
+    assert f"ε = {format_epsilon(statement.epsilon)}" in text
+    assert statement.epsilon == pytest.approx(record["epsilon"], rel=1e-12)
+    assert statement.delta == record["delta"]
+    assert ("(δ = 0)" in text) if record["delta"] == 0 else (f"δ = {record['delta']:.3g}" in text)
+    paper, key = PAPERS[kind]
+    assert paper in text and key in statement.keys
+    # neighbouring relation and the unit of privacy
+    if record["neighbouring"] == "substitute":
+        assert f"N = {record['n_rows']}" in text and "one row is replaced" in text
+    else:
+        assert record["neighbouring"] == "unknown" and "does not record the neighbouring relation" in text
+    # every step's settings: clip bounds and noise multipliers
+    for step in record.get("steps", []):
+        assert step["step"] in text
+        for setting in ("llr_clip", "grad_clip", "noise_multiplier", "batch_size", "l2_sensitivity"):
+            if setting in step:
+                assert f"{float(step[setting]):.4g}" in text
+    if "chains" in record and "tune" in record:
+        total = record["chains"] * (record["tune"] + record["draws"])
+        assert f"{total} iterations in all" in text and "tuning included" in text
+    # what is not covered, and the software
+    assert "prior (its public origin must be stated)" in text
+    assert f"pymc-dp {record['versions']['pymc-dp']}" in text and f"pymc {pm.__version__}" in text
+    # BibTeX: one entry per cited key, in citation order, with balanced braces
+    entries = re.findall(r"^@\w+\{([^,]+),", statement.bibtex, flags=re.MULTILINE)
+    assert entries == list(statement.keys) and all(BIBTEX[k] in statement.bibtex for k in statement.keys)
+    assert statement.bibtex.count("{") == statement.bibtex.count("}")
+    assert str(statement) == f"{text}\n\n{statement.bibtex}"
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("DPPenaltyMH", "Each chain started from its own draw from the prior (data-free)."),
+        ("init=dpadvi", "The chains started from a DP release (DPADVI"),
+        ("publish", "start values are not covered by ε"),
+        ("one_posterior_sample", "the error of the finite MCMC run is not covered by ε"),
+        ("DPADVI idata", "draws reported are from the fitted approximation (post-processing"),
+        ("released statistics idata", "given the released statistics only, which is post-processing"),
+    ],
+)
+def test_the_statement_says_what_is_and_is_not_covered(results, kind, expected):
+    assert expected in pmdp.privacy_statement(results[kind]).text
+
+
+def test_init_dpadvi_statement_gives_the_initialisation_share(results):
+    init = _record(results["init=dpadvi"])["dp_init"]
+    text = pmdp.privacy_statement(results["init=dpadvi"]).text
+    assert f"a share {init['epsilon_share']:.4g} of ε" in text
+    assert f"{init['iterations']} iterations of {init['optimizer']}" in text
+
+
+def test_a_flagged_result_is_flagged_in_the_statement(results):
+    idata = results["DPPenaltyMH"]
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    text = pmdp.privacy_statement(idata).text
+    assert ("flagged by its own diagnostics" in text) == (diagnostics["usable"] is False)
+
+
+def test_the_statement_refuses_what_it_cannot_vouch_for(results):
+    model, _ = _normal_model(300)
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=50.0)
+        plain = pm.sample(step=step, draws=5, tune=0, chains=1, **QUIET)
+    with pytest.raises(ValueError, match=r"`result` must carry a dp_accountant record: publish"):
+        pmdp.privacy_statement(plain)
+    with pytest.raises(ValueError, match=r"`result` must be a pymc_dp result .* Found int"):
+        pmdp.privacy_statement(3)
+    with pytest.raises(ValueError, match=r"`result` given as text must be the JSON"):
+        pmdp.privacy_statement("not json")
+    # A record pasted onto a result that still holds the raw data: its ε would not cover them.
+    plain.posterior.attrs["dp_accountant"] = results["DPPenaltyMH"].posterior.attrs["dp_accountant"]
+    with pytest.raises(pmdp.UnpublishableResultError, match=r"observed_data"):
+        pmdp.privacy_statement(plain)
+
+
+def test_the_statement_recomposes_epsilon_rather_than_trusting_the_attribute(results):
+    record = dict(_record(results["DPPenaltyMH"]))
+    honest = pmdp.privacy_statement(record)
+    record["epsilon"] = 0.01  # an edited attribute
+    assert pmdp.privacy_statement(json.dumps(record)).epsilon == honest.epsilon
+    assert "ε = 0.01" not in pmdp.privacy_statement(record).text
