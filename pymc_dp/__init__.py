@@ -22,6 +22,7 @@ from pymc_dp.sampling import privacy_spent, sample
 from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
+from pymc_dp.workflow import sample_posterior_predictive
 
 try:
     __version__ = metadata.version("pymc-dp")
@@ -57,5 +58,6 @@ __all__ = [
     "publish",
     "release_statistics",
     "sample",
+    "sample_posterior_predictive",
     "strip_private_groups",
 ]
