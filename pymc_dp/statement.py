@@ -249,8 +249,11 @@ def privacy_statement(result: Any) -> PrivacyStatement:
     sentences.append(_guarantee_text(record, epsilon, delta, method, cite))
     sentences.append(_coverage_text(record))
     if diagnostics is not None and diagnostics.get("usable") is False:
-        reasons = " ".join(str(r) for r in diagnostics.get("reasons", []))
-        sentences.append(f"The result is flagged by its own diagnostics as not usable as a posterior: {reasons}")
+        found = [str(r) for r in diagnostics.get("problems", []) + diagnostics.get("reasons", [])]
+        sentences.append(
+            "The result is flagged by its own diagnostics (computed from the released draws) as not usable as a "
+            f"posterior: {'; '.join(found) or 'see dp_diagnostics'}."
+        )
     if record.get("reproducible_noise"):
         sentences.append(
             "The mechanism noise was derived from a seed (reproducible_noise=True, for testing): the stated "
@@ -325,9 +328,9 @@ def _step_text(step: dict[str, Any], record: dict[str, Any], cite: _Citations) -
             f"{name}{on}: random-walk Metropolis with the penalty test (Yıldırım and Ermiş, 2019, "
             f"{'Algorithm 2, one noisy sum per data owner' if name == 'DPMultiOwnerPenaltyMH' else 'Algorithm 1'}). "
             f"Each iteration releases the sum over rows of the log-likelihood ratio of the proposal, each row's term "
-            f"clipped to [−b, b] with b = {_g(step['llr_clip'])}, plus Gaussian noise with noise multiplier "
-            f"τ = {_g(step['noise_multiplier'])} (standard deviation τ·Δ, where Δ = {factor} is the L2 "
-            "sensitivity of the clipped sum)"
+            f"clipped to [−c, c] with c = {_g(step['llr_clip'])}, plus Gaussian noise with noise multiplier "
+            f"τ = {_g(step['noise_multiplier'])} (noise standard deviation τ·Δ, where Δ, the L2 "
+            f"sensitivity of the clipped sum, is {factor})"
         )
         if step.get("temperature", 1.0) != 1.0:
             text += f", at temperature {_g(step['temperature'])}"
@@ -353,23 +356,23 @@ def _step_text(step: dict[str, Any], record: dict[str, Any], cite: _Citations) -
             f"{name}{on}: Hamiltonian Monte Carlo with private gradients and the penalty test (Räisä et al., 2021). "
             f"Each iteration releases {step['n_leapfrog'] + 1} sums of per-row gradients, each clipped to L2 norm "
             f"{_g(step['grad_clip'])}, with Gaussian noise of noise multiplier {_g(step['grad_noise_multiplier'])}, "
-            f"and one sum of log-likelihood ratios clipped to [−b, b] with b = {_g(step['llr_clip'])}, with noise "
-            f"multiplier {_g(step['llr_noise_multiplier'])} (standard deviation τ·Δ, where Δ = {factor} is the L2 "
-            "sensitivity of each clipped sum)."
+            f"and one sum of log-likelihood ratios clipped to [−c, c] with c = {_g(step['llr_clip'])}, with noise "
+            f"multiplier {_g(step['llr_noise_multiplier'])} (noise standard deviation τ·Δ, where Δ, the L2 "
+            f"sensitivity of each clipped sum, is {factor})."
         )
     if name == "DPBarkerMH":
         cite("heikkila2019dpmcmc")
         if step.get("full_data"):
             return (
                 f"{name}{on}: the DP Barker acceptance test on the full data (Heikkilä et al., 2019, Theorem 1), "
-                f"log-likelihood ratios clipped to [−b, b] with b = {_g(step['llr_clip'])}, Gaussian noise of "
+                f"log-likelihood ratios clipped to [−c, c] with c = {_g(step['llr_clip'])}, Gaussian noise of "
                 f"variance {_g(step.get('correction_variance', 0))} completed by a logistic correction."
             )
         cite("wang2019subsampled")
         return (
             f"{name}{on}: the subsampled DP Barker acceptance test (Heikkilä et al., 2019). Each iteration draws a "
             f"minibatch of {step['batch_size']} rows ({step.get('sampling', 'without replacement')}), clips each "
-            f"row's tempered log-likelihood ratio to [−b, b] with b = {_g(step['llr_clip'])} (temperature "
+            f"row's tempered log-likelihood ratio to [−c, c] with c = {_g(step['llr_clip'])} (temperature "
             f"{_g(step['temperature'])}, tempered size {_g(step['tempered_size'])}), and uses Gaussian noise of "
             f"variance {_g(step['correction_variance'])} completed by a fitted logistic correction; its privacy is the "
             "Rényi DP of their Theorem 2, amplified by subsampling without replacement (eq. 22; Wang et al., 2019)."

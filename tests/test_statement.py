@@ -183,6 +183,11 @@ def test_a_flagged_result_is_flagged_in_the_statement(results):
     diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
     text = pmdp.privacy_statement(idata).text
     assert ("flagged by its own diagnostics" in text) == (diagnostics["usable"] is False)
+    for problem in diagnostics["problems"]:
+        assert problem in text
+    fit = results["DPADVI idata"]
+    reasons = json.loads(fit.posterior.attrs["dp_diagnostics"]).get("reasons", [])
+    assert all(reason in pmdp.privacy_statement(fit).text for reason in reasons)
 
 
 def test_the_statement_refuses_what_it_cannot_vouch_for(results):
