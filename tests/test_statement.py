@@ -25,57 +25,110 @@ def _normal_model(n, seed=1):
     return model, y
 
 
+_MODELS: dict = {}
+
+
+def _model(n: int, seed: int):
+    if (n, seed) not in _MODELS:
+        _MODELS[n, seed] = _normal_model(n, seed)
+    return _MODELS[n, seed]
+
+
+def _penalty(epsilon=1.0, **kw):
+    model, _ = _model(300, 1)
+    with model:
+        return pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=2.5), epsilon=epsilon, delta=1e-6, **kw, **SMALL)
+
+
+def _dpadvi():
+    model, _ = _model(300, 1)
+    return pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.1, grad_clip=2.0).fit(
+        30, model=model, progressbar=False
+    )
+
+
+def _publish(with_step: bool):
+    model, _ = _model(300, 1)
+    tau = pmdp.accounting.noise_multiplier_for_target(1.0, 1e-6, count=2 * 30)
+    with model:  # a step is built inside its model
+        step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=tau)
+        return pmdp.publish(pm.sample(step=step, **SMALL), delta=1e-6, **({"step": step} if with_step else {}))
+
+
+def _one_posterior_sample():
+    model, _ = _model(300, 1)
+    with model:
+        return pmdp.one_posterior_sample(epsilon=1.0, loglik_bounds=(-6.0, 0.0), tune=30, progressbar=False)
+
+
+def _big(make_step):
+    model, _ = _model(5000, 2)
+    with model:
+        return pmdp.sample(step=make_step(), epsilon=3.0, delta=1e-6, **SMALL)
+
+
+def _hmc():
+    model, _ = _model(300, 1)
+    with model:
+        step = pmdp.DPHMC(llr_clip=2.0, grad_clip=2.0, n_leapfrog=2)
+        return pmdp.sample(step=step, epsilon=1.0, delta=1e-6, **SMALL)
+
+
+def _suffstats():
+    _, y = _model(300, 1)
+    with pm.Model():
+        m = pm.Normal("m", 0, 10)
+        step = pmdp.DPSuffStatsPenaltyMH(
+            "normal", np.clip(y, -4, 4), {"mu": m}, family_settings={"sigma": 1.0, "bounds": (-4, 4)}
+        )
+        return pmdp.sample(step=step, epsilon=1.0, delta=1e-6, **SMALL)
+
+
+def _released(_results):
+    _, y = _model(300, 1)
+    return pmdp.release_statistics("bernoulli", (y > 0.5).astype("int64"), epsilon=0.5)
+
+
+def _released_idata(results):
+    release = results["ReleasedStatistics"]
+    with pm.Model():
+        release.likelihood("y", p=pm.Beta("p", 1, 1))
+        return release.sample(draws=20, tune=20, chains=1, **QUIET)
+
+
+# One maker per kind of result pymc_dp returns, at a tiny size (the statements do not depend on mixing).
+MAKERS = {
+    "DPPenaltyMH": lambda r: _penalty(),
+    "DPHMC": lambda r: _hmc(),
+    "DPBarkerMH": lambda r: _big(lambda: pmdp.DPBarkerMH(batch_size=100, tempered_size=20.0)),
+    "DPMultiOwnerPenaltyMH": lambda r: _big(
+        lambda: pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(5000) % 3, llr_clip=2.0)
+    ),
+    "DPSuffStatsPenaltyMH": lambda r: _suffstats(),
+    "init=dpadvi": lambda r: _penalty(epsilon=2.0, init="dpadvi"),
+    "DPADVI approximation": lambda r: _dpadvi(),
+    "DPADVI idata": lambda r: r["DPADVI approximation"].sample(20),
+    "publish": lambda r: _publish(False),
+    "publish with step": lambda r: _publish(True),
+    "one_posterior_sample": lambda r: _one_posterior_sample(),
+    "ReleasedStatistics": _released,
+    "released statistics idata": _released_idata,
+}
+
+
+class _Results(dict):
+    """Results made on first use and kept for the module (only the kinds a run selects are made)."""
+
+    def __missing__(self, kind):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PoorMixingWarning)  # tiny runs do not mix; the statement says so
+            self[kind] = MAKERS[kind](self)
+        return self[kind]
+
+
 @pytest.fixture(scope="module")
 def results():
-    """One result of every kind pymc_dp returns, at a tiny size (the statements do not depend on mixing)."""
-    out = {}
-    model, y = _normal_model(300)
-    big, _ = _normal_model(5000, seed=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PoorMixingWarning)  # tiny runs do not mix; the statement says so
-        with model:
-            out["DPPenaltyMH"] = pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=2.5), epsilon=1.0, delta=1e-6, **SMALL)
-            out["DPHMC"] = pmdp.sample(
-                step=pmdp.DPHMC(llr_clip=2.0, grad_clip=2.0, n_leapfrog=2), epsilon=1.0, delta=1e-6, **SMALL
-            )
-            out["init=dpadvi"] = pmdp.sample(
-                step=pmdp.DPPenaltyMH(llr_clip=2.5), epsilon=2.0, delta=1e-6, init="dpadvi", **SMALL
-            )
-            approx = pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.1, grad_clip=2.0).fit(
-                30, model=model, progressbar=False
-            )
-            out["DPADVI approximation"] = approx
-            out["DPADVI idata"] = approx.sample(20)
-            tau = pmdp.accounting.noise_multiplier_for_target(1.0, 1e-6, count=2 * 30)
-            step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=tau)
-            out["publish"] = pmdp.publish(pm.sample(step=step, **SMALL), delta=1e-6)
-            step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=tau)
-            out["publish with step"] = pmdp.publish(pm.sample(step=step, **SMALL), delta=1e-6, step=step)
-            out["one_posterior_sample"] = pmdp.one_posterior_sample(
-                epsilon=1.0, loglik_bounds=(-6.0, 0.0), tune=30, progressbar=False
-            )
-        with big:
-            out["DPBarkerMH"] = pmdp.sample(
-                step=pmdp.DPBarkerMH(batch_size=100, tempered_size=20.0), epsilon=3.0, delta=1e-6, **SMALL
-            )
-            out["DPMultiOwnerPenaltyMH"] = pmdp.sample(
-                step=pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(5000) % 3, llr_clip=2.0),
-                epsilon=3.0,
-                delta=1e-6,
-                **SMALL,
-            )
-        with pm.Model():
-            m = pm.Normal("m", 0, 10)
-            step = pmdp.DPSuffStatsPenaltyMH(
-                "normal", np.clip(y, -4, 4), {"mu": m}, family_settings={"sigma": 1.0, "bounds": (-4, 4)}
-            )
-            out["DPSuffStatsPenaltyMH"] = pmdp.sample(step=step, epsilon=1.0, delta=1e-6, **SMALL)
-        release = pmdp.release_statistics("bernoulli", (y > 0.5).astype("int64"), epsilon=0.5)
-        out["ReleasedStatistics"] = release
-        with pm.Model():
-            release.likelihood("y", p=pm.Beta("p", 1, 1))
-            out["released statistics idata"] = release.sample(draws=20, tune=20, chains=1, **QUIET)
-    return out
+    return _Results()
 
 
 def _record(result):
@@ -86,21 +139,9 @@ def _record(result):
     return json.loads(result.posterior.attrs["dp_accountant"])
 
 
-KINDS = [
-    "DPPenaltyMH",
-    "DPHMC",
-    "DPBarkerMH",
-    "DPMultiOwnerPenaltyMH",
-    "DPSuffStatsPenaltyMH",
-    "init=dpadvi",
-    "DPADVI approximation",
-    "DPADVI idata",
-    "publish",
-    "publish with step",
-    "one_posterior_sample",
-    "ReleasedStatistics",
-    "released statistics idata",
-]
+# The default run covers one result of each front-end family; the other kinds run with -m slow.
+FAST = {"DPPenaltyMH", "DPADVI idata", "publish", "released statistics idata"}
+KINDS = [k if k in FAST else pytest.param(k, marks=pytest.mark.slow) for k in MAKERS]
 # What each statement must name: its mechanism's paper (as cited in the text) and its BibTeX key.
 PAPERS = {
     "DPPenaltyMH": ("Yıldırım and Ermiş, 2019", "yildirim2019exact"),
@@ -160,9 +201,11 @@ def test_the_statement_states_the_guarantee_mechanism_relation_and_software(resu
     ("kind", "expected"),
     [
         ("DPPenaltyMH", "Each chain started from its own draw from the prior (data-free)."),
-        ("init=dpadvi", "The chains started from a DP release (DPADVI"),
+        pytest.param("init=dpadvi", "The chains started from a DP release (DPADVI", marks=pytest.mark.slow),
         ("publish", "start values are not covered by ε"),
-        ("one_posterior_sample", "the error of the finite MCMC run is not covered by ε"),
+        pytest.param(
+            "one_posterior_sample", "the error of the finite MCMC run is not covered by ε", marks=pytest.mark.slow
+        ),
         ("DPADVI idata", "draws reported are from the fitted approximation (post-processing"),
         ("released statistics idata", "given the released statistics only, which is post-processing"),
     ],
@@ -171,6 +214,7 @@ def test_the_statement_says_what_is_and_is_not_covered(results, kind, expected):
     assert expected in pmdp.privacy_statement(results[kind]).text
 
 
+@pytest.mark.slow
 def test_init_dpadvi_statement_gives_the_initialisation_share(results):
     init = _record(results["init=dpadvi"])["dp_init"]
     text = pmdp.privacy_statement(results["init=dpadvi"]).text
