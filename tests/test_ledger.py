@@ -210,21 +210,39 @@ def _charge_many(path, worker, attempts, barrier, results):
     results.put(accepted)
 
 
+def _read_while_others_charge(path, barrier, stop, results):
+    ledger = pmdp.PrivacyLedger(path, dataset="survey")
+    barrier.wait()
+    reads, errors, seen = 0, [], []
+    while not stop.is_set():
+        try:
+            seen.append(len(ledger.history()))
+            ledger.spent()
+            reads += 1
+        except Exception as error:  # a read must never see a half-written charge
+            errors.append(f"{type(error).__name__}: {error}")
+    results.put((reads, errors, seen))
+
+
 @pytest.mark.parametrize(("processes", "attempts", "allowed"), [(8, 25, 100)])
 def test_processes_charging_at_once_never_overspend_and_lose_no_entry(tmp_path, processes, attempts, allowed):
     ledger = _ledger(tmp_path, epsilon=_budget_for(allowed))
-    barrier, results = FORK.Barrier(processes), FORK.Queue()
+    barrier, results, reader_results, stop = FORK.Barrier(processes + 1), FORK.Queue(), FORK.Queue(), FORK.Event()
     workers = [
         FORK.Process(target=_charge_many, args=(ledger.path, w, attempts, barrier, results)) for w in range(processes)
     ]
+    reader = FORK.Process(target=_read_while_others_charge, args=(ledger.path, barrier, stop, reader_results))
     start = time.perf_counter()
-    for w in workers:
+    for w in [*workers, reader]:
         w.start()
     accepted = [label for _ in workers for label in results.get(timeout=300)]
-    for w in workers:
-        w.join(timeout=60)
     elapsed = time.perf_counter() - start
-    assert [w.exitcode for w in workers] == [0] * processes
+    stop.set()
+    reads, errors, seen = reader_results.get(timeout=60)
+    for w in [*workers, reader]:
+        w.join(timeout=60)
+    assert [w.exitcode for w in [*workers, reader]] == [0] * (processes + 1)
+    assert errors == [] and reads > 0 and seen == sorted(seen)  # consistent snapshots, never going back
     history = ledger.history()
     assert len(accepted) == allowed == len(history)  # every charge that fits was accepted, no more
     assert sorted(accepted) == sorted(e.label for e in history)  # no accepted charge lost
@@ -233,7 +251,8 @@ def test_processes_charging_at_once_never_overspend_and_lose_no_entry(tmp_path, 
     assert ledger.verify().epsilon == history[-1].epsilon_after
     print(
         f"\nledger concurrency: {processes} processes x {attempts} charges = {processes * attempts} attempted, "
-        f"{len(accepted)} accepted (budget allows {allowed}), {elapsed:.2f} s wall"
+        f"{len(accepted)} accepted (budget allows {allowed}), {elapsed:.2f} s wall; a reader made {reads} "
+        "consistent reads meanwhile"
     )
 
 

@@ -284,7 +284,7 @@ class PrivacyLedger(PrivacyBudget):
             conn.execute("INSERT INTO ledger_head (id, count, hash) VALUES (1, 0, ?)", (genesis_hash(settings_json),))
 
     def _open_and_check(self, given: dict[str, Any]) -> dict[str, Any]:
-        with self._connection() as conn:
+        with self._reading() as conn:
             settings = self._settings(conn)
             self._verified_entries(conn, settings)
         if settings["dataset"] != self.dataset:
@@ -307,6 +307,16 @@ class PrivacyLedger(PrivacyBudget):
             yield conn
         finally:
             conn.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: the settings, entries and head are read from one snapshot."""
+        with self._connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -385,7 +395,7 @@ class PrivacyLedger(PrivacyBudget):
     # -- the budget interface ----------------------------------------------------------------
     def history(self) -> LedgerHistory:
         """Every charge, oldest first, after checking the file (a table when printed)."""
-        with self._connection() as conn:
+        with self._reading() as conn:
             return LedgerHistory(self._verified_entries(conn))
 
     @property
@@ -404,7 +414,7 @@ class PrivacyLedger(PrivacyBudget):
         entries = self.history()
         if entries:
             return len(entries), entries[-1].hash
-        with self._connection() as conn:
+        with self._reading() as conn:
             return 0, genesis_hash(self._settings(conn)["_json"])
 
     def charge(self, events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], label: str = "run") -> PrivacySpent:
