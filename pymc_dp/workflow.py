@@ -141,9 +141,14 @@ def sample_posterior_predictive(
                 "array."
             )
     names = list(var_names) if var_names is not None else [rv.name for rv in model.observed_RVs]
+    if not names:
+        raise ValueError(
+            "`var_names` must be given when the model has no observed variables (nothing to predict by default). "
+            "Found None."
+        )
     bad = [n for n in names if n not in model.named_vars]
-    if bad or not names:
-        raise ValueError(f"`var_names` must name variables of the model. Found {bad or names}.")
+    if bad:
+        raise ValueError(f"`var_names` must name variables of the model. Found {bad}.")
 
     clone = clone_model(model)
     pm.set_data({k: np.asarray(v) for k, v in data.items()}, model=clone, coords=coords)
