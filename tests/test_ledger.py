@@ -65,7 +65,9 @@ def test_bad_settings_are_refused_and_create_no_file(tmp_path):
         )
     with pytest.raises(ValueError, match=r"`dataset` must be a non-empty str"):
         pmdp.PrivacyLedger(tmp_path / "a.sqlite", dataset="", epsilon=1.0, delta=DELTA, n_rows=5)
-    assert not (tmp_path / "a.sqlite").exists()
+    with pytest.raises(ValueError, match=r"`path` must be a file in an existing directory"):
+        pmdp.PrivacyLedger(tmp_path / "missing" / "a.sqlite", dataset="s", epsilon=1.0, delta=DELTA, n_rows=5)
+    assert not (tmp_path / "a.sqlite").exists() and not (tmp_path / "missing").exists()
     (tmp_path / "other.sqlite").write_bytes(b"not a database, but not empty either" * 10)
     with pytest.raises(pmdp.LedgerIntegrityError, match=r"not an SQLite privacy ledger"):
         pmdp.PrivacyLedger(tmp_path / "other.sqlite", dataset="s", epsilon=1.0, delta=DELTA, n_rows=5)
@@ -328,3 +330,31 @@ def test_every_front_end_charges_a_ledger_as_it_charges_a_budget(tmp_path, conju
     for entry in ledger.history():
         reference.charge(entry.events, label=entry.label)
     assert ledger.spent().epsilon == reference.spent().epsilon and len(ledger.history()) == 3
+
+
+def test_verify_recomposes_every_entry_and_names_a_recorded_epsilon_that_differs(tmp_path):
+    ledger = _ledger(tmp_path)
+    for _ in range(2):
+        ledger.charge([GaussianReleases(10.0, 1)])
+    assert ledger.verify().epsilon == ledger.history()[-1].epsilon_after
+    # A forger who rewrites the chain consistently but lowers the recorded ε of entry 2 is caught by verify.
+    conn = sqlite3.connect(ledger.path)
+    rows = conn.execute("SELECT seq, entry FROM ledger_entries ORDER BY seq").fetchall()
+    (settings,) = conn.execute("SELECT settings FROM ledger_settings").fetchone()
+    prev = genesis_hash(settings)
+    for seq, text in rows:
+        data = json.loads(text)
+        if seq == 2:
+            data["epsilon_after"] = 0.01
+        text = canonical_json(data)
+        digest = entry_hash(prev, text)
+        conn.execute(
+            "UPDATE ledger_entries SET entry = ?, prev_hash = ?, hash = ? WHERE seq = ?", (text, prev, digest, seq)
+        )
+        prev = digest
+    conn.execute("UPDATE ledger_head SET hash = ?", (prev,))
+    conn.commit()
+    conn.close()
+    forged = pmdp.PrivacyLedger(ledger.path, dataset="survey")  # the chain is consistent again
+    with pytest.raises(pmdp.LedgerIntegrityError, match=r"Entry 2 .* records ε = 0\.01, but the history up to it"):
+        forged.verify()

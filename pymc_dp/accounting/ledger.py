@@ -236,6 +236,8 @@ class PrivacyLedger(PrivacyBudget):
         }
         timeout = check_finite_positive("timeout", timeout)
         path = os.fspath(path)
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"`path` must be a file in an existing directory. Found {path!r}.")
         if given["neighbouring"] == "add_remove" and given["n_rows"] is not None:
             raise ValueError(
                 "`n_rows` must be omitted under add_remove neighbours (N is private there and the ledger file "
@@ -483,8 +485,11 @@ class PrivacyLedger(PrivacyBudget):
             held = held + entry.events
             epsilon = self._compose(held).epsilon
             if not math.isclose(epsilon, entry.epsilon_after, rel_tol=1e-9, abs_tol=0.0):
-                raise self._broken(
-                    f"entry {entry.seq} records ε = {entry.epsilon_after!r}, but its events compose to {epsilon!r}"
+                raise LedgerIntegrityError(
+                    f"Entry {entry.seq} of the privacy ledger {self.path!r} records ε = {entry.epsilon_after!r}, but "
+                    f"the history up to it composes to ε = {epsilon!r} with this installation (the entry was priced "
+                    f"by {entry.versions}). Either the file was edited or the accountant changed between versions; "
+                    "report the larger ε."
                 )
         return self._compose(held)
 
