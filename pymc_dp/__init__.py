@@ -6,15 +6,23 @@ Public names only; see the README for a quick start and ``docs/`` for the guaran
 from importlib import metadata
 
 from pymc_dp._errors import PrivateRunError
-from pymc_dp.accounting import PrivacyBudget, PrivacyBudgetExceededError, PrivacySpent
+from pymc_dp.accounting import (
+    LedgerIntegrityError,
+    PrivacyBudget,
+    PrivacyBudgetExceededError,
+    PrivacyLedger,
+    PrivacySpent,
+)
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.planning import Plan, plan
 from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
 from pymc_dp.sampling import privacy_spent, sample
+from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
+from pymc_dp.workflow import sample_posterior_predictive
 
 try:
     __version__ = metadata.version("pymc-dp")
@@ -28,11 +36,14 @@ __all__ = [
     "DPMultiOwnerPenaltyMH",
     "DPPenaltyMH",
     "DPSuffStatsPenaltyMH",
+    "LedgerIntegrityError",
     "ModelStructureError",
     "Plan",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
+    "PrivacyLedger",
     "PrivacySpent",
+    "PrivacyStatement",
     "PrivateRunError",
     "PrivateStart",
     "ReleasedStatistics",
@@ -43,8 +54,10 @@ __all__ = [
     "one_posterior_sample",
     "plan",
     "privacy_spent",
+    "privacy_statement",
     "publish",
     "release_statistics",
     "sample",
+    "sample_posterior_predictive",
     "strip_private_groups",
 ]

@@ -26,7 +26,6 @@ This module reads no data: it inspects result objects and model graphs only.
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from typing import Any
 
 from pymc_dp.data import _row_structure, data_dependent_deterministics
@@ -93,17 +92,6 @@ class PrivateStart(list):
         super().__init__(points)
         self.events = tuple(events)
         self.source = str(source)
-
-
-def versions() -> dict[str, str]:
-    """Versions of the packages that computed a result (recorded in ``dp_accountant``)."""
-    out = {}
-    for name in ("pymc-dp", "pymc", "pytensor", "dp-accounting", "numpy", "scipy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "unknown"
-    return out
 
 
 def group_names(idata: Any) -> list[str]:

@@ -34,9 +34,10 @@ import numpy as np
 
 from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import check_finite_positive, check_neighbouring
+from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import PrivacyEvent, compose_epsilon
-from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result, versions
+from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result
 
 __all__ = ["AccountantRecord", "PrivateRun"]
 

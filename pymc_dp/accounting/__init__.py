@@ -25,14 +25,19 @@ from pymc_dp.accounting.gaussian import (
     gaussian_epsilon,
     gaussian_mu_for_target,
 )
+from pymc_dp.accounting.ledger import LedgerEntry, LedgerHistory, LedgerIntegrityError, PrivacyLedger
 from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
 
 __all__ = [
     "DEFAULT_ORDERS",
     "GaussianReleases",
+    "LedgerEntry",
+    "LedgerHistory",
+    "LedgerIntegrityError",
     "PoissonGaussianReleases",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
+    "PrivacyLedger",
     "PrivacySpent",
     "PureDPReleases",
     "RdpReleases",

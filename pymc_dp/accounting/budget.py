@@ -79,11 +79,21 @@ class PrivacyBudget:
         return self._spent_with(())
 
     def _spent_with(self, extra: tuple[PrivacyEvent, ...]) -> PrivacySpent:
-        events = self.events + tuple(extra)
+        return self._compose(self.events + tuple(extra))
+
+    def _compose(self, events: tuple[PrivacyEvent, ...]) -> PrivacySpent:
+        """ε of ``events`` at the budget's δ (the one composition every budget and ledger uses)."""
         if not events:
             return PrivacySpent(0.0, self.delta, self.neighbouring, "gaussian_closed_form", 0.0, self.n_rows, ())
         eps, method, mu = compose_epsilon(events, self.delta)
         return PrivacySpent(eps, self.delta, self.neighbouring, method, mu, self.n_rows, events)
+
+    def _refusal(self, after: PrivacySpent, before: float) -> PrivacyBudgetExceededError:
+        return PrivacyBudgetExceededError(
+            f"This run would bring the budget's ε to {after.epsilon:.6g} at δ={self.delta:g}, above its "
+            f"`epsilon`={self.epsilon:g} (already spent: {before:.6g}). Nothing was run or charged; "
+            "use more noise, fewer chains or fewer iterations."
+        )
 
     def would_spend(self, events: list[PrivacyEvent] | tuple[PrivacyEvent, ...]) -> PrivacySpent:
         """ε the budget would have spent after also charging ``events`` (nothing is charged)."""
@@ -93,12 +103,7 @@ class PrivacyBudget:
         """Raise :class:`PrivacyBudgetExceededError` if ``events`` do not fit; change nothing."""
         after = self.would_spend(events)
         if after.epsilon > self.epsilon:
-            before = self.spent().epsilon
-            raise PrivacyBudgetExceededError(
-                f"This run would bring the budget's ε to {after.epsilon:.6g} at δ={self.delta:g}, above its "
-                f"`epsilon`={self.epsilon:g} (already spent: {before:.6g}). Nothing was run or charged; "
-                "use more noise, fewer chains or fewer iterations."
-            )
+            raise self._refusal(after, self.spent().epsilon)
         return after
 
     def charge(self, events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], label: str = "run") -> PrivacySpent:
