@@ -74,3 +74,23 @@ html_theme_options = {
     "show_prev_next": True,
 }
 html_static_path: list[str] = []
+
+
+def _init_signature(app, what, name, obj, options, signature, return_annotation):
+    """Show a step method's ``__init__`` signature instead of ``(*args, **kwargs)``.
+
+    PyMC's step methods define ``__new__(cls, *args, **kwargs)``, which autodoc prefers to
+    ``__init__``; the parameters users pass are ``__init__``'s.
+    """
+    import inspect
+
+    if what == "class" and signature == "(*args, **kwargs)" and "__init__" in vars(obj):
+        init = inspect.signature(obj.__init__)
+        # Drop self; no annotations, as for every other signature (autodoc_typehints = "none").
+        params = [p.replace(annotation=inspect.Parameter.empty) for p in list(init.parameters.values())[1:]]
+        return str(init.replace(parameters=params, return_annotation=inspect.Signature.empty)), return_annotation
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _init_signature)
