@@ -216,7 +216,7 @@ def one_posterior_sample(
     Notes
     -----
     **Neighbouring relation.** Substitute by default (Δu = upper − lower); add/remove gives
-    Δu = max(|lower|, |upper|).
+    Δu = ``max(|lower|, |upper|)``.
 
     **Sensitivity and temperature.** See :func:`ops_temperature`: the exponential mechanism
     with the prior as base measure and utility the clipped log-likelihood, T = ε/(2Δu).

@@ -94,7 +94,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         Use the full-data test of Theorem 1 instead of a batch.
     llr_clip : float, optional
         The bound on each row's log-likelihood ratio. Subsampled: c ≤ √b/N₀, default √b/N₀
-        (smaller is allowed: the theorem only needs |rᵢ| ≤ √b/N₀). Full data: B, the knob
+        (smaller is allowed: the theorem only needs ``|rᵢ| ≤ √b/N₀``). Full data: B, the knob
         that sets the privacy (C is bounded by π²/3); leave unset to have
         :func:`pymc_dp.sample` calibrate it from a target ε.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
@@ -302,7 +302,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     # -- public diagnostics ---------------------------------------------------------------
     @property
     def correction_error(self) -> float:
-        """sup_x |P(N(0, C) + V_cor ≤ x) − σ(x)| of the correction in use (data-free)."""
+        """``sup_x |P(N(0, C) + V_cor ≤ x) − σ(x)|`` of the correction in use (data-free)."""
         return self.correction.sup_error
 
     # -- privacy interface ----------------------------------------------------------------

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build the documentation site (docs/ → docs/_build/html) with warnings as errors, executing every
+# tutorial notebook (docs/tutorials/*.md, MyST-NB, cached in docs/_build/.jupyter_cache: an unchanged
+# notebook is not re-run). Needs the docs extra: python -m pip install -e '.[docs]'.
+#
+#   scripts/build_docs.sh                           # small size (the tutorials' parameter cells), as in CI
+#   PYMC_DP_DOCS_SIZE=full scripts/build_docs.sh    # full size (tens of minutes)
+#   scripts/build_docs.sh --fresh                   # drop the build and the execution cache first
+#
+# The size is not part of the cache key: after switching sizes, use --fresh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--fresh" ]; then
+    rm -rf docs/_build docs/api
+elif [ $# -gt 0 ]; then
+    echo "usage: $0 [--fresh]" >&2
+    exit 2
+fi
+export PYMC_DP_DOCS_SIZE="${PYMC_DP_DOCS_SIZE:-small}"
+start=$(date +%s)
+python -m sphinx -W --keep-going -b html docs docs/_build/html
+echo "docs built in $(( $(date +%s) - start )) s (size: $PYMC_DP_DOCS_SIZE): docs/_build/html/index.html"
