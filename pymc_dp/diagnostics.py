@@ -213,6 +213,13 @@ def clipping_problem(clipping: dict[str, Any] | None) -> str | None:
     if not clipping or not clipping.get("releases"):
         return None
     last = clipping["releases"][-1]
+    if last.get("resolvable") is False:
+        return (
+            f"clip bound: the private histogram's noise ({last['count_noise_rows']:.3g} rows in a cumulative count) "
+            "is larger than half the rows above the quantile asked for, so the released bound "
+            f"{last['bound']:.3g} may be anywhere between far too small (clipping bias) and far too large (noise): "
+            "give llr_clip (and grad_clip) as numbers from public knowledge, or raise clip_epsilon_share or N·ε"
+        )
     share, threshold = last["share_above_bound_at_reference"], last["bias_threshold_share"]
     share_sd = last.get("share_above_bound_sd", 0.0)
     if share - 3.0 * share_sd <= threshold:
@@ -260,7 +267,14 @@ def attach_diagnostics(
     problem = clipping_problem(clipping)
     if clipping:
         last = clipping["releases"][-1]
-        keys = ("bound", "share_above_bound_at_reference", "share_above_bound_sd", "bias_threshold_share", "reference")
+        keys = (
+            "bound",
+            "resolvable",
+            "share_above_bound_at_reference",
+            "share_above_bound_sd",
+            "bias_threshold_share",
+            "reference",
+        )
         diagnostics["clipping"] = {key: last[key] for key in keys if key in last}
     if problem is not None:
         diagnostics["problems"].append(problem)

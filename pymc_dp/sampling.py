@@ -29,7 +29,9 @@ from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
+    cumulative_noise_rows,
     histogram_sensitivity,
+    quantile_is_resolvable,
     share_above,
     share_above_sd,
 )
@@ -241,6 +243,8 @@ class ClipBoundPlan:
         total = self.step.n_rows if self.step.neighbouring == "substitute" else max(released.noisy_counts.sum(), 1.0)
         self.releases.append(
             {
+                "resolvable": quantile_is_resolvable(self.noise_std, total, self.quantile),
+                "count_noise_rows": round(cumulative_noise_rows(self.noise_std), 2),
                 "quantile_bound": released.bound,
                 "bound": bound,
                 "share_above_bound_at_reference": round(share_above(released.noisy_counts, bound, total), 5),

@@ -80,7 +80,7 @@ class _Rows:
         return self.grads
 
 
-def test_noisy_quantile_is_unbiased_within_its_standard_error():
+def test_noisy_quantile_errs_by_less_than_its_noise_allows():
     n, tau, quantile, reps = 20_000, 20.0, 0.9, 300
     norms = 10 ** (-1 + 2 * (np.arange(n) + 0.5) / n)
     grads = np.column_stack([norms, np.zeros(n)])
@@ -92,8 +92,10 @@ def test_noisy_quantile_is_unbiased_within_its_standard_error():
     # error in share is that over N, to first order.
     k = int(np.searchsorted(NORM_GRID_EDGES, 10 ** (-1 + 2 * quantile), side="right")) + 1
     share_sd = mechanism.std * math.sqrt(k) / n
+    # The consistency projection (isotonic cumulative counts, read against their noisy total)
+    # is not exactly unbiased; its bias is a small fraction of the noise's own scale.
     assert true_share.std() < 2 * share_sd
-    assert abs(true_share.mean() - (1 - quantile)) < 4 * true_share.std() / math.sqrt(reps) + 2 / n
+    assert abs(true_share.mean() - (1 - quantile)) < 0.5 * share_sd
     assert NoisyScoreNormHistogram.events(tau, 2, "clip") == [GaussianReleases(tau, 2, label="clip")]
 
 
@@ -110,30 +112,32 @@ def _logistic(n=2000, seed=0):
 
 
 def test_auto_bound_is_released_priced_and_recorded():
-    model, x = _logistic()
+    # N = 20,000 at ε = 4: the histogram's noise (about 170 rows in a cumulative count) is well
+    # below half the rows above the 0.95 quantile (500), so the quantile is resolvable.
+    model, x = _logistic(n=20_000)
     step = pmdp.DPPenaltyMH(model=model)
     assert step.llr_clip == "auto"
     with model:
-        idata = pmdp.sample(step=step, epsilon=2.0, delta=1e-6, draws=30, tune=20, chains=2, **QUIET)
+        idata = pmdp.sample(step=step, epsilon=4.0, delta=1e-6, draws=30, tune=20, chains=2, **QUIET)
     record = json.loads(idata.posterior.attrs["dp_accountant"])
     clip = record["clip_bound"]
     bound = clip["bounds"]["llr_clip"]
     # The recorded step settings carry the released bound; the step is back to "auto".
     assert record["steps"][0]["llr_clip"] == bound and step.llr_clip == "auto"
     # One histogram at the clip share of ε (calibration margin applied), priced with the chains.
-    mu = gaussian_mu_for_target(0.05 * 2.0 * (1 - CALIBRATION_MARGIN), 1e-6)
+    mu = gaussian_mu_for_target(0.05 * 4.0 * (1 - CALIBRATION_MARGIN), 1e-6)
     assert clip["noise_multiplier"] == pytest.approx(math.sqrt(1 / (2 * mu)))
     labels = [e["label"] for e in record["events"]]
     assert any("clip bound" in label for label in labels)
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"])
-    assert idata.posterior.attrs["dp_epsilon"] <= 2.0
+    assert idata.posterior.attrs["dp_epsilon"] <= 4.0
     # At θ = 0 every row's score norm is ½‖(x, 1)‖: the bound is twice (the margin) their 0.95 quantile,
-    # up to the noise (σ = τ√2 ≈ 50 rows per bin against N = 2,000).
+    # up to the noise.
     true_q90 = np.quantile(0.5 * np.linalg.norm(np.column_stack([x, np.ones(len(x))]), axis=1), 0.95)
     release = clip["releases"][0]
     assert clip["margin"] == 2.0 and bound == pytest.approx(2.0 * release["quantile_bound"])
     assert 0.5 * true_q90 < release["quantile_bound"] < 2 * true_q90
-    assert release["reference"] == "the model's initial point"
+    assert release["reference"] == "the model's initial point" and release["resolvable"] is True
     # No row's score is near twice the 0.95 quantile: nothing flagged for clipping (the noisy
     # share above the bound is within three of its sds of zero).
     assert "clipping" not in " ".join(json.loads(idata.posterior.attrs["dp_diagnostics"])["problems"])
@@ -251,3 +255,14 @@ def test_dpadvi_clipping_check_is_priced_and_flags_a_low_bound():
     assert fit.clip_check_share == 0.0 and "clipping" not in approx.optimisation_diagnostics()
     with pytest.raises(ValueError, match="`clip_check_share` must be in"):
         pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.1, grad_clip=1.0, clip_check_share=1.0)
+
+
+def test_an_unresolvable_quantile_flags_the_result():
+    # N = 2,000 at ε = 1: 5 % of ε gives count noise of about 570 rows, far above the 50 rows
+    # above the 0.95 quantile: the bound is unreliable, and the result says so.
+    model, _ = _logistic(n=2000)
+    with model, pytest.warns(pmdp.diagnostics.PoorMixingWarning, match="clip bound: the private histogram's noise"):
+        idata = pmdp.sample(
+            step=pmdp.DPPenaltyMH(), epsilon=1.0, delta=1e-6, draws=10, tune=10, chains=2, progressbar=False
+        )
+    assert json.loads(idata.posterior.attrs["dp_diagnostics"])["clipping"]["resolvable"] is False

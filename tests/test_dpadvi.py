@@ -14,8 +14,8 @@ import pymc_dp as pmdp
 from pymc_dp import mechanisms
 from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExceededError, compose_epsilon
 from pymc_dp.accounting.calibrate import poisson_gaussian_noise_multiplier
-from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.accounting.events import PoissonGaussianReleases
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import ModelStructureError
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_gradient, poisson_sample
 from pymc_dp.results import group as _group

@@ -31,9 +31,12 @@ __all__ = [
     "NORM_GRID_EDGES",
     "ClipBoundRelease",
     "NoisyScoreNormHistogram",
+    "consistent_cumulative",
+    "cumulative_noise_rows",
     "histogram_sensitivity",
     "norm_histogram",
     "quantile_from_histogram",
+    "quantile_is_resolvable",
     "share_above",
     "share_above_sd",
 ]
@@ -65,29 +68,42 @@ def norm_histogram(norms: np.ndarray, edges: np.ndarray = NORM_GRID_EDGES) -> np
     return np.bincount(index, minlength=len(edges) + 1).astype(float)
 
 
+def consistent_cumulative(counts: np.ndarray) -> np.ndarray:
+    """The non-decreasing, non-negative cumulative counts closest (least squares) to the noisy ones.
+
+    Cumulative counts of a histogram never decrease; the noisy ones do, by a random walk of
+    noise through the empty bins. Their isotonic regression (pool-adjacent-violators) is the
+    least-squares projection onto non-decreasing sequences and removes most of that noise
+    (Hay, Rastogi, Miklau and Suciu 2010, "Boosting the accuracy of differentially private
+    histograms through consistency", §4). Post-processing of the released counts: free.
+    """
+    from scipy.optimize import isotonic_regression
+
+    cumulative = np.cumsum(np.asarray(counts, dtype=float))
+    return np.clip(isotonic_regression(cumulative, increasing=True).x, 0.0, None)
+
+
 def quantile_from_histogram(
     counts: np.ndarray, quantile: float, total: float | None = None, edges: np.ndarray = NORM_GRID_EDGES
 ) -> float:
     """The ``quantile`` of the norms behind a (noisy) histogram on ``edges``.
 
-    The cumulative noisy counts are compared with ``quantile · total`` (``total``: by default
-    the noisy sum, so that the last cumulative count is the total and the target is always
-    reached; with N instead, noise that sums negative over the bins can leave a high quantile
-    unreached). The counts are used as released, negative ones included:
-    setting them to zero would bias the cumulative counts upwards by about 0.4σ per empty bin.
-    Within the first bin where the cumulative count reaches the target the bound is
-    interpolated on the log scale; below the grid it is the bottom edge, above it the top
-    edge. Post-processing of the released counts: free.
+    The cumulative counts are made consistent (:func:`consistent_cumulative`: non-decreasing,
+    non-negative) and compared with ``quantile · total`` (``total``: by default the last
+    consistent cumulative count, so the target is always reached; with N instead, noise that
+    sums negative can leave a high quantile unreached). Within the first bin where the
+    cumulative count reaches the target the bound is interpolated on the log scale; below the
+    grid it is the bottom edge, above it the top edge. Post-processing of the released
+    counts: free.
     """
     if not 0.0 < quantile <= 1.0:
         raise ValueError(f"`quantile` must be in (0, 1]. Found {quantile!r}.")
-    counts = np.asarray(counts, dtype=float)
     edges = np.asarray(edges, dtype=float)
-    total = float(counts.sum()) if total is None else float(total)
+    cumulative = consistent_cumulative(counts)
+    total = float(cumulative[-1]) if total is None else float(total)
     if not total > 0:  # nothing but noise: no information about the norms
         return float(edges[-1])
     target = quantile * total
-    cumulative = np.cumsum(counts)
     reached = np.nonzero(cumulative >= target)[0]
     if not reached.size or reached[0] >= len(edges):  # only the open top bin (or nothing) reaches it
         return float(edges[-1])
@@ -95,7 +111,8 @@ def quantile_from_histogram(
     if k == 0:  # the open bottom bin
         return float(edges[0])
     before = cumulative[k - 1]
-    fraction = float(np.clip((target - before) / counts[k], 0.0, 1.0)) if counts[k] > 0 else 1.0
+    step = cumulative[k] - before
+    fraction = float(np.clip((target - before) / step, 0.0, 1.0)) if step > 0 else 1.0
     return float(edges[k - 1] * (edges[k] / edges[k - 1]) ** fraction)
 
 
@@ -124,6 +141,22 @@ def share_above_sd(noise_std: float, bound: float, total: float, edges: np.ndarr
     """Standard deviation of :func:`share_above`'s noise: σ√k / total, k the bins summed above ``bound``."""
     k = len(edges) + 1 - int(np.searchsorted(np.asarray(edges, dtype=float), bound, side="right"))
     return float(noise_std * math.sqrt(k) / total) if total > 0 else float("nan")
+
+
+def cumulative_noise_rows(noise_std: float, edges: np.ndarray = NORM_GRID_EDGES) -> float:
+    """Standard deviation (in rows) of the noise of a cumulative count over the whole grid: σ√(bins)."""
+    return float(noise_std * math.sqrt(len(edges) + 1))
+
+
+def quantile_is_resolvable(noise_std: float, n_rows: float, quantile: float, edges: np.ndarray = NORM_GRID_EDGES):
+    """Whether the noise lets the ``quantile`` be read off the histogram: σ√(bins) ≤ (1 − q) N / 2.
+
+    A public, data-free criterion (σ, the grid, q and N where it is public): beyond it the
+    noise of the cumulative counts is larger than half the rows above the quantile, and the
+    bound can land anywhere on the grid (measured: at N = 2,000 and σ = 51 the 0.95 quantile
+    of |N(0.5, 1)| norms, 2.2, was estimated between 1.7 and 4·10⁴ in 90 % of releases).
+    """
+    return cumulative_noise_rows(noise_std, edges) <= (1.0 - quantile) * n_rows / 2.0
 
 
 @dataclass(frozen=True)
