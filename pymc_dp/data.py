@@ -917,6 +917,32 @@ def _perturbation_probe(
         )
 
 
+def _indexable(data: Variable, k: int) -> Variable:
+    """A row-indexed array as a shared variable (itself if it is one; a numpy constant wrapped, not copied)."""
+    if isinstance(data, SharedVariable):
+        return data
+    value = np.asarray(data.data)
+    shape = (None, *data.type.shape[1:])  # keep the static non-row axes (broadcastable ones stay so)
+    return pytensor.shared(value, name=data.name or f"row_data_{k}", borrow=True, shape=shape)
+
+
+def _retyped(graph: Variable, replace: Mapping[Variable, Variable]) -> Variable:
+    """``graph`` with ``replace`` applied, its nodes rebuilt for the new (less static) types.
+
+    ``graph_replace`` would pin a constant's static row count on its replacement with a
+    ``SpecifyShape``; rebuilding the nodes lets the graph take any number of rows.
+    """
+    from pytensor.graph.replace import clone_replace
+
+    replace = {old: new for old, new in replace.items() if old is not new}
+    return clone_replace(graph, replace, rebuild_strict=False) if replace else graph
+
+
+def _batch_placeholder(var: Variable) -> Variable:
+    """An input for a gathered batch of ``var``'s rows (static shape of the non-row axes kept)."""
+    return pt.tensor(f"{var.name}_batch", dtype=var.dtype, shape=(None, *var.type.shape[1:]))
+
+
 class RowLikelihood:
     """Per-row log-likelihood and gradients of a PyMC model.
 
@@ -953,10 +979,12 @@ class RowLikelihood:
     row_dim : str or None
         Name of the row dimension when the observed variables have dims.
     subset_mode : {"index", "slice"}
-        "index" when every row-indexed array is a ``pm.Data`` container: a subset of B rows
-        costs O(B). "slice" when some row data are numpy constants baked into the graph
-        (``observed=np.array``), or when the graph fixes the number of rows in a shape (see
-        :meth:`_build_index_mode`): a subset is computed on all rows and sliced.
+        "index": a subset of B rows gathers those rows of every row-indexed array and
+        computes B terms, O(B), whether the rows are ``pm.Data`` containers or numpy arrays
+        baked into the graph (``observed=np.array``, ``X @ beta``, ``alpha[group_idx]``: they
+        are wrapped as indexable inputs, without a copy). "slice" only when the graph fixes
+        the number of rows in a shape or (numpy rows) reads it other than as a shape (see
+        :meth:`_build_index_mode`): a subset is then computed on all rows and sliced.
 
     Raises
     ------
@@ -1034,6 +1062,10 @@ class RowLikelihood:
         self._f_grad_idx = None
         self._f_ratio_batch = None
         self._row_data_vars = row_data
+        # The row data as indexable inputs and the per-row graph on them (_build_index_mode
+        # wraps numpy constants: observed values, covariates, group indices baked into the graph).
+        self._row_index_vars = list(row_data)
+        self._lik_index = lik_flat
         self._row_dim_length = None
         if self.row_dim is not None and isinstance(model.dim_lengths.get(self.row_dim), SharedVariable):
             self._row_dim_length = model.dim_lengths[self.row_dim]
@@ -1052,34 +1084,81 @@ class RowLikelihood:
 
     @property
     def subset_mode(self) -> str:
-        """ "index" when subsets cost O(B) (all row data are ``pm.Data``), else "slice"."""
+        """ "index" when a subset of B rows costs O(B), else "slice" (computed on all rows, then sliced)."""
         if self._subset_mode is None:
             self._subset_mode = "slice"
-            if self._row_data_vars and all(isinstance(d, SharedVariable) for d in self._row_data_vars):
+            if self._row_data_vars:
                 self._build_index_mode()
         return self._subset_mode
+
+    @property
+    def _all_pm_data(self) -> bool:
+        return all(isinstance(d, SharedVariable) for d in self._row_data_vars)
+
+    def _index_numpy_rows(self) -> bool:
+        """Turn numpy row constants into indexable inputs (``_lik_index``); False if it cannot be done.
+
+        The graph is first simplified (PyTensor's ``canonicalize``: with constant rows, PyMC's
+        logp broadcasts to a shape folded to the constant N, which the simplification drops
+        where it is provably the row data's own shape), then every array with a row axis of
+        length N — the constants the user passed and any constant folded from them — is
+        wrapped, without a copy, in a shared variable whose row axis has no fixed length. It
+        cannot be done when the graph then reads N other than to set a shape (the walk of
+        add/remove neighbours, :func:`_row_axes`): indexed by a batch, it would read B.
+        """
+        from pytensor.graph.fg import FunctionGraph
+        from pytensor.graph.rewriting.utils import rewrite_graph
+
+        try:
+            fgraph = FunctionGraph(outputs=[self._lik_flat], clone=True, copy_inputs=False, copy_orphans=False)
+            [graph] = rewrite_graph(fgraph, include=("canonicalize",)).outputs
+            data = _row_inputs([graph], self.n_rows, [])
+            index_vars = [_indexable(d, k) for k, d in enumerate(data)]
+            lik_index = _retyped(graph, dict(zip(data, index_vars, strict=True)))
+            n_roots = [self._row_dim_length] if self._row_dim_length is not None else []
+            [axis] = _row_axes([lik_index], index_vars, "", True, n_roots)
+        except Exception:  # any failure: subsets are computed on all rows, as before
+            return False
+        if _is_n_mark(axis) or axis != 0 or not index_vars:
+            return False
+        self._row_index_vars, self._lik_index = index_vars, lik_index
+        return True
 
     def _build_index_mode(self) -> None:
         """Compile the O(B) subset function and check it against the full vector; else slice mode.
 
         The subset-vs-slice probe evaluates rows ``[0, N - 1]`` through the index path at two
-        parameter points and compares them with the same rows of the full vector; any
-        difference is a :class:`ModelStructureError`. Exactly one case falls back to slice
-        mode: the graph fixes the number of rows in a shape (``pt.specify_shape(x, (N,))``, a
-        reshape to a constant shape), so that a strict subset cannot be evaluated, while the
-        index path on *all* rows evaluates and equals the full vector (checked). Slice mode
-        then computes every subset on all rows, which that check covers. Any other failure
-        (the graph cannot be re-indexed or compiled, or fails on all rows too) is a
-        :class:`ModelStructureError` naming only the error's type: its text may hold values.
+        parameter points and compares them with the same rows of the full vector.
+
+        When every row-indexed array is a ``pm.Data`` container, a difference is a
+        :class:`ModelStructureError`, and exactly one case falls back to slice mode: the graph
+        fixes the number of rows in a shape (``pt.specify_shape(x, (N,))``, a reshape to a
+        constant shape), so that a strict subset cannot be evaluated, while the index path on
+        *all* rows evaluates and equals the full vector (checked). Slice mode then computes
+        every subset on all rows, which that check covers. Any other failure (the graph cannot
+        be re-indexed or compiled, or fails on all rows too) is a :class:`ModelStructureError`
+        naming only the error's type: its text may hold values.
+
+        When some row data are numpy constants (``observed=np.array``, a covariate array), N is
+        a constant of the graph the user wrote, and the model was accepted with it. The index
+        path is used when it provably computes what the full vector does: the graph reads N
+        only to set shapes (the walk of add/remove neighbours, :func:`_row_axes`) and the
+        probe agrees. Otherwise, or if it cannot be built or evaluated, every subset is
+        computed on all rows and sliced (slice mode), as before.
         """
-        replace = {d: d[self._rows_input] for d in self._row_data_vars}
+        lenient = not self._all_pm_data
+        if lenient and not self._index_numpy_rows():
+            return
+        replace = {v: v[self._rows_input] for v in self._row_index_vars}
         if self._row_dim_length is not None:
             dim_length = self._row_dim_length
             replace[dim_length] = pt.cast(self._rows_input.shape[0], dim_length.dtype)
         try:
-            lik_idx = graph_replace(self._lik_flat, replace, strict=False)
+            lik_idx = graph_replace(self._lik_index, replace, strict=False)
             f_idx = self._compile([self._theta, self._rows_input], lik_idx)
         except Exception as error:  # any failure to build: refused, its text withheld
+            if lenient:
+                return
             raise self._not_indexable(error) from None
         probe = np.array([0, self.n_rows - 1], dtype=np.int64)
         everything = np.arange(self.n_rows, dtype=np.int64)
@@ -1095,15 +1174,19 @@ class RowLikelihood:
                 try:
                     all_rows = np.asarray(f_idx(theta, everything))
                 except Exception as error:  # not the documented case: refused, text withheld
+                    if lenient:
+                        return
                     raise self._not_indexable(error) from None
                 if not (
                     np.allclose(subset, full[probe], equal_nan=True) and np.allclose(all_rows, full, equal_nan=True)
                 ):
+                    if lenient:
+                        return
                     raise ModelStructureError(
                         "The log-likelihood of a subset of rows differs from the same rows computed on all rows: the "
                         "likelihood is not computed row by row, or it reads the number of rows from a shape or a "
                         "dim length (a subset has fewer rows). See docs/data.md; with the row arrays passed as numpy "
-                        "arrays every subset is computed on all rows."
+                        "arrays such a subset is computed on all rows."
                     )
         if fixed_length:  # the graph fixes the row count: every subset is computed on all rows and sliced
             return
@@ -1114,8 +1197,8 @@ class RowLikelihood:
         return ModelStructureError(
             f"The log-likelihood cannot be evaluated on a subset of rows ({type(error).__name__} while indexing the "
             "row data; its message is withheld, it may hold data values). Only a graph that fixes the number of rows "
-            "in a shape falls back to computing every subset on all rows (see docs/data.md); pass the row arrays as "
-            "numpy arrays to always compute on all rows."
+            "in a shape falls back to computing every subset on all rows (see docs/data.md); with the row arrays "
+            "passed as numpy arrays a subset that cannot be indexed is computed on all rows."
         )
 
     # -- construction helpers -------------------------------------------------------------
@@ -1195,15 +1278,19 @@ class RowLikelihood:
 
     def _gather(self, rows: np.ndarray) -> list[np.ndarray]:
         """The row-indexed arrays at ``rows`` (``np.take``: about 4x faster than fancy indexing)."""
-        return [np.take(d.get_value(borrow=True), rows, axis=0) for d in self._row_data_vars]
+        return [np.take(v.get_value(borrow=True), rows, axis=0) for v in self._row_index_vars]
+
+    def _batch_graph(self) -> tuple[list[Variable], Variable]:
+        """Placeholders for gathered batches of the row data, and the per-row graph on them."""
+        batch = [_batch_placeholder(v) for v in self._row_index_vars]
+        replace = dict(zip(self._row_index_vars, batch, strict=True))
+        if self._row_dim_length is not None:
+            replace[self._row_dim_length] = pt.cast(batch[0].shape[0], self._row_dim_length.dtype)
+        return batch, graph_replace(self._lik_index, replace, strict=False)
 
     def _compile_batch_ratio(self):
         """Ratio of the log-likelihood at two points on a gathered batch of rows."""
-        batch = [pt.tensor(f"{d.name}_batch", dtype=d.dtype, shape=(None,) * d.ndim) for d in self._row_data_vars]
-        replace = dict(zip(self._row_data_vars, batch, strict=True))
-        if self._row_dim_length is not None:
-            replace[self._row_dim_length] = pt.cast(batch[0].shape[0], self._row_dim_length.dtype)
-        lik_batch = graph_replace(self._lik_flat, replace, strict=False)
+        batch, lik_batch = self._batch_graph()
         theta_new = self._theta.type("theta_new")
         ratio = graph_replace(lik_batch, {self._theta: theta_new}, strict=False) - lik_batch
         return self._compile([self._theta, theta_new, *batch], ratio)
@@ -1216,11 +1303,7 @@ class RowLikelihood:
 
     def _compile_batch_forward_grad(self):
         """Per-row gradient matrix on a gathered batch of rows, in forward mode (P JVPs, vectorised)."""
-        batch = [pt.tensor(f"{d.name}_batch", dtype=d.dtype, shape=(None,) * d.ndim) for d in self._row_data_vars]
-        replace = dict(zip(self._row_data_vars, batch, strict=True))
-        if self._row_dim_length is not None:
-            replace[self._row_dim_length] = pt.cast(batch[0].shape[0], self._row_dim_length.dtype)
-        lik_batch = graph_replace(self._lik_flat, replace, strict=False)
+        batch, lik_batch = self._batch_graph()
         return self._compile([self._theta, *batch], self._forward_jacobian(lik_batch))
 
     def _forward_jacobian(self, lik: Variable) -> Variable:

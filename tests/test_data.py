@@ -38,6 +38,19 @@ def hierarchical():
     return model
 
 
+def hierarchical_numpy():
+    """Group index, covariate and observed values as numpy arrays (how most PyMC models are written)."""
+    groups = RNG.integers(0, 4, size=N)
+    x = RNG.normal(size=N)
+    y = RNG.normal(groups * 0.5 + x, 1.0)
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2, size=4)
+        slope = pm.Normal("slope", 0, 1)
+        sigma = pm.LogNormal("sigma", 0, 1)
+        pm.Normal("y", theta[groups] + slope * x, sigma, observed=y)
+    return model
+
+
 def two_observed_numpy():
     x = RNG.normal(size=N)
     counts = RNG.poisson(3.0, size=(N, 2))
@@ -59,9 +72,10 @@ def positive_only():
 
 MODELS = {
     "logistic_pm_data": (logistic_regression, "index"),
-    "hierarchical": (hierarchical, "slice"),  # y is a numpy array
-    "two_observed_numpy": (two_observed_numpy, "slice"),
-    "positive_only": (positive_only, "slice"),
+    "hierarchical": (hierarchical, "index"),  # y is a numpy array: indexed too
+    "hierarchical_numpy": (hierarchical_numpy, "index"),
+    "two_observed_numpy": (two_observed_numpy, "index"),
+    "positive_only": (positive_only, "index"),
 }
 
 
@@ -112,6 +126,24 @@ def test_subset_equals_slice(built):
         rtol=1e-10,
         atol=1e-12,
     )
+
+
+def test_a_batch_of_numpy_rows_computes_only_its_rows():
+    # Index mode on numpy constants: a subset never evaluates the all-rows function.
+    model = hierarchical_numpy()
+    rows = RowLikelihood(model)
+    theta, _ = _random_point(model, rows)
+    idx = np.array([N - 1, 5, 5, 0])
+    ll, jac = rows.loglik_rows(theta), rows.grad_rows(theta)
+    assert rows.subset_mode == "index"
+
+    def everything(*args):
+        raise AssertionError("a subset evaluated all rows")
+
+    rows._f_lik = rows._f_grad_full = everything
+    np.testing.assert_allclose(rows.loglik_rows(theta, idx), ll[idx], rtol=1e-12)
+    np.testing.assert_allclose(rows.grad_rows(theta, idx), jac[idx], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rows.loglik_ratio_rows(theta, theta, idx), 0.0)
 
 
 def test_per_row_gradient_matches_closed_form_for_logistic_regression():
