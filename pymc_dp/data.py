@@ -16,6 +16,8 @@ variables given (sorted into model order), exactly as PyMC's ``RaveledVars`` lay
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +43,11 @@ __all__ = [
     "row_loglik",
     "sorted_value_vars",
 ]
+
+
+#: Default memory limit of one chunk of a full-data gradient pass, in bytes (256 MiB); see
+#: :attr:`RowLikelihood.chunk_rows`. Change it here, or per object with ``chunk_bytes``.
+CHUNK_BYTES = 256 * 2**20
 
 
 class ModelStructureError(ValueError):
@@ -917,6 +924,17 @@ def _perturbation_probe(
         )
 
 
+def _best_time(fn, theta: np.ndarray, data: Sequence[np.ndarray], repeats: int = 3) -> float:
+    """Shortest of ``repeats`` timed calls (after the warm-up call the caller made)."""
+    best = np.inf
+    with np.errstate(all="ignore"):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(theta, *data)
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
 def _indexable(data: Variable, k: int) -> Variable:
     """A row-indexed array as a shared variable (itself if it is one; a numpy constant wrapped, not copied)."""
     if isinstance(data, SharedVariable):
@@ -1019,7 +1037,17 @@ class RowLikelihood:
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict[str, Any] | None = None,
         neighbouring: str = "substitute",
+        gradient_mode: str = "auto",
+        chunk_bytes: int | None = None,
     ) -> None:
+        if gradient_mode not in ("auto", "forward", "reverse"):
+            raise ValueError(f"`gradient_mode` must be 'auto', 'forward' or 'reverse'. Found {gradient_mode!r}.")
+        if chunk_bytes is not None and (
+            isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int | np.integer) or chunk_bytes <= 0
+        ):
+            raise ValueError(
+                f"`chunk_bytes` must be a positive integer number of bytes or None. Found {chunk_bytes!r}."
+            )
         model = modelcontext(model)
         self.model = model
         self.value_vars = sorted_value_vars(model, vars)
@@ -1059,7 +1087,10 @@ class RowLikelihood:
         self._rows_input = pt.lvector("rows")
         self._subset_mode: str | None = None
         self._f_lik_idx = None
-        self._f_grad_idx = None
+        self._f_grad_batch = None
+        self._gradient_mode_setting = gradient_mode
+        self._gradient_mode: str | None = None
+        self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
         self._row_data_vars = row_data
         # The row data as indexable inputs and the per-row graph on them (_build_index_mode
@@ -1240,19 +1271,67 @@ class RowLikelihood:
             return np.asarray(self._f_lik_idx(theta, rows))
         return np.asarray(self._f_lik(theta))[rows]
 
-    def grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Per-row gradient matrix (B, P) of the log-likelihood w.r.t. θ. Raw data: pass it to a mechanism."""
+    def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
+        """Per-row gradient matrix (B, P) of the log-likelihood w.r.t. θ. Raw data: pass it to a mechanism.
+
+        ``rows`` is an index array, a slice of rows (one of :meth:`row_chunks`: in index mode
+        a view of the row data, not a copy) or None for all rows. Computed in the
+        :attr:`gradient_mode` chosen for the model.
+        """
         self._require_continuous()
         theta = self._check_theta(theta)
-        if rows is not None:
+        if isinstance(rows, slice):
+            rows = self._check_slice(rows)
+        elif rows is not None:
             rows = self._check_rows(rows)
-        if rows is not None and self.subset_mode == "index":
-            if self._f_grad_idx is None:
-                self._f_grad_idx = self._compile_batch_forward_grad()
-            return np.asarray(self._f_grad_idx(theta, *self._gather(rows)))
+        if self.subset_mode == "index":
+            self.warm_gradient()
+            if rows is None:
+                data = [v.get_value(borrow=True) for v in self._row_index_vars]
+            elif isinstance(rows, slice):
+                data = [v.get_value(borrow=True)[rows] for v in self._row_index_vars]
+            else:
+                data = self._gather(rows)
+            return np.asarray(self._f_grad_batch(theta, *data))
         self.warm_gradient()
         jac = np.asarray(self._f_grad_full(theta))
         return jac if rows is None else jac[rows]
+
+    def row_chunks(self, rows: np.ndarray | None = None) -> list[slice] | list[np.ndarray]:
+        """Row selections whose per-row gradient matrices each fit the memory limit.
+
+        For all rows (``rows=None``) contiguous slices; for an index array, consecutive
+        pieces of it. Each chunk holds at most :attr:`chunk_rows` rows. A chunk is a row
+        selection only (no data); pass it to :meth:`grad_rows`. In slice mode (the graph
+        fixes N) all rows are one chunk: a subset cannot be evaluated on its own.
+        """
+        size = self.chunk_rows
+        if rows is None:
+            if self.subset_mode != "index":
+                return [slice(0, self.n_rows)]
+            return [slice(start, min(start + size, self.n_rows)) for start in range(0, self.n_rows, size)]
+        rows = self._check_rows(rows)
+        return [rows[start : start + size] for start in range(0, rows.size, size)] or [rows]
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows per chunk of a full-data pass: the memory limit ÷ the bytes of one row's gradient work.
+
+        One row costs 8 bytes × P × 4 (the per-row gradient matrix and the intermediates of
+        its graph that have its size) plus the row's data; the limit is ``chunk_bytes``
+        (default :data:`CHUNK_BYTES`, 256 MiB). At least 64 rows.
+        """
+        limit = CHUNK_BYTES if self._chunk_bytes is None else self._chunk_bytes
+        _ = self.subset_mode  # the row data as indexed
+        data_bytes = sum(_value_of(v)[:1].nbytes for v in self._row_index_vars)
+        per_row = 8 * self.n_params * 4 + data_bytes
+        return max(64, int(limit // per_row))
+
+    def _check_slice(self, rows: slice) -> slice:
+        start, stop, step = rows.indices(self.n_rows)
+        if step != 1 or rows.start is None or rows.stop is None or not 0 <= start <= stop <= self.n_rows:
+            raise ValueError("`rows` as a slice must be `slice(start, stop)` within the rows. Found another slice.")
+        return slice(start, stop)
 
     def loglik_grad_rows(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per-row log-likelihood (B,) and gradient matrix (B, P) w.r.t. θ. Raw data.
@@ -1296,15 +1375,90 @@ class RowLikelihood:
         return self._compile([self._theta, theta_new, *batch], ratio)
 
     def warm_gradient(self) -> None:
-        """Build the all-rows gradient function now (raises if the likelihood is not differentiable)."""
+        """Build the per-row gradient function now (raises if the likelihood is not differentiable).
+
+        In index mode this chooses :attr:`gradient_mode` (``"auto"``: a timed probe, see there)
+        and compiles one function of θ and a batch of rows, used for subsets, chunks and all
+        rows alike; in slice mode the all-rows forward-mode Jacobian.
+        """
         self._require_continuous()
-        if self._f_grad_full is None:
+        if self.subset_mode == "index":
+            if self._f_grad_batch is None:
+                self._gradient_mode, self._f_grad_batch = self._choose_gradient_function()
+        elif self._f_grad_full is None:
+            self._gradient_mode = "forward"
             self._f_grad_full = self._compile_forward_grad()
 
-    def _compile_batch_forward_grad(self):
-        """Per-row gradient matrix on a gathered batch of rows, in forward mode (P JVPs, vectorised)."""
+    @property
+    def gradient_mode(self) -> str:
+        """How the per-row gradient matrix is computed: ``"forward"`` or ``"reverse"`` (chosen on first use).
+
+        - ``"forward"``: one Jacobian-vector product vectorised over the P unit tangents; its
+          cost is about P passes through the tangent graph, cheap where θ enters through a dot
+          product (GLMs).
+        - ``"reverse"``: what ``vmap(grad(row_loglik))`` does: one row's log-likelihood, its
+          θ replaced by a per-row copy Θ (B × P) and vectorised over the rows; the gradient of
+          the summed log-likelihood with respect to Θ is the per-row gradient matrix, at the
+          cost of about one reverse pass (triangular solves, special functions).
+
+        ``gradient_mode="auto"`` (the default) compiles both on a batch of rows and times each
+        on 4,096 rows of zeros (data-free inputs of the data's shape and type: the choice
+        depends on the graph only, never on data values), keeping the faster; the reverse form
+        is dropped if it cannot be built or compiled, or warns (an op without a vectorised
+        form). Slice mode is always forward. Both give the same matrix (tested to 1e-10).
+        """
+        self.warm_gradient()
+        return self._gradient_mode
+
+    def _choose_gradient_function(self):
+        """(mode, compiled function of θ and a batch of rows) for the per-row gradient matrix."""
+        forward = None
+        if self._gradient_mode_setting in ("auto", "forward"):
+            forward = self._compile_batch_grad("forward")
+            if self._gradient_mode_setting == "forward":
+                return "forward", forward
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # e.g. Numba's object mode for an op without a vectorised form
+                reverse = self._compile_batch_grad("reverse")
+                probe = self._probe_batch()
+                reverse(self._theta_initial, *probe)
+        except Exception:  # no reverse form for this graph: forward mode
+            if forward is None:
+                forward = self._compile_batch_grad("forward")
+            return "forward", forward
+        if forward is None:
+            return "reverse", reverse
+        times = {
+            mode: _best_time(fn, self._theta_initial, probe)
+            for mode, fn in (("forward", forward), ("reverse", reverse))
+        }
+        return ("reverse", reverse) if times["reverse"] < times["forward"] else ("forward", forward)
+
+    def _probe_batch(self, size: int = 4096) -> list[np.ndarray]:
+        """Data-free inputs of the row data's shapes and types (zeros) for timing the two modes."""
+        return [np.zeros((size, *np.shape(v.get_value(borrow=True))[1:]), dtype=v.dtype) for v in self._row_index_vars]
+
+    def _compile_batch_grad(self, mode: str):
+        """Per-row gradient matrix of θ and a batch of rows, in forward or reverse mode."""
         batch, lik_batch = self._batch_graph()
-        return self._compile([self._theta, *batch], self._forward_jacobian(lik_batch))
+        if mode == "forward":
+            return self._compile([self._theta, *batch], self._forward_jacobian(lik_batch))
+        return self._compile([self._theta, *batch], self._reverse_jacobian(batch, lik_batch))
+
+    def _reverse_jacobian(self, batch: Sequence[Variable], lik_batch: Variable) -> Variable:
+        """(rows × P) Jacobian of ``lik_batch`` in reverse mode, vectorised over rows with a per-row θ.
+
+        One row's log-likelihood (each batch input replaced by one row, kept as a 1-row batch)
+        is vectorised over the rows with θ replaced by Θ, θ repeated per row; the gradient of
+        the summed result with respect to Θ has row i = ∇θ log p(xᵢ | θ).
+        """
+        one = [pt.tensor(f"{b.name}_row", dtype=b.dtype, shape=b.type.shape[1:]) for b in batch]
+        lik_one = graph_replace(lik_batch, {b: r[None] for b, r in zip(batch, one, strict=True)}, strict=False)[0]
+        per_row_theta = pt.alloc(self._theta, batch[0].shape[0], self.n_params)
+        replace = {**dict(zip(one, batch, strict=True)), self._theta: per_row_theta}
+        lik_rows = vectorize_graph(lik_one, replace)
+        return pytensor.grad(lik_rows.sum(), per_row_theta)
 
     def _forward_jacobian(self, lik: Variable) -> Variable:
         """(rows × P) Jacobian of the per-row vector ``lik`` w.r.t. θ: one JVP vectorised over the unit tangents."""
