@@ -1088,6 +1088,7 @@ class RowLikelihood:
         self._subset_mode: str | None = None
         self._f_lik_idx = None
         self._f_grad_batch = None
+        self._f_clipped_sum = None
         self._gradient_mode_setting = gradient_mode
         self._gradient_mode: str | None = None
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
@@ -1296,6 +1297,42 @@ class RowLikelihood:
         self.warm_gradient()
         jac = np.asarray(self._f_grad_full(theta))
         return jac if rows is None else jac[rows]
+
+    def clipped_grad_sum(self, theta: np.ndarray, bound: float, rows: slice | None = None) -> np.ndarray:
+        """Σᵢ min(1, bound/‖gᵢ‖) gᵢ over ``rows`` (a slice of :meth:`row_chunks`, or all rows), shape (P,).
+
+        The same sum as ``clipped_sum_l2(grad_rows(θ, rows), bound)`` (rows with a non-finite
+        gradient add zero), computed in one compiled function (norms, clip factors and the
+        weighted sum fused with the gradient, no per-row matrix returned to NumPy). Clipped but
+        not noised: raw data, for a mechanism to noise. Index mode only (else the caller clips
+        :meth:`grad_rows`).
+        """
+        self._require_continuous()
+        theta = self._check_theta(theta)
+        rows = slice(0, self.n_rows) if rows is None else self._check_slice(rows)
+        if self.subset_mode != "index":
+            raise ValueError("`clipped_grad_sum` needs index mode (`subset_mode == 'index'`). Found slice mode.")
+        self.warm_gradient()
+        if self._f_clipped_sum is None:
+            self._f_clipped_sum = self._compile_clipped_sum()
+        data = [v.get_value(borrow=True)[rows] for v in self._row_index_vars]
+        return np.asarray(self._f_clipped_sum(theta, np.asarray(bound, dtype=np.float64), *data))
+
+    def _compile_clipped_sum(self):
+        """(θ, bound, batch) ↦ Σᵢ clip_L2(gᵢ, bound) in the chosen :attr:`gradient_mode`."""
+        batch, lik_batch = self._batch_graph()
+        if self._gradient_mode == "forward":
+            jac = self._forward_jacobian(lik_batch)
+        else:
+            jac = self._reverse_jacobian(batch, lik_batch)
+        bound = pt.dscalar("bound")
+        # max(·, 0) is a no-op on a sum of squares, but it blocks a PyTensor 2.38 rewrite that turns
+        # sqrt(sum(g * g, axis=1)) with P = 1 into NaN for negative g.
+        norms = pt.sqrt(pt.maximum((jac * jac).sum(axis=1), 0.0))
+        finite = pt.invert(pt.or_(pt.isnan(norms), pt.isinf(norms)))
+        scale = pt.switch(finite, pt.switch(pt.gt(norms, bound), bound / norms, 1.0), 0.0)
+        safe = pt.switch(finite[:, None], jac, 0.0)
+        return self._compile([self._theta, bound, *batch], pt.dot(scale, safe))
 
     def row_chunks(self, rows: np.ndarray | None = None) -> list[slice] | list[np.ndarray]:
         """Row selections whose per-row gradient matrices each fit the memory limit.
