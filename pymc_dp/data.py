@@ -987,6 +987,10 @@ class RowLikelihood:
         The relation of the mechanisms built on these rows. Under add/remove N is private:
         a per-row log-likelihood that depends on the number of rows is refused and no
         message shows N (:func:`row_loglik`).
+    gradient_mode : {"auto", "forward", "reverse"}, default "auto"
+        How the per-row gradient matrix is computed (see the property :attr:`gradient_mode`).
+    chunk_bytes : int, optional
+        Memory limit of one chunk of a full-data gradient pass (default :data:`CHUNK_BYTES`).
 
     Attributes
     ----------
@@ -1016,16 +1020,15 @@ class RowLikelihood:
 
     Notes
     -----
-    The per-row gradient matrix on all rows is computed in forward mode (one
-    Jacobian-vector product vectorised over the P unit tangents), and so is the gradient
-    on a subset of rows in "index" mode, on the gathered batch, which costs O(B P). Forward
-    mode was the fastest in the PyMC integration study and in
-    ``benchmarks/bench_data_layer.py`` (1.4x a total logp+gradient on PyMC 6/Numba, where
-    the row-vectorised reverse mode is 2.6x). On a batch of 1,000 rows of a logistic
-    regression (P = 11) it takes 0.076 ms on PyMC 5 and 0.053 ms on PyMC 6, where one row's
-    gradient vectorised over the batch ("vmap over rows") took 3.6 and 2.3 ms: PyTensor
-    runs that graph's ``Blockwise`` nodes row by row in Python. It never uses
-    ``pytensor.gradient.jacobian`` (quadratic in N).
+    The per-row gradient matrix is computed in forward mode (one Jacobian-vector product
+    vectorised over the P unit tangents) or in reverse mode (one row's log-likelihood with a
+    per-row copy of θ, vectorised over the rows: what ``vmap(grad(row_loglik))`` does),
+    whichever a data-free timed probe finds faster for the model (:attr:`gradient_mode`); in
+    index mode one compiled function of θ and a batch of rows serves subsets, chunks and all
+    rows. Full-data passes go in row chunks of at most :attr:`chunk_rows` rows (a memory
+    limit, ``chunk_bytes`` or :data:`CHUNK_BYTES`), so no more than one chunk's per-row matrix
+    exists at a time. ``pytensor.gradient.jacobian`` (quadratic in N) is never used. Figures:
+    docs/data.md and ``benchmarks/bench_data_layer.py``.
     """
 
     def __init__(
@@ -1088,7 +1091,6 @@ class RowLikelihood:
         self._subset_mode: str | None = None
         self._f_lik_idx = None
         self._f_grad_batch = None
-        self._f_clipped_sum = None
         self._gradient_mode_setting = gradient_mode
         self._gradient_mode: str | None = None
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
@@ -1297,42 +1299,6 @@ class RowLikelihood:
         self.warm_gradient()
         jac = np.asarray(self._f_grad_full(theta))
         return jac if rows is None else jac[rows]
-
-    def clipped_grad_sum(self, theta: np.ndarray, bound: float, rows: slice | None = None) -> np.ndarray:
-        """Σᵢ min(1, bound/‖gᵢ‖) gᵢ over ``rows`` (a slice of :meth:`row_chunks`, or all rows), shape (P,).
-
-        The same sum as ``clipped_sum_l2(grad_rows(θ, rows), bound)`` (rows with a non-finite
-        gradient add zero), computed in one compiled function (norms, clip factors and the
-        weighted sum fused with the gradient, no per-row matrix returned to NumPy). Clipped but
-        not noised: raw data, for a mechanism to noise. Index mode only (else the caller clips
-        :meth:`grad_rows`).
-        """
-        self._require_continuous()
-        theta = self._check_theta(theta)
-        rows = slice(0, self.n_rows) if rows is None else self._check_slice(rows)
-        if self.subset_mode != "index":
-            raise ValueError("`clipped_grad_sum` needs index mode (`subset_mode == 'index'`). Found slice mode.")
-        self.warm_gradient()
-        if self._f_clipped_sum is None:
-            self._f_clipped_sum = self._compile_clipped_sum()
-        data = [v.get_value(borrow=True)[rows] for v in self._row_index_vars]
-        return np.asarray(self._f_clipped_sum(theta, np.asarray(bound, dtype=np.float64), *data))
-
-    def _compile_clipped_sum(self):
-        """(θ, bound, batch) ↦ Σᵢ clip_L2(gᵢ, bound) in the chosen :attr:`gradient_mode`."""
-        batch, lik_batch = self._batch_graph()
-        if self._gradient_mode == "forward":
-            jac = self._forward_jacobian(lik_batch)
-        else:
-            jac = self._reverse_jacobian(batch, lik_batch)
-        bound = pt.dscalar("bound")
-        # max(·, 0) is a no-op on a sum of squares, but it blocks a PyTensor 2.38 rewrite that turns
-        # sqrt(sum(g * g, axis=1)) with P = 1 into NaN for negative g.
-        norms = pt.sqrt(pt.maximum((jac * jac).sum(axis=1), 0.0))
-        finite = pt.invert(pt.or_(pt.isnan(norms), pt.isinf(norms)))
-        scale = pt.switch(finite, pt.switch(pt.gt(norms, bound), bound / norms, 1.0), 0.0)
-        safe = pt.switch(finite[:, None], jac, 0.0)
-        return self._compile([self._theta, bound, *batch], pt.dot(scale, safe))
 
     def row_chunks(self, rows: np.ndarray | None = None) -> list[slice] | list[np.ndarray]:
         """Row selections whose per-row gradient matrices each fit the memory limit.

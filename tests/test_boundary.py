@@ -53,8 +53,6 @@ ROW_ATTRIBUTES = {
     "_f_lik",
     "_f_lik_idx",
     "_f_grad_batch",
-    "_f_clipped_sum",
-    "clipped_grad_sum",
     "_f_grad_full",
     "_row_index_vars",
     "_lik_index",

@@ -281,17 +281,3 @@ def test_chunked_clipped_sums_equal_unchunked():
     maps = [np.eye(whole.n_params)]
     sums = [NoisyPoissonGradientSum(r, 0.5, tiny, 0.9).release(theta, maps, g) for r, g in zip((whole, chunked), draws)]
     np.testing.assert_allclose(sums[1], sums[0], rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("factory", [positive_only, hierarchical_numpy])
-def test_fused_clipped_sum_equals_clipping_the_matrix(factory):
-    # One parameter (positive_only) included: a PyTensor 2.38 rewrite once made its norms NaN.
-    from pymc_dp.mechanisms.clipping import clipped_sum_l2
-
-    model = factory()
-    rows = RowLikelihood(model)
-    theta, _ = _random_point(model, rows)
-    for bound in (0.05, 1.0, np.inf):
-        np.testing.assert_allclose(
-            rows.clipped_grad_sum(theta, bound), clipped_sum_l2(rows.grad_rows(theta), bound), rtol=1e-10, atol=1e-12
-        )

@@ -62,10 +62,6 @@ class NoisyClippedGradient:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
         theta = np.asarray(theta, dtype=float)
         clipped_sum = np.zeros(self._rows.n_params)
-        fused = getattr(self._rows, "subset_mode", None) == "index"  # norms, clip and sum in one compiled call
         for chunk in row_chunks(self._rows):  # at most one chunk's per-row matrix at a time
-            if fused:
-                clipped_sum += self._rows.clipped_grad_sum(theta, self.grad_clip, chunk)
-            else:
-                clipped_sum += clipped_sum_l2(self._rows.grad_rows(theta, chunk), self.grad_clip)
+            clipped_sum += clipped_sum_l2(self._rows.grad_rows(theta, chunk), self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)
