@@ -6,7 +6,8 @@ For one DPHMC gradient release (clipped per-row gradients summed, noised) prints
 memory allocated during the release (``tracemalloc``: NumPy's and PyTensor's arrays) with the
 default memory limit (``pymc_dp.data.CHUNK_BYTES``) and with all rows in one chunk, the size
 of the N × P matrix, and the time of each against one full-data logp + gradient of the model
-(``model.logp_dlogp_function``, what ``pm.HamiltonianMC`` evaluates per leapfrog step).
+(``model.logp_dlogp_function``, what ``pm.HamiltonianMC`` evaluates per leapfrog step),
+medians of 3 calls.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 import tracemalloc
 
 import numpy as np
-from _common import environment, logistic_regression
+from _common import environment, logistic_regression, median_seconds
 
 
 def child(n_rows: int, features: int) -> None:
@@ -29,10 +29,7 @@ def child(n_rows: int, features: int) -> None:
     total = model.logp_dlogp_function(ravel_inputs=True)
     total.set_extra_values({})
     theta = np.full(features + 1, 0.05)
-    total(theta)
-    start = time.perf_counter()
-    total(theta)
-    t_total = time.perf_counter() - start
+    t_total = median_seconds(lambda: total(theta), repeats=3, number=1)
     rng = np.random.default_rng(0)
     line = [f"N = {n_rows:>10}  P = {features + 1}  N×P matrix {8 * n_rows * (features + 1) / 2**20:8.0f} MiB"]
     line.append(f"full logp+grad {1e3 * t_total:8.1f} ms")
@@ -41,11 +38,10 @@ def child(n_rows: int, features: int) -> None:
         release = NoisyClippedGradient(rows, 1.0, 1.0)
         release.release(theta, rng)  # compile and warm
         tracemalloc.start()
-        start = time.perf_counter()
         release.release(theta, rng)
-        elapsed = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+        elapsed = median_seconds(lambda release=release: release.release(theta, rng), repeats=3, number=1)
         limit = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         chunks = len(rows.row_chunks())
         line.append(
