@@ -10,12 +10,18 @@ import numpy as np
 import pymc as pm
 
 
-def logistic_regression(n_rows: int = 100_000, n_features: int = 10, seed: int = 0) -> pm.Model:
-    """Logistic regression with pm.Data rows: P = n_features + 1 parameters."""
+def logistic_regression(n_rows: int = 100_000, n_features: int = 10, seed: int = 0, use_data: bool = True) -> pm.Model:
+    """Logistic regression: P = n_features + 1 parameters; rows in pm.Data, or numpy arrays (``use_data=False``)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n_rows, n_features))
     beta = rng.normal(size=n_features)
     y = (rng.random(n_rows) < 1 / (1 + np.exp(-(0.3 + x @ beta)))).astype("int64")
+    if not use_data:  # the way most PyMC models are written: numpy arrays in the graph
+        with pm.Model() as model:
+            alpha = pm.Normal("alpha", 0, 2)
+            b = pm.Normal("beta", 0, 2, size=n_features)
+            pm.Bernoulli("y", logit_p=alpha + x @ b, observed=y)
+        return model
     coords = {"row": np.arange(n_rows), "feature": np.arange(n_features)}
     with pm.Model(coords=coords) as model:
         xd = pm.Data("x", x, dims=("row", "feature"))

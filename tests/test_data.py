@@ -38,6 +38,19 @@ def hierarchical():
     return model
 
 
+def hierarchical_numpy():
+    """Group index, covariate and observed values as numpy arrays (how most PyMC models are written)."""
+    groups = RNG.integers(0, 4, size=N)
+    x = RNG.normal(size=N)
+    y = RNG.normal(groups * 0.5 + x, 1.0)
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2, size=4)
+        slope = pm.Normal("slope", 0, 1)
+        sigma = pm.LogNormal("sigma", 0, 1)
+        pm.Normal("y", theta[groups] + slope * x, sigma, observed=y)
+    return model
+
+
 def two_observed_numpy():
     x = RNG.normal(size=N)
     counts = RNG.poisson(3.0, size=(N, 2))
@@ -59,9 +72,10 @@ def positive_only():
 
 MODELS = {
     "logistic_pm_data": (logistic_regression, "index"),
-    "hierarchical": (hierarchical, "slice"),  # y is a numpy array
-    "two_observed_numpy": (two_observed_numpy, "slice"),
-    "positive_only": (positive_only, "slice"),
+    "hierarchical": (hierarchical, "index"),  # y is a numpy array: indexed too
+    "hierarchical_numpy": (hierarchical_numpy, "index"),
+    "two_observed_numpy": (two_observed_numpy, "index"),
+    "positive_only": (positive_only, "index"),
 }
 
 
@@ -112,6 +126,24 @@ def test_subset_equals_slice(built):
         rtol=1e-10,
         atol=1e-12,
     )
+
+
+def test_a_batch_of_numpy_rows_computes_only_its_rows():
+    # Index mode on numpy constants: a subset never evaluates the all-rows function.
+    model = hierarchical_numpy()
+    rows = RowLikelihood(model)
+    theta, _ = _random_point(model, rows)
+    idx = np.array([N - 1, 5, 5, 0])
+    ll, jac = rows.loglik_rows(theta), rows.grad_rows(theta)
+    assert rows.subset_mode == "index"
+
+    def everything(*args):
+        raise AssertionError("a subset evaluated all rows")
+
+    rows._f_lik = rows._f_grad_full = everything
+    np.testing.assert_allclose(rows.loglik_rows(theta, idx), ll[idx], rtol=1e-12)
+    np.testing.assert_allclose(rows.grad_rows(theta, idx), jac[idx], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rows.loglik_ratio_rows(theta, theta, idx), 0.0, atol=1e-12)
 
 
 def test_per_row_gradient_matches_closed_form_for_logistic_regression():
@@ -207,3 +239,45 @@ def test_bad_theta_and_rows_name_the_parameter():
         rows.loglik_rows(np.zeros(1), np.array([N]))
     with pytest.raises(ValueError, match="`rows` must"):
         rows.loglik_rows(np.zeros(1), np.array([0.5]))
+
+
+# -- gradient modes and chunked full-data passes ------------------------------------------------
+
+
+def test_reverse_and_forward_mode_give_the_same_per_row_gradients(built):
+    # Reference: the forward-mode matrix (one JVP per parameter), itself checked above against the
+    # model's own gradient; the reverse form (per-row copy of θ) must equal it to rounding.
+    model, rows, _ = built
+    theta, _ = _random_point(model, rows)
+    assert rows.gradient_mode in ("forward", "reverse")
+    data = [v.get_value(borrow=True) for v in rows._row_index_vars]
+    forward = rows._compile_batch_grad("forward")(theta, *data)
+    reverse = rows._compile_batch_grad("reverse")(theta, *data)
+    assert reverse.shape == (N, rows.n_params)
+    np.testing.assert_allclose(reverse, forward, rtol=1e-10, atol=1e-10)
+
+
+def test_gradient_mode_setting_is_checked():
+    with pytest.raises(ValueError, match="`gradient_mode` must be"):
+        RowLikelihood(positive_only(), gradient_mode="backward")
+    with pytest.raises(ValueError, match="`chunk_bytes` must be"):
+        RowLikelihood(positive_only(), chunk_bytes=0)
+
+
+def test_chunked_clipped_sums_equal_unchunked():
+    from pymc_dp.mechanisms import NoisyClippedGradient, NoisyPoissonGradientSum
+    from pymc_dp.mechanisms.clipping import clipped_sum_l2
+
+    model = hierarchical_numpy()
+    whole, chunked = RowLikelihood(model), RowLikelihood(model, chunk_bytes=1)
+    assert chunked.chunk_rows == 64 and len(chunked.row_chunks()) == 2 and len(whole.row_chunks()) == 1
+    theta, _ = _random_point(model, whole)
+    reference = clipped_sum_l2(whole.grad_rows(theta), 0.5)
+    tiny = 1e-300  # noise std ≈ 0: the release is the clipped sum
+    for rows in (whole, chunked):
+        release = NoisyClippedGradient(rows, 0.5, tiny).release(theta, np.random.default_rng(0))
+        np.testing.assert_allclose(release, reference, rtol=1e-10, atol=1e-12)
+    draws = [np.random.default_rng(1) for _ in range(2)]  # same Poisson batch for both
+    maps = [np.eye(whole.n_params)]
+    sums = [NoisyPoissonGradientSum(r, 0.5, tiny, 0.9).release(theta, maps, g) for r, g in zip((whole, chunked), draws)]
+    np.testing.assert_allclose(sums[1], sums[0], rtol=1e-10, atol=1e-12)

@@ -609,6 +609,8 @@ def test_a_likelihood_reading_the_row_count_is_refused_under_add_remove(build):
 
 def test_the_row_count_is_public_under_substitute():
     rows = RowLikelihood(_refusing(_count_from_shape))  # numpy rows: slice mode, N a public constant
+    # Either slice mode (PyMC 5: the walk sees x.shape[0]) or index mode with N folded into a constant
+    # (PyMC 6 knows the length statically): a one-row subset must still divide by N, never by 1.
     theta = np.array([0.3])
     np.testing.assert_allclose(rows.loglik_rows(theta, np.array([K])), rows.loglik_rows(theta)[[K]])
 

@@ -8,7 +8,14 @@ import numpy as np
 
 from pymc_dp._validation import check_neighbouring
 
-__all__ = ["clip_l2", "clip_values", "clipped_sum_l2", "clipped_sum_l2_linear", "sensitivity_of_clipped_sum"]
+__all__ = [
+    "clip_l2",
+    "clip_values",
+    "clipped_sum_l2",
+    "clipped_sum_l2_linear",
+    "row_chunks",
+    "sensitivity_of_clipped_sum",
+]
 
 
 def _check_bound(name: str, bound: float) -> float:
@@ -120,3 +127,16 @@ def sensitivity_of_clipped_sum(bound: float, neighbouring: str = "substitute") -
     bound = _check_bound("bound", bound)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     return (2.0 if neighbouring == "substitute" else 1.0) * bound
+
+
+def row_chunks(rows, batch: np.ndarray | None = None) -> list:
+    """The row selections of a chunked pass over ``rows`` (all rows, or the index array ``batch``).
+
+    A data layer with :meth:`pymc_dp.data.RowLikelihood.row_chunks` bounds each chunk's
+    per-row matrix by its memory limit; any other (a stand-in table) is one chunk. Clipping
+    is row by row, so a clipped sum over chunks equals the clipped sum over all rows.
+    """
+    chunks = getattr(rows, "row_chunks", None)
+    if chunks is None:
+        return [batch]
+    return chunks(batch)

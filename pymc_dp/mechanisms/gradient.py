@@ -6,7 +6,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.mechanisms.clipping import clipped_sum_l2, sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.clipping import clipped_sum_l2, row_chunks, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise
 
 __all__ = ["NoisyClippedGradient"]
@@ -60,5 +60,8 @@ class NoisyClippedGradient:
 
     def release(self, theta: np.ndarray, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
-        clipped_sum = clipped_sum_l2(self._rows.grad_rows(np.asarray(theta, dtype=float)), self.grad_clip)
+        theta = np.asarray(theta, dtype=float)
+        clipped_sum = np.zeros(self._rows.n_params)
+        for chunk in row_chunks(self._rows):  # at most one chunk's per-row matrix at a time
+            clipped_sum += clipped_sum_l2(self._rows.grad_rows(theta, chunk), self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)

@@ -6,7 +6,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_sampling_rate
 from pymc_dp.accounting.events import PoissonGaussianReleases, PrivacyEvent
-from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear, sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear, row_chunks, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import poisson_sample
 
@@ -87,11 +87,15 @@ class NoisyPoissonGradientSum:
         """
         batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
         draws = np.atleast_2d(theta_draws)
-        if len(draws) == 1:
-            clipped = clipped_sum_l2_linear(
-                self._rows.grad_rows(draws[0], batch), parameter_jacobians[0], self.grad_clip
-            )
-        else:
-            per_row = sum(self._rows.grad_rows(t, batch) @ m for t, m in zip(draws, parameter_jacobians, strict=True))
-            clipped = clipped_sum_l2(per_row / len(draws), self.grad_clip)
+        clipped = np.zeros(np.shape(parameter_jacobians[0])[1])
+        for chunk in row_chunks(self._rows, batch):  # at most one chunk's per-row matrix at a time
+            if len(draws) == 1:
+                clipped += clipped_sum_l2_linear(
+                    self._rows.grad_rows(draws[0], chunk), parameter_jacobians[0], self.grad_clip
+                )
+            else:
+                per_row = sum(
+                    self._rows.grad_rows(t, chunk) @ m for t, m in zip(draws, parameter_jacobians, strict=True)
+                )
+                clipped += clipped_sum_l2(per_row / len(draws), self.grad_clip)
         return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate
