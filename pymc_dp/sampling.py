@@ -576,6 +576,8 @@ def sample(
     # Charge and run. The calibration is committed for this run only and undone when it ends,
     # however it ends; a run that PyMC aborts after the charge stays charged.
     restore = _commit_calibration(steps, planned, tune)
+    for s in steps:
+        s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
     clip_record = None
     try:
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
@@ -594,6 +596,7 @@ def sample(
     finally:
         for s in steps:
             s.forget_private_state()
+            s.progress_delta = None
         restore()
         if clip_plan is not None:
             clip_plan.restore()

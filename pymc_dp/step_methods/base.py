@@ -19,6 +19,7 @@ from pymc.vartypes import continuous_types
 from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
 
@@ -315,6 +316,45 @@ class DPStep(ArrayStepShared):
     def competence(var, has_grad):
         """Never chosen automatically: a DP step must be requested explicitly."""
         return Competence.INCOMPATIBLE
+
+    # -- PyMC's progress bar -----------------------------------------------------------------
+    #: δ at which the progress bar shows each chain's ε so far (set by :func:`pymc_dp.sample`;
+    #: without it the bar shows μ, the Gaussian-composition parameter, which needs no δ).
+    progress_delta: float | None = None
+
+    def _progressbar_config(self, n_chains: int = 1):
+        """Columns of PyMC's progress bar: the released acceptance and the privacy spent by the chain so far.
+
+        The privacy spent follows the schedule (public settings and the iteration count), not
+        the data: showing it releases nothing. It is the chain's own ε (or μ); the run's ε
+        composes every chain's and is written on the result.
+        """
+        from rich.progress import TextColumn
+        from rich.table import Column
+
+        label = "ε (chain)" if self.progress_delta is not None else "μ (chain)"
+        columns = [
+            TextColumn("{task.fields[dp_accept_rate]:0.2f}", table_column=Column("Accept", ratio=1)),
+            TextColumn("{task.fields[dp_spent_chain]}", table_column=Column(label, ratio=1)),
+        ]
+        return columns, {"dp_accept_rate": [0.0] * n_chains, "dp_spent_chain": ["0"] * n_chains}
+
+    def _make_progressbar_update_functions(self):
+        delta = self.progress_delta
+        last = {"mu": -1.0, "text": "0"}
+
+        def update_stats(step_stats: dict[str, Any]) -> dict[str, Any]:
+            mu = float(step_stats.get("dp_mu_cumulative", math.nan))
+            if not math.isfinite(mu):  # a subsampled DPBarkerMH: RDP-accounted, priced on the result
+                text = "on result"
+            elif abs(mu - last["mu"]) <= 0.01 * last["mu"]:  # ε changes slowly: recompute every 1 % of μ
+                text = last["text"]
+            else:
+                text = f"{gaussian_epsilon(delta, mu):.3g}" if delta is not None and mu > 0 else f"{mu:.3g}"
+                last.update(mu=mu, text=text)
+            return {"dp_accept_rate": float(step_stats.get("dp_accept", 0.0)), "dp_spent_chain": text}
+
+        return (update_stats,)
 
 
 class GaussianNoiseMultiplier:
