@@ -13,6 +13,7 @@ from pymc_dp.accounting import (
     PrivacyLedger,
     PrivacySpent,
 )
+from pymc_dp.bambi import from_bambi
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.planning import Plan, plan
@@ -51,6 +52,7 @@ __all__ = [
     "UnpublishableResultError",
     "__version__",
     "check_publishable",
+    "from_bambi",
     "one_posterior_sample",
     "plan",
     "privacy_spent",
