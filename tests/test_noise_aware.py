@@ -282,3 +282,22 @@ def test_budget_and_release_are_unchanged_by_building_noise_aware_models():
     with pm.Model():
         rel.likelihood("y", mu=pm.Gamma("mu", 2, 1))
     assert rel.accountant_record() == before and budget.spent().epsilon == pytest.approx(0.5)
+
+
+def test_noise_aware_categorical_with_small_noise_matches_the_dirichlet_posterior_and_carries_epsilon():
+    """ε = 10, N = 2000 (Laplace sd 0.28 against count sds ≈ 20): the noise-aware CLT posterior is the
+    Dirichlet posterior up to the CLT's O(1/√(N p)) error (≈ 0.03 sd): each mean within 0.1 sd + 4 MCSE.
+    """
+    labels = np.random.default_rng(31).choice(3, size=2000, p=[0.2, 0.3, 0.5])
+    rel = release_statistics("categorical", labels, epsilon=10.0, n_categories=3)
+    with pm.Model():
+        p = pm.Dirichlet("p", np.ones(3))
+        rel.likelihood("counts", p=p)
+        idata = rel.sample(draws=500, tune=500, chains=1, random_seed=5, progressbar=False, on_poor_mixing="ignore")
+    draws = idata["posterior"]["p"].values.reshape(-1, 3)
+    exact = stats.dirichlet(1 + np.bincount(labels, minlength=3))
+    sd = np.sqrt(exact.var())
+    mcse = np.asarray(pm.stats.mcse(idata, var_names=["p"])["p"])
+    assert np.all(np.abs(draws.mean(axis=0) - exact.mean()) < 0.1 * sd + 4 * mcse)
+    assert idata["posterior"].attrs["dp_epsilon"] == 10.0
+    assert "counts_noise_variance" in idata["posterior"]
