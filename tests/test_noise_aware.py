@@ -301,3 +301,16 @@ def test_noise_aware_categorical_with_small_noise_matches_the_dirichlet_posterio
     assert np.all(np.abs(draws.mean(axis=0) - exact.mean()) < 0.1 * sd + 4 * mcse)
     assert idata["posterior"].attrs["dp_epsilon"] == 10.0
     assert "counts_noise_variance" in idata["posterior"]
+
+
+@pytest.mark.parametrize(("family", "settings", "n_rows"), [("bernoulli", {}, 121), ("poisson", {"upper": 50}, 50)])
+def test_noise_aware_constants_never_have_the_row_length(family, settings, n_rows):
+    """ε = 1: the Bernoulli window (2·60 + 1 = 121 points) and the Poisson pmf (upper = 50 points) would
+    have length N and be refused as row data by the prior check; they are lengthened by a zero-weight point.
+    """
+    rel = release_statistics(family, np.ones(n_rows), epsilon=1.0, **settings)
+    with pm.Model():
+        theta = pm.Beta("p", 1, 1) if family == "bernoulli" else pm.Gamma("mu", 2, 1)
+        rel.likelihood("y", **{"p" if family == "bernoulli" else "mu": theta})
+        idata = rel.sample(draws=20, tune=20, chains=1, progressbar=False, on_poor_mixing="ignore")
+    assert idata["posterior"].attrs["dp_epsilon"] == 1.0

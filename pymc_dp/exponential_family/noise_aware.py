@@ -152,13 +152,19 @@ def normal_laplace_logpdf(value: Any, mean: Any, variance: Any, scale: float) ->
     return math.log(lam / 2.0) - _HALF_LOG_2PI + high + pt.log1p(pt.exp(low - high))
 
 
-def _binomial_window(n_total: int, scale: float) -> int:
-    """Number of support points the exact sum visits: 2K + 1 with K = ⌈60 b⌉ (all n_total + 1 if fewer)."""
+def _binomial_window(n_total: int, scale: float, avoid_length: int | None = None) -> int:
+    """Number of support points the exact sum visits: 2K + 1 with K = ⌈60 b⌉ (all n_total + 1 if fewer).
+
+    K grows by one if 2K + 1 would equal ``avoid_length`` (N): a model constant with an axis of
+    length N looks like row data to :func:`pymc_dp.data.check_prior_reads_no_data`.
+    """
     half = math.ceil(_WINDOW_NATS * float(scale))
+    if 2 * half + 1 == avoid_length:
+        half += 1
     return min(2 * half + 1, n_total + 1)
 
 
-def binomial_laplace_logpdf(value: Any, n_total: int, p: Any, scale: float) -> Any:
+def binomial_laplace_logpdf(value: Any, n_total: int, p: Any, scale: float, avoid_length: int | None = None) -> Any:
     """log Σₛ Binomial(s; n_total, p) · Laplace(value − s; 0, b): the release likelihood (PyTensor).
 
     A finite sum over the values s of S within K = ⌈60 b⌉ of the release (centred on
@@ -177,7 +183,7 @@ def binomial_laplace_logpdf(value: Any, n_total: int, p: Any, scale: float) -> A
         s = support[keep]
         valid = None
     else:
-        width = _binomial_window(n_total, scale)
+        width = _binomial_window(n_total, scale, avoid_length)
         if width == n_total + 1:
             s, valid = np.arange(n_total + 1, dtype=float), None
         else:
@@ -199,11 +205,17 @@ def binomial_laplace_logpdf(value: Any, n_total: int, p: Any, scale: float) -> A
     return (top + pt.log(pt.sum(pt.exp(terms - top), axis=-1, keepdims=True)))[..., 0]
 
 
-def clamped_poisson_moments(mu: Any, upper: int) -> tuple[Any, Any]:
-    """Mean and variance of min(X, upper), X ~ Poisson(mu) (PyTensor, elementwise in mu): one clamped row."""
+def clamped_poisson_moments(mu: Any, upper: int, avoid_length: int | None = None) -> tuple[Any, Any]:
+    """Mean and variance of min(X, upper), X ~ Poisson(mu) (PyTensor, elementwise in mu): one clamped row.
+
+    The pmf is summed over k = 0, …, upper − 1; if ``upper`` equals ``avoid_length`` (N) the
+    constant arrays get one more, zero-weighted, entry (see :func:`_binomial_window`).
+    """
     mu = _tensor(mu)[..., None]
-    k = np.arange(int(upper), dtype=float)
-    pmf = pt.exp(k * pt.log(mu) - mu - special.gammaln(k + 1.0))
+    size = int(upper) + (1 if int(upper) == avoid_length else 0)
+    k = np.arange(size, dtype=float)
+    mask = (k < upper).astype(float)
+    pmf = mask * pt.exp(k * pt.log(mu) - mu - special.gammaln(k + 1.0))
     tail = pt.maximum(1.0 - pt.sum(pmf, axis=-1), 0.0)  # P(X ≥ upper)
     mean = pt.sum(k * pmf, axis=-1) + upper * tail
     second = pt.sum(k * k * pmf, axis=-1) + float(upper) ** 2 * tail
@@ -294,11 +306,11 @@ def univariate_release_loglik(family: Any, value: Any, n_rows: int, scale: float
     if kind in (fams.Bernoulli, fams.Binomial):
         p = _tensor(param)
         n_total = n_rows * family.n_trials
-        if _binomial_window(n_total, scale) <= EXACT_SUM_LIMIT:
-            return binomial_laplace_logpdf(value, n_total, p, scale)
+        if _binomial_window(n_total, scale, n_rows) <= EXACT_SUM_LIMIT:
+            return binomial_laplace_logpdf(value, n_total, p, scale, avoid_length=n_rows)
         return normal_laplace_logpdf(value, n_total * p, n_total * p * (1.0 - p), scale)
     if kind is fams.Poisson:
-        mean, var = clamped_poisson_moments(param, family.upper)
+        mean, var = clamped_poisson_moments(param, family.upper, avoid_length=n_rows)
     elif kind is fams.Normal:
         mean, var = clamped_normal_moments(param, family.sigma, *family.bounds)
     else:
