@@ -136,11 +136,11 @@ def nuts_check(releases, draws: int, tune: int, seed: int) -> tuple[float, float
 
     with pm.Model() as model:
         pi = pm.Dirichlet("pi", np.ones(N_CLASSES))
-        releases[0].likelihood("class_counts", p=pi)
+        releases[0].likelihood("class_counts", p=pi, noise_aware=False)  # the conjugate check is of the naive model
         for (name, levels), release in zip(LEVELS.items(), releases[1:], strict=True):
             theta = pm.Dirichlet(f"theta_{name}", np.ones((N_CLASSES, len(levels))))
             # Σ_kl ĉ_kl log θ_kl: the conditional part of the joint (class, level) table.
-            release.likelihood(f"{name}_counts", p=theta.flatten())
+            release.likelihood(f"{name}_counts", p=theta.flatten(), noise_aware=False)
         idata = sample_releases(
             releases, model=model, draws=draws, tune=tune, chains=2, random_seed=seed, progressbar=False
         )

@@ -243,6 +243,9 @@ class Binomial(ExponentialFamily):
     """Binomial(n_trials, p) rows with known ``n_trials``: S(x) = x ∈ {0, …, n_trials}, Δ₁ = Δ₂ = n_trials.
 
     φ = logit p, log g = n_trials · log(1 − p). Feasible aggregate: [0, n · n_trials].
+
+    Noise-aware likelihood: exact — S ~ Binomial(n · n_trials, p) summed against the Laplace
+    density (no latent variable; :func:`pymc_dp.exponential_family.noise_aware.binomial_laplace_logpdf`).
     """
 
     n_trials: int = 1
@@ -275,7 +278,10 @@ class Binomial(ExponentialFamily):
 
 @dataclass(frozen=True, repr=False)
 class Bernoulli(Binomial):
-    """Bernoulli(p) rows: S(x) = x ∈ {0, 1}, Δ₁ = Δ₂ = 1 (N public). φ = logit p, log g = log(1 − p)."""
+    """Bernoulli(p) rows: S(x) = x ∈ {0, 1}, Δ₁ = Δ₂ = 1 (N public). φ = logit p, log g = log(1 − p).
+
+    Noise-aware likelihood: exact, as for :class:`Binomial` with n_trials = 1.
+    """
 
     n_trials: int = 1
     name: ClassVar[str] = "bernoulli"
@@ -290,6 +296,9 @@ class Categorical(ExponentialFamily):
 
     Replacing a row moves two counts by one: Δ₁ = 2, Δ₂ = √2. φ = log p, log g = 0. Feasible
     aggregate: {c ≥ 0, Σc = n} (Euclidean projection onto the scaled simplex).
+
+    Noise-aware likelihood: CLT normal of the counts with the Laplace noise as a Gaussian
+    scale mixture (latent variances sampled by NUTS): no closed form in several dimensions.
     """
 
     n_categories: int = 2
@@ -335,6 +344,10 @@ class Poisson(ExponentialFamily):
     """Poisson(mu) rows with a public bound ``upper`` on each count: S(x) = x ∈ {0, …, upper}, Δ₁ = upper.
 
     φ = log mu, log g = −mu. Feasible aggregate: [0, n · upper].
+
+    Noise-aware likelihood: CLT normal of the sum of the clamped counts min(x, upper) (their
+    exact moments under Poisson(mu)) convolved with the Laplace noise in closed form; the
+    clamped sum is not Poisson, so no exact form is used.
     """
 
     upper: int = 1
@@ -371,6 +384,10 @@ class Normal(ExponentialFamily):
 
     S(x) = x ∈ [lower, upper], Δ₁ = Δ₂ = upper − lower. φ = mu/σ², log g = −mu²/(2σ²).
     Feasible aggregate: [n · lower, n · upper].
+
+    Noise-aware likelihood: CLT normal with the censored-normal moments of clip(x, lower,
+    upper) (exact when clamping is negligible: a sum of normals) convolved with the Laplace
+    noise in closed form.
     """
 
     sigma: float = 1.0
@@ -420,6 +437,10 @@ class LinearRegression(ExponentialFamily):
     the (d+1)×(d+1) matrix ZᵀZ is positive semi-definite; the projection clips the entries to
     their boxes and then the eigenvalues to ≥ 0, which keeps the quadratic form non-negative
     and the likelihood proper.
+
+    Noise-aware likelihood (Bernstein and Sheldon 2019): CLT of zzᵀ with Gaussian covariates
+    whose mean and covariance are latent (priors from the public bounds), Laplace noise as a
+    Gaussian scale mixture; NUTS on the joint model. Clamping is not modelled there.
 
     Parameters
     ----------

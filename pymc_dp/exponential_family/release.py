@@ -15,6 +15,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
+from pymc_dp.exponential_family.noise_aware import release_loglik
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
 from pymc_dp.results import finalize_result, posterior_attrs
 from pymc_dp.run import AccountantRecord, PrivateRun
@@ -44,6 +45,10 @@ class ReleasedStatistics:
         Whether the noise was derived from ``random_seed`` (testing only) rather than OS entropy.
     out_of_bounds : {"clamp", "raise"}
         How rows outside the public bounds were treated.
+    noisy_statistics : ndarray or None
+        The mechanism's output S + Laplace(Δ₁/ε)^d before the projection (public: the
+        projected ``statistics`` are a function of it). The noise-aware likelihood models
+        this vector; ``None`` only for a release built by hand without it.
 
     Notes
     -----
@@ -62,15 +67,71 @@ class ReleasedStatistics:
     events: tuple = field(default=(), repr=False)
     reproducible_noise: bool = False
     out_of_bounds: str = "clamp"
+    noisy_statistics: np.ndarray | None = field(default=None, repr=False)
 
-    def likelihood(self, name: str, **params: Any):
-        """Add the log-likelihood n log g(θ) + φ(θ)ᵀŜ as ``pm.Potential(name, …)`` to the model in context.
+    def likelihood(self, name: str, *, noise_aware: bool = True, **params: Any):
+        """Add the likelihood of the release to the model in context, as ``pm.Potential(name, …)``.
 
         ``params`` are the family's parameters as model variables or expressions, e.g.
         ``p=p`` for Bernoulli, ``beta=beta, sigma=sigma`` for linear regression. The model
-        then reads the data only through the released statistics.
+        then reads the data only through the release.
+
+        Parameters
+        ----------
+        name : str
+            Name of the potential (and prefix of any latent variables added).
+        noise_aware : bool, default True
+            ``True``: the likelihood of the release, log p(Ŝ | θ) = log ∫ p(Ŝ | S) p(S | θ) dS,
+            with p(Ŝ | S) the Laplace mechanism on the unprojected output
+            (``noisy_statistics``) — the posterior is widened by the release noise as it
+            should be. Per family (:data:`pymc_dp.exponential_family.noise_aware.NOISE_AWARE_METHODS`):
+            Bernoulli and Binomial sum S ~ Binomial exactly; Poisson and Normal use the
+            central-limit normal of the clamped rows' sum convolved with the Laplace noise in
+            closed form (nothing latent); Categorical and linear regression keep the Laplace
+            noise's variances (and, for regression, the covariates' mean and covariance) as
+            latent variables ``{name}_…`` sampled by NUTS with θ.
+            ``False``: the naive log-likelihood n log g(θ) + φ(θ)ᵀŜ that treats the
+            projected Ŝ as the exact S (over-confident when N·ε is small; kept for comparison).
+        **params
+            The family's parameters (model variables or expressions).
+
+        Raises
+        ------
+        ValueError
+            ``noise_aware=True`` for a release without ``noisy_statistics``, for a
+            user-defined family, or with parameters of the wrong shape (see
+            :func:`pymc_dp.exponential_family.noise_aware.release_loglik`).
+
+        Notes
+        -----
+        Neighbouring relation: substitute (the release's). Either likelihood is
+        post-processing of the release and costs no further ε.
+
+        References
+        ----------
+        .. [1] Bernstein, G. and Sheldon, D. (2018). Differentially private Bayesian
+           inference for exponential families. NeurIPS, §3–4.
+        .. [2] Bernstein, G. and Sheldon, D. (2019). Differentially private Bayesian linear
+           regression. NeurIPS, §3.
         """
-        return pm.Potential(name, self.family.loglik(self.statistics, self.n_rows, **params))
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"`name` must be a non-empty string. Found {name!r}.")
+        noise_aware = check_bool("noise_aware", noise_aware)
+        if not noise_aware:
+            return pm.Potential(name, self.family.loglik(self.statistics, self.n_rows, **params))
+        if self.noisy_statistics is None:
+            raise ValueError(
+                "`noise_aware` must be False for a release without `noisy_statistics` (the unprojected mechanism "
+                "output the noise-aware likelihood models). Found noisy_statistics=None; release with "
+                "`release_statistics`, which keeps it."
+            )
+        model = modelcontext(None)
+        taken = [n for n in model.named_vars if n == name or n.startswith(f"{name}_")]
+        if taken:
+            raise ValueError(f"`name` must not clash with the model's variables. Found {name!r} (taken: {taken}).")
+        return pm.Potential(
+            name, release_loglik(self.family, self.noisy_statistics, self.n_rows, self.scale, name, **params)
+        )
 
     def accountant_record(self) -> dict[str, Any]:
         """JSON-able record of the release: public settings, released values, events."""
@@ -89,6 +150,11 @@ class ReleasedStatistics:
                 "l1_sensitivity": self.l1_sensitivity,
                 "laplace_scale": self.scale,
                 "released_statistics": [float(v) for v in self.statistics],
+                **(
+                    {}
+                    if self.noisy_statistics is None
+                    else {"unprojected_statistics": [float(v) for v in self.noisy_statistics]}
+                ),
                 "out_of_bounds": self.out_of_bounds,
             },
         )
@@ -219,7 +285,8 @@ def sample_releases(
     if kwargs.get("return_inferencedata", True) is not True:
         raise ValueError("`return_inferencedata` must be True: the guarantee is attached to the returned object.")
     # No prior or potential may read an array of the row length (raw data baked in as a constant).
-    check_prior_reads_no_data(model, releases[0].n_rows, public=[r.statistics for r in releases])
+    public = [r.statistics for r in releases] + [r.noisy_statistics for r in releases if r.noisy_statistics is not None]
+    check_prior_reads_no_data(model, releases[0].n_rows, public=public)
     idata = pm.sample(model=model, **kwargs)
     annotate_releases(idata, releases, model=model)
     return attach_diagnostics(idata, on_poor_mixing, method="pm.sample on released statistics")
@@ -322,7 +389,8 @@ def release_statistics(
     run.plan(events, advice="use a smaller ε for this release.")
     with run.releasing(label=f"laplace sufficient statistics [{fam.name}]"):
         rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-        statistics, scale = private.laplace_release(epsilon, rng)
+        noisy, scale = private.laplace_noisy(epsilon, rng)
+    statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
     n_rows = private.n_rows
     return ReleasedStatistics(
         fam,
@@ -334,4 +402,5 @@ def release_statistics(
         events=events,
         reproducible_noise=reproducible_noise,
         out_of_bounds=out_of_bounds,
+        noisy_statistics=noisy,
     )

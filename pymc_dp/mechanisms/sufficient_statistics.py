@@ -75,14 +75,23 @@ class PrivateSufficientStatistics:
 
     def laplace_release(self, epsilon: float, rng: np.random.Generator | SecureNoise) -> tuple[np.ndarray, float]:
         """One (ε, 0)-DP release Proj(S + Laplace(Δ₁/ε)^d); returns (statistics, Laplace scale b = Δ₁/ε)."""
+        noisy, scale = self.laplace_noisy(epsilon, rng)
+        return self.family.project(noisy, self.n_rows), scale
+
+    def laplace_noisy(self, epsilon: float, rng: np.random.Generator | SecureNoise) -> tuple[np.ndarray, float]:
+        """The mechanism's output itself, S + Laplace(Δ₁/ε)^d, before the projection; and b = Δ₁/ε.
+
+        This is the (ε, 0)-DP release; the projection of :meth:`laplace_release` is
+        post-processing of it. Noise-aware likelihoods model this unprojected vector.
+        """
         epsilon = check_finite_positive("epsilon", epsilon)
         scale = self.l1_sensitivity / epsilon
         if scale == 0.0:  # every row has the same statistic: S = N·S(x) is public
-            return self.family.project(self._exact_statistics, self.n_rows), 0.0
+            return self._exact_statistics.copy(), 0.0
         noisy = self._exact_statistics + np.asarray(
             rng.laplace(0.0, scale, size=self._exact_statistics.shape), dtype=float
         )
-        return self.family.project(noisy, self.n_rows), scale
+        return noisy, scale
 
     def gaussian_releases(self, noise_multiplier: float) -> NoisySufficientStatistics:
         """A :class:`NoisySufficientStatistics` on S: a fresh Ŝ = S + N(0, (τΔ₂)² I) on every call."""

@@ -1,0 +1,446 @@
+"""Noise-aware likelihoods of a Laplace release: p(Ŝ | θ) = ∫ p(Ŝ | S) p(S | θ) dS.
+
+The release of :func:`pymc_dp.release_statistics` is Ŝ = S + Laplace(b)^d with S = Σᵢ S(xᵢ)
+the aggregate of the clamped rows and b = Δ₁/ε. Treating Ŝ as S (the *naive* likelihood)
+ignores the noise and gives over-confident posteriors where N·ε is small. The functions here
+model the release itself (Bernstein and Sheldon 2018, §3–4; 2019, §3):
+
+* p(Ŝ | S) is the Laplace mechanism, applied to the **unprojected** mechanism output
+  (``ReleasedStatistics.noisy_statistics``; the projection onto the feasible set is
+  post-processing and would otherwise have to be modelled as censoring);
+* p(S | θ) is the exact distribution of the sum where it is tractable (Bernoulli and
+  Binomial: S ~ Binomial(N·n_trials, p), marginalised by an exact finite sum), otherwise its
+  central-limit normal approximation N(N·m(θ), N·v(θ)) with m, v the mean and variance of one
+  *clamped* row under the model (Bernstein and Sheldon 2018, §4.1, eq. 5);
+* in one dimension the normal ⊛ Laplace convolution has a closed form (the normal-Laplace
+  density of Reed and Jorgensen 2004), implemented here with ``erfcx`` and a log-CDF so that
+  it is finite and differentiable for any b ≥ 0 and any N;
+* in several dimensions (Categorical, linear regression) there is no closed form; the
+  Laplace noise is written as a Gaussian scale mixture, Laplace(0, b) = N(0, τ) with
+  τ ~ Exponential(rate 1/(2b²)) (Andrews and Mallows 1974), so that S is marginalised
+  exactly given τ and only the d latent variances τ are sampled by NUTS with θ
+  (Bernstein and Sheldon 2018 sample the same ω by Gibbs).
+
+Pure PyTensor expressions, except :func:`release_loglik` which adds the latent variables of
+the multivariate families to the model in context.
+
+Neighbouring relation: substitute (one row replaced, N public) — the release's; these
+likelihoods are post-processing of the release and cost no ε.
+
+References
+----------
+.. [1] Bernstein, G. and Sheldon, D. (2018). Differentially private Bayesian inference for
+   exponential families. NeurIPS, §3–4, eq. (3)–(5).
+.. [2] Bernstein, G. and Sheldon, D. (2019). Differentially private Bayesian linear
+   regression. NeurIPS, §3 (sufficient statistics of zzᵀ, CLT and covariate model).
+.. [3] Reed, W. J. and Jorgensen, M. (2004). The double Pareto-lognormal distribution.
+   Communications in Statistics 33(8), eq. (4) (normal-Laplace density).
+.. [4] Andrews, D. F. and Mallows, C. L. (1974). Scale mixtures of normal distributions.
+   JRSS B 36(1), 99–102.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytensor.tensor as pt
+from scipy import special
+
+__all__ = [
+    "EXACT_SUM_LIMIT",
+    "NOISE_AWARE_METHODS",
+    "binomial_laplace_logpdf",
+    "clamped_normal_moments",
+    "clamped_poisson_moments",
+    "log_mills_ratio",
+    "normal_laplace_logpdf",
+    "product_moments",
+    "release_loglik",
+    "univariate_release_loglik",
+]
+
+#: Largest number of support points (2⌈60 b⌉ + 1, or N·n_trials + 1 if fewer) that the exact
+#: Binomial sum visits; above it the CLT normal ⊛ Laplace closed form is used (error O(1/√N)).
+EXACT_SUM_LIMIT = 200_001
+_WINDOW_NATS = 60.0
+
+#: How each family's release likelihood is computed (for documentation and the record).
+NOISE_AWARE_METHODS = {
+    "bernoulli": "exact: Binomial(N, p) ⊛ Laplace by a finite sum (CLT closed form above EXACT_SUM_LIMIT)",
+    "binomial": "exact: Binomial(N·n_trials, p) ⊛ Laplace by a finite sum (CLT closed form above EXACT_SUM_LIMIT)",
+    "poisson": "CLT of the clamped counts min(x, upper), normal ⊛ Laplace in closed form",
+    "normal": "CLT of the clamped rows (censored-normal moments), normal ⊛ Laplace in closed form",
+    "categorical": "CLT multivariate normal of the counts, Laplace as a scale mixture (latent variances)",
+    "linear_regression": "CLT of zzᵀ with Gaussian covariates (latent moments), Laplace as a scale mixture",
+}
+
+_LOG_SQRT_PI_OVER_2 = 0.5 * math.log(math.pi / 2.0)
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_MIN_VARIANCE = 1e-300
+
+
+def _tensor(x: Any) -> Any:
+    """A float64 tensor (PyTensor would autocast a Python float to float32)."""
+    if isinstance(x, pt.variable.Variable):
+        return x
+    return pt.as_tensor_variable(np.asarray(x, dtype=np.float64))
+
+
+def log_mills_ratio(z: Any) -> Any:
+    """log R(z) = log[(1 − Φ(z)) / φ(z)], finite for every real z (PyTensor).
+
+    z ≥ 0: R(z) = √(π/2)·erfcx(z/√2), which does not overflow for large z. z < 0:
+    log R(z) = log Φ(−z) + z²/2 + ½ log 2π with Φ(−z) = 1 − ½ erfc(|z|/√2) ∈ [½, 1). Each
+    branch reads its argument clipped to its own half-line, so neither produces inf or NaN
+    (nor NaN gradients) where it is not selected.
+    """
+    z = _tensor(z)
+    positive = z >= 0.0
+    zp = pt.switch(positive, z, 0.0)
+    zn = pt.switch(positive, 0.0, z)
+    upper = _LOG_SQRT_PI_OVER_2 + pt.log(pt.erfcx(zp / math.sqrt(2.0)))
+    lower = pt.log1p(-0.5 * pt.erfc(-zn / math.sqrt(2.0))) + 0.5 * zn * zn + _HALF_LOG_2PI
+    return pt.switch(positive, upper, lower)
+
+
+def normal_laplace_logpdf(value: Any, mean: Any, variance: Any, scale: float) -> Any:
+    """log density at ``value`` of S + L with S ~ N(mean, variance) and L ~ Laplace(0, scale) (PyTensor).
+
+    With λ = 1/b, s = √variance, d = value − mean (Reed and Jorgensen 2004, eq. 4, α = β = λ):
+
+        f = (λ/2) φ(d/s) [R(λs − d/s) + R(λs + d/s)],
+
+    R the Mills ratio. Each term is evaluated in the log domain as log R(zᵢ) − d²/(2s²); for
+    zᵢ < 0 the two squares are combined algebraically into λ²s²/2 ∓ λd, so nothing overflows
+    when b → 0 (the normal limit) or s → 0 (the Laplace limit). ``scale`` = 0 gives the
+    normal log density.
+
+    Parameters
+    ----------
+    value, mean, variance : tensor-like
+        Broadcast together; ``variance`` is floored at 1e-300.
+    scale : float
+        Laplace scale b ≥ 0 (public).
+
+    References
+    ----------
+    .. [1] Reed, W. J. and Jorgensen, M. (2004). The double Pareto-lognormal distribution.
+       Communications in Statistics 33(8), eq. (4).
+    """
+    value, mean = _tensor(value), _tensor(mean)
+    variance = pt.maximum(_tensor(variance), _MIN_VARIANCE)
+    d = value - mean
+    if float(scale) == 0.0:
+        return -_HALF_LOG_2PI - 0.5 * pt.log(variance) - d * d / (2.0 * variance)
+    lam = 1.0 / float(scale)
+    s = pt.sqrt(variance)
+    ds = d / s
+    terms = []
+    for sign in (-1.0, 1.0):  # R(λs − d/s) and R(λs + d/s)
+        z = lam * s + sign * ds
+        positive = z >= 0.0
+        upper = log_mills_ratio(z) - 0.5 * ds * ds
+        zn = pt.switch(positive, 0.0, z)
+        lower = (
+            pt.log1p(-0.5 * pt.erfc(-zn / math.sqrt(2.0))) + _HALF_LOG_2PI + 0.5 * lam * lam * variance + sign * lam * d
+        )
+        terms.append(pt.switch(positive, upper, lower))
+    high, low = pt.maximum(terms[0], terms[1]), pt.minimum(terms[0], terms[1])
+    # log(e^a + e^b) written so that its gradient stays finite when both terms underflow.
+    return math.log(lam / 2.0) - _HALF_LOG_2PI + high + pt.log1p(pt.exp(low - high))
+
+
+def _binomial_window(n_total: int, scale: float, avoid_length: int | None = None) -> int:
+    """Number of support points the exact sum visits: 2K + 1 with K = ⌈60 b⌉ (all n_total + 1 if fewer).
+
+    K grows by one if 2K + 1 would equal ``avoid_length`` (N): a model constant with an axis of
+    length N looks like row data to :func:`pymc_dp.data.check_prior_reads_no_data`.
+    """
+    half = math.ceil(_WINDOW_NATS * float(scale))
+    if 2 * half + 1 == avoid_length:
+        half += 1
+    return min(2 * half + 1, n_total + 1)
+
+
+def binomial_laplace_logpdf(value: Any, n_total: int, p: Any, scale: float, avoid_length: int | None = None) -> Any:
+    """log Σₛ Binomial(s; n_total, p) · Laplace(value − s; 0, b): the release likelihood (PyTensor).
+
+    A finite sum over the values s of S within K = ⌈60 b⌉ of the release (centred on
+    round(value) clipped into [0, n_total]; all n_total + 1 values if that is fewer). The
+    terms left out have Laplace weight below e^{−60}/(2b), so they change log p(Ŝ | p) only
+    where it lies about 60 nats below the largest density of the release — nowhere that
+    matters to a posterior. ``p`` may have any shape (the result has its shape); ``value``
+    is a scalar, a number or a symbolic one. Cost O(min(K, n_total)) per evaluation.
+    """
+    p = _tensor(p)[..., None]
+    if float(scale) == 0.0:  # a number: Ŝ = S exactly
+        support = np.arange(n_total + 1, dtype=float)
+        keep = support == float(value)
+        if not keep.any():
+            return pt.zeros_like(p[..., 0]) - np.inf
+        s = support[keep]
+        valid = None
+    else:
+        width = _binomial_window(n_total, scale, avoid_length)
+        if width == n_total + 1:
+            s, valid = np.arange(n_total + 1, dtype=float), None
+        else:
+            value = _tensor(value)
+            half = (width - 1) // 2
+            centre = pt.clip(pt.round(value), 0.0, float(n_total))
+            raw = centre + np.arange(-half, half + 1, dtype=float)
+            valid = (raw >= 0.0) & (raw <= n_total)
+            s = pt.clip(raw, 0.0, float(n_total))
+    gammaln = special.gammaln if isinstance(s, np.ndarray) else pt.gammaln
+    # scipy for the constant: PyTensor would autocast a Python float to float32.
+    log_choose = float(special.gammaln(n_total + 1.0)) - gammaln(s + 1.0) - gammaln(n_total - s + 1.0)
+    terms = log_choose + s * pt.log(p) + (n_total - s) * pt.log1p(-p)
+    if float(scale) != 0.0:
+        terms = terms - math.log(2.0 * scale) - pt.abs(value - s) / float(scale)
+    if valid is not None:
+        terms = pt.switch(valid, terms, -np.inf)
+    top = pt.max(terms, axis=-1, keepdims=True)
+    return (top + pt.log(pt.sum(pt.exp(terms - top), axis=-1, keepdims=True)))[..., 0]
+
+
+def clamped_poisson_moments(mu: Any, upper: int, avoid_length: int | None = None) -> tuple[Any, Any]:
+    """Mean and variance of min(X, upper), X ~ Poisson(mu) (PyTensor, elementwise in mu): one clamped row.
+
+    The pmf is summed over k = 0, …, upper − 1; if ``upper`` equals ``avoid_length`` (N) the
+    constant arrays get one more, zero-weighted, entry (see :func:`_binomial_window`).
+    """
+    mu = _tensor(mu)[..., None]
+    size = int(upper) + (1 if int(upper) == avoid_length else 0)
+    k = np.arange(size, dtype=float)
+    mask = (k < upper).astype(float)
+    pmf = mask * pt.exp(k * pt.log(mu) - mu - special.gammaln(k + 1.0))
+    tail = pt.maximum(1.0 - pt.sum(pmf, axis=-1), 0.0)  # P(X ≥ upper)
+    mean = pt.sum(k * pmf, axis=-1) + upper * tail
+    second = pt.sum(k * k * pmf, axis=-1) + float(upper) ** 2 * tail
+    return mean, pt.maximum(second - mean * mean, 0.0)
+
+
+def clamped_normal_moments(mu: Any, sigma: float, lower: float, upper: float) -> tuple[Any, Any]:
+    """Mean and variance of clip(X, lower, upper), X ~ N(mu, sigma²) (PyTensor): the censored normal.
+
+    With α = (lower − mu)/σ, β = (upper − mu)/σ: E = lower·Φ(α) + upper·(1 − Φ(β)) +
+    mu·(Φ(β) − Φ(α)) + σ(φ(α) − φ(β)); E[X²] adds (mu² + σ²)ΔΦ + 2muσ(φ(α) − φ(β)) +
+    σ²(αφ(α) − βφ(β)) to the two atoms.
+    """
+    mu = _tensor(mu)
+    sigma = float(sigma)
+    a = (lower - mu) / sigma
+    b = (upper - mu) / sigma
+
+    def cdf(x):
+        return 0.5 * pt.erfc(-x / math.sqrt(2.0))
+
+    def pdf(x):
+        return pt.exp(-0.5 * x * x - _HALF_LOG_2PI)
+
+    ca, cb, pa, pb = cdf(a), cdf(b), pdf(a), pdf(b)
+    inside = cb - ca
+    mean = lower * ca + upper * (1.0 - cb) + mu * inside + sigma * (pa - pb)
+    second = (
+        lower**2 * ca
+        + upper**2 * (1.0 - cb)
+        + (mu * mu + sigma**2) * inside
+        + 2.0 * mu * sigma * (pa - pb)
+        + sigma**2 * (a * pa - b * pb)
+    )
+    return mean, pt.maximum(second - mean * mean, 0.0)
+
+
+def product_moments(mean: Any, cov: Any, rows: np.ndarray, cols: np.ndarray) -> tuple[Any, Any]:
+    """Mean and covariance of t = (zⱼzₖ) over the index pairs (rows, cols), z ~ N(mean, cov) (PyTensor).
+
+    E[zᵢzⱼ] = Cᵢⱼ + μᵢμⱼ and, by Isserlis' theorem with a mean,
+    Cov(zᵢzⱼ, zₖzₗ) = CᵢₖCⱼₗ + CᵢₗCⱼₖ + μᵢμₖCⱼₗ + μᵢμₗCⱼₖ + μⱼμₖCᵢₗ + μⱼμₗCᵢₖ
+    (Bernstein and Sheldon 2019, §3, the moments of one row's statistic under the model).
+    """
+    i, j = np.asarray(rows)[:, None], np.asarray(cols)[:, None]
+    k, m = np.asarray(rows)[None, :], np.asarray(cols)[None, :]
+    mu = mean
+    first = cov[rows, cols] + mu[rows] * mu[cols]
+    second = (
+        cov[i, k] * cov[j, m]
+        + cov[i, m] * cov[j, k]
+        + mu[i] * mu[k] * cov[j, m]
+        + mu[i] * mu[m] * cov[j, k]
+        + mu[j] * mu[k] * cov[i, m]
+        + mu[j] * mu[m] * cov[i, k]
+    )
+    return first, second
+
+
+def _mvnormal_logpdf(value: np.ndarray, mean: Any, cov: Any) -> Any:
+    import pymc as pm
+
+    return pm.logp(pm.MvNormal.dist(mu=mean, cov=cov), pt.as_tensor_variable(value))
+
+
+def _scalar_param(family: Any, name: str, value: Any) -> Any:
+    value = pt.as_tensor_variable(value)
+    if value.ndim != 0:
+        raise ValueError(
+            f"`{name}` must be a scalar for the noise-aware {family.name} likelihood (one parameter for all rows). "
+            f"Found a tensor with {value.ndim} dimensions."
+        )
+    return value
+
+
+def univariate_release_loglik(family: Any, value: Any, n_rows: int, scale: float, param: Any) -> Any:
+    """log p(Ŝ = value | θ) for the one-statistic families, elementwise over ``param`` (PyTensor).
+
+    ``param`` is p (Bernoulli, Binomial) or mu (Poisson, Normal), of any shape — a scalar
+    model variable, or a grid of values for quadrature; ``value`` is the unprojected release
+    (a number or a symbolic scalar). Bernoulli/Binomial: exact sum while N·n_trials + 1 ≤
+    :data:`EXACT_SUM_LIMIT`, else the CLT closed form. Poisson: CLT of min(x, upper).
+    Normal: CLT of clip(x, lower, upper).
+    """
+    from pymc_dp.exponential_family import families as fams
+
+    kind = type(family)
+    if kind in (fams.Bernoulli, fams.Binomial):
+        p = _tensor(param)
+        n_total = n_rows * family.n_trials
+        if _binomial_window(n_total, scale, n_rows) <= EXACT_SUM_LIMIT:
+            return binomial_laplace_logpdf(value, n_total, p, scale, avoid_length=n_rows)
+        return normal_laplace_logpdf(value, n_total * p, n_total * p * (1.0 - p), scale)
+    if kind is fams.Poisson:
+        mean, var = clamped_poisson_moments(param, family.upper, avoid_length=n_rows)
+    elif kind is fams.Normal:
+        mean, var = clamped_normal_moments(param, family.sigma, *family.bounds)
+    else:
+        raise ValueError(
+            f"`family` must be one of bernoulli, binomial, poisson, normal for a one-statistic release "
+            f"likelihood. Found {family.name!r}."
+        )
+    return normal_laplace_logpdf(value, n_rows * mean, n_rows * var, scale)
+
+
+def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, **params: Any) -> Any:
+    """log p(Ŝ | θ) of the unprojected release ``noisy`` under ``family`` (see the module docstring).
+
+    Bernoulli, Binomial, Poisson and Normal return a closed-form (or exactly summed) scalar
+    graph (:func:`univariate_release_loglik`). Categorical and linear regression add latent
+    variables to the model in context — ``{name}_noise_variance`` (τ, one per released
+    coordinate; Exponential(rate 1/(2b²))) and, for linear regression, the covariate moments
+    ``{name}_x_mean`` and ``{name}_x_corr`` (or ``{name}_x_sd`` for one free feature; priors in
+    :func:`_linear_regression_loglik`) — and return the Gaussian log density of Ŝ given them.
+
+    Raises
+    ------
+    ValueError
+        For a family without a noise-aware likelihood (a user-defined subclass) or
+        parameters of the wrong shape.
+    """
+    from pymc_dp.exponential_family import families as fams
+
+    missing = [p for p in family.params if p not in params]
+    extra = [p for p in params if p not in family.params]
+    if missing or extra:
+        raise ValueError(
+            f"The parameters of the {family.name} likelihood must be exactly {list(family.params)}. "
+            f"Found {sorted(params)}."
+        )
+    noisy = np.asarray(noisy, dtype=float)
+    kind = type(family)
+    if kind in (fams.Bernoulli, fams.Binomial, fams.Poisson, fams.Normal):
+        (param_name,) = family.params
+        param = _scalar_param(family, param_name, params[param_name])
+        return univariate_release_loglik(family, float(noisy[0]), n_rows, scale, param)
+    if kind is fams.Categorical:
+        return _categorical_loglik(family, noisy, n_rows, scale, name, params["p"])
+    if kind is fams.LinearRegression:
+        return _linear_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], params["sigma"])
+    raise ValueError(
+        f"`noise_aware` must be False for the family {family!r}: a noise-aware likelihood exists only for the "
+        f"built-in families {sorted(NOISE_AWARE_METHODS)}. Found a user-defined family."
+    )
+
+
+def _noise_variances(name: str, size: int, scale: float) -> Any:
+    """τ ~ Exponential(rate 1/(2b²)), one per coordinate: Laplace(0, b) = N(0, τ) marginally."""
+    import pymc as pm
+
+    if scale == 0.0:
+        return pt.zeros(size)
+    return pm.Exponential(f"{name}_noise_variance", lam=1.0 / (2.0 * scale * scale), shape=size)
+
+
+def _jittered(cov: Any, size: int) -> Any:
+    return cov + 1e-10 * (pt.trace(cov) / size + 1e-300) * pt.eye(size)
+
+
+def _categorical_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, p: Any) -> Any:
+    p = pt.as_tensor_variable(p)
+    k = family.n_categories
+    if p.ndim != 1:
+        raise ValueError(
+            f"`p` must be a vector of {k} class probabilities for the noise-aware categorical likelihood. "
+            f"Found a tensor with {p.ndim} dimensions."
+        )
+    tau = _noise_variances(name, k, scale)
+    cov = n_rows * (pt.diag(p) - pt.outer(p, p)) + pt.diag(tau)
+    return _mvnormal_logpdf(noisy, n_rows * p, _jittered(cov, k))
+
+
+def _linear_regression_loglik(
+    family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, beta: Any, sigma: Any
+) -> Any:
+    """CLT likelihood of the released zzᵀ with Gaussian covariates (Bernstein and Sheldon 2019, §3).
+
+    Model of one row: x ~ N(μₓ, Σₓ) on the features whose bounds have positive width (a
+    feature with lower = upper, e.g. an intercept column, is that constant), y | x ~
+    N(xᵀβ, σ²). Priors on the covariate moments, from the public bounds [lⱼ, uⱼ] only
+    (centre cⱼ, half-width hⱼ): μₓⱼ ~ N(cⱼ, hⱼ), the standard deviations ~ HalfNormal(hⱼ), the
+    correlation ~ LKJ(η = 2). Statistics of constant entries (zero-width intervals) carry no
+    information about θ and are left out.
+    """
+    import pymc as pm
+
+    d = family.n_features
+    beta = pt.as_tensor_variable(beta)
+    if beta.ndim != 1:
+        raise ValueError(
+            f"`beta` must be a vector of {d} coefficients for the noise-aware linear-regression likelihood. "
+            f"Found a tensor with {beta.ndim} dimensions."
+        )
+    sigma = _scalar_param(family, "sigma", sigma)
+    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
+    free = np.nonzero(upper > lower)[0]
+    centre, half = (lower + upper) / 2.0, (upper - lower) / 2.0
+    x_mean = pt.as_tensor_variable(lower.copy())
+    x_cov = pt.zeros((d, d))
+    if free.size:
+        m = pm.Normal(f"{name}_x_mean", mu=centre[free], sigma=half[free], shape=free.size)
+        x_mean = pt.set_subtensor(x_mean[free], m)
+        if free.size == 1:
+            sd = pm.HalfNormal(f"{name}_x_sd", sigma=half[free], shape=1)
+            block = pt.outer(sd, sd)
+        else:
+            chol, _, _ = pm.LKJCholeskyCov(
+                f"{name}_x_corr",
+                n=free.size,
+                eta=2.0,
+                sd_dist=pm.HalfNormal.dist(sigma=half[free], shape=free.size),
+                compute_corr=True,
+            )
+            block = chol @ chol.T
+        x_cov = pt.set_subtensor(x_cov[np.ix_(free, free)], block)
+    xy = x_cov @ beta
+    yy = beta @ xy + sigma * sigma
+    z_mean = pt.concatenate([x_mean, pt.stack([x_mean @ beta])])
+    z_cov = pt.concatenate(
+        [pt.concatenate([x_cov, xy[:, None]], axis=1), pt.concatenate([xy, pt.stack([yy])])[None, :]], axis=0
+    )
+    rows, cols = family._triu
+    lo, hi = family.intervals()
+    keep = np.nonzero(hi > lo)[0]
+    mean, cov = product_moments(z_mean, z_cov, rows[keep], cols[keep])
+    tau = _noise_variances(name, keep.size, scale)
+    total = n_rows * cov + pt.diag(tau)
+    return _mvnormal_logpdf(noisy[keep], n_rows * mean, _jittered(total, keep.size))

@@ -1,0 +1,316 @@
+"""Noise-aware likelihoods of Laplace releases (issue 15): the math, the ε → ∞ limit, calibration."""
+
+import math
+import zlib
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from scipy import integrate, special, stats
+
+from pymc_dp.accounting import PrivacyBudget
+from pymc_dp.exponential_family import release_statistics
+from pymc_dp.exponential_family.noise_aware import (
+    binomial_laplace_logpdf,
+    clamped_normal_moments,
+    clamped_poisson_moments,
+    log_mills_ratio,
+    normal_laplace_logpdf,
+    product_moments,
+)
+from pymc_dp.testing.calibration import calibrate_univariate
+
+
+# -- the math against independent references -----------------------------------------------------
+def _convolution_by_quadrature(y, mean, var, b):
+    """log ∫ N(x; mean, var) Laplace(y − x; b) dx by adaptive quadrature, split at the kink x = y."""
+    s = math.sqrt(var)
+
+    def f(x):
+        return stats.norm.pdf(x, mean, s) * stats.laplace.pdf(y - x, 0, b)
+
+    lo, hi = min(mean - 12 * s, y - 40 * b), max(mean + 12 * s, y + 40 * b)
+    left = integrate.quad(f, lo, y, limit=400, epsabs=0, epsrel=1e-12)[0]
+    right = integrate.quad(f, y, hi, limit=400, epsabs=0, epsrel=1e-12)[0]
+    return math.log(left + right)
+
+
+@pytest.mark.parametrize(
+    ("y", "mean", "var", "b"),
+    [
+        (0.0, 0.0, 1.0, 1.0),
+        (3.0, 0.0, 1.0, 0.1),
+        (10.0, 2.0, 100.0, 10.0),
+        (0.0, 0.0, 1e-4, 1.0),
+        (-7.0, 1.0, 4.0, 2.0),
+    ],
+)
+def test_normal_laplace_density_matches_quadrature(y, mean, var, b):
+    assert normal_laplace_logpdf(y, mean, var, b).eval() == pytest.approx(
+        _convolution_by_quadrature(y, mean, var, b), rel=1e-9, abs=1e-9
+    )
+
+
+def test_normal_laplace_density_has_its_limits_and_finite_gradients_far_out():
+    # b → 0: the normal density; var → 0: the Laplace density (both closed forms, scipy).
+    assert normal_laplace_logpdf(5.0, 0.0, 1.0, 1e-9).eval() == pytest.approx(stats.norm.logpdf(5.0), abs=1e-6)
+    assert normal_laplace_logpdf(5.0, 0.0, 1e-12, 2.0).eval() == pytest.approx(
+        stats.laplace.logpdf(5.0, 0, 2.0), abs=1e-6
+    )
+    assert normal_laplace_logpdf(5.0, 0.0, 1.0, 0.0).eval() == pytest.approx(stats.norm.logpdf(5.0), abs=1e-12)
+    # Far in the Laplace tail: log f = log(1/(2b)) + var/(2b²) − |d|/b exactly in the limit |d| → ∞.
+    assert normal_laplace_logpdf(1e4, 0.0, 1.0, 1.0).eval() == pytest.approx(-math.log(2) + 0.5 - 1e4, rel=1e-12)
+    mean = pt.dscalar()
+    for b in (1e-12, 1.0, 1e3):
+        for value, at in ((1e6, 0.0), (1e6, 1e6 - 3.0), (-1e5, 10.0)):
+            graph = normal_laplace_logpdf(value, mean, 4.0, b)
+            f = pytensor.function([mean], [graph, pytensor.grad(graph, mean)])
+            assert np.all(np.isfinite(f(at)))
+
+
+def test_log_mills_ratio_against_scipy():
+    z = np.array([-30.0, -5.0, -0.5, 0.0, 0.5, 5.0, 30.0])
+    # log R(z) = log Φ(−z) − log φ(z), with scipy's log_ndtr (accurate in both tails).
+    expected = special.log_ndtr(-z) - stats.norm.logpdf(z)
+    np.testing.assert_allclose(log_mills_ratio(z).eval(), expected, rtol=1e-10)
+    # Far out the difference above cancels in floating point; the asymptotic series
+    # R(z) = (1/z)(1 − z⁻² + 3z⁻⁴ − …) is the reference (Abramowitz and Stegun 26.2.12).
+    big = 1e5
+    assert log_mills_ratio(big).eval() == pytest.approx(
+        -math.log(big) + math.log1p(-(big**-2) + 3 * big**-4), rel=1e-14
+    )
+
+
+def test_binomial_laplace_sum_and_clamped_moments_match_direct_computation():
+    s = np.arange(11)
+    direct = math.log(np.sum(stats.binom.pmf(s, 10, 0.3) * stats.laplace.pdf(3.7 - s, 0, 2.0)))
+    assert binomial_laplace_logpdf(3.7, 10, 0.3, 2.0).eval() == pytest.approx(direct, rel=1e-12)
+    grid = np.array([0.1, 0.3, 0.8])
+    np.testing.assert_allclose(
+        binomial_laplace_logpdf(3.7, 10, grid, 2.0).eval(),
+        [math.log(np.sum(stats.binom.pmf(s, 10, q) * stats.laplace.pdf(3.7 - s, 0, 2.0))) for q in grid],
+        rtol=1e-12,
+    )
+    # min(X, upper), X ~ Poisson(mu): moments from the pmf summed far into the tail.
+    k = np.arange(200)
+    for mu in (0.5, 3.0, 9.0):
+        x = np.minimum(k, 6)
+        w = stats.poisson.pmf(k, mu)
+        mean, var = (v.eval() for v in clamped_poisson_moments(mu, 6))
+        assert mean == pytest.approx(np.sum(w * x), rel=1e-10)
+        assert var == pytest.approx(np.sum(w * x**2) - np.sum(w * x) ** 2, rel=1e-9)
+    # clip(X, lower, upper), X ~ N(mu, σ²): moments by quadrature plus the two atoms.
+    lo, hi, sd = -0.5, 1.2, 1.3
+    for mu in (-1.0, 0.3, 2.5):
+        density = stats.norm(mu, sd).pdf
+        atoms = (lo * stats.norm.cdf(lo, mu, sd), hi * stats.norm.sf(hi, mu, sd))
+        m1 = sum(atoms) + integrate.quad(lambda x, f=density: x * f(x), lo, hi, epsrel=1e-12)[0]
+        m2 = (
+            lo**2 * stats.norm.cdf(lo, mu, sd)
+            + hi**2 * stats.norm.sf(hi, mu, sd)
+            + integrate.quad(lambda x, f=density: x * x * f(x), lo, hi, epsrel=1e-12)[0]
+        )
+        mean, var = (v.eval() for v in clamped_normal_moments(mu, sd, lo, hi))
+        assert mean == pytest.approx(m1, rel=1e-9) and var == pytest.approx(m2 - m1**2, rel=1e-8)
+
+
+def test_product_moments_follow_isserlis_with_a_mean():
+    """Mean and covariance of (z₀², z₀z₁, z₁²) for a Gaussian z: exact against an independent formula."""
+    mu = np.array([0.4, -1.1])
+    cov = np.array([[1.5, 0.3], [0.3, 0.7]])
+    rows, cols = np.triu_indices(2)
+    mean, second = (v.eval() for v in product_moments(pt.as_tensor(mu), pt.as_tensor(cov), rows, cols))
+    # Independent reference: moments of z = mu + L u by 4-th order Gauss–Hermite quadrature (exact for
+    # polynomials of degree ≤ 7 in u, and the products are of degree ≤ 4).
+    nodes, weights = np.polynomial.hermite_e.hermegauss(5)
+    weights = weights / weights.sum()
+    chol = np.linalg.cholesky(cov)
+    u1, u2 = np.meshgrid(nodes, nodes, indexing="ij")
+    w = np.outer(weights, weights).ravel()
+    z = mu[:, None] + chol @ np.vstack([u1.ravel(), u2.ravel()])
+    t = z[rows] * z[cols]
+    ref_mean = t @ w
+    ref_cov = (t - ref_mean[:, None]) * w @ (t - ref_mean[:, None]).T
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-12)
+    np.testing.assert_allclose(second, ref_cov, rtol=1e-12, atol=1e-12)
+
+
+# -- the release keeps the unprojected output; the likelihood's switches and errors ------------------
+def test_release_keeps_the_unprojected_output_and_projects_it():
+    y = np.zeros(20)
+    rel = release_statistics("bernoulli", y, epsilon=0.05, reproducible_noise=True, random_seed=3)
+    assert rel.statistics[0] == pytest.approx(np.clip(rel.noisy_statistics[0], 0, 20))
+    assert rel.accountant_record()["unprojected_statistics"] == [float(rel.noisy_statistics[0])]
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        rel.likelihood("naive", p=p, noise_aware=False)
+        rel.likelihood("aware", p=p)
+    point = model.initial_point()
+    outputs = model.replace_rvs_by_values([model["naive"], model["aware"]])
+    logps = model.compile_fn(outputs, inputs=model.value_vars)(point)
+    q = 0.5
+    assert logps[0] == pytest.approx(rel.statistics[0] * math.log(q) + (20 - rel.statistics[0]) * math.log(1 - q))
+    s = np.arange(21)
+    exact = math.log(np.sum(stats.binom.pmf(s, 20, q) * stats.laplace.pdf(rel.noisy_statistics[0] - s, 0, 20.0)))
+    assert logps[1] == pytest.approx(exact, rel=1e-10)
+
+
+def test_bad_noise_aware_settings_are_refused_with_the_parameter_named_and_no_change():
+    rel = release_statistics("bernoulli", np.zeros(5), epsilon=1.0)
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1, shape=2)
+        with pytest.raises(ValueError, match="`p` must be a scalar"):
+            rel.likelihood("y", p=p)
+        with pytest.raises(TypeError, match="`noise_aware` must be"):
+            rel.likelihood("y", p=p[0], noise_aware="yes")
+        with pytest.raises(ValueError, match=r"must be exactly \['p'\]"):
+            rel.likelihood("y", mu=p[0])
+        with pytest.raises(ValueError, match="`name` must not clash"):
+            rel.likelihood("p", p=p[0])
+        assert [v.name for v in model.potentials] == [] and len(model.free_RVs) == 1
+    from dataclasses import replace
+
+    bare = replace(rel, noisy_statistics=None)
+    with pm.Model(), pytest.raises(ValueError, match="`noise_aware` must be False for a release without"):
+        bare.likelihood("y", p=pm.Beta("q", 1, 1))
+    reg = release_statistics(
+        "linear_regression",
+        (np.zeros((4, 2)), np.zeros(4)),
+        epsilon=1.0,
+        n_features=2,
+        x_bounds=(-1, 1),
+        y_bounds=(-1, 1),
+    )
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1)
+        with pytest.raises(ValueError, match="`beta` must be a vector of 2 coefficients"):
+            reg.likelihood("y", beta=beta, sigma=1.0)
+        assert len(model.free_RVs) == 1  # nothing added before the refusal
+
+
+# -- ε → ∞: the noise-aware posterior is the exact posterior on the raw data --------------------------
+def _grid_posterior_moments(loglik, grid, log_prior):
+    log_post = loglik(grid) + log_prior(grid)
+    w = np.exp(log_post - log_post.max())
+    w /= integrate.trapezoid(w, grid)
+    mean = integrate.trapezoid(grid * w, grid)
+    return mean, math.sqrt(integrate.trapezoid((grid - mean) ** 2 * w, grid))
+
+
+def test_large_epsilon_noise_aware_equals_the_exact_posterior_for_exact_families():
+    """Bernoulli/Binomial (exact sum) and Normal (Gaussian sum, CLT exact): log posteriors equal up to a constant."""
+    rng = np.random.default_rng(21)
+    y = rng.binomial(4, 0.35, 500)
+    rel = release_statistics("binomial", y, epsilon=1e12, n_trials=4, reproducible_noise=True, random_seed=1)
+    grid = np.linspace(0.25, 0.45, 7)
+    value = pt.dvector()
+    from pymc_dp.exponential_family.noise_aware import univariate_release_loglik
+
+    f = pytensor.function(
+        [value], univariate_release_loglik(rel.family, rel.noisy_statistics[0], 500, rel.scale, value)
+    )
+    diff = f(grid) - stats.binom.logpmf(y[:, None], 4, grid).sum(axis=0)
+    assert np.ptp(diff) < 1e-6
+    x = rng.normal(0.7, 2.0, 800)
+    rel = release_statistics(
+        "normal", x, epsilon=1e12, sigma=2.0, bounds=(-60, 60), reproducible_noise=True, random_seed=2
+    )
+    f = pytensor.function(
+        [value], univariate_release_loglik(rel.family, rel.noisy_statistics[0], 800, rel.scale, value)
+    )
+    grid = np.linspace(0.3, 1.1, 7)
+    diff = f(grid) - stats.norm.logpdf(x[:, None], grid, 2.0).sum(axis=0)
+    assert np.ptp(diff) < 1e-5
+
+
+def test_large_epsilon_poisson_clt_posterior_is_the_gamma_posterior_to_order_one_over_root_n():
+    """The CLT likelihood differs from the Poisson one at O(1/√N) of a posterior sd (quadrature, no MCMC).
+
+    N = 4000, mu ≈ 3, upper = 40 (P(X ≥ 40) < 1e-25: no clamping): the mean shift is about
+    1/(2√(N mu)) ≈ 0.005 sd; the test allows 0.05 sd and 2 % on the sd.
+    """
+    rng = np.random.default_rng(22)
+    x = rng.poisson(3.0, 4000)
+    rel = release_statistics("poisson", x, epsilon=1e12, upper=40, reproducible_noise=True, random_seed=3)
+    from pymc_dp.exponential_family.noise_aware import univariate_release_loglik
+
+    value = pt.dvector()
+    f = pytensor.function(
+        [value], univariate_release_loglik(rel.family, rel.noisy_statistics[0], 4000, rel.scale, value)
+    )
+    prior = stats.gamma(2.0, scale=2.0)
+    exact = stats.gamma(2.0 + x.sum(), scale=1.0 / (0.5 + x.size))
+    grid = np.linspace(exact.ppf(1e-10), exact.ppf(1 - 1e-10), 4001)
+    mean, sd = _grid_posterior_moments(f, grid, prior.logpdf)
+    assert abs(mean - exact.mean()) < 0.05 * exact.std()
+    assert sd == pytest.approx(exact.std(), rel=0.02)
+
+
+# -- calibration by simulation (Cook et al. 2006): quadrature posteriors, no MCMC ---------------------
+def test_noise_aware_bernoulli_intervals_are_calibrated_where_naive_ones_are_not():
+    """300 repeats, N = 100, ε = 0.1 (Laplace scale 10 on a count of ~50): coverage of 90 % intervals.
+
+    The noise-aware coverage must be within 4 binomial standard errors (4·√(0.09/300) = 0.069)
+    of 0.9; the naive posterior ignores a noise of sd 14 against a posterior sd of ~5 counts
+    and covers well below (measured ≈ 0.4).
+    """
+    result = calibrate_univariate("bernoulli", 100, 0.1, 300, np.random.default_rng(2018))
+    se = math.sqrt(0.9 * 0.1 / 300)
+    assert abs(result.noise_aware_coverage - 0.9) < 4 * se
+    assert result.naive_coverage < 0.9 - 4 * se
+    assert result.noise_aware_width > result.naive_width
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson", "normal"])
+@pytest.mark.parametrize("epsilon", [0.1, 1.0])
+@pytest.mark.parametrize("n_rows", [100, 10_000])
+def test_noise_aware_intervals_are_calibrated_by_simulation(family, epsilon, n_rows):
+    """≥ 200 repeats per cell: noise-aware coverage of 90 % central intervals in [0.85, 0.95]."""
+    result = calibrate_univariate(
+        family, n_rows, epsilon, 400, np.random.default_rng(zlib.crc32(f"{family}-{epsilon}-{n_rows}".encode()))
+    )
+    assert 0.85 <= result.noise_aware_coverage <= 0.95, result
+
+
+def test_budget_and_release_are_unchanged_by_building_noise_aware_models():
+    budget = PrivacyBudget(1.0, 1e-6, n_rows=30)
+    rel = release_statistics("poisson", np.arange(30) % 4, epsilon=0.5, upper=5, budget=budget)
+    before = rel.accountant_record()
+    with pm.Model():
+        rel.likelihood("y", mu=pm.Gamma("mu", 2, 1))
+    assert rel.accountant_record() == before and budget.spent().epsilon == pytest.approx(0.5)
+
+
+def test_noise_aware_categorical_with_small_noise_matches_the_dirichlet_posterior_and_carries_epsilon():
+    """ε = 10, N = 2000 (Laplace sd 0.28 against count sds ≈ 20): the noise-aware CLT posterior is the
+    Dirichlet posterior up to the CLT's O(1/√(N p)) error (≈ 0.03 sd): each mean within 0.1 sd + 4 MCSE.
+    """
+    labels = np.random.default_rng(31).choice(3, size=2000, p=[0.2, 0.3, 0.5])
+    rel = release_statistics("categorical", labels, epsilon=10.0, n_categories=3)
+    with pm.Model():
+        p = pm.Dirichlet("p", np.ones(3))
+        rel.likelihood("counts", p=p)
+        idata = rel.sample(draws=500, tune=500, chains=1, random_seed=5, progressbar=False, on_poor_mixing="ignore")
+    draws = idata["posterior"]["p"].values.reshape(-1, 3)
+    exact = stats.dirichlet(1 + np.bincount(labels, minlength=3))
+    sd = np.sqrt(exact.var())
+    mcse = np.asarray(pm.stats.mcse(idata, var_names=["p"])["p"])
+    assert np.all(np.abs(draws.mean(axis=0) - exact.mean()) < 0.1 * sd + 4 * mcse)
+    assert idata["posterior"].attrs["dp_epsilon"] == 10.0
+    assert "counts_noise_variance" in idata["posterior"]
+
+
+@pytest.mark.parametrize(("family", "settings", "n_rows"), [("bernoulli", {}, 121), ("poisson", {"upper": 50}, 50)])
+def test_noise_aware_constants_never_have_the_row_length(family, settings, n_rows):
+    """ε = 1: the Bernoulli window (2·60 + 1 = 121 points) and the Poisson pmf (upper = 50 points) would
+    have length N and be refused as row data by the prior check; they are lengthened by a zero-weight point.
+    """
+    rel = release_statistics(family, np.ones(n_rows), epsilon=1.0, **settings)
+    with pm.Model():
+        theta = pm.Beta("p", 1, 1) if family == "bernoulli" else pm.Gamma("mu", 2, 1)
+        rel.likelihood("y", **{"p" if family == "bernoulli" else "mu": theta})
+        idata = rel.sample(draws=20, tune=20, chains=1, progressbar=False, on_poor_mixing="ignore")
+    assert idata["posterior"].attrs["dp_epsilon"] == 1.0
