@@ -30,13 +30,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import PrivacyEvent, compose_epsilon
+from pymc_dp.accounting.ledger import plain_json_value
 from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result
 
 __all__ = ["AccountantRecord", "PrivateRun"]
@@ -133,16 +132,7 @@ class AccountantRecord:
             record["budget"] = dict(self.budget)
         record["events"] = [e.to_dict() for e in self.events]
         record["versions"] = versions()
-        return json.loads(json.dumps(record, default=_plain))  # plain JSON types only, as it is stored
-
-
-def _plain(value: Any) -> Any:
-    """NumPy scalars and arrays as plain Python values (a record must never fail to serialise after a charge)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        return json.loads(json.dumps(record, default=plain_json_value))  # plain JSON types only, as it is stored
 
 
 class PrivateRun:

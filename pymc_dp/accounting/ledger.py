@@ -64,10 +64,11 @@ class LedgerIntegrityError(RuntimeError):
 
 def canonical_json(value: Any) -> str:
     """The one JSON text a value is hashed as: sorted keys, no spaces, ASCII, NumPy scalars as Python's."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_plain)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=plain_json_value)
 
 
-def _plain(value: Any) -> Any:
+def plain_json_value(value: Any) -> Any:
+    """NumPy scalars and arrays as plain Python values (``json.dumps(default=...)``); anything else is refused."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
