@@ -482,3 +482,29 @@ def test_special_cases_of_poisson_sample():
     np.testing.assert_array_equal(poisson_sample(np.random.default_rng(0), 5, 1.0), np.arange(5))
     with pytest.raises(ValueError, match="`sampling_rate`"):
         poisson_sample(np.random.default_rng(0), 5, 0.0)
+
+
+def test_mean_field_on_a_model_with_group_level_parameters_is_flagged():
+    # intercept[group] with a per-row group index: mean-field ignores the group parameters'
+    # posterior correlations, so the fit is flagged (full-rank is not); a model without
+    # group-indexed parameters is not.
+    rng = np.random.default_rng(4)
+    group = rng.integers(0, 4, size=800)
+    y = rng.normal(size=800) + np.array([0.0, 0.5, -0.5, 1.0])[group]
+    results = {}
+    for approximation in ("meanfield", "fullrank"):
+        with pm.Model():
+            mu = pm.Normal("mu", 0, 1)
+            offset = pm.Normal("offset", 0, 1, shape=4)
+            pm.Normal("y", mu + offset[group], 1.0, observed=y)
+            fit = pmdp.DPADVI(epsilon=2.0, delta=1e-6, sampling_rate=0.5, grad_clip=5.0, approximation=approximation)
+            results[approximation] = fit.fit(30, progressbar=False).optimisation_diagnostics()
+    flagged = [r for r in results["meanfield"]["reasons"] if "group-level parameters (offset, indexed" in r]
+    assert flagged and results["meanfield"]["usable"] is False
+    assert not any("group-level" in r for r in results["fullrank"]["reasons"])
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu, 1.0, observed=y)
+        fit = pmdp.DPADVI(epsilon=2.0, delta=1e-6, sampling_rate=0.5, grad_clip=5.0)
+        plain = fit.fit(30, progressbar=False).optimisation_diagnostics()
+    assert not any("group-level" in r for r in plain["reasons"])
