@@ -350,3 +350,20 @@ def test_gradient_release_noise_has_the_accounted_standard_deviation(conjugate_n
     assert abs(residuals.mean()) / (std / math.sqrt(n)) < Z_CRIT
     chi2 = n * np.mean(residuals**2) / std**2
     assert stats.chi2.ppf(5e-5, n) < chi2 < stats.chi2.isf(5e-5, n)
+
+
+def test_a_trajectory_whose_move_overflows_is_rejected_without_a_release(monkeypatch):
+    # A finite proposal at ±1e200 per coordinate: ‖θ′ − θ‖ overflows, so the ratio's clip bound
+    # b‖θ′ − θ‖ would be infinite. The move is a divergence (a function of released gradients):
+    # rejected, nothing released.
+    y = np.random.default_rng(0).normal(size=50)
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 1, shape=2)
+        pm.Normal("y", mu.sum(), 1.0, observed=y)
+        step = pmdp.DPHMC(grad_clip=1.0, llr_clip=1.0, grad_noise_multiplier=1.0, llr_noise_multiplier=1.0)
+    step._new_chain(np.random.default_rng(1))
+    monkeypatch.setattr(
+        "pymc_dp.step_methods.hmc.leapfrog", lambda theta, momentum, *args: (np.full_like(theta, 1e200), momentum)
+    )
+    theta, info = step.transition(np.zeros(2))
+    assert np.array_equal(theta, np.zeros(2)) and not info.accepted and np.isnan(info.noisy_llr)

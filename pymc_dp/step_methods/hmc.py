@@ -461,7 +461,10 @@ class DPHMC(DPStep):
         proposal, momentum_end = leapfrog(
             theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
         )
-        if np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end)):
+        finite = np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end))
+        with np.errstate(over="ignore"):  # a finite proposal so far out that its distance overflows: diverged too
+            finite = finite and bool(np.isfinite(np.linalg.norm(proposal - theta)))
+        if finite:
             noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
             log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
             kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
