@@ -324,14 +324,14 @@ def group_indexed_parameters(model: Any) -> list[str]:
         seen.add(node)
         indexed, *indices = node.inputs
         row_index = any(
-            getattr(i.type, "dtype", "").startswith(("int", "uint")) and _leading_length(i) == n_rows for i in indices
+            getattr(i.type, "dtype", "").startswith(("int", "uint")) and _first_axis_length(i) == n_rows for i in indices
         )
         if row_index:
             names.update(rv.name for rv in ancestors([indexed]) if rv in free)
     return sorted(names)
 
 
-def _leading_length(variable: Any) -> int | None:
+def _first_axis_length(variable: Any) -> int | None:
     """The length of a variable's first axis from its static type, or a shared variable's value shape."""
     shape = getattr(variable.type, "shape", ())
     if shape and shape[0] is not None:
