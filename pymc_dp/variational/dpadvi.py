@@ -324,7 +324,8 @@ def group_indexed_parameters(model: Any) -> list[str]:
         seen.add(node)
         indexed, *indices = node.inputs
         row_index = any(
-            getattr(i.type, "dtype", "").startswith(("int", "uint")) and _first_axis_length(i) == n_rows for i in indices
+            getattr(i.type, "dtype", "").startswith(("int", "uint")) and _first_axis_length(i) == n_rows
+            for i in indices
         )
         if row_index:
             names.update(rv.name for rv in ancestors([indexed]) if rv in free)
