@@ -205,7 +205,16 @@ _LEAVES = (str, bytes, bytearray, int, float, complex, bool, type(None), np.ndar
 def _children(obj):
     """What ``obj`` refers to: attributes, container items, bound methods' ``__self__``, closure cells."""
     if isinstance(obj, dict):
-        for key, value in obj.items():
+        # A snapshot: weak-keyed caches (Numba's dispatcher tables on PyMC 6) can lose entries to the
+        # garbage collector mid-walk, and iterating the live dict then raises; retry the copy if it
+        # happens during the copy itself.
+        for _ in range(10):
+            try:
+                items = list(obj.items())
+                break
+            except RuntimeError:
+                continue
+        for key, value in items:
             yield f"[{key!r}]", value
             yield "<key>", key
         return
