@@ -214,6 +214,8 @@ def _children(obj):
                 break
             except RuntimeError:
                 continue
+        else:
+            items = list(obj.items())  # an eleventh failure is raised
         for key, value in items:
             yield f"[{key!r}]", value
             yield "<key>", key
