@@ -29,11 +29,10 @@ from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
+    clipping_summary,
     cumulative_noise_rows,
     histogram_sensitivity,
     quantile_is_resolvable,
-    share_above,
-    share_above_sd,
 )
 from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
@@ -240,17 +239,15 @@ class ClipBoundPlan:
         released = self.step.release_clip_bound(point, self.quantile, self.noise_multiplier)
         bound = self.margin * released.bound
         # Post-processing of the released histogram: N where it is public, else the noisy total.
-        total = self.step.n_rows if self.step.neighbouring == "substitute" else max(released.noisy_counts.sum(), 1.0)
+        n_rows = self.step.n_rows if self.step.neighbouring == "substitute" else None
+        summary = clipping_summary(released.noisy_counts, bound, self.noise_std, n_rows, where)
+        total = n_rows if n_rows is not None else max(float(released.noisy_counts.sum()), 1.0)
         self.releases.append(
             {
                 "resolvable": quantile_is_resolvable(self.noise_std, total, self.quantile),
                 "count_noise_rows": round(cumulative_noise_rows(self.noise_std), 2),
                 "quantile_bound": released.bound,
-                "bound": bound,
-                "share_above_bound_at_reference": round(share_above(released.noisy_counts, bound, total), 5),
-                "share_above_bound_sd": round(share_above_sd(self.noise_std, bound, total), 5),
-                "bias_threshold_share": round(1.0 / math.sqrt(total), 5),
-                "reference": where,
+                **summary,
             }
         )
         return bound

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ __all__ = [
     "NORM_GRID_EDGES",
     "ClipBoundRelease",
     "NoisyScoreNormHistogram",
+    "clipping_summary",
     "consistent_cumulative",
     "cumulative_noise_rows",
     "histogram_sensitivity",
@@ -157,6 +159,26 @@ def quantile_is_resolvable(noise_std: float, n_rows: float, quantile: float, edg
     of |N(0.5, 1)| norms, 2.2, was estimated between 1.7 and 4·10⁴ in 90 % of releases).
     """
     return cumulative_noise_rows(noise_std, edges) <= (1.0 - quantile) * n_rows / 2.0
+
+
+def clipping_summary(
+    noisy_counts: np.ndarray, bound: float, noise_std: float, n_rows: int | None, reference: str
+) -> dict[str, Any]:
+    """What a released histogram says about ``bound``: post-processing, as recorded on a result.
+
+    The noisy share of rows above ``bound`` at ``reference`` (:func:`share_above`), its noise
+    sd (:func:`share_above_sd`) and the share 1/√N above which the clipping bias is of the order
+    of a posterior sd (:func:`pymc_dp.diagnostics.clipping_problem`). ``n_rows``: N where it is
+    public (substitute neighbours), else None and the noisy total stands in.
+    """
+    total = float(n_rows) if n_rows is not None else max(float(np.sum(noisy_counts)), 1.0)
+    return {
+        "bound": bound,
+        "share_above_bound_at_reference": round(share_above(noisy_counts, bound, total), 5),
+        "share_above_bound_sd": round(share_above_sd(noise_std, bound, total), 5),
+        "bias_threshold_share": round(1.0 / math.sqrt(total), 5),
+        "reference": reference,
+    }
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
 from pymc_dp.diagnostics import PoorMixingWarning, clipping_problem
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
-from pymc_dp.mechanisms.clip_bound import histogram_sensitivity, share_above, share_above_sd
+from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivity
 from pymc_dp.planning import DPADVI_MAX_MEAN_ERROR, dpadvi_mean_error
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
@@ -837,17 +837,10 @@ class DPADVI(Inference):
         noisy = self._row_mechanisms.score_norm_histogram(self._clip_check_noise, self.neighbouring).release_counts(
             mean, self._noise_rng
         )
-        # Post-processing: N where it is public, else the noisy total.
-        total = self._prior.n_rows if self.neighbouring == "substitute" else max(float(noisy.sum()), 1.0)
+        n_rows = self._prior.n_rows if self.neighbouring == "substitute" else None  # N public only then
         noise_std = self._clip_check_noise * histogram_sensitivity(self.neighbouring)
-        return {
-            "bound": self.grad_clip,
-            "share_above_bound_at_reference": round(share_above(noisy, self.grad_clip, total), 5),
-            "share_above_bound_sd": round(share_above_sd(noise_std, self.grad_clip, total), 5),
-            "bias_threshold_share": round(1.0 / math.sqrt(total), 5),
-            "reference": "the fitted mean",
-            "noise_multiplier": self._clip_check_noise,
-        }
+        summary = clipping_summary(noisy, self.grad_clip, noise_std, n_rows, "the fitted mean")
+        return {**summary, "noise_multiplier": self._clip_check_noise}
 
     def _record(self, run: PrivateRun, run_epsilon: float) -> dict[str, Any]:
         """The accountant record of every fit of this object and of the start's release (``run``: the latest fit)."""
