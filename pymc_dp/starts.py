@@ -17,7 +17,7 @@ import numpy as np
 __all__ = ["INIT_METHODS", "check_init", "prior_starts"]
 
 #: Start rules :func:`pymc_dp.sample` accepts (``initvals`` given by the caller override them).
-INIT_METHODS = ("prior", "model", "dpadvi")
+INIT_METHODS = ("auto", "prior", "model", "dpadvi")
 
 
 def check_init(value: Any) -> str:

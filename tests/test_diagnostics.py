@@ -80,7 +80,9 @@ def test_init_is_validated_before_anything_is_charged():
     budget = pmdp.PrivacyBudget(10.0, 1e-5, n_rows=20)
     with _model(np.zeros(20)):
         step = pmdp.DPPenaltyMH(llr_clip=1.0)
-        with pytest.raises(ValueError, match=r"`init` must be one of \['prior', 'model', 'dpadvi'\]. Found 'jitter'"):
+        with pytest.raises(
+            ValueError, match=r"`init` must be one of \['auto', 'prior', 'model', 'dpadvi'\]. Found 'jitter'"
+        ):
             pmdp.sample(step=step, epsilon=1.0, budget=budget, init="jitter", **RUN)
         with pytest.raises(ValueError, match=r"`on_poor_mixing` must be one of \['warn', 'raise', 'ignore'\]"):
             pmdp.sample(step=step, epsilon=1.0, budget=budget, on_poor_mixing="loud", **RUN)

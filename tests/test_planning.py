@@ -56,10 +56,17 @@ def test_small_n_epsilon_is_flagged_and_large_is_usable():
     small = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1000, n_params=1, chains=4, llr_clip=2.5)
     assert not any(m.usable for m in small.methods if m.expected_ess is not None)
     assert "no DP sampler can deliver" in small.recommendation
+    # DPADVI's expected mean error at N = 1000, ε = 1 is 0.76 posterior sds (above 0.5): no route.
+    assert small.recommended is None and not small.method("DPADVI").usable
+    # At N = 20,000 (P = 7, ε = 1) no sampler reaches 100 ESS but DPADVI's error is 0.17 sds.
+    middle = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=20_000, n_params=7, chains=2, llr_clip=2.5)
+    assert not middle.method("DPPenaltyMH").usable and middle.method("DPADVI").usable
+    assert middle.recommended == "DPADVI"
     large = plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**6, n_params=3, chains=2, llr_clip=2.5)
     best = large.method("DPPenaltyMH")  # the only validated model: the one the recommendation rests on
     assert best.usable and best.expected_ess * 2 >= MIN_USEFUL_ESS
     assert best.method in large.recommendation
+    assert large.recommended == "DPPenaltyMH"
     penalty = large.method("DPPenaltyMH")
     assert penalty.tune + penalty.draws == penalty.iterations
     # The noise spends exactly μ*: chains × k releases at 1/(2τ²).

@@ -139,8 +139,22 @@ def test_start_provenance_is_recorded(covariate_model):
         step = pmdp.DPPenaltyMH(llr_clip=2.0)
         kwargs = dict(epsilon=2.0, delta=1e-5, draws=10, tune=10, chains=1, **QUIET)
         default = pmdp.sample(step=step, **kwargs)
+        prior = pmdp.sample(step=step, init="prior", **kwargs)
+        budgeted = pmdp.sample(
+            step=step,
+            budget=pmdp.PrivacyBudget(2.0, 1e-5, n_rows=X_ROWS),
+            **{k: v for k, v in kwargs.items() if k != "epsilon"},
+        )
         given = pmdp.sample(step=step, initvals={"beta": np.array([0.1, 0.2])}, **kwargs)
-    assert default["posterior"].attrs["dp_start"] == "prior"  # one prior draw per chain (issue 14)
+    # init="auto": a DPADVI fit on a share of the target ε (issue 14), recorded with the reason.
+    assert default["posterior"].attrs["dp_start"] == "dp_release"
+    start = json.loads(default["posterior"].attrs["dp_accountant"])["start"]
+    assert start["init"].startswith("auto: a DPADVI fit") and "DPADVI" in start["description"]
+    assert default["posterior"].attrs["dp_epsilon"] <= 2.0
+    # Without a target ε (calibrated to what a budget has left) auto falls back to prior draws, and says why.
+    start = json.loads(budgeted["posterior"].attrs["dp_accountant"])["start"]
+    assert start["source"] == "prior" and "no target epsilon" in start["init"]
+    assert prior["posterior"].attrs["dp_start"] == "prior"  # one prior draw per chain
     assert given["posterior"].attrs["dp_start"] == "user"
     assert "not covered by ε" in json.loads(given["posterior"].attrs["dp_accountant"])["start"]["note"]
 

@@ -26,10 +26,10 @@ def test_flat_priors_refused_by_name_with_the_way_out():
     with pytest.raises(ValueError, match=r"\['m', 's'\] have flat priors") as info:
         prior_starts(_flat_model(), 2, 0)
     assert "init='model'" in str(info.value) and "`initvals`" in str(info.value)
-    with _flat_model():  # pmdp.sample's default is init="prior": refused before any data access or spending
+    with _flat_model():  # init="prior" is refused before any data access or spending
         step = pmdp.DPPenaltyMH(llr_clip=2.0)
         with pytest.raises(ValueError, match=r"\['m', 's'\] have flat priors"):
-            pmdp.sample(step=step, epsilon=1.0, delta=1e-6, **RUN)
+            pmdp.sample(step=step, epsilon=1.0, delta=1e-6, init="prior", **RUN)
         idata = pmdp.sample(step=step, epsilon=1.0, delta=1e-6, init="model", **RUN)  # the way out works
         assert idata["posterior"].attrs["dp_start"] == "model"
         start = [{"m": np.array(0.1 * c), "s": np.array(1.0), "k": np.array(0.0)} for c in range(2)]

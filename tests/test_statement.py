@@ -105,7 +105,7 @@ MAKERS = {
         lambda: pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(5000) % 3, llr_clip=2.0)
     ),
     "DPSuffStatsPenaltyMH": lambda r: _suffstats(),
-    "init=dpadvi": lambda r: _penalty(epsilon=2.0, init="dpadvi"),
+    "init=prior": lambda r: _penalty(epsilon=2.0, init="prior"),
     "DPADVI approximation": lambda r: _dpadvi(),
     "DPADVI idata": lambda r: r["DPADVI approximation"].sample(20),
     "publish": lambda r: _publish(False),
@@ -149,7 +149,7 @@ PAPERS = {
     "DPBarkerMH": ("Heikkilä et al., 2019", "heikkila2019dpmcmc"),
     "DPMultiOwnerPenaltyMH": ("Algorithm 2", "yildirim2019exact"),
     "DPSuffStatsPenaltyMH": ("Algorithm 3", "yildirim2019exact"),
-    "init=dpadvi": ("Jälkö et al., 2017", "jalko2017dpvi"),
+    "init=prior": ("Yıldırım and Ermiş, 2019", "yildirim2019exact"),
     "DPADVI approximation": ("Jälkö et al., 2017", "jalko2017dpvi"),
     "DPADVI idata": ("Jälkö et al., 2017", "jalko2017dpvi"),
     "publish": ("plain pm.sample", "sommer2019privacy"),
@@ -200,8 +200,11 @@ def test_the_statement_states_the_guarantee_mechanism_relation_and_software(resu
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        ("DPPenaltyMH", "Each chain started from its own draw from the prior (data-free)."),
-        pytest.param("init=dpadvi", "The chains started from a DP release (DPADVI", marks=pytest.mark.slow),
+        # The default start (init="auto") is a DPADVI fit on a share of ε where it applies.
+        ("DPPenaltyMH", "The chains started from a DP release (DPADVI"),
+        pytest.param(
+            "init=prior", "Each chain started from its own draw from the prior (data-free).", marks=pytest.mark.slow
+        ),
         ("publish", "start values are not covered by ε"),
         pytest.param(
             "one_posterior_sample", "the error of the finite MCMC run is not covered by ε", marks=pytest.mark.slow

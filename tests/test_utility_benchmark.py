@@ -30,3 +30,14 @@ def test_small_run_reports_every_method(utility):
     for cell in cells[:2]:  # 400 rows at ε = 0.5: no sampler can mix, and both say so
         assert cell["flagged"] and cell["max_rhat"] > 1.05
     assert "| fair_logistic | DPADVI | 0.5 |" in utility.markdown(result)
+
+
+def test_coverage_runs_the_route_the_planner_recommends(utility):
+    # N = 300 at ε = 0.5: pmdp.plan recommends nothing, so the data set is counted, not run.
+    none = utility.coverage(1, 0.5, 300, seed=3, small=True)
+    assert none["no_route"] == 1 and none["runs"] == 0 and none["methods"] == {}
+    # N = 2,000 at ε = 8: no sampler reaches 100 ESS but DPADVI's expected error is small.
+    dpadvi = utility.coverage(1, 8.0, 2000, seed=3, small=True)
+    assert dpadvi["methods"] == {"DPADVI": 1} and dpadvi["runs"] == 1 and 0 <= dpadvi["coverage"] <= 1
+    text = utility.markdown({"cells": [], "coverage": [none, dpadvi]})
+    assert "DPADVI ×1" in text and "1 without a route" in text
