@@ -22,7 +22,12 @@ import pymc_dp as pmdp  # noqa: E402
 from pymc_dp.data import RowLikelihood  # noqa: E402
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, RowMechanisms  # noqa: E402
 from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2  # noqa: E402
-from pymc_dp.mechanisms.jax_rows import JaxRowMechanisms  # noqa: E402
+from pymc_dp.mechanisms.jax_rows import (  # noqa: E402
+    BufferedSecureNoise,
+    JaxClippedGradient,
+    JaxLogLikelihoodRatio,
+    JaxRowMechanisms,
+)
 
 RTOL = 1e-10
 
@@ -61,13 +66,27 @@ def _zoo():
 
 
 ZOO = _zoo()
+_ROWS: dict[str, RowLikelihood] = {}
+
+
+def _rows(name: str) -> RowLikelihood:
+    """One data layer per model for the whole module (each JAX backend built on it compiles its own graphs)."""
+    if name not in _ROWS:
+        _ROWS[name] = RowLikelihood(ZOO[name])
+    return _ROWS[name]
 
 
 @pytest.fixture(scope="module", params=sorted(ZOO))
 def rows_pair(request):
-    rows = RowLikelihood(ZOO[request.param])
+    rows = _rows(request.param)
     device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=256).device_rows
     return rows, device
+
+
+@pytest.fixture(scope="module")
+def glm_whole():
+    """The GLM's rows on the device in one chunk, float64."""
+    return JaxRowMechanisms(RowMechanisms(_rows("glm")), reproducible_noise=True).device_rows
 
 
 def _points(rows):
@@ -96,9 +115,8 @@ def test_clipped_ratio_sums_equal_the_default_backend(rows_pair):
         assert released == pytest.approx(reference, rel=RTOL, abs=RTOL * rows.n_rows * bound)
 
 
-def test_one_chunk_and_many_chunks_agree():
-    rows = RowLikelihood(ZOO["glm"])
-    whole = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True).device_rows
+def test_one_chunk_and_many_chunks_agree(glm_whole):
+    rows, whole = _rows("glm"), glm_whole
     assert whole.n_chunks == 1
     parts = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=100).device_rows
     theta, _ = _points(rows)
@@ -109,12 +127,12 @@ def test_one_chunk_and_many_chunks_agree():
     )
 
 
-def test_releases_are_the_default_mechanisms_with_the_same_noise():
-    rows = RowLikelihood(ZOO["glm"])
+def test_releases_are_the_default_mechanisms_with_the_same_noise(glm_whole):
+    rows = _rows("glm")
     default = RowMechanisms(rows)
-    device = JaxRowMechanisms(default, reproducible_noise=True)
     theta, proposal = _points(rows)
-    llr, grad = device.log_likelihood_ratio(0.5, 2.0, "substitute"), device.clipped_gradient(0.8, 3.0, "add_remove")
+    llr = JaxLogLikelihoodRatio(glm_whole, 0.5, 2.0, "substitute")  # noise=None: the generator passed
+    grad = JaxClippedGradient(glm_whole, 0.8, 3.0, "add_remove")
     assert isinstance(llr, NoisyLogLikelihoodRatio) and isinstance(grad, NoisyClippedGradient)  # same events
     reference_llr = default.log_likelihood_ratio(0.5, 2.0, "substitute")
     reference_grad = default.clipped_gradient(0.8, 3.0, "add_remove")
@@ -135,24 +153,23 @@ def test_releases_are_the_default_mechanisms_with_the_same_noise():
 
 
 def test_default_noise_comes_from_os_entropy_not_the_step_generator():
-    rows = RowLikelihood(ZOO["glm"])
+    rows = _rows("invalid")
     device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=False)
+    assert isinstance(device._noise, BufferedSecureNoise)
     grad = device.clipped_gradient(0.8, 1.0, "substitute")
     theta, _ = _points(rows)
     first = grad.release(theta, np.random.default_rng(1))
     second = grad.release(theta, np.random.default_rng(1))  # the same seeded generator: ignored
     assert not np.array_equal(first, second)
-    # the noise is N(0, σ²): 200 releases at one θ, residuals against the noise-free sum
-    clipped = device.device_rows.noisy_gradient_sum(theta, 0.8, 0.0, np.zeros(4))
-    residuals = np.array([grad.release(theta, None) for _ in range(200)]) - clipped
-    z = residuals.ravel() / grad.std
+    # the noise is N(0, σ²): 2,000 releases at one θ, residuals against the noise-free sum
+    clipped = device.device_rows.noisy_gradient_sum(theta, 0.8, 0.0, np.zeros(1))
+    z = (np.array([grad.release(theta, None) for _ in range(2000)]) - clipped).ravel() / grad.std
     assert abs(z.mean()) * math.sqrt(z.size) < 4.0
     assert abs(z.var() - 1.0) < 4.0 * math.sqrt(2.0 / z.size)
 
 
-def test_float32_opt_in_is_close_to_float64():
-    rows = RowLikelihood(ZOO["glm"])
-    f64 = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True).device_rows
+def test_float32_opt_in_is_close_to_float64(glm_whole):
+    rows, f64 = _rows("glm"), glm_whole
     f32 = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, dtype="float32").device_rows
     theta, proposal = _points(rows)
     exact = f64.noisy_gradient_sum(theta, 0.7, 0.0, np.zeros(4))
@@ -259,13 +276,13 @@ def test_noise_to_zero_gives_the_exact_posterior_on_jax(normal_mean, step_name):
     model, y = normal_mean
     precision = 1 / 10.0**2 + y.size
     mean, sd = y.sum() / precision, 1 / math.sqrt(precision)
-    if step_name == "penalty":
-        step = pmdp.DPPenaltyMH(llr_clip=1e4, noise_multiplier=1e-9)
-    else:
-        step = pmdp.DPHMC(
-            grad_clip=1e4, llr_clip=1e4, grad_noise_multiplier=1e-9, llr_noise_multiplier=1e-9, n_leapfrog=5
-        )
     with model:
+        if step_name == "penalty":
+            step = pmdp.DPPenaltyMH(llr_clip=1e4, noise_multiplier=1e-9)
+        else:
+            step = pmdp.DPHMC(
+                grad_clip=1e4, llr_clip=1e4, grad_noise_multiplier=1e-9, llr_noise_multiplier=1e-9, n_leapfrog=5
+            )
         idata = pmdp.sample(
             step=step, delta=1e-6, draws=3000, tune=1000, chains=2, random_seed=11, backend="jax", progressbar=False
         )
@@ -277,9 +294,41 @@ def test_noise_to_zero_gives_the_exact_posterior_on_jax(normal_mean, step_name):
 
 @requires_gpu
 def test_gpu_clipped_sums_equal_the_default_backend():
-    rows = RowLikelihood(ZOO["mvnormal"])
+    rows = _rows("mvnormal")
     device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True).device_rows
     assert device.device_platform == "gpu"
     theta, _ = _points(rows)
     reference = clipped_sum_l2(rows.grad_rows(theta), 0.7)
     np.testing.assert_allclose(device.noisy_gradient_sum(theta, 0.7, 0.0, np.zeros(4)), reference, rtol=RTOL)
+
+
+def test_buffered_secure_noise_draws_what_secure_noise_draws_from_the_same_bytes(monkeypatch):
+    import os
+
+    from pymc_dp.mechanisms import SecureNoise
+
+    def stream():  # a deterministic stand-in for the OS entropy: consecutive bytes of one seeded stream
+        source = np.random.default_rng(0).bytes(1 << 20)
+        position = 0
+
+        def urandom(n: int) -> bytes:
+            nonlocal position
+            position += n
+            return source[position - n : position]
+
+        return urandom
+
+    monkeypatch.setattr(os, "urandom", stream())
+    plain = SecureNoise().normal(0.0, 1.0, size=10)
+    monkeypatch.setattr(os, "urandom", stream())
+    buffered = BufferedSecureNoise(block_bytes=4096)
+    np.testing.assert_array_equal(buffered.normal(0.0, 1.0, size=10), plain)
+    monkeypatch.undo()
+    # from the real OS entropy: N(0, 1) moments, different draws per object, no buffer in a copy
+    import pickle
+
+    draws = BufferedSecureNoise(block_bytes=64).normal(0.0, 1.0, size=20_000)  # many refills
+    assert abs(draws.mean()) < 4 / math.sqrt(draws.size) and abs(draws.var() - 1) < 4 * math.sqrt(2 / draws.size)
+    noise = BufferedSecureNoise()
+    noise.normal()
+    assert pickle.loads(pickle.dumps(noise))._words.size == 0 < noise._words.size

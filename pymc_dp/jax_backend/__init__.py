@@ -41,8 +41,10 @@ class JaxBackend:
     -----
     Neighbouring relation, sensitivities, noise scales and accounting: those of the steps, as
     on the default backend. The noise comes from the operating system's CSPRNG
-    (:class:`pymc_dp.mechanisms.SecureNoise`) unless the step has ``reproducible_noise=True``
-    (testing only), which draws it from the same seeded generator as the default backend.
+    (``os.urandom`` read in blocks: :class:`pymc_dp.mechanisms.jax_rows.BufferedSecureNoise`),
+    drawn on the host and sent to the device with each release, unless the step has
+    ``reproducible_noise=True`` (testing only), which draws it from the same seeded
+    generator as the default backend.
     Floating-point noise is open to precision attacks (Mironov 2012) on every backend; in
     float32 the clipped sum is rounded to 24 bits before the float64 noise is added.
 
@@ -64,7 +66,11 @@ class JaxBackend:
 
 
 def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> JaxBackend | None:
-    """The run's backend (None for the default), after checking that it can run ``steps``; changes nothing.
+    """The run's backend (None for the default), after checking that it can run ``steps``.
+
+    Changes nothing but ``kwargs["cores"]``, set to 1 for the JAX backend (the chains run one
+    after another in this process, where the data are on the device; PyMC's default would
+    start worker processes).
 
     Raises
     ------
@@ -91,6 +97,7 @@ def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> Jax
         raise ValueError(
             f"`cores` must be 1 with `backend`='jax' (the chains run one after another on the device). Found {cores!r}."
         )
+    kwargs["cores"] = 1
     return backend
 
 
@@ -137,5 +144,5 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
         "device": jax.devices()[0].platform,
         "jax_version": jax.__version__,
         "gradient_mode": getattr(getattr(mechanisms, "device_rows", None), "gradient_mode", None),
-        "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (SecureNoise)",
+        "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (BufferedSecureNoise)",
     }
