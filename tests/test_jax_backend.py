@@ -115,6 +115,25 @@ def test_clipped_ratio_sums_equal_the_default_backend(rows_pair):
         assert released == pytest.approx(reference, rel=RTOL, abs=RTOL * rows.n_rows * bound)
 
 
+def test_one_row_changes_only_its_own_terms_on_the_device(rows_pair):
+    # The row-independence probe of the data layer, run on the compiled JAX functions: replacing row 3
+    # (of the first chunk) moves row 3's log-likelihood only, and the clipped gradient sum by at most
+    # the substitute sensitivity 2b.
+    rows, device = rows_pair
+    theta, _ = _points(rows)
+    changed = tuple(chunks.at[0, 3].set(chunks[0, 10]) for chunks in device._data)
+    before = np.asarray(device._f_loglik(device._theta(theta), device._data))
+    after = np.asarray(device._f_loglik(device._theta(theta), changed))
+    moved = ~np.isclose(before, after, rtol=1e-14, atol=0, equal_nan=True)
+    assert moved[0, 3] and moved.sum() == 1
+    for bound in (0.05, 0.7):
+        sums = [
+            np.asarray(device._f_gradient_sum(device._theta(theta), np.float64(bound), data, device._mask))
+            for data in (device._data, changed)
+        ]
+        assert np.linalg.norm(sums[1] - sums[0]) <= 2 * bound * (1 + 1e-12)
+
+
 def test_one_chunk_and_many_chunks_agree(glm_whole):
     rows, whole = _rows("glm"), glm_whole
     assert whole.n_chunks == 1
