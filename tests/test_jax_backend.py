@@ -237,13 +237,16 @@ def test_sample_on_jax_draws_and_accounts_as_the_default_backend(normal_mean, ma
     assert pmdp.privacy_spent(on_jax).epsilon == pmdp.privacy_spent(default).epsilon
 
 
-def test_the_step_gets_its_default_mechanisms_back(normal_mean):
+def test_private_clip_bound_and_float32_run_and_the_step_gets_its_mechanisms_back(normal_mean):
     model, _ = normal_mean
     with model:
-        step = pmdp.DPPenaltyMH(llr_clip=3.0)
+        step = pmdp.DPHMC(n_leapfrog=2)  # clip bounds "auto": released on the host, then used on the device
         before = step._row_mechanisms
-        pmdp.sample(step=step, backend=pmdp.JaxBackend(dtype="float32"), **{**RUN, "draws": 5, "tune": 5})
-    assert step._row_mechanisms is before and step._mechanism is None
+        idata = pmdp.sample(step=step, backend=pmdp.JaxBackend(dtype="float32"), **{**RUN, "draws": 5, "tune": 5})
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["backend"]["dtype"] == "float32" and record["backend"]["noise"].startswith("os.urandom")
+    assert record["clip_bound"]["bounds"]["grad_clip"] > 0
+    assert step._row_mechanisms is before and step._llr_mechanism is None and step._grad_mechanism is None
 
 
 @pytest.mark.parametrize(
