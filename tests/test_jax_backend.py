@@ -39,7 +39,9 @@ def _gpu_present() -> bool:
         return False
 
 
-requires_gpu = pytest.mark.skipif(not _gpu_present(), reason="needs a GPU visible to JAX")
+def requires_gpu(test):
+    """Marked ``gpu`` (select with ``-m gpu``) and skipped where JAX sees no GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(not _gpu_present(), reason="needs a GPU visible to JAX")(test))
 
 
 def _zoo():
