@@ -215,28 +215,34 @@ def normal_mean():
 RUN = dict(epsilon=5.0, delta=1e-6, draws=30, tune=20, chains=2, random_seed=3, progressbar=False)
 
 
-@pytest.mark.parametrize(
-    "make_step",
-    [
-        lambda: pmdp.DPPenaltyMH(llr_clip=3.0, reproducible_noise=True),
-        lambda: pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=3, reproducible_noise=True),
-    ],
-    ids=["penalty", "hmc"],
-)
-def test_sample_on_jax_draws_and_accounts_as_the_default_backend(normal_mean, make_step):
-    model, _ = normal_mean
-    with model:
-        default = pmdp.sample(step=make_step(), **RUN)
-        on_jax = pmdp.sample(step=make_step(), backend="jax", **RUN)
-    np.testing.assert_allclose(on_jax.posterior["m"].values, default.posterior["m"].values, rtol=1e-8)
+@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC"])
+def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_accounting(name):
+    # tests/test_contract.py's model (a location and a log-transformed scale) and steps, on both backends.
+    from test_contract import STEPS, _documented_stats, _numbers_in
+
+    data = np.random.default_rng(2024).normal(0.3, 1.0, size=120) + 1e-7 * np.pi
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", m, s, observed=data)
+    runs = {}
+    for backend in ("default", "jax"):
+        with model:
+            step = STEPS[name](model, data, reproducible_noise=True)
+            runs[backend] = pmdp.sample(step=step, backend=backend, **RUN)
+    default, on_jax = runs["default"], runs["jax"]
+    assert set(on_jax.sample_stats.data_vars) == set(type(step).stats_dtypes_shapes) == _documented_stats(type(step))
+    assert not np.isin(np.fromiter(_numbers_in(on_jax), dtype=float), data).any(), "a raw data value leaked"
+    for var in ("m", "s"):
+        np.testing.assert_allclose(on_jax.posterior[var].values, default.posterior[var].values, rtol=1e-8)
     np.testing.assert_array_equal(on_jax.sample_stats["dp_accepted"].values, default.sample_stats["dp_accepted"].values)
-    assert on_jax.posterior.attrs["dp_epsilon"] == default.posterior.attrs["dp_epsilon"]
+    assert on_jax.posterior.attrs["dp_epsilon"] == default.posterior.attrs["dp_epsilon"] <= RUN["epsilon"]
     record, reference = (json.loads(r.posterior.attrs["dp_accountant"]) for r in (on_jax, default))
     backend = record.pop("backend")
     assert backend["name"] == "jax" and backend["dtype"] == "float64" and backend["device"] == "cpu"
     assert "backend" not in reference
     assert record == reference  # identical accounting: events, ε, μ, steps' settings, versions
-    assert pmdp.privacy_spent(on_jax).epsilon == pmdp.privacy_spent(default).epsilon
+    assert pmdp.privacy_spent(on_jax).epsilon == on_jax.posterior.attrs["dp_epsilon"]
 
 
 def test_private_clip_bound_and_float32_run_and_the_step_gets_its_mechanisms_back(normal_mean):
