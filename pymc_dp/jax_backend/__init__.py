@@ -31,11 +31,12 @@ class JaxBackend:
     ----------
     dtype : {"float64", "float32"}, default "float64"
         Type of the per-row values and their clipped sums on the device. ``"float32"`` halves
-        the memory traffic; its clipped sums differ from float64's by a relative error of
-        about 1e-7 (measured: docs/jax.md). The noise is drawn and added in float64 either way.
+        the memory traffic; its clipped gradient sums differ from float64's by a relative error
+        of about 1e-6 (measured: docs/jax.md). The noise is drawn and added in float64 either way.
     chunk_rows : int, optional
         Rows per chunk of a pass over the data on the device (default: the data layer's
-        memory limit, :attr:`pymc_dp.data.RowLikelihood.chunk_rows`).
+        memory limit, :attr:`pymc_dp.data.RowLikelihood.chunk_rows`, and at most 16,384 rows
+        on a CPU, where a chunk's per-row gradients then stay in cache).
 
     Notes
     -----
