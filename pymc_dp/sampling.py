@@ -27,6 +27,7 @@ from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilo
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.jax_backend import attach_backend, backend_record, check_backend
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
     clipping_summary,
@@ -433,6 +434,7 @@ def sample(
     clip_margin: float = 2.0,
     clip_epsilon_share: float = 0.05,
     on_poor_mixing: str = "warn",
+    backend: Any = "default",
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
@@ -509,6 +511,12 @@ def sample(
         :class:`pymc_dp.diagnostics.PoorMixingWarning` that says what to change, a
         :class:`pymc_dp.diagnostics.PoorMixingError` (the priced result is on its
         ``result``), or nothing. The diagnostics are written in every case.
+    backend : {"default", "jax"} or JaxBackend, default "default"
+        Where the releases run. ``"jax"`` (or :class:`pymc_dp.JaxBackend` for float32 or a
+        chunk size) computes DPPenaltyMH's and DPHMC's clipped sums on a JAX device, the rows
+        put there once, with the same transitions, calibration and accounting
+        (``docs/jax.md``); one such step covering every variable, ``cores=1``. Recorded in
+        ``dp_accountant["backend"]``.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -557,6 +565,7 @@ def sample(
     _check_sample_kwargs(kwargs)
     steps = _flatten_steps(step)
     neighbouring, n_rows = _check_steps(steps, model)
+    device = check_backend(backend, steps, kwargs)  # None: the default backend
     run = PrivateRun(
         "pymc_dp.sample", delta=delta, neighbouring=neighbouring, n_rows=n_rows, epsilon=epsilon, budget=budget
     )
@@ -609,6 +618,8 @@ def sample(
 
     # Charge and run. The calibration is committed for this run only and undone when it ends,
     # however it ends; a run that PyMC aborts after the charge stays charged.
+    detach = attach_backend(device, steps)  # compiled before the charge: a failure here charges nothing
+    backend_details = {"backend": backend_record(device, steps)} if device is not None else {}
     restore = _commit_calibration(steps, planned, tune)
     for s in steps:
         s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
@@ -632,6 +643,7 @@ def sample(
             s.forget_private_state()
             s.progress_delta = None
         restore()
+        detach()
         if clip_plan is not None:
             clip_plan.restore()
 
@@ -648,6 +660,7 @@ def sample(
         **({"plan": run_plan} if run_plan is not None else {}),
         **({"clip_bound": clip_record} if clip_record is not None else {}),
         **({"dp_init": dp_init.settings} if dp_init is not None else {}),
+        **backend_details,
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)

@@ -1,0 +1,531 @@
+"""The JAX backend's mechanisms: per-row graphs compiled through PyTensor's JAX linker, data on the device.
+
+:class:`JaxRows` takes the per-row log-likelihood graph that :class:`pymc_dp.data.RowLikelihood`
+built and checked (row-wise parameter checks, the allow-list walk, the one-row perturbation
+probe, the subset-vs-all-rows probe) and compiles it, and the gradient of one row's
+log-likelihood, through PyTensor's JAX linker (``jax_funcify``). The row data are put on the
+device once, at construction, and stay there. The releases — clip, sum and add the noise —
+are jitted functions of θ that return only the noisy sum: per-row values and clipped sums
+never leave the device.
+
+:class:`JaxLogLikelihoodRatio` and :class:`JaxClippedGradient` are the releases of
+:class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio` and
+:class:`pymc_dp.mechanisms.NoisyClippedGradient` with the same bounds, sensitivities, noise
+scales and accounting events (they are subclasses that override only where the sums are
+computed); :class:`JaxRowMechanisms` hands them to DPPenaltyMH and DPHMC in place of the
+default ones and passes every other mechanism (the private clip bound) to the default backend.
+
+JAX is imported on first use only: the package imports and runs without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from pymc_dp._validation import check_finite_positive
+from pymc_dp.mechanisms.access import RowMechanisms
+from pymc_dp.mechanisms.clipping import _check_bound, sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
+from pymc_dp.mechanisms.noise import SecureNoise
+
+__all__ = [
+    "JAX_DTYPES",
+    "BufferedSecureNoise",
+    "JaxClippedGradient",
+    "JaxLogLikelihoodRatio",
+    "JaxRowMechanisms",
+    "JaxRows",
+    "import_jax",
+]
+
+#: Floating-point types the JAX backend computes per-row values in (noise is always added in float64).
+JAX_DTYPES = ("float64", "float32")
+
+#: Rows per chunk on a CPU device by default: a (chunk × P) block of per-row gradients stays in cache.
+#: One chunk of 10⁵ rows (P = 21, float64) took about 3x as long per gradient release as chunks of
+#: 16,384 on the 2-core development machine (CPU JAX 0.12); on a GPU the default is the memory limit.
+CPU_CHUNK_ROWS = 16384
+
+#: JAX drops PyTensor's ``Assert`` ops when it traces a graph (it cannot raise inside ``jit``). In the
+#: per-row graphs the parameter checks were turned into per-row −∞ by the data layer before this point
+#: (``pymc_dp.data._row_term``); what remains are shape checks of a graph that the default backend has
+#: already evaluated on all rows and on subsets (RowLikelihood's probes).
+_ASSERT_WARNING = r"Skipping .* Op .*as JAX tracing would remove it"
+#: JAX's warning that a float64 (int64) type is truncated to 32 bits: what the float32 opt-in asks for.
+_TRUNCATION_WARNING = r"Explicitly requested dtype .* is not available"
+#: ... and that a float32 gradient is scattered into a buffer PyTensor's dispatch typed float64.
+_SCATTER_WARNING = r"scatter inputs have incompatible types"
+
+
+def import_jax():
+    """``jax``, with 64-bit types enabled; an ImportError naming ``backend`` when it is not installed."""
+    try:
+        import jax
+    except ImportError:
+        raise ImportError(
+            "`backend`='jax' needs JAX. Found no `jax` module: install it with `pip install 'pymc-dp[jax]'` "
+            "(CPU) or JAX's CUDA wheels."
+        ) from None
+    jax.config.update("jax_enable_x64", True)  # float64 by default; PyTensor's JAX dispatch does the same
+    return jax
+
+
+def _frozen_shared(graph, keep):
+    """``graph`` with every shared variable not in ``keep`` replaced by a constant of its current value.
+
+    The per-row graphs of a step that samples every free variable read, besides θ and the row
+    placeholders, only public shared arrays (``pm.Data`` without a row axis); their values are
+    fixed for the run and compiled into the device program.
+    """
+    import pytensor.tensor as pt
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.replace import graph_replace
+    from pytensor.graph.traversal import ancestors
+
+    keep_ids = {id(v) for v in keep}
+    frozen = {
+        v: pt.constant(np.asarray(v.get_value(borrow=True)), dtype=v.dtype)
+        for v in ancestors([graph])
+        if isinstance(v, SharedVariable) and id(v) not in keep_ids
+    }
+    return graph_replace(graph, frozen, strict=False) if frozen else graph
+
+
+def _jax_function(inputs, output):
+    """The JAX function PyTensor's JAX linker makes of ``output`` (inputs in order), and its output index."""
+    import pytensor
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    fn = pytensor.function(inputs, output, mode="JAX", on_unused_input="ignore")
+    funcified = jax_funcify(fn.maker.fgraph)
+
+    def call(*args):
+        return funcified(*args)[0]
+
+    return call
+
+
+class JaxRows:
+    """Per-row log-likelihoods and gradients of a :class:`pymc_dp.data.RowLikelihood`, with the rows on a JAX device.
+
+    Parameters
+    ----------
+    rows : pymc_dp.data.RowLikelihood
+        The data layer of the step's model; it must evaluate subsets of rows by indexing
+        (``subset_mode == "index"``) and its parameters must be continuous.
+    dtype : {"float64", "float32"}, default "float64"
+        Type of the per-row values and their clipped sums. ``"float32"`` traces the graphs
+        with JAX's 64-bit types off (data, θ and every intermediate in 32 bits); the noise is
+        added in float64 either way.
+    chunk_rows : int, optional
+        Rows per chunk of a pass over the data (default: the data layer's memory limit
+        :attr:`~pymc_dp.data.RowLikelihood.chunk_rows`, and at most :data:`CPU_CHUNK_ROWS`
+        on a CPU). The rows are padded
+        to a whole number of chunks (the padding rows are masked out of every sum).
+
+    Notes
+    -----
+    Neighbouring relation: that of the mechanisms built on it. This class holds raw per-row
+    values on the device and returns none of them: its public methods are the releases of
+    :class:`JaxLogLikelihoodRatio` and :class:`JaxClippedGradient`, which return noisy sums
+    only (the per-row log-likelihood of the current point is returned as a device array
+    that stays inside the ratio mechanism). One row's data enter only that row's clipped
+    term: the graphs are the data layer's, checked row by row, and a chunk is a set of
+    whole rows.
+
+    The per-row log-likelihood is the one-row graph (every row-indexed input replaced by one
+    row) vectorised over the rows with ``jax.vmap``; the gradient of one row is PyTensor's
+    reverse-mode gradient of that graph, vectorised the same way (what ``vmap(grad(row_loglik))``
+    does); when it cannot be built, the forward-mode Jacobian of the batch graph
+    (:meth:`pymc_dp.data.RowLikelihood.gradient_mode`) is used instead (:attr:`gradient_mode`).
+    """
+
+    def __init__(self, rows, *, dtype: str = "float64", chunk_rows: int | None = None) -> None:
+        if dtype not in JAX_DTYPES:
+            raise ValueError(f"`dtype` must be one of {JAX_DTYPES}. Found {dtype!r}.")
+        if chunk_rows is not None and (
+            isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int | np.integer) or chunk_rows < 1
+        ):
+            raise ValueError(f"`chunk_rows` must be a positive integer or None. Found {chunk_rows!r}.")
+        jax = import_jax()
+        import jax.numpy as jnp
+
+        if rows.subset_mode != "index":
+            raise ValueError(
+                "`backend`='jax' needs a model whose log-likelihood can be evaluated on a batch of rows. Found a "
+                "graph that fixes the number of rows in a shape (see docs/data.md, 'slice' mode); use the default "
+                "backend."
+            )
+        rows._require_continuous()
+        self.dtype = dtype
+        self.n_rows, self.n_params = rows.n_rows, rows.n_params
+        self._jax, self._jnp = jax, jnp
+
+        import pytensor
+        import pytensor.tensor as pt
+        from pytensor.graph.replace import graph_replace
+
+        batch, lik_batch = rows._batch_graph()
+        theta = rows._theta
+        lik_batch = _frozen_shared(lik_batch, [theta, *batch])
+        one = [pt.tensor(f"{b.name}_row", dtype=b.dtype, shape=b.type.shape[1:]) for b in batch]
+        lik_one = graph_replace(lik_batch, {b: r[None] for b, r in zip(batch, one, strict=True)}, strict=False)[0]
+        vectorised = (None,) + (0,) * len(one)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+            try:
+                lik_fn = jax.vmap(_jax_function([theta, *one], lik_one), in_axes=vectorised)
+            except Exception:  # no JAX form of the one-row graph: the batch graph itself
+                lik_fn = _jax_function([theta, *batch], lik_batch)
+            candidates = []
+            try:
+                grad_one = _jax_function([theta, *one], pytensor.grad(lik_one, theta))
+                candidates.append(("reverse", jax.vmap(grad_one, in_axes=vectorised)))
+            except Exception:  # no reverse-mode gradient of one row: the batch graph's forward-mode Jacobian
+                pass
+            candidates.append(("forward", lambda: _jax_function([theta, *batch], rows._forward_jacobian(lik_batch))))
+
+        # The rows, padded to whole chunks, go to the device once.
+        platform = jax.devices()[0].platform
+        if chunk_rows is None:  # on a CPU, chunks that stay in cache (measured ~3x faster at N = 10⁵, P = 21)
+            chunk_rows = min(rows.chunk_rows, CPU_CHUNK_ROWS) if platform == "cpu" else rows.chunk_rows
+        size = int(chunk_rows)
+        size = max(1, min(size, self.n_rows))
+        n_chunks = -(-self.n_rows // size)
+        pad = n_chunks * size - self.n_rows
+        arrays = [np.asarray(v.get_value(borrow=True)) for v in rows._row_index_vars]
+        chunked = []
+        for array in arrays:
+            if pad:
+                array = np.concatenate([array, np.repeat(array[:1], pad, axis=0)])
+            if dtype == "float32":  # 32-bit types on the device (integers beyond ±2³¹ wrap: docs/jax.md)
+                if np.issubdtype(array.dtype, np.floating):
+                    array = array.astype(np.float32)
+                elif np.issubdtype(array.dtype, np.integer) and array.dtype.itemsize > 4:
+                    array = array.astype(np.int32)
+            chunked.append(jax.device_put(array.reshape(n_chunks, size, *array.shape[1:])))
+        mask = np.arange(n_chunks * size).reshape(n_chunks, size) < self.n_rows
+        self.device_platform = platform
+        self._data = tuple(chunked)
+        self._mask = jax.device_put(mask)
+        self.chunk_rows, self.n_chunks = size, n_chunks
+        # Trace every release now, on abstract shapes (no data evaluated), so that a graph JAX cannot
+        # run is refused here, before a run is charged, and not at its first release.
+        failure = None
+        for mode, grad_fn in candidates:
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+                    self._build_releases(lik_fn, grad_fn() if mode == "forward" else grad_fn)
+                    self._trace()
+            except Exception as error:  # this gradient form does not run on JAX: the next one
+                failure = error
+                continue
+            self.gradient_mode = mode
+            break
+        else:
+            raise ValueError(
+                f"`backend`='jax' cannot run this model's per-row graphs ({type(failure).__name__} while tracing them "
+                "with JAX; its message is withheld, it may hold data values). Use backend='default'."
+            ) from None
+
+    # -- the jitted releases ----------------------------------------------------------------
+    def _build_releases(self, lik_fn, grad_fn) -> None:
+        jax, jnp = self._jax, self._jnp
+        lax = jax.lax
+        low = self.dtype == "float32"
+        compute = jnp.float32 if low else jnp.float64
+        n_params = self.n_params
+
+        def loglik_chunks(theta, data):  # (n_chunks, chunk) per-row log-likelihoods
+            theta = theta.astype(compute)
+            return lax.map(lambda chunk: lik_fn(theta, *chunk).astype(compute), data)
+
+        def ratio_sum(theta_new, current, bound, data, mask):
+            proposed = loglik_chunks(theta_new, data)
+            bound = bound.astype(compute)
+            ratios = jnp.clip(proposed - current, -bound, bound)
+            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # −∞ − (−∞) on an invalid row
+            return jnp.sum(jnp.where(mask, ratios, 0.0)), proposed
+
+        def gradient_sum(theta, bound, data, mask):
+            theta = theta.astype(compute)
+            bound = bound.astype(compute)
+
+            def chunk_sum(total, chunk):
+                rows, keep = chunk[:-1], chunk[-1]
+                grads = grad_fn(theta, *rows).astype(compute)
+                norms = jnp.sqrt(jnp.sum(grads * grads, axis=1))
+                finite = jnp.isfinite(norms) & keep  # a row with a non-finite entry contributes zero
+                grads = jnp.where(finite[:, None], grads, 0.0)
+                norms = jnp.where(finite, norms, 0.0)
+                scale = jnp.where(norms > bound, bound / jnp.where(norms > bound, norms, 1.0), 1.0)
+                return total + scale @ grads, None
+
+            total, _ = lax.scan(chunk_sum, jnp.zeros(n_params, compute), (*data, mask))
+            return total
+
+        trace_low = _x64_off(jax) if low else _no_context
+        self._trace_low = trace_low
+
+        with trace_low():
+            self._f_loglik = jax.jit(loglik_chunks)
+            self._f_ratio_sum = jax.jit(ratio_sum)
+            self._f_gradient_sum = jax.jit(gradient_sum)
+
+        def add_noise(value, std, z):  # in float64, whatever the dtype of the sum
+            return value.astype(jnp.float64) + std * z
+
+        self._f_add_noise = jax.jit(add_noise)
+
+    def _trace(self) -> None:
+        """Trace and compile the releases on abstract values of the run's shapes and types."""
+        jax = self._jax
+        spec = jax.ShapeDtypeStruct
+        theta = spec((self.n_params,), np.float64)
+        scalar = spec((), np.float64)
+        with self._trace_low():
+            current = jax.eval_shape(self._f_loglik, theta, self._data)
+            self._f_ratio_sum.lower(theta, current, scalar, self._data, self._mask).compile()
+            self._f_gradient_sum.lower(theta, scalar, self._data, self._mask).compile()
+
+    def loglik(self, theta: np.ndarray):
+        """Per-row log-likelihoods at θ as a device array (for the ratio mechanism's cache; never to the host)."""
+        with self._trace_low():
+            return self._f_loglik(self._theta(theta), self._data)
+
+    def _theta(self, theta: np.ndarray):
+        return self._jnp.asarray(np.asarray(theta, dtype=np.float64))
+
+    def noisy_ratio_sum(self, theta_new: np.ndarray, current, bound: float, std: float, z: float):
+        """(Σᵢ clip(rᵢ, ±bound) + std·z as a float, the per-row log-likelihoods at θ′ as a device array)."""
+        with self._trace_low():
+            clipped, proposed = self._f_ratio_sum(
+                self._theta(theta_new), current, np.float64(bound), self._data, self._mask
+            )
+        return float(self._f_add_noise(clipped, np.float64(std), np.float64(z))), proposed
+
+    def noisy_gradient_sum(self, theta: np.ndarray, bound: float, std: float, z: np.ndarray) -> np.ndarray:
+        """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) + std·z, shape (P,)."""
+        with self._trace_low():
+            clipped = self._f_gradient_sum(self._theta(theta), np.float64(bound), self._data, self._mask)
+        return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
+
+
+@contextlib.contextmanager
+def _no_context():
+    yield
+
+
+def _x64_off(jax):
+    """A context in which JAX traces and runs with 32-bit types (the float32 opt-in).
+
+    The float64 types that PyTensor's graphs request are truncated to float32 (and int64 to
+    int32) there: that is the opt-in, so JAX's warning about it is silenced.
+    """
+
+    @contextlib.contextmanager
+    def context():
+        with jax.enable_x64(False), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_TRUNCATION_WARNING, category=UserWarning)
+            warnings.filterwarnings("ignore", message=_SCATTER_WARNING, category=FutureWarning)
+            yield
+
+    return context
+
+
+class BufferedSecureNoise(SecureNoise):
+    """:class:`pymc_dp.mechanisms.SecureNoise` reading ``os.urandom`` in blocks of ``block_bytes``.
+
+    The same variates (53-bit uniforms from the operating system's CSPRNG, Box–Muller
+    Gaussians), with one system call per block instead of one per draw: a DPHMC iteration
+    makes L + 2 releases, and one ``os.urandom`` call per release cost about 50–100 µs on the
+    2-core development machine (measured under load), more than a release of a small model.
+    The unread part of the block lives only in this object's memory, as a generator's state
+    does; it is never returned, logged or pickled (a copy starts with an empty block).
+
+    Parameters
+    ----------
+    block_bytes : int, default 65536
+        Bytes read per system call (8 per uniform).
+    """
+
+    def __init__(self, block_bytes: int = 65536) -> None:
+        if isinstance(block_bytes, bool) or not isinstance(block_bytes, int) or block_bytes < 8:
+            raise ValueError(f"`block_bytes` must be an integer of at least 8. Found {block_bytes!r}.")
+        self._block_words = block_bytes // 8
+        self._words = np.empty(0, dtype=np.uint64)
+
+    def __getstate__(self) -> dict:
+        return {"_block_words": self._block_words, "_words": np.empty(0, dtype=np.uint64)}
+
+    def _uniform(self, size: int) -> np.ndarray:
+        """Uniforms on (0, 1) with 53 random bits each, from the buffered OS entropy."""
+        if self._words.size < size:
+            fresh = np.frombuffer(os.urandom(8 * max(self._block_words, size)), dtype=np.uint64)
+            self._words = np.concatenate([self._words, fresh])
+        words, self._words = self._words[:size], self._words[size:]
+        return ((words >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+
+
+def _noise_source(noise: Any, rng: Any) -> Any:
+    """The generator of a release's noise: the mechanism's own (OS entropy) or, when reproducible, the step's."""
+    return rng if noise is None else noise
+
+
+class JaxLogLikelihoodRatio(NoisyLogLikelihoodRatio):
+    """:class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio` with the per-row ratios on a JAX device.
+
+    Releases λ̂ = Σᵢ clip(rᵢ, ±b‖θ′ − θ‖₂) + ξ, ξ ~ N(0, σ²), σ = τΔ, Δ = 2b‖θ′ − θ‖₂
+    (substitute) or b‖θ′ − θ‖₂ (add/remove), exactly as the default mechanism; the per-row
+    log-likelihood of the current point is cached on the device.
+
+    Parameters
+    ----------
+    rows : JaxRows
+        The rows on the device.
+    llr_clip, noise_multiplier, neighbouring
+        As for :class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio`.
+    noise : SecureNoise or None
+        The noise source; None draws from the generator the step passes to :meth:`release`
+        (``reproducible_noise=True``, for testing).
+
+    Notes
+    -----
+    Neighbouring relation, sensitivity and accounting: those of the parent class (one
+    Gaussian release with Δ/σ = 1/τ, μ = 1/(2τ²), per call). The standard normal ξ/σ is drawn
+    on the host and sent to the device, where it is scaled and added in float64; the
+    clipped sum itself never leaves the device.
+
+    References
+    ----------
+    .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
+       Statistics and Computing 29, Algorithm 1 and eq. (2).
+    """
+
+    def __init__(
+        self, rows: JaxRows, llr_clip: float, noise_multiplier: float, neighbouring: str = "substitute", noise=None
+    ) -> None:
+        super().__init__(rows, llr_clip, noise_multiplier, neighbouring)
+        self._noise = noise
+
+    def _loglik(self, theta: np.ndarray):
+        key = theta.tobytes()
+        if key != self._cached_point:
+            self._cached_loglik = self._rows.loglik(theta)
+            self._cached_point = key
+        return self._cached_loglik
+
+    def release(self, theta: np.ndarray, theta_proposed: np.ndarray, rng: Any) -> tuple[float, float]:
+        """Release λ̂ for the move θ → θ′; returns (λ̂, σ). The cache then holds θ′ (see :meth:`keep`)."""
+        theta = np.asarray(theta, dtype=float)
+        theta_proposed = np.asarray(theta_proposed, dtype=float)
+        distance = float(np.linalg.norm(theta_proposed - theta))
+        bound = _check_bound("bound", self.llr_clip * distance)
+        if math.isinf(bound):
+            raise ValueError(f"`bound` must be finite for a private release. Found {bound!r}.")
+        std = self.noise_multiplier * sensitivity_of_clipped_sum(bound, self.neighbouring)
+        # As the default mechanism: no draw for a zero bound (the release is then the data-free 0).
+        z = 0.0 if std == 0.0 else float(_noise_source(self._noise, rng).normal(0.0, 1.0))
+        noisy, proposed = self._rows.noisy_ratio_sum(theta_proposed, self._loglik(theta), bound, std, z)
+        self._pending = (theta_proposed.tobytes(), proposed)
+        return noisy, std
+
+
+class JaxClippedGradient(NoisyClippedGradient):
+    """:class:`pymc_dp.mechanisms.NoisyClippedGradient` with the per-row gradients on a JAX device.
+
+    Releases Σᵢ clip_L2(∇θ log p(xᵢ | θ), b_g) + ξ, ξ ~ N(0, σ² I), σ = τΔ, Δ = 2b_g
+    (substitute) or b_g (add/remove), exactly as the default mechanism.
+
+    Parameters
+    ----------
+    rows : JaxRows
+        The rows on the device.
+    grad_clip, noise_multiplier, neighbouring
+        As for :class:`pymc_dp.mechanisms.NoisyClippedGradient`.
+    noise : SecureNoise or None
+        The noise source; None draws from the generator the step passes to :meth:`release`.
+
+    Notes
+    -----
+    Neighbouring relation, sensitivity and accounting: those of the parent class (one
+    Gaussian release with Δ/σ = 1/τ_g per call). Per-row gradients exist only on the device,
+    one chunk at a time.
+
+    References
+    ----------
+    .. [1] Räisä, O., Koskela, A. and Honkela, A. (2021). Differentially private Hamiltonian
+       Monte Carlo, eq. (1) and Theorem 3.3.
+    """
+
+    def __init__(
+        self, rows: JaxRows, grad_clip: float, noise_multiplier: float, neighbouring: str = "substitute", noise=None
+    ) -> None:
+        super().__init__(rows, grad_clip, noise_multiplier, neighbouring)
+        self._noise = noise
+
+    def release(self, theta: np.ndarray, rng: Any) -> np.ndarray:
+        """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
+        z = _noise_source(self._noise, rng).normal(0.0, 1.0, size=self._rows.n_params)
+        return self._rows.noisy_gradient_sum(np.asarray(theta, dtype=float), self.grad_clip, self.std, z)
+
+
+class JaxRowMechanisms(RowMechanisms):
+    """The mechanisms of one model's rows on the JAX backend (DPPenaltyMH's and DPHMC's releases on the device).
+
+    Built from the default :class:`pymc_dp.mechanisms.RowMechanisms` of a step: the log-
+    likelihood ratio and the clipped gradient are :class:`JaxLogLikelihoodRatio` and
+    :class:`JaxClippedGradient`; every other mechanism (the private clip bound's histogram)
+    is the default backend's.
+
+    Parameters
+    ----------
+    mechanisms : RowMechanisms
+        The step's default mechanisms.
+    reproducible_noise : bool
+        False (default): every release draws its noise from :class:`BufferedSecureNoise`
+        (``os.urandom``, the operating system's CSPRNG, read in blocks). True (testing only; do not publish):
+        from the generator the step passes, derived from ``random_seed`` — the same draws as
+        the default backend's.
+    dtype : {"float64", "float32"}
+        See :class:`JaxRows`.
+    chunk_rows : int, optional
+        See :class:`JaxRows`.
+
+    Notes
+    -----
+    Neighbouring relation: that of each mechanism built. The sensitivities, noise scales and
+    accounting events are those of the default mechanisms (the classes are subclasses).
+    """
+
+    def __init__(
+        self,
+        mechanisms: RowMechanisms,
+        *,
+        reproducible_noise: bool = False,
+        dtype: str = "float64",
+        chunk_rows: int | None = None,
+    ) -> None:
+        if not isinstance(reproducible_noise, bool | np.bool_):
+            raise TypeError(f"`reproducible_noise` must be a bool. Found {type(reproducible_noise).__name__}.")
+        super().__init__(mechanisms._rows)
+        self.device_rows = JaxRows(mechanisms._rows, dtype=dtype, chunk_rows=chunk_rows)
+        self.dtype = dtype
+        self._noise = None if reproducible_noise else BufferedSecureNoise()
+
+    def log_likelihood_ratio(self, llr_clip: float, noise_multiplier: float, neighbouring: str):
+        """A :class:`JaxLogLikelihoodRatio` on every row."""
+        check_finite_positive("llr_clip", llr_clip)
+        return JaxLogLikelihoodRatio(self.device_rows, llr_clip, noise_multiplier, neighbouring, self._noise)
+
+    def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str):
+        """A :class:`JaxClippedGradient` on every row."""
+        return JaxClippedGradient(self.device_rows, grad_clip, noise_multiplier, neighbouring, self._noise)

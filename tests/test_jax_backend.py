@@ -1,0 +1,364 @@
+"""The JAX backend: the same releases, sampler and accounting as the default backend, on CPU JAX.
+
+Equivalence: on the same θ and rows the clipped sums equal the default backend's to 1e-10
+(float64); with ``reproducible_noise=True`` and one seed, ``pmdp.sample(backend="jax")``
+draws what the default backend draws, with the same accountant record. Limit: with the
+noise → 0 and no clipping the JAX backend's chains have the conjugate posterior's moments
+within Monte Carlo standard errors. GPU tests run only where JAX sees a GPU.
+"""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pymc as pm
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import pymc_dp as pmdp  # noqa: E402
+from pymc_dp.data import RowLikelihood  # noqa: E402
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, RowMechanisms  # noqa: E402
+from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2  # noqa: E402
+from pymc_dp.mechanisms.jax_rows import (  # noqa: E402
+    BufferedSecureNoise,
+    JaxClippedGradient,
+    JaxLogLikelihoodRatio,
+    JaxRowMechanisms,
+)
+
+RTOL = 1e-10
+
+
+def _gpu_present() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def requires_gpu(test):
+    """Marked ``gpu`` (select with ``-m gpu``) and skipped where JAX sees no GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(not _gpu_present(), reason="needs a GPU visible to JAX")(test))
+
+
+def _zoo():
+    """Models of the per-row graphs' kinds: a GLM with two observed variables, a dense MvNormal, invalid rows."""
+    rng = np.random.default_rng(0)
+    n = 601
+    x = rng.normal(size=(n, 3))
+    with pm.Model() as glm:  # two observed variables sharing rows, numpy covariates, a positive parameter
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Bernoulli("y", logit_p=x @ beta, observed=rng.integers(0, 2, size=n))
+        pm.Normal("z", x[:, 0] * beta[0], sigma, observed=rng.normal(size=n))
+    a = rng.normal(size=(4, 4))
+    with pm.Model() as mvnormal:  # pm.Data rows, a triangular solve per row
+        data = pm.Data("data", rng.normal(size=(n, 4)))
+        mean = pm.Normal("mean", 0, 3, shape=4)
+        pm.MvNormal("obs", mean, cov=a @ a.T + 4 * np.eye(4), observed=data)
+    y = np.abs(rng.normal(size=n))
+    y[5] = -1.0  # outside the support: that row's log-likelihood is −∞ at every θ
+    with pm.Model() as invalid:
+        lam = pm.LogNormal("lam", 0, 1)
+        pm.Exponential("y", lam, observed=y)
+    return {"glm": glm, "mvnormal": mvnormal, "invalid": invalid}
+
+
+ZOO = _zoo()
+_ROWS: dict[str, RowLikelihood] = {}
+
+
+def _rows(name: str) -> RowLikelihood:
+    """One data layer per model for the whole module (each JAX backend built on it compiles its own graphs)."""
+    if name not in _ROWS:
+        _ROWS[name] = RowLikelihood(ZOO[name])
+    return _ROWS[name]
+
+
+@pytest.fixture(scope="module", params=sorted(ZOO))
+def rows_pair(request):
+    rows = _rows(request.param)
+    device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=256).device_rows
+    return rows, device
+
+
+@pytest.fixture(scope="module")
+def glm_whole():
+    """The GLM's rows on the device in one chunk, float64."""
+    return JaxRowMechanisms(RowMechanisms(_rows("glm")), reproducible_noise=True).device_rows
+
+
+def _points(rows):
+    theta = np.asarray(rows.prior.initial_theta) + 0.3
+    return theta, theta + 0.05 * np.arange(1, theta.size + 1) / theta.size
+
+
+def test_clipped_gradient_sums_equal_the_default_backend(rows_pair):
+    rows, device = rows_pair
+    assert device.n_chunks == 3  # 601 rows in chunks of 256: the last one padded (and masked)
+    theta, _ = _points(rows)
+    for bound in (0.05, 0.7, 1e6):  # mostly clipped, some clipped, none clipped
+        reference = clipped_sum_l2(rows.grad_rows(theta), bound)
+        released = device.noisy_gradient_sum(theta, bound, 0.0, np.zeros(rows.n_params))
+        np.testing.assert_allclose(released, reference, rtol=RTOL, atol=RTOL * np.abs(reference).max())
+
+
+def test_clipped_ratio_sums_equal_the_default_backend(rows_pair):
+    rows, device = rows_pair
+    theta, proposal = _points(rows)
+    with np.errstate(invalid="ignore"):  # −∞ − (−∞) on the invalid row: NaN, clipped to −bound
+        ratios = rows.loglik_rows(proposal) - rows.loglik_rows(theta)
+    for bound in (1e-4, 0.05, 1e6):
+        released, _ = device.noisy_ratio_sum(proposal, device.loglik(theta), bound, 0.0, 0.0)
+        reference = float(np.sum(clip_values(ratios, bound)))
+        assert released == pytest.approx(reference, rel=RTOL, abs=RTOL * rows.n_rows * bound)
+
+
+def test_one_row_changes_only_its_own_terms_on_the_device(rows_pair):
+    # The row-independence probe of the data layer, run on the compiled JAX functions: replacing row 3
+    # (of the first chunk) moves row 3's log-likelihood only, and the clipped gradient sum by at most
+    # the substitute sensitivity 2b.
+    rows, device = rows_pair
+    theta, _ = _points(rows)
+    changed = tuple(chunks.at[0, 3].set(chunks[0, 10]) for chunks in device._data)
+    before = np.asarray(device._f_loglik(device._theta(theta), device._data))
+    after = np.asarray(device._f_loglik(device._theta(theta), changed))
+    moved = ~np.isclose(before, after, rtol=1e-14, atol=0, equal_nan=True)
+    assert moved[0, 3] and moved.sum() == 1
+    for bound in (0.05, 0.7):
+        sums = [
+            np.asarray(device._f_gradient_sum(device._theta(theta), np.float64(bound), data, device._mask))
+            for data in (device._data, changed)
+        ]
+        assert np.linalg.norm(sums[1] - sums[0]) <= 2 * bound * (1 + 1e-12)
+
+
+def test_one_chunk_and_many_chunks_agree(glm_whole):
+    rows, whole = _rows("glm"), glm_whole
+    assert whole.n_chunks == 1
+    parts = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=100).device_rows
+    theta, _ = _points(rows)
+    np.testing.assert_allclose(
+        whole.noisy_gradient_sum(theta, 0.5, 0.0, np.zeros(4)),
+        parts.noisy_gradient_sum(theta, 0.5, 0.0, np.zeros(4)),
+        rtol=RTOL,
+    )
+
+
+def test_releases_are_the_default_mechanisms_with_the_same_noise(glm_whole):
+    rows = _rows("glm")
+    default = RowMechanisms(rows)
+    theta, proposal = _points(rows)
+    llr = JaxLogLikelihoodRatio(glm_whole, 0.5, 2.0, "substitute")  # noise=None: the generator passed
+    grad = JaxClippedGradient(glm_whole, 0.8, 3.0, "add_remove")
+    assert isinstance(llr, NoisyLogLikelihoodRatio) and isinstance(grad, NoisyClippedGradient)  # same events
+    reference_llr = default.log_likelihood_ratio(0.5, 2.0, "substitute")
+    reference_grad = default.clipped_gradient(0.8, 3.0, "add_remove")
+    assert grad.std == reference_grad.std == 3.0 * 0.8
+    noisy, std = llr.release(theta, proposal, np.random.default_rng(4))
+    expected, expected_std = reference_llr.release(theta, proposal, np.random.default_rng(4))
+    assert std == expected_std and noisy == pytest.approx(expected, rel=RTOL)
+    np.testing.assert_allclose(
+        grad.release(theta, np.random.default_rng(5)),
+        reference_grad.release(theta, np.random.default_rng(5)),
+        rtol=RTOL,
+    )
+    # a move of length 0 releases the data-free 0 without a draw, as the default mechanism does
+    generator = np.random.default_rng(6)
+    state = generator.bit_generator.state
+    assert llr.release(theta, theta, generator) == (0.0, 0.0)
+    assert generator.bit_generator.state == state
+
+
+def test_default_noise_comes_from_os_entropy_not_the_step_generator():
+    rows = _rows("invalid")
+    device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=False)
+    assert isinstance(device._noise, BufferedSecureNoise)
+    grad = device.clipped_gradient(0.8, 1.0, "substitute")
+    theta, _ = _points(rows)
+    first = grad.release(theta, np.random.default_rng(1))
+    second = grad.release(theta, np.random.default_rng(1))  # the same seeded generator: ignored
+    assert not np.array_equal(first, second)
+    # the noise is N(0, σ²): 2,000 releases at one θ, residuals against the noise-free sum
+    clipped = device.device_rows.noisy_gradient_sum(theta, 0.8, 0.0, np.zeros(1))
+    z = (np.array([grad.release(theta, None) for _ in range(2000)]) - clipped).ravel() / grad.std
+    assert abs(z.mean()) * math.sqrt(z.size) < 4.0
+    assert abs(z.var() - 1.0) < 4.0 * math.sqrt(2.0 / z.size)
+
+
+def test_float32_opt_in_is_close_to_float64(glm_whole):
+    rows, f64 = _rows("glm"), glm_whole
+    f32 = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, dtype="float32").device_rows
+    theta, proposal = _points(rows)
+    exact = f64.noisy_gradient_sum(theta, 0.7, 0.0, np.zeros(4))
+    low = f32.noisy_gradient_sum(theta, 0.7, 0.0, np.zeros(4))
+    assert low.dtype == np.float64  # the noise is added in float64
+    assert np.max(np.abs(low - exact)) / np.max(np.abs(exact)) < 1e-5  # float32: ε_mach ≈ 6e-8
+    assert not np.array_equal(low, exact)  # float32 was used
+    ratio64, _ = f64.noisy_ratio_sum(proposal, f64.loglik(theta), 0.01, 0.0, 0.0)
+    ratio32, _ = f32.noisy_ratio_sum(proposal, f32.loglik(theta), 0.01, 0.0, 0.0)
+    assert abs(ratio32 - ratio64) < 1e-3 * rows.n_rows * 0.01
+
+
+@pytest.fixture(scope="module")
+def normal_mean():
+    y = np.random.default_rng(7).normal(0.5, 1.0, size=300)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        pm.Normal("y", m, 1.0, observed=y)
+    return model, y
+
+
+RUN = dict(epsilon=5.0, delta=1e-6, draws=30, tune=20, chains=2, random_seed=3, progressbar=False)
+
+
+@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC"])
+def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_accounting(name):
+    # tests/test_contract.py's model (a location and a log-transformed scale) and steps, on both backends.
+    from test_contract import STEPS, _documented_stats, _numbers_in
+
+    data = np.random.default_rng(2024).normal(0.3, 1.0, size=120) + 1e-7 * np.pi
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", m, s, observed=data)
+    runs = {}
+    for backend in ("default", "jax"):
+        with model:
+            step = STEPS[name](model, data, reproducible_noise=True)
+            runs[backend] = pmdp.sample(step=step, backend=backend, **RUN)
+    default, on_jax = runs["default"], runs["jax"]
+    assert set(on_jax.sample_stats.data_vars) == set(type(step).stats_dtypes_shapes) == _documented_stats(type(step))
+    assert not np.isin(np.fromiter(_numbers_in(on_jax), dtype=float), data).any(), "a raw data value leaked"
+    for var in ("m", "s"):
+        np.testing.assert_allclose(on_jax.posterior[var].values, default.posterior[var].values, rtol=1e-8)
+    np.testing.assert_array_equal(on_jax.sample_stats["dp_accepted"].values, default.sample_stats["dp_accepted"].values)
+    assert on_jax.posterior.attrs["dp_epsilon"] == default.posterior.attrs["dp_epsilon"] <= RUN["epsilon"]
+    record, reference = (json.loads(r.posterior.attrs["dp_accountant"]) for r in (on_jax, default))
+    backend = record.pop("backend")
+    assert backend["name"] == "jax" and backend["dtype"] == "float64" and backend["device"] == "cpu"
+    assert "backend" not in reference
+    assert record == reference  # identical accounting: events, ε, μ, steps' settings, versions
+    assert pmdp.privacy_spent(on_jax).epsilon == on_jax.posterior.attrs["dp_epsilon"]
+
+
+def test_private_clip_bound_and_float32_run_and_the_step_gets_its_mechanisms_back(normal_mean):
+    model, _ = normal_mean
+    with model:
+        step = pmdp.DPHMC(n_leapfrog=2)  # clip bounds "auto": released on the host, then used on the device
+        before = step._row_mechanisms
+        idata = pmdp.sample(step=step, backend=pmdp.JaxBackend(dtype="float32"), **{**RUN, "draws": 5, "tune": 5})
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["backend"]["dtype"] == "float32" and record["backend"]["noise"].startswith("os.urandom")
+    assert record["clip_bound"]["bounds"]["grad_clip"] > 0
+    assert step._row_mechanisms is before and step._llr_mechanism is None and step._grad_mechanism is None
+
+
+@pytest.mark.parametrize(
+    ("backend", "extra", "message"),
+    [
+        ("numpyro", {}, "`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend. Found 'numpyro'"),
+        ("jax", {"cores": 2}, "`cores` must be 1 with `backend`='jax'"),
+    ],
+)
+def test_bad_backend_settings_are_refused_before_any_charge(normal_mean, backend, extra, message):
+    model, y = normal_mean
+    budget = pmdp.PrivacyBudget(epsilon=10.0, delta=1e-6, n_rows=y.size)
+    with model, pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), backend=backend, budget=budget, **RUN, **extra)
+    assert budget.spent().epsilon == 0.0
+
+
+def test_steps_the_backend_does_not_run_are_refused(normal_mean):
+    model, _ = normal_mean
+    with model, pytest.raises(ValueError, match="`backend`='jax' runs one DPPenaltyMH or DPHMC step"):
+        pmdp.sample(step=pmdp.DPBarkerMH(llr_clip=3.0, full_data=True), backend="jax", **RUN)
+    with pytest.raises(ValueError, match="`dtype` must be one of"):
+        pmdp.JaxBackend(dtype="float16")
+
+
+def test_the_package_imports_without_jax_and_refuses_the_backend_by_name():
+    script = (
+        "import sys\n"
+        "import pymc_dp, pymc_dp.jax_backend\n"
+        "assert 'jax' not in sys.modules, 'pymc_dp imported jax'\n"  # lazy: imported on first use only
+        "sys.modules['jax'] = None\n"  # as if JAX were not installed
+        "try:\n"
+        "    pymc_dp.jax_backend.check_backend('jax', [], {})\n"
+        "except ImportError as err:\n"
+        "    print(err)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "`backend`='jax' needs JAX" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step_name", ["penalty", "hmc"])
+def test_noise_to_zero_gives_the_exact_posterior_on_jax(normal_mean, step_name):
+    """No clipping, noise multipliers 1e-9: the JAX backend's chains have the conjugate posterior's mean and
+    variance within Monte Carlo standard errors (ArviZ ESS)."""
+    import arviz as az
+
+    model, y = normal_mean
+    precision = 1 / 10.0**2 + y.size
+    mean, sd = y.sum() / precision, 1 / math.sqrt(precision)
+    with model:
+        if step_name == "penalty":
+            step = pmdp.DPPenaltyMH(llr_clip=1e4, noise_multiplier=1e-9)
+        else:
+            step = pmdp.DPHMC(
+                grad_clip=1e4, llr_clip=1e4, grad_noise_multiplier=1e-9, llr_noise_multiplier=1e-9, n_leapfrog=5
+            )
+        idata = pmdp.sample(
+            step=step, delta=1e-6, draws=3000, tune=1000, chains=2, random_seed=11, backend="jax", progressbar=False
+        )
+    draws = idata.posterior["m"]
+    for values, target in ((draws, mean), ((draws - mean) ** 2, sd**2)):
+        se = float(az.mcse(values.to_dataset(name="x"))["x"])
+        assert abs(float(values.mean()) - target) / se < 4.0
+
+
+@requires_gpu
+def test_gpu_clipped_sums_equal_the_default_backend():
+    rows = _rows("mvnormal")
+    device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True).device_rows
+    assert device.device_platform == "gpu"
+    theta, _ = _points(rows)
+    reference = clipped_sum_l2(rows.grad_rows(theta), 0.7)
+    np.testing.assert_allclose(device.noisy_gradient_sum(theta, 0.7, 0.0, np.zeros(4)), reference, rtol=RTOL)
+
+
+def test_buffered_secure_noise_draws_what_secure_noise_draws_from_the_same_bytes(monkeypatch):
+    import os
+
+    from pymc_dp.mechanisms import SecureNoise
+
+    def stream():  # a deterministic stand-in for the OS entropy: consecutive bytes of one seeded stream
+        source = np.random.default_rng(0).bytes(1 << 20)
+        position = 0
+
+        def urandom(n: int) -> bytes:
+            nonlocal position
+            position += n
+            return source[position - n : position]
+
+        return urandom
+
+    monkeypatch.setattr(os, "urandom", stream())
+    plain = SecureNoise().normal(0.0, 1.0, size=10)
+    monkeypatch.setattr(os, "urandom", stream())
+    buffered = BufferedSecureNoise(block_bytes=4096)
+    np.testing.assert_array_equal(buffered.normal(0.0, 1.0, size=10), plain)
+    monkeypatch.undo()
+    # from the real OS entropy: N(0, 1) moments, different draws per object, no buffer in a copy
+    import pickle
+
+    draws = BufferedSecureNoise(block_bytes=64).normal(0.0, 1.0, size=20_000)  # many refills
+    assert abs(draws.mean()) < 4 / math.sqrt(draws.size) and abs(draws.var() - 1) < 4 * math.sqrt(2 / draws.size)
+    noise = BufferedSecureNoise()
+    noise.normal()
+    assert pickle.loads(pickle.dumps(noise))._words.size == 0 < noise._words.size
