@@ -86,16 +86,20 @@ def main() -> None:
             )
             metropolis = pm.Metropolis(tune=False)
             penalty = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=50.0, tune=False)
-        timers = {
-            "pm.HamiltonianMC": lambda: seconds_per_iteration(model, hmc, args.iterations),
-            "DPHMC default": lambda: _timed(model, dp_hmc, args.iterations, None),
-            "DPHMC jax f64": lambda: _timed(model, dp_hmc, args.iterations, pmdp.JaxBackend()),
-            "DPHMC jax f32": lambda: _timed(model, dp_hmc, args.iterations, pmdp.JaxBackend(dtype="float32")),
-            "pm.Metropolis": lambda: seconds_per_iteration(model, metropolis, 10 * args.iterations),
-            "DPPenaltyMH default": lambda: _timed(model, penalty, 10 * args.iterations, None),
-            "DPPenaltyMH jax f64": lambda: _timed(model, penalty, 10 * args.iterations, pmdp.JaxBackend()),
+        timers = {  # (function, arguments): called only when selected
+            "pm.HamiltonianMC": (seconds_per_iteration, (model, hmc, args.iterations)),
+            "DPHMC default": (_timed, (model, dp_hmc, args.iterations, None)),
+            "DPHMC jax f64": (_timed, (model, dp_hmc, args.iterations, pmdp.JaxBackend())),
+            "DPHMC jax f32": (_timed, (model, dp_hmc, args.iterations, pmdp.JaxBackend(dtype="float32"))),
+            "pm.Metropolis": (seconds_per_iteration, (model, metropolis, 10 * args.iterations)),
+            "DPPenaltyMH default": (_timed, (model, penalty, 10 * args.iterations, None)),
+            "DPPenaltyMH jax f64": (_timed, (model, penalty, 10 * args.iterations, pmdp.JaxBackend())),
         }
-        times = {name: timer() for name, timer in timers.items() if not (args.skip_default and "default" in name)}
+        times = {
+            name: function(*arguments)
+            for name, (function, arguments) in timers.items()
+            if not (args.skip_default and "default" in name)
+        }
         print(f"\nN = {n_rows}, P = {n_params}, L = {args.leapfrog}")
         for name, seconds in times.items():
             base = times["pm.HamiltonianMC"] if "HMC" in name or "HamiltonianMC" in name else times["pm.Metropolis"]
