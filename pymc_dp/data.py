@@ -1096,6 +1096,7 @@ class RowLikelihood:
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
         self._f_clipped_sum = None
+        self._f_clipped_sum_safe = None
         self._clipped_sum_mode: str | None = None
         self._row_data_vars = row_data
         # The row data as indexable inputs and the per-row graph on them (_build_index_mode
@@ -1499,7 +1500,14 @@ class RowLikelihood:
             self._clipped_sum_mode, self._f_clipped_sum = self._choose_clipped_sum_function()
         if self._f_clipped_sum is None:
             return clipped_sum_l2(np.asarray(self._f_grad_batch(theta, *data)), bound)
-        return np.asarray(self._f_clipped_sum(theta, np.asarray(bound, dtype=np.float64), *data))
+        bound_arg = np.asarray(bound, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf × 0 from a left-out row: checked below
+            total = np.asarray(self._f_clipped_sum(theta, bound_arg, *data))
+        if not np.all(np.isfinite(total)):  # a left-out row with a non-finite covariate: rows zeroed first
+            if self._f_clipped_sum_safe is None:
+                self._f_clipped_sum_safe = self._compile_linear_clipped_sum(safe=True)
+            total = np.asarray(self._f_clipped_sum_safe(theta, bound_arg, *data))
+        return total
 
     @property
     def clipped_sum_mode(self) -> str:
@@ -1531,19 +1539,11 @@ class RowLikelihood:
 
     def _choose_clipped_sum_function(self):
         """(mode, compiled function of θ, the bound and a batch of rows) for :meth:`clipped_grad_sum`."""
-        from pymc_dp.mechanisms.clipping import clip_weights_graph
-
         self._require_continuous()
-        bound = pt.dscalar("bound")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                batch, lik_batch = self._batch_graph()
-                norms_sq = _linear_norms_sq(self._theta, self.n_params, batch, lik_batch)
-                weights, finite = clip_weights_graph(norms_sq, bound)
-                weighted = pt.switch(finite, pytensor.gradient.disconnected_grad(weights) * lik_batch, 0.0)
-                total = pytensor.grad(weighted.sum(), self._theta)
-                fn = self._compile([self._theta, bound, *batch], total)
+                fn = self._compile_linear_clipped_sum(safe=False)
                 fn(self._theta_initial, np.asarray(1.0), *self._probe_batch(64))
             return "linear", fn
         except Exception:  # _NotLinear, or the linear form cannot be built or compiled here: the per-row matrix
@@ -1551,6 +1551,13 @@ class RowLikelihood:
         # The per-row matrix of the chunk, clipped and summed in NumPy: measured faster than the same
         # steps compiled into the matrix's graph (one more B × P temporary there).
         return self.gradient_mode, None
+
+    def _compile_linear_clipped_sum(self, safe: bool):
+        """The linear form of the clipped sum, a function of θ, the bound and a batch (:func:`_linear_clipped_sum`)."""
+        bound = pt.dscalar("bound")
+        batch, lik_batch = self._batch_graph()
+        total = _linear_clipped_sum(self._theta, self.n_params, batch, lik_batch, bound, safe=safe)
+        return self._compile([self._theta, bound, *batch], total)
 
     def _compile_forward_grad(self):
         """Full-data Jacobian in forward mode: one JVP vectorised over the P unit tangents."""
@@ -1566,7 +1573,7 @@ class RowLikelihood:
 
 
 class _NotLinear(Exception):
-    """The graph has no parameter block read only through ``A @ w`` products (see :func:`_linear_norms_sq`)."""
+    """The graph has no parameter block read only through ``A @ w`` products (see :func:`_linear_clipped_sum`)."""
 
 
 _REARRANGING_OPS: tuple[type, ...] | None = None
@@ -1631,8 +1638,10 @@ def _squares_per_row(x: Variable) -> Variable:
     return (x**2).sum(axis=tuple(range(1, x.ndim))) if x.ndim > 1 else x**2
 
 
-def _linear_norms_sq(theta: Variable, n_params: int, batch: Sequence[Variable], lik: Variable) -> Variable:
-    """‖∇θ log p(xᵢ | θ)‖² for every row of ``batch``, without forming the (B × P) gradient matrix.
+def _linear_clipped_sum(
+    theta: Variable, n_params: int, batch: Sequence[Variable], lik: Variable, bound: Variable, safe: bool = True
+) -> Variable:
+    """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) over the rows of ``batch``, without the (B × P) gradient matrix.
 
     Finds the products ``z = A @ w`` with ``A`` (B × K) computed from the rows alone and ``w``
     (K or K × m) a selection of θ's coordinates; cuts the graph there (``z`` becomes an input
@@ -1640,7 +1649,13 @@ def _linear_norms_sq(theta: Variable, n_params: int, batch: Sequence[Variable], 
     vectorises one row's log-likelihood over the rows (reverse mode). Row i's gradient is
     then gᵢ ⊗ Aᵢ on the coordinates of each ``w`` (gᵢ = ∂ log p(xᵢ)/∂Zᵢ) and the row of the
     per-row copy's gradient on those of each ``s``; when all these coordinate sets are
-    disjoint, the squared norm is Σ_w ‖gᵢ‖²‖Aᵢ‖² + Σ_s ‖∂ log p(xᵢ)/∂sᵢ‖².
+    disjoint, the squared norm is Σ_w ‖gᵢ‖²‖Aᵢ‖² + Σ_s ‖∂ log p(xᵢ)/∂sᵢ‖². With the clip
+    factors cᵢ of those norms (:func:`pymc_dp.mechanisms.clipping.clip_weights_graph`, 0 for
+    a non-finite norm) the clipped sum is Aᵀ(c ⊙ g) on each ``w``'s coordinates and
+    Σᵢ cᵢ ∂ log p(xᵢ)/∂sᵢ on each ``s``'s: the vector–Jacobian product with weights c, from
+    the same per-row pieces (rows left out are set to zero, never multiplied by 0). With
+    ``safe=False`` the rows of A are not set to zero first (one pass over A less): the result
+    is the same unless a left-out row has a non-finite entry in A, and then it is not finite.
 
     Raises
     ------
@@ -1697,12 +1712,27 @@ def _linear_norms_sq(theta: Variable, n_params: int, batch: Sequence[Variable], 
     replace.update(dict(zip(placeholders, copies, strict=True)))
     lik_rows = vectorize_graph(lik_one, replace)
     grads = pytensor.grad(lik_rows.sum(), [*copies, *z_inputs], disconnected_inputs="ignore")
+    per_row = [g if g.ndim == 2 else g.reshape((g.shape[0], -1)) for g in grads]  # (B, |s|) and (B, m)
     norms_sq = pt.zeros_like(lik, dtype=lik.dtype)
-    for g in grads[: len(copies)]:
+    for g in per_row[: len(copies)]:
         norms_sq = norms_sq + _squares_per_row(g)
-    for g, (_, a, _) in zip(grads[len(copies) :], linear, strict=True):
+    for g, (_, a, _) in zip(per_row[len(copies) :], linear, strict=True):
         norms_sq = norms_sq + _squares_per_row(g) * _squares_per_row(a)
-    return graph_replace(norms_sq, {zi: z for (z, _, _), zi in zip(linear, z_inputs, strict=True)}, strict=False)
+    from pymc_dp.mechanisms.clipping import clip_weights_graph
+
+    weights, finite = clip_weights_graph(norms_sq, bound)
+    kept = finite[:, None]
+    total = pt.zeros((n_params,), dtype=theta.dtype)
+    for g, (_, coords) in zip(per_row[: len(copies)], selections, strict=True):
+        part = pt.switch(kept, g * weights[:, None], 0.0).sum(axis=0)
+        total = pt.inc_subtensor(total[pt.constant(coords)], part)
+    for g, (_, a, coords) in zip(per_row[len(copies) :], linear, strict=True):
+        scaled = pt.switch(kept, g * weights[:, None], 0.0)  # (B, m)
+        if safe:  # rows left out set to zero in A too: a non-finite Aᵢ is never multiplied by 0
+            a = pt.switch(kept, a, 0.0)
+        part = pt.dot(a.T, scaled)  # (K, m), w's layout
+        total = pt.inc_subtensor(total[pt.constant(coords)], part.ravel())
+    return graph_replace(total, {zi: z for (z, _, _), zi in zip(linear, z_inputs, strict=True)}, strict=False)
 
 
 def _toposort_nodes(outputs: Sequence[Variable]) -> list:

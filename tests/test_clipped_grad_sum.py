@@ -56,6 +56,18 @@ def regression_with_extreme_row():
     return model
 
 
+def logistic_with_an_infinite_covariate():
+    """Row 5 has an infinite covariate: its gradient is not finite, so it is left out (never multiplied by 0)."""
+    x = RNG.normal(size=(N, 3))
+    x[5, 1] = np.inf
+    y = (RNG.random(N) < 0.5).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, size=3)
+        pm.Bernoulli("y", logit_p=alpha + x @ beta, observed=y)
+    return model
+
+
 def two_output_regression():
     """Two outputs per row, μᵢ = xᵢ B with B (K × 2): row i's gradient of B is the outer product xᵢ ⊗ gᵢ."""
     x = RNG.normal(size=(N, 3))
@@ -103,6 +115,7 @@ MODELS = {
     "logistic_numpy": (logistic_numpy, "linear"),
     "logistic_pm_data": (logistic_pm_data, "linear"),
     "regression_with_extreme_row": (regression_with_extreme_row, "linear"),
+    "logistic_with_an_infinite_covariate": (logistic_with_an_infinite_covariate, "linear"),
     "two_output_regression": (two_output_regression, "linear"),
     "beta_also_outside_the_product": (beta_also_outside_the_product, "matrix"),
     "hierarchical": (hierarchical, "matrix"),
@@ -141,12 +154,14 @@ def test_compiled_clipped_sums_equal_the_reference(built):
     else:
         assert rows.clipped_sum_mode in ("forward", "reverse")
     theta = _random_point(model, rows)
-    jac = rows.grad_rows(theta)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # inf × 0 in the infinite-covariate row's matrix
+        jac = rows.grad_rows(theta)
         norms = np.linalg.norm(jac, axis=1)
     finite = np.isfinite(norms)
     if name == "regression_with_extreme_row":
-        assert not finite[7]  # the extreme row: its gradient norm overflows, both computations leave it out
+        assert not finite[7]
+    if name == "logistic_with_an_infinite_covariate":
+        assert not finite[5]  # the extreme row: its gradient norm overflows, both computations leave it out
     # Bounds that clip most rows, some rows, and none: every branch of the clip rule is used.
     for bound in (0.25 * np.median(norms[finite]), float(np.quantile(norms[finite], 0.8)), np.inf):
         _assert_same_sum(rows.clipped_grad_sum(theta, bound), clipped_sum_l2(jac, bound))
