@@ -1520,9 +1520,9 @@ class RowLikelihood:
           squared norm is ‖gᵢ‖²‖Aᵢ‖² (the "ghost norm" of DP-SGD for linear layers); the
           other blocks get per-row copies (reverse mode, vectorised over rows). No (B × P)
           matrix is formed: one pass gives every row's gradient norm, hence its clip factor
-          cᵢ, and the clipped sum is then one vector–Jacobian product Σᵢ cᵢ ∇θ log p(xᵢ | θ),
-          fused with it in one compiled function. Used when the blocks so read and the
-          others are disjoint parts of θ (checked on the graph).
+          cᵢ, and the clipped sum, the vector–Jacobian product Σᵢ cᵢ ∇θ log p(xᵢ | θ), is
+          assembled from the same per-row pieces in the same compiled function. Used when
+          the blocks so read and the others are disjoint parts of θ (checked on the graph).
         - ``"forward"`` or ``"reverse"``: otherwise, the per-row gradient matrix of one chunk
           in :attr:`gradient_mode` (:meth:`grad_rows`), clipped and summed by
           :func:`~pymc_dp.mechanisms.clipping.clipped_sum_l2`.
