@@ -122,11 +122,18 @@ MODELS = {
     "mv_normal": (mv_normal, "matrix"),
 }
 SLOW = {"mv_normal"}  # compiling its per-row gradients in both modes takes ~15 s (PyMC 5)
+#: Ignored for the MvNormal only: on PyMC 6 the data layer's forward-mode gradient of its graph has a
+#: Blockwise(AllocDiag) that Numba runs in object mode and warns about (slow, not wrong; the values
+#: are checked below). Seen on main before this test was added; the data layer does not yet drop it.
+_MVN_NUMBA_OBJECT_MODE = pytest.mark.filterwarnings("ignore:Numba will use object mode:UserWarning")
 
 
 @pytest.fixture(
     scope="module",
-    params=[pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in sorted(MODELS)],
+    params=[
+        pytest.param(name, marks=[pytest.mark.slow, _MVN_NUMBA_OBJECT_MODE]) if name in SLOW else name
+        for name in sorted(MODELS)
+    ],
 )
 def built(request):
     factory, kind = MODELS[request.param]
