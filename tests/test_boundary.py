@@ -44,6 +44,7 @@ ROW_ATTRIBUTES = {
     # RowLikelihood: per-row functions and internals
     "loglik_rows",
     "grad_rows",
+    "clipped_grad_sum",
     "loglik_grad_rows",
     "loglik_ratio_rows",
     "warm_gradient",
@@ -54,6 +55,7 @@ ROW_ATTRIBUTES = {
     "_f_lik_idx",
     "_f_grad_batch",
     "_f_grad_full",
+    "_f_clipped_sum",
     "_row_index_vars",
     "_lik_index",
     "_f_ratio_batch",

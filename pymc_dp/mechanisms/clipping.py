@@ -11,6 +11,7 @@ from pymc_dp._validation import check_neighbouring
 __all__ = [
     "clip_l2",
     "clip_values",
+    "clip_weights_graph",
     "clipped_sum_l2",
     "clipped_sum_l2_linear",
     "row_chunks",
@@ -72,6 +73,25 @@ def _clip_factors(norms: np.ndarray, bound: float) -> np.ndarray:
     """min(1, bound/‖row‖) for every row norm (1 for zero rows, without dividing by zero)."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         return np.where(norms > bound, bound / norms, 1.0)
+
+
+def clip_weights_graph(norms_sq, bound):
+    """Symbolic (PyTensor) clip factors of rows with squared L2 norms ``norms_sq``; ``bound`` a scalar.
+
+    Returns ``(weights, finite)``: ``finite`` marks rows whose squared norm is finite, and
+    ``weights`` is min(1, bound/‖row‖) on those rows and 0 on the others, so that
+    Σᵢ weightsᵢ rowᵢ (non-finite rows left out) is :func:`clipped_sum_l2` of the rows. The
+    same rule as :func:`clipped_sum_l2`, for the data layer's compiled clipped sums
+    (:meth:`pymc_dp.data.RowLikelihood.clipped_grad_sum`), where the rows' norms come from
+    the graph without the rows themselves being formed.
+    """
+    import pytensor.tensor as pt
+
+    norms_sq = pt.as_tensor_variable(norms_sq)
+    finite = pt.invert(pt.or_(pt.isnan(norms_sq), pt.isinf(norms_sq)))
+    norms = pt.sqrt(pt.switch(finite, norms_sq, 0.0))
+    factors = pt.switch(pt.gt(norms, bound), bound / norms, 1.0)
+    return pt.switch(finite, factors, 0.0), finite
 
 
 def clipped_sum_l2(rows: np.ndarray, bound: float) -> np.ndarray:

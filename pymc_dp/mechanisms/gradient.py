@@ -17,7 +17,10 @@ class NoisyClippedGradient:
 
     Releases Σᵢ clip_L2(∇θ log p(xᵢ | θ), b_g) + ξ with ξ ~ N(0, σ² I), σ = τ Δ and
     Δ = 2 b_g (substitute neighbours) or b_g (add/remove), the L2 sensitivity of the clipped
-    sum. The per-row gradients never leave this object.
+    sum. The per-row gradients never leave this object. On a
+    :class:`pymc_dp.data.RowLikelihood` the clipped sum of each row chunk is computed in one
+    compiled pass (:meth:`~pymc_dp.data.RowLikelihood.clipped_grad_sum`, the same clipping
+    rule as :func:`~pymc_dp.mechanisms.clipping.clipped_sum_l2`, tested equal to 1e-10).
 
     Parameters
     ----------
@@ -62,6 +65,10 @@ class NoisyClippedGradient:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""
         theta = np.asarray(theta, dtype=float)
         clipped_sum = np.zeros(self._rows.n_params)
-        for chunk in row_chunks(self._rows):  # at most one chunk's per-row matrix at a time
-            clipped_sum += clipped_sum_l2(self._rows.grad_rows(theta, chunk), self.grad_clip)
+        compiled = getattr(self._rows, "clipped_grad_sum", None)  # a stand-in table has only grad_rows
+        for chunk in row_chunks(self._rows):  # at most one chunk's per-row work at a time
+            if compiled is not None:  # the same clipping, in one compiled pass (RowLikelihood.clipped_grad_sum)
+                clipped_sum += compiled(theta, self.grad_clip, chunk)
+            else:
+                clipped_sum += clipped_sum_l2(self._rows.grad_rows(theta, chunk), self.grad_clip)
         return clipped_sum + rng.normal(0.0, self.std, size=clipped_sum.shape)
