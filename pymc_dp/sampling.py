@@ -403,6 +403,7 @@ def sample(
     clip_margin: float = 2.0,
     clip_epsilon_share: float = 0.05,
     on_poor_mixing: str = "warn",
+    backend: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
@@ -523,6 +524,8 @@ def sample(
     _check_sample_kwargs(kwargs)
     steps = _flatten_steps(step)
     neighbouring, n_rows = _check_steps(steps, model)
+    if backend is not None:
+        _check_backend(backend, steps, init, kwargs)
     run = PrivateRun(
         "pymc_dp.sample", delta=delta, neighbouring=neighbouring, n_rows=n_rows, epsilon=epsilon, budget=budget
     )
@@ -576,7 +579,10 @@ def sample(
     for s in steps:
         s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
     clip_record = None
+    detach = None
     try:
+        if backend is not None:  # scatter the rows, compile on the workers: nothing released or charged yet
+            detach = backend.attach(steps)
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
             reference = model.initial_point() if clip_plan is not None else None  # data-free
             fit_clip = clip_plan.release(reference, "the model's initial point") if clip_plan and dp_init else None
@@ -594,6 +600,8 @@ def sample(
         for s in steps:
             s.forget_private_state()
             s.progress_delta = None
+        if detach is not None:
+            detach()
         restore()
         if clip_plan is not None:
             clip_plan.restore()
@@ -614,6 +622,21 @@ def sample(
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
+
+
+def _check_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, Any]) -> None:
+    """Refuse a backend that is not a :class:`pymc_dp.DaskBackend`, or that cannot run these steps; changes nothing."""
+    from pymc_dp.mechanisms.dask_backend import DaskBackend
+
+    if not isinstance(backend, DaskBackend):
+        raise TypeError(f"`backend` must be None or a pymc_dp.DaskBackend. Found {type(backend).__name__}.")
+    backend.check(steps, kwargs)
+    if kwargs.get("initvals") is None and init == "dpadvi":
+        raise ValueError(
+            "`init` must be 'prior' or 'model' with a Dask backend (the DPADVI start runs in this process). "
+            "Found 'dpadvi'."
+        )
+    kwargs.setdefault("cores", 1)
 
 
 def _start_seed(random_seed: Any) -> Any:
