@@ -476,6 +476,13 @@ def sample(
         :class:`pymc_dp.diagnostics.PoorMixingWarning` that says what to change, a
         :class:`pymc_dp.diagnostics.PoorMixingError` (the priced result is on its
         ``result``), or nothing. The diagnostics are written in every case.
+    backend : pymc_dp.DaskBackend, optional
+        Where the full-data releases are computed: in this process (None, the default) or on
+        a Dask cluster (:class:`pymc_dp.DaskBackend`, docs/dask.md). The rows are scattered to
+        the workers once, after the run is planned and before it is charged, and each release
+        gets back only the partitions' clipped sums; the noise, the events and ε are those of
+        the run without a backend. DPPenaltyMH and DPHMC only, ``cores=1``, not with
+        ``init="dpadvi"``.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a

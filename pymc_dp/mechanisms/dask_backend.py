@@ -91,11 +91,20 @@ class WorkerError(RuntimeError):
     """A task failed on a worker; only the exception's type crosses the network, never its text."""
 
 
+def _aligned(value):
+    """Arrays as PyTensor's C code needs them (aligned, C order); a message may deliver unaligned buffers."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.aligned and value.flags.c_contiguous else np.require(value, requirements="AC")
+    if isinstance(value, tuple | list):
+        return type(value)(_aligned(v) for v in value)
+    return value
+
+
 def _run_task(name: str, *args):
     """Run the worker task ``name``; a failure carries the exception's type only (its text may hold data)."""
     function = _TASKS[name]
     try:
-        return function(*args)
+        return function(*(_aligned(a) for a in args))
     except Exception as error:
         raise WorkerError(f"{type(error).__name__} in {name} (message withheld)") from None
 
