@@ -308,3 +308,24 @@ def test_a_worker_lost_mid_run_stops_it_and_the_budget_keeps_its_charge(client, 
     assert "withheld" in str(caught.value)
     assert list(budget.events) == step.privacy_events(12)  # the whole run (4 + 8 iterations), charged before it ran
     assert budget.spent().epsilon > 0
+
+
+@pytest.mark.slow
+def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "dask_cluster.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--rows", "3000", "--draws", "30", "--tune", "10"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    epsilons = re.findall(r"ε = ([0-9.]+) in", result.stdout)
+    assert len(epsilons) == 2 and epsilons[0] == epsilons[1]
+    assert "Dask (2 workers)" in result.stdout
