@@ -15,6 +15,7 @@ import signal
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 from pymc.pytensorf import make_shared_replacements
 
@@ -86,30 +87,31 @@ def _mechanisms(model, var_names=None):
     return mechanisms, shared
 
 
-def test_partition_sums_equal_the_in_process_sums(client, logistic, regression):
+@pytest.mark.parametrize(
+    "case", ["logistic", pytest.param("regression", marks=pytest.mark.slow)]
+)  # regression: pm.Data rows, a compound step's gradient for (a, b) with s held fixed and changing
+def test_partition_sums_equal_the_in_process_sums(client, request, case):
     rng = np.random.default_rng(1)
-    for model, names in ((logistic[0], None), (regression[0], ["a", "b"])):
-        mechanisms, shared = _mechanisms(model, names)
-        rows = mechanisms._rows
-        cluster = ClusterRows(client, rows, 3, None)
-        try:
-            for _ in range(3):
-                if shared:  # the parameter a compound step holds fixed changes between calls
-                    [var] = shared.values()
-                    var.set_value(np.asarray(rng.normal(), dtype=var.dtype))
-                theta, theta_new = rng.normal(size=(2, rows.n_params))
-                bound = 0.05
-                ratios = rows.loglik_rows(theta_new) - rows.loglik_rows(theta)
-                expected = float(np.sum(clip_values(ratios, bound)))
-                assert cluster.clipped_ratio_sum(theta, theta_new, bound) == pytest.approx(
-                    expected, rel=1e-10, abs=1e-10
-                )
-                gradient = cluster.clipped_gradient_sum(theta, 0.7)
-                np.testing.assert_allclose(gradient, clipped_sum_l2(rows.grad_rows(theta), 0.7), rtol=1e-10, atol=1e-10)
-                counts = cluster.score_norm_counts(theta)
-                np.testing.assert_array_equal(counts, norm_histogram(np.linalg.norm(rows.grad_rows(theta), axis=1)))
-        finally:
-            cluster.close()
+    model, names = request.getfixturevalue(case)[0], (None if case == "logistic" else ["a", "b"])
+    mechanisms, shared = _mechanisms(model, names)
+    rows = mechanisms._rows
+    cluster = ClusterRows(client, rows, 3, None)
+    try:
+        for _ in range(3):
+            if shared:  # the parameter a compound step holds fixed changes between calls
+                [var] = shared.values()
+                var.set_value(np.asarray(rng.normal(), dtype=var.dtype))
+            theta, theta_new = rng.normal(size=(2, rows.n_params))
+            bound = 0.05
+            ratios = rows.loglik_rows(theta_new) - rows.loglik_rows(theta)
+            expected = float(np.sum(clip_values(ratios, bound)))
+            assert cluster.clipped_ratio_sum(theta, theta_new, bound) == pytest.approx(expected, rel=1e-10, abs=1e-10)
+            gradient = cluster.clipped_gradient_sum(theta, 0.7)
+            np.testing.assert_allclose(gradient, clipped_sum_l2(rows.grad_rows(theta), 0.7), rtol=1e-10, atol=1e-10)
+            counts = cluster.score_norm_counts(theta)
+            np.testing.assert_array_equal(counts, norm_histogram(np.linalg.norm(rows.grad_rows(theta), axis=1)))
+    finally:
+        cluster.close()
 
 
 def test_releases_equal_the_in_process_releases_with_the_same_noise(client, logistic):
@@ -286,6 +288,19 @@ def test_refusals_name_the_parameter_and_charge_nothing(client, logistic):
         pmdp.DaskBackend("tcp://localhost:8786")
     with pytest.raises(ValueError, match="`partitions` must be a positive integer"):
         pmdp.DaskBackend(client, partitions=0)
+
+
+@pytest.mark.slow
+def test_rows_that_cannot_be_partitioned_are_refused_before_anything_is_charged(client):
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=50)
+    with pm.Model() as fixed:  # the graph fixes the number of rows: subset mode "slice", cannot be partitioned
+        xd = pm.Data("x", np.linspace(-1, 1, 50))
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", pt.specify_shape(mu + xd, (50,)), 1.0, observed=np.zeros(50))
+        step = pmdp.DPPenaltyMH(llr_clip=1.0)
+    with fixed, pytest.raises(pmdp.ModelStructureError, match="`backend` needs rows that can be partitioned"):
+        pmdp.sample(step=step, epsilon=1.0, budget=budget, draws=5, tune=5, chains=1, backend=pmdp.DaskBackend(client))
+    assert budget.spent().epsilon == 0.0
 
 
 def test_a_worker_lost_mid_run_stops_it_and_the_budget_keeps_its_charge(client, logistic):

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import math
 import pickle
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,20 +57,22 @@ def _import_distributed():
 # Module-level state of a worker process: compiled functions by graph token, and the per-row
 # log-likelihood of the last two points per partition (the current point and the proposal), so
 # that a Metropolis step evaluates one new point per iteration, as the in-process mechanism does.
-# Both stay on the worker, next to the rows they were computed from.
-_WORKER_FUNCTIONS: dict[str, Any] = {}
+# Both stay on the worker, next to the rows they were computed from. A compiled PyTensor function
+# is not thread-safe: each worker thread gets its own (the C code is compiled once, then cached).
+_WORKER_FUNCTIONS: dict[tuple[str, int], Any] = {}
 _WORKER_LOGLIK: dict[tuple[str, str], dict[bytes, np.ndarray]] = {}
 
 
 def _worker_function(token: str, payload: bytes, compile_kwargs: dict[str, Any]):
-    fn = _WORKER_FUNCTIONS.get(token)
+    key = (token, threading.get_ident())
+    fn = _WORKER_FUNCTIONS.get(key)
     if fn is None:
         from pymc.pytensorf import compile as pm_compile
 
         inputs, outputs = pickle.loads(payload)  # our own graph, pickled by the client
         fn = pm_compile(inputs, outputs[0], **compile_kwargs)
         fn.trust_input = True
-        _WORKER_FUNCTIONS[token] = fn
+        _WORKER_FUNCTIONS[key] = fn
     return fn
 
 
@@ -145,7 +148,13 @@ def _histogram_partial(spec, partition, theta, params, chunk_rows) -> np.ndarray
     return counts
 
 
+def _stored_partition(partition: tuple) -> tuple:
+    """The partition, its arrays aligned (:func:`_run_task` copies unaligned ones): what later tasks read."""
+    return partition
+
+
 _TASKS: dict[str, Callable] = {
+    "store": _stored_partition,
     "ratio": _ratio_partial,
     "gradient": _gradient_partial,
     "histogram": _histogram_partial,
@@ -153,7 +162,8 @@ _TASKS: dict[str, Callable] = {
 
 
 def _forget_worker(token: str) -> None:
-    _WORKER_FUNCTIONS.pop(token, None)
+    for key in [k for k in _WORKER_FUNCTIONS if k[0] == token]:
+        del _WORKER_FUNCTIONS[key]
     for key in [k for k in _WORKER_LOGLIK if k[0] == token]:
         del _WORKER_LOGLIK[key]
 
@@ -182,8 +192,8 @@ class ClusterRows:
 
         if rows.subset_mode != "index":
             raise ModelStructureError(
-                "`backend`: the rows cannot be partitioned across Dask workers: the log-likelihood fixes the number "
-                "of rows in a shape (see docs/data.md, subset mode 'slice'). Run it without a backend."
+                "`backend` needs rows that can be partitioned (subset mode 'index'). Found a log-likelihood that "
+                "fixes the number of rows in a shape (subset mode 'slice', see docs/data.md); run it without a backend."
             )
         self._client = client
         self._rows = rows
@@ -197,7 +207,7 @@ class ClusterRows:
         self._grad_spec, self._grad_shared = None, []
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
-            raise DaskBackendError("`backend`: the Dask client has no workers. Start some, or wait for them.")
+            raise DaskBackendError("`backend`'s client must have at least one worker. Found none.")
         n_parts = max(1, min(int(n_partitions or len(workers)), self.n_rows))
         bounds = np.linspace(0, self.n_rows, n_parts + 1).astype(np.int64)
         data = [v.get_value(borrow=True) for v in rows._row_index_vars]
@@ -205,8 +215,16 @@ class ClusterRows:
         for k in range(n_parts):
             piece = tuple(np.ascontiguousarray(a[bounds[k] : bounds[k + 1]]) for a in data)
             worker = workers[k % len(workers)]
-            [future] = client.scatter([piece], workers=[worker], broadcast=False, hash=False)
+            [raw] = client.scatter([piece], workers=[worker], broadcast=False, hash=False)
+            # A message may deliver its arrays unaligned, which PyTensor's C code cannot read: the partition is
+            # copied once into aligned arrays on its worker (the task's result, never gathered), not at each call.
+            future = client.submit(_run_task, "store", raw, workers=[worker], allow_other_workers=False, pure=False)
             self._parts.append((future, worker))
+            del raw  # the unaligned copy is dropped once the aligned one exists
+        _import_distributed().wait([future for future, _ in self._parts])
+        if any(future.status != "finished" for future, _ in self._parts):
+            self.close()
+            raise DaskBackendError("`backend`'s cluster must take the rows. Found a worker that failed to store them.")
 
     # -- the shipped graphs --------------------------------------------------------------------------
     def _ship(self, outputs: list) -> tuple[tuple[str, Any, dict], list]:
@@ -227,8 +245,8 @@ class ClusterRows:
         for var in ancestors(outputs):
             if isinstance(var, Constant) and self.n_rows in np.shape(var.data) and np.ndim(var.data) >= 1:
                 raise ModelStructureError(
-                    "`backend`: the per-row graph holds an array with a row-length axis that was not made an input; "
-                    "it cannot be shipped to Dask workers without its rows. Run it without a backend."
+                    "`backend` needs a per-row graph whose row arrays are all inputs. Found an array with a "
+                    "row-length axis left in it, which cannot be shipped without its rows; run it without a backend."
                 )
         inputs = [v.type() for v in shared]
         outputs = clone_replace(outputs, dict(zip(shared, inputs, strict=True))) if shared else outputs
@@ -429,8 +447,8 @@ class DaskRowMechanisms(RowMechanisms):
 
     def _refuse(self, what: str):
         raise ValueError(
-            f"`backend`: a Dask backend computes full-data releases only (DPPenaltyMH, DPHMC and private clip "
-            f"bounds). Found a request for {what}; run this step without a backend."
+            f"`backend` computes full-data releases only (DPPenaltyMH, DPHMC and private clip bounds). Found a "
+            f"request for {what}; run this step without a backend."
         )
 
     def barker_statistic(self, **settings):
@@ -513,6 +531,15 @@ class DaskBackend:
                 f"`backend` runs the steps {', '.join(SUPPORTED_STEPS)} on a Dask cluster. Found "
                 f"{', '.join(unsupported)}; run those without a backend."
             )
+        from pymc_dp.data import ModelStructureError
+
+        for step in steps:
+            if step._row_mechanisms._rows.subset_mode != "index":
+                raise ModelStructureError(
+                    "`backend` needs rows that can be partitioned (subset mode 'index'). Found a log-likelihood that "
+                    f"fixes the number of rows in a shape (subset mode 'slice', docs/data.md) in {type(step).__name__};"
+                    " run it without a backend."
+                )
         cores = sample_kwargs.get("cores")
         if cores is not None and cores != 1:
             raise ValueError(
