@@ -61,6 +61,7 @@ def _import_distributed():
 # is not thread-safe: each worker thread gets its own (the C code is compiled once, then cached).
 _WORKER_FUNCTIONS: dict[tuple[str, int], Any] = {}
 _WORKER_LOGLIK: dict[tuple[str, str], dict[bytes, np.ndarray]] = {}
+_COMPILE_LOCK = threading.Lock()
 
 
 def _worker_function(token: str, payload: bytes, compile_kwargs: dict[str, Any]):
@@ -69,9 +70,10 @@ def _worker_function(token: str, payload: bytes, compile_kwargs: dict[str, Any])
     if fn is None:
         from pymc.pytensorf import compile as pm_compile
 
-        inputs, outputs = pickle.loads(payload)  # our own graph, pickled by the client
-        fn = pm_compile(inputs, outputs[0], **compile_kwargs)
-        fn.trust_input = True
+        with _COMPILE_LOCK:  # PyTensor's compilation is not thread-safe within a process
+            inputs, outputs = pickle.loads(payload)  # our own graph, pickled by the client
+            fn = pm_compile(inputs, outputs[0], **compile_kwargs)
+            fn.trust_input = True
         _WORKER_FUNCTIONS[key] = fn
     return fn
 
