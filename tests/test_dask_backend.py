@@ -332,13 +332,14 @@ def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "examples" / "dask_cluster.py"
+    root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, str(script), "--rows", "3000", "--draws", "30", "--tune", "10"],
+        [sys.executable, str(root / "examples" / "dask_cluster.py"), "--rows", "3000", "--draws", "30", "--tune", "10"],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},  # this checkout's pymc_dp, for the workers too
     )
     assert result.returncode == 0, result.stderr[-3000:]
     epsilons = re.findall(r"ε = ([0-9.]+) in", result.stdout)
