@@ -481,8 +481,8 @@ def sample(
         a Dask cluster (:class:`pymc_dp.DaskBackend`, docs/dask.md). The rows are scattered to
         the workers once, after the run is planned and before it is charged, and each release
         gets back only the partitions' clipped sums; the noise, the events and ε are those of
-        the run without a backend. DPPenaltyMH and DPHMC only, ``cores=1``, not with
-        ``init="dpadvi"``.
+        the run without a backend. DPPenaltyMH, DPHMC and DPMultiOwnerPenaltyMH only,
+        ``cores=1``, not with ``init="dpadvi"``.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a

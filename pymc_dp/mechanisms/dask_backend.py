@@ -32,11 +32,12 @@ from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram, norm_histogra
 from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
+from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 
 __all__ = ["DaskBackend", "DaskBackendError", "DaskRowMechanisms"]
 
 #: The step methods whose releases the backend computes on the cluster (by class name).
-SUPPORTED_STEPS = ("DPPenaltyMH", "DPHMC")
+SUPPORTED_STEPS = ("DPPenaltyMH", "DPHMC", "DPMultiOwnerPenaltyMH")
 
 
 class DaskBackendError(RuntimeError):
@@ -62,6 +63,9 @@ def _import_distributed():
 _WORKER_FUNCTIONS: dict[tuple[str, int], Any] = {}
 _WORKER_LOGLIK: dict[tuple[str, str], dict[bytes, np.ndarray]] = {}
 _COMPILE_LOCK = threading.Lock()
+_WORKER_OWNER_NOISE: dict[str, Any] = {}
+#: Sent instead of a generator: the owner's worker draws its generator from its own OS entropy.
+_OS_ENTROPY = "os-entropy"
 
 
 def _worker_function(token: str, payload: bytes, compile_kwargs: dict[str, Any]):
@@ -150,6 +154,23 @@ def _histogram_partial(spec, partition, theta, params, chunk_rows) -> np.ndarray
     return counts
 
 
+def _owner_release(spec, owner_key, partition, theta, theta_new, params, bound, std, rng) -> float:
+    """One data owner's noisy number: its rows' clipped ratio sum plus noise from the owner's own generator.
+
+    The generator is created on the worker from its OS entropy at the owner's first call
+    (``rng`` is the marker :data:`_OS_ENTROPY`), or, with ``reproducible_noise=True`` (testing
+    only), arrives from the client with the first call; it stays on the worker. Only the noisy
+    number goes back.
+    """
+    if owner_key not in _WORKER_OWNER_NOISE and isinstance(rng, str) and rng == _OS_ENTROPY:
+        from pymc_dp.mechanisms.noise import mechanism_rng
+
+        rng = mechanism_rng(None, reproducible=False)  # drawn here: the client never sees its state
+    rng = _WORKER_OWNER_NOISE.setdefault(owner_key, rng)
+    clipped = _ratio_partial(spec, owner_key, partition, theta, theta_new, params, bound)
+    return clipped + float(rng.normal(0.0, std)) if std > 0 else clipped
+
+
 def _stored_partition(partition: tuple) -> tuple:
     """The partition, its arrays aligned (:func:`_run_task` copies unaligned ones): what later tasks read."""
     return partition
@@ -157,6 +178,7 @@ def _stored_partition(partition: tuple) -> tuple:
 
 _TASKS: dict[str, Callable] = {
     "store": _stored_partition,
+    "owner": _owner_release,
     "ratio": _ratio_partial,
     "gradient": _gradient_partial,
     "histogram": _histogram_partial,
@@ -168,6 +190,8 @@ def _forget_worker(token: str) -> None:
         del _WORKER_FUNCTIONS[key]
     for key in [k for k in _WORKER_LOGLIK if k[0] == token]:
         del _WORKER_LOGLIK[key]
+    for key in [k for k in _WORKER_OWNER_NOISE if k.startswith(token)]:
+        del _WORKER_OWNER_NOISE[key]
 
 
 # -- client side ---------------------------------------------------------------------------------
@@ -214,6 +238,7 @@ class ClusterRows:
         bounds = np.linspace(0, self.n_rows, n_parts + 1).astype(np.int64)
         data = [v.get_value(borrow=True) for v in rows._row_index_vars]
         self._parts = []
+        self._owners: dict[str, tuple] = {}
         for k in range(n_parts):
             piece = tuple(np.ascontiguousarray(a[bounds[k] : bounds[k + 1]]) for a in data)
             worker = workers[k % len(workers)]
@@ -323,6 +348,57 @@ class ClusterRows:
         )
         return np.sum(partials, axis=0)
 
+    def owner_partition(self, owner_rows: np.ndarray):
+        """(future, worker) of one data owner's rows, scattered once to the worker the owners are pinned to.
+
+        Owners are spread over the workers in the order they are first asked for; an owner's
+        rows stay on one worker, the owner's "machine".
+        """
+        owner_rows = np.asarray(owner_rows, dtype=np.int64)
+        key = hashlib.sha256(owner_rows.tobytes()).hexdigest()
+        if key not in self._owners:
+            workers = sorted(self._client.scheduler_info()["workers"])
+            worker = workers[len(self._owners) % len(workers)]
+            data = [v.get_value(borrow=True) for v in self._rows._row_index_vars]
+            piece = tuple(np.take(a, owner_rows, axis=0) for a in data)
+            [raw] = self._client.scatter([piece], workers=[worker], broadcast=False, hash=False)
+            future = self._client.submit(
+                _run_task, "store", raw, workers=[worker], allow_other_workers=False, pure=False
+            )
+            del raw
+            self._owners[key] = (future, worker)
+        return self._owners[key]
+
+    def owner_release(self, part, owner_key: str, theta, theta_new, bound: float, std: float, rng) -> float:
+        """One owner's noisy number for θ → θ′, computed and noised on the owner's worker."""
+        future, worker = part
+        params, spec = self._params(self._loglik_shared), self._loglik_spec
+        client = self._client
+        try:
+            task = client.submit(
+                _run_task,
+                "owner",
+                spec,
+                owner_key,
+                future,
+                np.asarray(theta, dtype=float),
+                np.asarray(theta_new, dtype=float),
+                params,
+                float(bound),
+                float(std),
+                rng,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            return float(task.result(timeout=self._timeout))
+        except Exception as error:
+            raise DaskBackendError(
+                f"The Dask cluster failed while computing a data owner's ratio ({type(error).__name__}; its message is "
+                "withheld, it may hold data values). A worker holding rows may have been lost: its partition is gone "
+                "with it, so the run stops here. What was released before this point was charged with the run."
+            ) from None
+
     def score_norm_counts(self, theta: np.ndarray) -> np.ndarray:
         """The histogram counts of the score norms at θ over all rows: partition counts, added here."""
         theta = np.asarray(theta, dtype=float)
@@ -341,9 +417,9 @@ class ClusterRows:
                 self._client.run(_forget_worker, token)
         except Exception:  # a cluster already gone holds nothing more
             pass
-        for future, _ in self._parts:
+        for future, _ in [*self._parts, *self._owners.values()]:
             future.release()
-        self._parts = []
+        self._parts, self._owners = [], {}
 
 
 def _gather(client, futures, timeout: float):
@@ -426,17 +502,58 @@ class DaskScoreNormHistogram(NoisyScoreNormHistogram):
         return counts + rng.normal(0.0, self.std, size=counts.shape)
 
 
+class DaskOwnerRatio(OwnerLogLikelihoodRatio):
+    """:class:`OwnerLogLikelihoodRatio` run on the worker that holds the owner's rows, with the owner's noise.
+
+    The owner's rows sit on one worker; at every call the worker computes the owner's clipped
+    ratio sum and adds the owner's Gaussian noise from the owner's own generator, which lives
+    on that worker (OS entropy there, unless ``reproducible_noise=True``). Only the noisy
+    number comes back.
+
+    Notes
+    -----
+    Neighbouring relation: that of ``neighbouring``; per call a Gaussian mechanism on the
+    owner's rows with Δ = 2b‖θ′ − θ‖₂ (substitute) or b‖θ′ − θ‖₂ and μ = 1/(2τ²), as in
+    process: against the other owners and the client, who see only noisy numbers.
+    """
+
+    _count = 0
+
+    def __init__(
+        self, cluster: ClusterRows, owner_rows, llr_clip, noise_multiplier, rng, neighbouring, reproducible: bool
+    ) -> None:
+        # Without reproducible noise the owner's generator is drawn on its worker; the client keeps none.
+        super().__init__(None, llr_clip, noise_multiplier, rng if reproducible else _OS_ENTROPY, neighbouring)
+        self._cluster = cluster
+        self._part = cluster.owner_partition(owner_rows)
+        DaskOwnerRatio._count += 1  # a fresh key: a new chain's owners get new generators
+        self._key = f"{cluster._loglik_spec[0]}-owner-{DaskOwnerRatio._count}"
+        self._sent = False
+
+    def __call__(self, theta: np.ndarray, theta_proposed: np.ndarray) -> float:
+        theta = np.asarray(theta, dtype=float)
+        theta_proposed = np.asarray(theta_proposed, dtype=float)
+        bound = self.llr_clip * float(np.linalg.norm(theta_proposed - theta))
+        std = self.std(theta, theta_proposed)
+        rng = None if self._sent else self.rng  # the generator travels once, with the first call
+        noisy = self._cluster.owner_release(self._part, self._key, theta, theta_proposed, bound, std, rng)
+        self._sent = True
+        return noisy
+
+
 class DaskRowMechanisms(RowMechanisms):
     """:class:`RowMechanisms` whose full-data releases run on a Dask cluster.
 
-    The log-likelihood ratio (DPPenaltyMH, DPHMC), the clipped gradient (DPHMC) and the
-    score-norm histogram (private clip bounds) are computed by the workers; the others
-    (subsampled batches, data owners) are refused, naming ``backend``.
+    The log-likelihood ratio (DPPenaltyMH, DPHMC), the clipped gradient (DPHMC), the
+    score-norm histogram (private clip bounds) and the data owners' noisy ratios
+    (DPMultiOwnerPenaltyMH) are computed by the workers; subsampled batches are refused,
+    naming ``backend``.
     """
 
-    def __init__(self, rows, cluster: ClusterRows) -> None:
+    def __init__(self, rows, cluster: ClusterRows, reproducible_noise: bool = False) -> None:
         super().__init__(rows)
         self._cluster = cluster
+        self._reproducible = bool(reproducible_noise)
 
     def log_likelihood_ratio(self, llr_clip, noise_multiplier, neighbouring) -> DaskLogLikelihoodRatio:
         return DaskLogLikelihoodRatio(self._cluster, llr_clip, noise_multiplier, neighbouring)
@@ -449,8 +566,8 @@ class DaskRowMechanisms(RowMechanisms):
 
     def _refuse(self, what: str):
         raise ValueError(
-            f"`backend` computes full-data releases only (DPPenaltyMH, DPHMC and private clip bounds). Found a "
-            f"request for {what}; run this step without a backend."
+            f"`backend` computes full-data releases only (DPPenaltyMH, DPHMC, DPMultiOwnerPenaltyMH, private clip "
+            f"bounds). Found a request for {what}; run this step without a backend."
         )
 
     def barker_statistic(self, **settings):
@@ -459,8 +576,10 @@ class DaskRowMechanisms(RowMechanisms):
     def poisson_gradient_sum(self, *args, **kwargs):
         self._refuse("DPADVI's Poisson-subsampled gradient")
 
-    def owner_ratio(self, *args, **kwargs):
-        self._refuse("a data owner's ratio (DPMultiOwnerPenaltyMH)")
+    def owner_ratio(self, owner_rows, llr_clip, noise_multiplier, rng, neighbouring) -> DaskOwnerRatio:
+        return DaskOwnerRatio(
+            self._cluster, owner_rows, llr_clip, noise_multiplier, rng, neighbouring, self._reproducible
+        )
 
 
 class DaskBackend:
@@ -487,11 +606,13 @@ class DaskBackend:
 
     Notes
     -----
-    Supported steps: :class:`~pymc_dp.DPPenaltyMH` (full-data log-likelihood ratios) and
-    :class:`~pymc_dp.DPHMC` (clipped gradients and the ratio of its accept test), and the
-    private clip bound (``llr_clip="auto"``, ``grad_clip="auto"``). Others
-    (DPBarkerMH, DPMultiOwnerPenaltyMH, DPSuffStatsPenaltyMH, DPADVI starts) are refused
-    before anything is planned, with an error naming ``backend``. Chains run one after the
+    Supported steps: :class:`~pymc_dp.DPPenaltyMH` (full-data log-likelihood ratios),
+    :class:`~pymc_dp.DPHMC` (clipped gradients and the ratio of its accept test),
+    :class:`~pymc_dp.DPMultiOwnerPenaltyMH` (each owner's rows pinned to one worker, which
+    adds the owner's noise from a generator drawn there from its OS entropy, so only noisy
+    numbers reach the client) and the private clip bound (``llr_clip="auto"``,
+    ``grad_clip="auto"``). Others (DPBarkerMH, DPSuffStatsPenaltyMH, DPADVI starts) are
+    refused before anything is planned, with an error naming ``backend``. Chains run one after the
     other in this process (``cores=1``); the workers parallelise each release over rows.
 
     Neighbouring relation: that of the steps, unchanged. Each release is the in-process
@@ -561,7 +682,7 @@ class DaskBackend:
                 cluster = ClusterRows(self.client, mechanisms._rows, self.partitions or 0, self.timeout)
                 clusters.append(cluster)
                 swapped.append((step, mechanisms))
-                step._row_mechanisms = DaskRowMechanisms(mechanisms._rows, cluster)
+                step._row_mechanisms = DaskRowMechanisms(mechanisms._rows, cluster, step.reproducible_noise)
                 _drop_built_mechanisms(step)
         except BaseException:
             _undo(swapped, clusters)
