@@ -17,6 +17,7 @@ from pymc_dp.bambi import from_bambi
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
 from pymc_dp.jax_backend import JaxBackend
+from pymc_dp.mechanisms.dask_backend import DaskBackend, DaskBackendError
 from pymc_dp.planning import Plan, plan
 from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
@@ -38,6 +39,8 @@ __all__ = [
     "DPMultiOwnerPenaltyMH",
     "DPPenaltyMH",
     "DPSuffStatsPenaltyMH",
+    "DaskBackend",
+    "DaskBackendError",
     "JaxBackend",
     "LedgerIntegrityError",
     "ModelStructureError",

@@ -73,14 +73,21 @@ def _flatten_steps(step: Any) -> list[Any]:
 
 
 def _resolve_init(
-    init: str, steps: list, model: Any, epsilon: float | None, neighbouring: str, initvals: Any
+    init: str,
+    steps: list,
+    model: Any,
+    epsilon: float | None,
+    neighbouring: str,
+    initvals: Any,
+    on_cluster: bool = False,
 ) -> tuple[str, str | None]:
     """What ``init="auto"`` means for this run (public settings only), and why.
 
     ``"dpadvi"`` when a DP initial fit can be planned and priced here: a target ``epsilon``,
     substitute neighbours (the fit's sampling rate comes from N), every step a DPPenaltyMH or
     DPHMC whose noise this call calibrates, and only continuous free variables (what DPADVI
-    fits). ``"prior"`` otherwise. Other values pass through with no reason recorded.
+    fits), and no Dask backend (whose rows the fit would read in this process). ``"prior"``
+    otherwise. Other values pass through with no reason recorded.
     """
     if init != "auto":
         return init, None
@@ -88,7 +95,7 @@ def _resolve_init(
         return "prior", None  # the caller's starts win; nothing to choose
     continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)
     calibrated = all(isinstance(s, DPPenaltyMH | DPHMC) and s.needs_calibration for s in steps)
-    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous:
+    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous and not on_cluster:
         return "dpadvi", "auto: a DPADVI fit on a share of ε (target ε, substitute neighbours, DPPenaltyMH/DPHMC)"
     why = (
         "no target epsilon"
@@ -98,6 +105,8 @@ def _resolve_init(
         else "a step other than DPPenaltyMH/DPHMC, or noise set by hand"
         if not calibrated
         else "discrete free variables (DPADVI fits continuous ones)"
+        if not continuous
+        else "a Dask backend (the fit would read the rows in this process)"
     )
     return "prior", f"auto: prior draws, as init='dpadvi' does not apply ({why})"
 
@@ -511,12 +520,18 @@ def sample(
         :class:`pymc_dp.diagnostics.PoorMixingWarning` that says what to change, a
         :class:`pymc_dp.diagnostics.PoorMixingError` (the priced result is on its
         ``result``), or nothing. The diagnostics are written in every case.
-    backend : {"default", "jax"} or JaxBackend, default "default"
+    backend : {"default", "jax"}, JaxBackend or DaskBackend, default "default"
         Where the releases run. ``"jax"`` (or :class:`pymc_dp.JaxBackend` for float32 or a
         chunk size) computes DPPenaltyMH's and DPHMC's clipped sums on a JAX device, the rows
         put there once, with the same transitions, calibration and accounting
-        (``docs/jax.md``); one such step covering every variable, ``cores=1``. Recorded in
-        ``dp_accountant["backend"]``.
+        (``docs/jax.md``); one such step covering every variable, ``cores=1``. A
+        :class:`pymc_dp.DaskBackend` computes the full-data releases on a Dask cluster
+        (``docs/dask.md``): the rows are scattered to the workers once, after the run is
+        planned and before it is charged, and each release gets back only the partitions'
+        clipped sums; the noise, the events and ε are those of the run without a backend.
+        DPPenaltyMH, DPHMC and DPMultiOwnerPenaltyMH only, ``cores=1``, not with
+        ``init="dpadvi"`` (``init="auto"`` then starts from prior draws). ``None`` is
+        ``"default"``. Recorded in ``dp_accountant["backend"]``.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -565,7 +580,8 @@ def sample(
     _check_sample_kwargs(kwargs)
     steps = _flatten_steps(step)
     neighbouring, n_rows = _check_steps(steps, model)
-    device = check_backend(backend, steps, kwargs)  # None: the default backend
+    dask_backend = _dask_backend(backend, steps, init, kwargs)  # None unless a DaskBackend
+    device = None if dask_backend is not None else check_backend(backend, steps, kwargs)  # None: the default
     run = PrivateRun(
         "pymc_dp.sample", delta=delta, neighbouring=neighbouring, n_rows=n_rows, epsilon=epsilon, budget=budget
     )
@@ -573,7 +589,9 @@ def sample(
     var_names = _stored_variables(model, var_names)
     init = check_init(init)
     check_on_poor_mixing(on_poor_mixing)
-    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, kwargs.get("initvals"))
+    init, init_reason = _resolve_init(
+        init, steps, model, epsilon, neighbouring, kwargs.get("initvals"), on_cluster=dask_backend is not None
+    )
     dp_init, run_plan = None, None
     with_dpadvi = kwargs.get("initvals") is None and init == "dpadvi"
     if with_dpadvi:
@@ -624,7 +642,10 @@ def sample(
     for s in steps:
         s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
     clip_record = None
+    detach_dask = None
     try:
+        if dask_backend is not None:  # scatter the rows, compile on the workers: nothing released or charged yet
+            detach_dask = dask_backend.attach(steps)
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
             reference = model.initial_point() if clip_plan is not None else None  # data-free
             fit_clip = clip_plan.release(reference, "the model's initial point") if clip_plan and dp_init else None
@@ -642,6 +663,8 @@ def sample(
         for s in steps:
             s.forget_private_state()
             s.progress_delta = None
+        if detach_dask is not None:
+            detach_dask()
         restore()
         detach()
         if clip_plan is not None:
@@ -664,6 +687,27 @@ def sample(
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
+
+
+def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, Any]) -> Any:
+    """The run's :class:`pymc_dp.DaskBackend` after checking it can run ``steps`` (None for any other backend).
+
+    Changes nothing but ``kwargs["cores"]`` (1 by default with a Dask backend).
+    """
+    if backend is None or isinstance(backend, str):
+        return None
+    from pymc_dp.mechanisms.dask_backend import DaskBackend
+
+    if not isinstance(backend, DaskBackend):
+        return None  # check_backend names what is accepted
+    backend.check(steps, kwargs)
+    if kwargs.get("initvals") is None and init == "dpadvi":
+        raise ValueError(
+            "`init` must be 'auto', 'prior' or 'model' with a Dask backend (the DPADVI start runs in this process). "
+            "Found 'dpadvi'."
+        )
+    kwargs.setdefault("cores", 1)
+    return backend
 
 
 def _start_seed(random_seed: Any) -> Any:

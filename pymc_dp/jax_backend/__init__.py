@@ -80,12 +80,14 @@ def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> Jax
     ImportError
         When ``backend`` is JAX and JAX is not installed.
     """
-    if isinstance(backend, str) and backend == "default":
+    if backend is None or (isinstance(backend, str) and backend == "default"):
         return None
     if isinstance(backend, str) and backend == "jax":
         backend = JaxBackend()
     if not isinstance(backend, JaxBackend):
-        raise ValueError(f"`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend. Found {backend!r}.")
+        raise ValueError(
+            f"`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or a pymc_dp.DaskBackend. Found {backend!r}."
+        )
     import_jax()
     names = [type(s).__name__ for s in steps]
     if len(steps) != 1 or names[0] not in SUPPORTED_STEPS:

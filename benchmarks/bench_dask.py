@@ -1,0 +1,159 @@
+"""Time per release and per iteration on a Dask cluster vs in process, by number of workers, with peak memory.
+
+Run: ``python benchmarks/bench_dask.py [--rows 10000000] [--features 19] [--workers 1 2]``.
+Logistic regression written with numpy arrays, P = features + 1. For each configuration
+(in process; a ``distributed.LocalCluster`` of 1, 2, … worker processes with one thread each)
+prints the median time of one clipped log-likelihood ratio release (what DPPenaltyMH pays per
+iteration) and of one clipped gradient release (DPHMC pays L + 1 of them and one ratio per
+iteration), against the non-private counterpart measured in the same run: one full-data
+logp + gradient of the model (``model.logp_dlogp_function``, what ``pm.HamiltonianMC``
+evaluates per leapfrog step) and one full-data logp (what ``pm.Metropolis`` evaluates per
+iteration). Peak memory is the peak resident set size of each process (Linux ``VmHWM``).
+
+A second, small-N pass (``--overhead-rows``) times a ratio release with 2 and with 8
+partitions on the same workers: the difference per partition is the per-task cost of the
+scheduler and the round trip, the input of the paper estimate for 100 workers printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+
+import numpy as np
+from _common import environment, logistic_regression, median_seconds
+
+
+def _peak_mib() -> float:
+    """Peak resident set size of this process in MiB (Linux ``VmHWM``)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--features", type=int, default=19)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--overhead-rows", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import distributed
+
+    from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, model_access
+    from pymc_dp.mechanisms.dask_backend import ClusterRows, DaskClippedGradient, DaskLogLikelihoodRatio
+
+    print(environment(), f"| dask/distributed {distributed.__version__} | {os.cpu_count()} CPUs", flush=True)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    n, p = args.rows, args.features + 1
+    start = time.perf_counter()
+    model = logistic_regression(n, args.features, use_data=False)
+    _, mechanisms = model_access(model, None, None, None, None)
+    rows = mechanisms._rows
+    print(f"N = {n:,}, P = {p}: model and row checks {time.perf_counter() - start:.0f} s", flush=True)
+    rng = np.random.default_rng(0)
+    theta = np.full(p, 0.05)
+    moves = [theta + 0.001 * rng.normal(size=p) for _ in range(64)]
+    counter = iter(range(10**9))
+
+    def proposal():
+        return moves[next(counter) % len(moves)]
+
+    total = model.logp_dlogp_function(ravel_inputs=True)
+    total.set_extra_values({})
+    t_hmc = median_seconds(lambda: total(theta), repeats=args.repeats, number=1)
+    logp = model.compile_logp()
+    point = model.initial_point()
+    t_metropolis = median_seconds(lambda: logp(point), repeats=args.repeats, number=1)
+    print(f"non-private: full logp+grad {t_hmc * 1e3:.0f} ms, full logp {t_metropolis * 1e3:.0f} ms", flush=True)
+
+    table = []
+
+    def measure(label, ratio, gradient, memory):
+        t_ratio = median_seconds(lambda: ratio.release(theta, proposal(), rng), repeats=args.repeats, number=1)
+        t_grad = median_seconds(lambda: gradient.release(theta, rng), repeats=args.repeats, number=1)
+        row = (label, t_ratio, t_grad, memory())
+        table.append(row)
+        print(
+            f"{label:>14}: ratio release {t_ratio * 1e3:8.0f} ms ({t_ratio / t_metropolis:5.2f}x logp), "
+            f"gradient release {t_grad * 1e3:8.0f} ms ({t_grad / t_hmc:5.2f}x logp+grad), peak RSS {row[3]}",
+            flush=True,
+        )
+
+    measure(
+        "in process",
+        NoisyLogLikelihoodRatio(rows, 0.5, 1.0),
+        NoisyClippedGradient(rows, 1.0, 1.0),
+        lambda: f"client {_peak_mib():.0f} MiB",
+    )
+    for workers in args.workers:
+        cluster = distributed.LocalCluster(
+            processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+        )
+        client = distributed.Client(cluster)
+        scatter_start = time.perf_counter()
+        remote = ClusterRows(client, rows, workers, None)
+        scatter = time.perf_counter() - scatter_start
+
+        def memory(client=client):
+            peaks = client.run(_peak_mib)
+            return f"client {_peak_mib():.0f} MiB, workers " + ", ".join(f"{v:.0f}" for v in peaks.values()) + " MiB"
+
+        measure(
+            f"{workers} worker(s)",
+            DaskLogLikelihoodRatio(remote, 0.5, 1.0, "substitute"),
+            DaskClippedGradient(remote, 1.0, 1.0, "substitute"),
+            memory,
+        )
+        print(f"{'':>14}  (scattering the rows once: {scatter:.1f} s)", flush=True)
+        remote.close()
+        client.close()
+        cluster.close()
+
+    # Per-task overhead at small N: 2 vs 8 partitions on 2 workers.
+    small = logistic_regression(args.overhead_rows, args.features, use_data=False)
+    _, small_mechanisms = model_access(small, None, None, None, None)
+    cluster = distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+    )
+    client = distributed.Client(cluster)
+    per_parts = {}
+    for parts in (2, 8):
+        remote = ClusterRows(client, small_mechanisms._rows, parts, None)
+        release = DaskLogLikelihoodRatio(remote, 0.5, 1.0, "substitute")
+        per_parts[parts] = median_seconds(lambda release=release: release.release(theta, proposal(), rng), 5, 5)
+        remote.close()
+    client.close()
+    cluster.close()
+    per_task = max((per_parts[8] - per_parts[2]) / 6, 0.0)
+    print(
+        f"N = {args.overhead_rows:,}: ratio release with 2 partitions {per_parts[2] * 1e3:.1f} ms, with 8 "
+        f"{per_parts[8] * 1e3:.1f} ms: {per_task * 1e3:.2f} ms per extra task",
+        flush=True,
+    )
+
+    # Paper estimate for 100 workers: compute per row from the one-worker run, a fixed round trip, and the
+    # scheduler's per-task cost paid once per partition (tasks are submitted and gathered one by one).
+    one = next((r for r in table if r[0] == "1 worker(s)"), None)
+    if one is not None:
+        round_trip = max(per_parts[2] - 2 * per_task, 0.0)
+        for name, t_one in (("ratio", one[1]), ("gradient", one[2])):
+            compute = t_one - round_trip - per_task
+            estimate = compute / 100 + round_trip + 100 * per_task
+            print(
+                f"paper estimate, 100 workers, {name} release at N = {n:,}: compute {compute / 100 * 1e3:.1f} ms "
+                f"+ round trip {round_trip * 1e3:.1f} ms + 100 tasks × {per_task * 1e3:.2f} ms = "
+                f"{estimate * 1e3:.0f} ms (vs {t_one * 1e3:.0f} ms on one worker)",
+                flush=True,
+            )
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""The Dask backend on a real ``distributed.LocalCluster`` (2 worker processes, 1 thread each).
+
+What is checked: the clipped sums the workers return equal the in-process ones (to 1e-10), a
+run gives the same draws, ε and accounting record with and without the backend (reproducible
+noise, same seed), only fixed-size sums come back to the client and no data value is in a
+shipped graph or an error's text, refusals name their parameter and change nothing, and a
+worker lost mid-run stops the run with a clear error while the budget keeps its charge.
+"""
+
+import json
+import logging
+import os
+import pickle
+import signal
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pymc.pytensorf import make_shared_replacements
+
+import pymc_dp as pmdp
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, NoisyScoreNormHistogram, model_access
+from pymc_dp.mechanisms.clip_bound import norm_histogram
+from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2
+
+distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
+
+from pymc_dp.mechanisms.dask_backend import (  # noqa: E402
+    ClusterRows,
+    DaskBackendError,
+    DaskClippedGradient,
+    DaskLogLikelihoodRatio,
+    DaskScoreNormHistogram,
+    WorkerError,
+    _run_task,
+)
+
+N_ROWS = 3000
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.CRITICAL
+    )
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def logistic():
+    """Logistic regression with numpy rows (covariates in the graph, `observed=` a numpy array)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(N_ROWS, 3))
+    y = (rng.random(N_ROWS) < 1 / (1 + np.exp(-x @ np.array([0.5, -1.0, 0.25])))).astype(float)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        pm.Bernoulli("y", logit_p=x @ beta, observed=y)
+    return model, x, y
+
+
+@pytest.fixture(scope="module")
+def regression():
+    """Linear regression with pm.Data rows; the gradient is taken for (a, b) with the scale s held fixed."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=N_ROWS)
+    y = 1.0 + 2.0 * x + rng.normal(0, 0.5, size=N_ROWS)
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        yd = pm.Data("y_obs", y)
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 5)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", a + b * xd, s, observed=yd)
+    return model, x, y
+
+
+def _mechanisms(model, var_names=None):
+    """(RowMechanisms, shared) for ``var_names`` (all free variables if None), as a step builds them."""
+    point = model.initial_point()
+    value_vars = None if var_names is None else [model.rvs_to_values[model[name]] for name in var_names]
+    shared = None if value_vars is None else make_shared_replacements(point, value_vars, model)
+    _, mechanisms = model_access(model, value_vars, shared, point, None)
+    return mechanisms, shared
+
+
+@pytest.mark.parametrize(
+    "case", ["logistic", pytest.param("regression", marks=pytest.mark.slow)]
+)  # regression: pm.Data rows, a compound step's gradient for (a, b) with s held fixed and changing
+def test_partition_sums_equal_the_in_process_sums(client, request, case):
+    rng = np.random.default_rng(1)
+    model, names = request.getfixturevalue(case)[0], (None if case == "logistic" else ["a", "b"])
+    mechanisms, shared = _mechanisms(model, names)
+    rows = mechanisms._rows
+    cluster = ClusterRows(client, rows, 3, None)
+    try:
+        for _ in range(3):
+            if shared:  # the parameter a compound step holds fixed changes between calls
+                [var] = shared.values()
+                var.set_value(np.asarray(rng.normal(), dtype=var.dtype))
+            theta, theta_new = rng.normal(size=(2, rows.n_params))
+            bound = 0.05
+            ratios = rows.loglik_rows(theta_new) - rows.loglik_rows(theta)
+            expected = float(np.sum(clip_values(ratios, bound)))
+            assert cluster.clipped_ratio_sum(theta, theta_new, bound) == pytest.approx(expected, rel=1e-10, abs=1e-10)
+            gradient = cluster.clipped_gradient_sum(theta, 0.7)
+            np.testing.assert_allclose(gradient, clipped_sum_l2(rows.grad_rows(theta), 0.7), rtol=1e-10, atol=1e-10)
+            counts = cluster.score_norm_counts(theta)
+            np.testing.assert_array_equal(counts, norm_histogram(np.linalg.norm(rows.grad_rows(theta), axis=1)))
+    finally:
+        cluster.close()
+
+
+def test_releases_equal_the_in_process_releases_with_the_same_noise(client, logistic):
+    mechanisms, _ = _mechanisms(logistic[0])
+    rows = mechanisms._rows
+    cluster = ClusterRows(client, rows, 2, None)
+    try:
+        theta, theta_new = np.array([0.1, -0.2, 0.3]), np.array([0.15, -0.25, 0.2])
+        pairs = [
+            (NoisyLogLikelihoodRatio(rows, 0.4, 1.3), DaskLogLikelihoodRatio(cluster, 0.4, 1.3, "substitute")),
+            (NoisyClippedGradient(rows, 0.9, 1.3), DaskClippedGradient(cluster, 0.9, 1.3, "substitute")),
+            (NoisyScoreNormHistogram(rows, 2.0), DaskScoreNormHistogram(cluster, 2.0, "substitute")),
+        ]
+        for local, remote in pairs:
+            args = (theta, theta_new) if isinstance(local, NoisyLogLikelihoodRatio) else (theta,)
+            if isinstance(local, NoisyScoreNormHistogram):
+                a = local.release_counts(theta, np.random.default_rng(9))
+                b = remote.release_counts(theta, np.random.default_rng(9))
+            else:
+                a = local.release(*args, np.random.default_rng(9))
+                b = remote.release(*args, np.random.default_rng(9))
+            np.testing.assert_allclose(np.asarray(b, dtype=float), np.asarray(a, dtype=float), rtol=1e-10, atol=1e-10)
+            assert type(remote).events(1.3, 5, "x") == type(local).events(1.3, 5, "x")  # the same accounting
+    finally:
+        cluster.close()
+
+
+def test_only_fixed_size_sums_reach_the_client_and_no_data_in_the_shipped_graph(client, logistic, monkeypatch):
+    model, x, _ = logistic
+    mechanisms, _ = _mechanisms(model)
+    cluster = ClusterRows(client, mechanisms._rows, 2, None)
+    received = []
+    gather = client.gather
+
+    def spy(futures, *args, **kwargs):
+        out = gather(futures, *args, **kwargs)
+        received.append(out)
+        return out
+
+    monkeypatch.setattr(client, "gather", spy)
+    try:
+        theta = np.array([0.1, -0.2, 0.3])
+        cluster.clipped_ratio_sum(theta, theta + 0.01, 0.1)
+        cluster.clipped_gradient_sum(theta, 1.0)
+        cluster.score_norm_counts(theta)
+        assert len(received) == 3 and all(len(parts) == 2 for parts in received)
+        assert all(isinstance(v, float) for v in received[0])
+        assert all(np.shape(v) == (3,) for v in received[1])
+        assert all(np.shape(v) == np.shape(norm_histogram(np.ones(1))) for v in received[2])
+        for spec in (cluster._loglik_spec, cluster._grad_spec):
+            payload = gather(spec[1])
+            assert x.tobytes() not in payload and x[0].tobytes() not in payload and x[:, 0].tobytes() not in payload
+            _, outputs = pickle.loads(payload)
+            from pytensor.graph.basic import Constant
+            from pytensor.graph.traversal import ancestors
+
+            sizes = [np.size(v.data) for v in ancestors(outputs) if isinstance(v, Constant)]
+            assert max(sizes) < N_ROWS
+    finally:
+        cluster.close()
+
+
+def _leaky_task(partition):
+    """A worker task whose exception text holds row values (what a PyTensor error may quote)."""
+    raise ValueError(f"bad input: {partition[0][:3]!r}")
+
+
+def test_a_failing_task_carries_no_data_text(client, logistic):
+    model, x, _ = logistic
+    mechanisms, _ = _mechanisms(model)
+    cluster = ClusterRows(client, mechanisms._rows, 2, None)
+
+    def install():
+        from pymc_dp.mechanisms import dask_backend
+
+        dask_backend._TASKS["leak"] = _leaky_task
+
+    try:
+        client.run(install)
+        future, worker = cluster._parts[0]
+        remote = client.submit(_run_task, "leak", future, workers=[worker], pure=False)
+        with pytest.raises(WorkerError) as raw:
+            remote.result()
+        assert str(raw.value) == "ValueError in leak (message withheld)"  # all that crossed the network
+        with pytest.raises(DaskBackendError, match=r"\(WorkerError; its message is withheld") as caught:
+            cluster._map("leak", lambda k, part: (part,), "a test task")
+        text = str(caught.value)
+        assert caught.value.__cause__ is None and caught.value.__suppress_context__
+        assert not any(f"{v:.4f}"[:6] in text for v in x[:3, 0])
+    finally:
+        client.run(lambda: __import__("pymc_dp.mechanisms.dask_backend").mechanisms.dask_backend._TASKS.pop("leak"))
+        cluster.close()
+
+
+def _run(model, step, backend, budget=None, **kwargs):
+    with model:
+        return pmdp.sample(
+            step=step,
+            epsilon=None if budget else 2.0,
+            delta=1e-5,
+            budget=budget,
+            draws=8,
+            tune=4,
+            chains=1,
+            cores=1,
+            random_seed=4,
+            progressbar=False,
+            backend=backend,
+            **kwargs,
+        )
+
+
+def _same_record(remote, local, released=()):
+    """The accountant records agree, except the values ``released`` in this run (clip bounds: fresh noise)."""
+    a, b = json.loads(remote.attrs["dp_accountant"]), json.loads(local.attrs["dp_accountant"])
+    for record in (a, b):
+        for key in released:
+            record.pop(key, None)
+            for step in record["steps"]:  # the bounds read off the released histogram
+                step.pop("llr_clip", None)
+                step.pop("grad_clip", None)
+    assert a == b
+
+
+@pytest.mark.parametrize("method", ["penalty", pytest.param("hmc", marks=pytest.mark.slow)])
+def test_a_run_gives_the_same_draws_and_accounting_with_the_backend(client, logistic, method):
+    model = logistic[0]
+    results = []
+    for backend in (None, pmdp.DaskBackend(client)):
+        with model:
+            step = (
+                pmdp.DPPenaltyMH(llr_clip=0.5, reproducible_noise=True)
+                if method == "penalty"
+                else pmdp.DPHMC(llr_clip=0.5, grad_clip=2.0, n_leapfrog=3, reproducible_noise=True)
+            )
+        results.append(_run(model, step, backend))
+    local, remote = (r.posterior for r in results)
+    np.testing.assert_allclose(remote["beta"].values, local["beta"].values, rtol=1e-8, atol=1e-10)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    _same_record(remote, local)
+
+
+@pytest.mark.slow
+def test_a_private_clip_bound_is_released_by_the_workers_at_the_same_price(client, logistic):
+    model = logistic[0]
+    results = []
+    for backend in (None, pmdp.DaskBackend(client)):
+        with model:
+            step = pmdp.DPHMC(n_leapfrog=3)  # llr_clip, grad_clip "auto": a score-norm histogram first
+        results.append(_run(model, step, backend))
+    local, remote = (r.posterior for r in results)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    _same_record(remote, local, released=("clip_bound",))
+
+
+def test_data_owners_on_workers_give_the_same_draws_and_accounting(client, logistic):
+    """DPMultiOwnerPenaltyMH: each owner's rows on one worker, its noise added there (reproducible here)."""
+    model = logistic[0]
+    owners = np.repeat(["a", "b", "c"], [1000, 1000, N_ROWS - 2000])
+    results = []
+    for backend in (None, pmdp.DaskBackend(client)):
+        with model:
+            step = pmdp.DPMultiOwnerPenaltyMH(owners=owners, llr_clip=0.5, reproducible_noise=True)
+        results.append(_run(model, step, backend))
+    local, remote = (r.posterior for r in results)
+    np.testing.assert_allclose(remote["beta"].values, local["beta"].values, rtol=1e-8, atol=1e-10)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    _same_record(remote, local)
+
+
+def test_an_owner_generator_is_drawn_on_its_worker_without_reproducible_noise(client, logistic):
+    from pymc_dp.mechanisms.dask_backend import _OS_ENTROPY, DaskRowMechanisms
+
+    mechanisms, _ = _mechanisms(logistic[0])
+    cluster = ClusterRows(client, mechanisms._rows, 2, None)
+    try:
+        dask_mechanisms = DaskRowMechanisms(mechanisms._rows, cluster, reproducible_noise=False)
+        owner = dask_mechanisms.owner_ratio(np.arange(100), 0.5, 2.0, np.random.default_rng(0), "substitute")
+        assert owner.rng is _OS_ENTROPY  # the client holds no generator of the owner
+        theta = np.zeros(3)
+        draws = [owner(theta, theta + 0.1) for _ in range(4)]  # same move: only the noise differs
+        assert len(set(draws)) == 4
+    finally:
+        cluster.close()
+
+
+def test_refusals_name_the_parameter_and_charge_nothing(client, logistic):
+    model = logistic[0]
+    backend = pmdp.DaskBackend(client)
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    with model:
+        barker = pmdp.DPBarkerMH(batch_size=100)
+        penalty = pmdp.DPPenaltyMH(llr_clip=1.0)
+    cases = [
+        (dict(step=barker, backend=backend), ValueError, "`backend` runs the steps"),
+        (dict(step=penalty, backend="dask"), ValueError, "`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or"),
+        (dict(step=penalty, backend=backend, cores=2), ValueError, "`cores` must be 1"),
+        (dict(step=penalty, backend=backend, init="dpadvi"), ValueError, "`init` must be 'auto', 'prior' or 'model'"),
+    ]
+    for kwargs, error, message in cases:
+        with model, pytest.raises(error, match=message):
+            pmdp.sample(epsilon=1.0, budget=budget, draws=5, tune=5, chains=1, **kwargs)
+    assert budget.spent().epsilon == 0.0
+    with pytest.raises(TypeError, match=r"`client` must be a distributed\.Client"):
+        pmdp.DaskBackend("tcp://localhost:8786")
+    with pytest.raises(ValueError, match="`partitions` must be a positive integer"):
+        pmdp.DaskBackend(client, partitions=0)
+
+
+@pytest.mark.slow
+def test_rows_that_cannot_be_partitioned_are_refused_before_anything_is_charged(client):
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=50)
+    with pm.Model() as fixed:  # the graph fixes the number of rows: subset mode "slice", cannot be partitioned
+        xd = pm.Data("x", np.linspace(-1, 1, 50))
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", pt.specify_shape(mu + xd, (50,)), 1.0, observed=np.zeros(50))
+        step = pmdp.DPPenaltyMH(llr_clip=1.0)
+    with fixed, pytest.raises(pmdp.ModelStructureError, match="`backend` needs rows that can be partitioned"):
+        pmdp.sample(step=step, epsilon=1.0, budget=budget, draws=5, tune=5, chains=1, backend=pmdp.DaskBackend(client))
+    assert budget.spent().epsilon == 0.0
+
+
+def test_a_worker_lost_mid_run_stops_it_and_the_budget_keeps_its_charge(client, logistic):
+    """Last in the file: the killed worker is restarted by its nanny, without the rows it held."""
+    model = logistic[0]
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=1.0, noise_multiplier=10.0)
+    draws = []
+    pid = next(iter(client.run(os.getpid).values()))
+
+    def kill_at_third_draw(trace, draw):
+        draws.append(draw)
+        if len(draws) == 3:
+            os.kill(pid, signal.SIGKILL)  # a worker process dies, with the partition it holds
+
+    with pytest.raises(DaskBackendError, match="A worker holding rows may have been lost") as caught:
+        _run(model, step, pmdp.DaskBackend(client, timeout=60), budget=budget, callback=kill_at_third_draw)
+    assert len(draws) >= 3
+    assert "withheld" in str(caught.value)
+    assert list(budget.events) == step.privacy_events(12)  # the whole run (4 + 8 iterations), charged before it ran
+    assert budget.spent().epsilon > 0
+
+
+@pytest.mark.slow
+def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, str(root / "examples" / "dask_cluster.py"), "--rows", "3000", "--draws", "30", "--tune", "10"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},  # this checkout's pymc_dp, for the workers too
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    epsilons = re.findall(r"ε = ([0-9.]+) in", result.stdout)
+    assert len(epsilons) == 2 and epsilons[0] == epsilons[1]
+    assert "Dask (2 workers)" in result.stdout
