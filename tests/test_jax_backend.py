@@ -260,7 +260,7 @@ def test_private_clip_bound_and_float32_run_and_the_step_gets_its_mechanisms_bac
 @pytest.mark.parametrize(
     ("backend", "extra", "message"),
     [
-        ("numpyro", {}, "`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or a pymc_dp.DaskBackend. Found 'numpyro'"),
+        ("numpyro", {}, "`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or a pymc_dp.DaskBackend. Found 'n"),
         ("jax", {"cores": 2}, "`cores` must be 1 with `backend`='jax'"),
     ],
 )
