@@ -1,9 +1,13 @@
-"""Coverage of 90 % central intervals, noise-aware vs naive, for the one-statistic families (issue 15).
+"""Coverage of 90 % central intervals, noise-aware vs naive, per family, N and ε (issue 15).
 
-Quadrature posteriors (no MCMC): see :func:`pymc_dp.testing.calibration.calibrate_univariate`.
+One-statistic families: quadrature posteriors (no MCMC), see
+:func:`pymc_dp.testing.calibration.calibrate_univariate`. ``--regression``: linear regression
+by NUTS (:func:`pymc_dp.testing.calibration.calibrate_linear_regression`), run in batches of
+``--batch`` repeats with the running totals printed after each (β₀, β₁, σ per cell).
 Prints one markdown row per (family, N, ε) as it finishes.
 
     python scripts/noise_aware_coverage.py --repeats 200
+    python scripts/noise_aware_coverage.py --regression --repeats 200 --sizes 100 --epsilons 0.1 1
 """
 
 import argparse
@@ -12,7 +16,36 @@ import zlib
 
 import numpy as np
 
-from pymc_dp.testing.calibration import calibrate_univariate
+from pymc_dp.testing.calibration import calibrate_linear_regression, calibrate_univariate
+
+
+def regression(args) -> None:
+    print(
+        "| N | ε | repeats | noise-aware coverage β₀, β₁, σ | naive coverage | noise-aware width | naive width", end=""
+    )
+    print(" | min ESS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in args.sizes:
+        for eps in args.epsilons:
+            rng = np.random.default_rng(zlib.crc32(f"regression-{eps}-{n}".encode()))
+            done, aware, naive, w_aware, w_naive, ess = 0, 0.0, 0.0, 0.0, 0.0, np.inf
+            while done < args.repeats:
+                k = min(args.batch, args.repeats - done)
+                r = calibrate_linear_regression(n, eps, k, rng, draws=args.draws, tune=args.draws, chains=1)
+                aware = aware + np.array(r.noise_aware_coverage) * k
+                naive = naive + np.array(r.naive_coverage) * k
+                w_aware = w_aware + np.array(r.noise_aware_width) * k
+                w_naive = w_naive + np.array(r.naive_width) * k
+                ess, done = min(ess, r.min_ess), done + k
+
+                def fmt(v, count=done):
+                    return ", ".join(f"{x / count:.3g}" for x in v)
+
+                print(
+                    f"| {n} | {eps:g} | {done} | {fmt(aware)} | {fmt(naive)} | {fmt(w_aware)} | {fmt(w_naive)} "
+                    f"| {ess:.0f} |",
+                    flush=True,
+                )
 
 
 def main() -> None:
@@ -21,7 +54,13 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=["bernoulli", "binomial", "poisson", "normal"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
+    parser.add_argument("--regression", action="store_true", help="linear regression by NUTS instead")
+    parser.add_argument("--batch", type=int, default=10, help="regression: repeats between printed totals")
+    parser.add_argument("--draws", type=int, default=300, help="regression: NUTS draws (and tuning steps)")
     args = parser.parse_args()
+    if args.regression:
+        regression(args)
+        return
     se = math.sqrt(0.09 / args.repeats)
     print(f"repeats {args.repeats}; binomial standard error of a coverage at 0.9: {se:.3f}")
     print("| family | N | ε | noise-aware coverage | naive coverage | noise-aware width | naive width |")

@@ -83,6 +83,21 @@ def test_naive_bayes_fair_runs_at_a_small_size(tmp_path):
     assert [line.split("|")[2].strip() for line in table[2:5]] == ["60", "6", "—"]
 
 
+def test_linear_regression_fair_runs_at_a_small_size(tmp_path):
+    out = run_example(
+        "linear_regression_fair.py",
+        *("--rows", "400", "--repeats", "1", "--draws", "100", "--epsilons", "1", "--output", str(tmp_path)),
+    )
+    # Δ₁ of z = (1, x₁, x₂, y) in [−1, 1]: widths 2 (x₁, x₂, y, x₁x₂, x₁y, x₂y) and 1 (x₁², x₂², y²).
+    assert "400 rows; Δ₁ = 15" in out
+    table = (tmp_path / "linear_regression_fair.md").read_text().splitlines()
+    assert len(table) == 2 + 4  # header, then intercept, yrs_married, religious, sigma at ε = 1
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == "15" and all(float(c) > 0 for c in cells[3:6])
+        assert all(float(c) in (0.0, 1.0) for c in cells[6:8])  # one release: covered or not
+
+
 def test_dpadvi_logistic_fair_runs_at_a_small_size():
     out = run_example("dpadvi_logistic_fair.py", "--quick")
     assert "fair: 5093 training rows, 1273 test rows, 8 features" in out

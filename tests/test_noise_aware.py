@@ -16,11 +16,13 @@ from pymc_dp.exponential_family.noise_aware import (
     binomial_laplace_logpdf,
     clamped_normal_moments,
     clamped_poisson_moments,
+    gaussian_logpdf,
+    linear_regression_moments,
     log_mills_ratio,
     normal_laplace_logpdf,
     product_moments,
 )
-from pymc_dp.testing.calibration import calibrate_univariate
+from pymc_dp.testing.calibration import calibrate_linear_regression, calibrate_univariate
 
 
 # -- the math against independent references -----------------------------------------------------
@@ -137,6 +139,35 @@ def test_product_moments_follow_isserlis_with_a_mean():
     np.testing.assert_allclose(second, ref_cov, rtol=1e-12, atol=1e-12)
 
 
+def test_regression_moments_in_kronecker_form_equal_isserlis_and_the_gaussian_density_equals_scipy():
+    """The dense (I + K)(C⊗C + C⊗μμᵀ + μμᵀ⊗C) form against :func:`product_moments` (itself checked
+    against Gauss–Hermite quadrature above), for z = (x, y) with three covariates; the unit-diagonal
+    Gaussian density against scipy, with statistics on scales 1 to 1e8."""
+    rng = np.random.default_rng(40)
+    a = rng.normal(size=(3, 3))
+    x_cov, x_mean, beta, sigma = a @ a.T, rng.normal(size=3), rng.normal(size=3), 0.7
+    rows, cols = np.triu_indices(4)
+    mean, cov = (v.eval() for v in linear_regression_moments(x_mean, x_cov, beta, sigma, rows, cols))
+    xy = x_cov @ beta
+    z_cov = np.block([[x_cov, xy[:, None]], [xy[None, :], np.array([[beta @ xy + sigma**2]])]])
+    z_mean = np.r_[x_mean, x_mean @ beta]
+    ref_mean, ref_cov = (v.eval() for v in product_moments(pt.as_tensor(z_mean), pt.as_tensor(z_cov), rows, cols))
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cov, ref_cov, rtol=1e-12, atol=1e-12)
+    scales = np.array([1.0, 1e3, 1e8, 30.0])
+    b = rng.normal(size=(4, 4))
+    cov = (b @ b.T + np.eye(4)) * np.outer(scales, scales)
+    value, centre = rng.normal(size=4) * scales, rng.normal(size=4) * scales
+    # Reference: the textbook formula on the unscaled matrix (numpy's LU-based solve and slogdet).
+    diff = value - centre
+    expected = -0.5 * diff @ np.linalg.solve(cov, diff) - 0.5 * np.linalg.slogdet(cov)[1] - 2 * math.log(2 * math.pi)
+    assert gaussian_logpdf(value, centre, cov).eval() == pytest.approx(expected, rel=1e-9)  # the 1e-10 ridge
+    small = b @ b.T + np.eye(4)
+    assert gaussian_logpdf(value[:1].repeat(4), centre[:1].repeat(4), small).eval() == pytest.approx(
+        stats.multivariate_normal(centre[:1].repeat(4), small).logpdf(value[:1].repeat(4)), rel=1e-9
+    )
+
+
 # -- the release keeps the unprojected output; the likelihood's switches and errors ------------------
 def test_release_keeps_the_unprojected_output_and_projects_it():
     y = np.zeros(20)
@@ -248,6 +279,58 @@ def test_large_epsilon_poisson_clt_posterior_is_the_gamma_posterior_to_order_one
     assert sd == pytest.approx(exact.std(), rel=0.02)
 
 
+def test_large_epsilon_noise_aware_linear_regression_matches_nuts_on_the_raw_data():
+    """ε = 1e9 (noise sd 2e-8): the noise-aware posterior of (β, σ) is NUTS on the raw rows up to the CLT.
+
+    N = 2000 rows, x ~ N(0.1, 0.25²) (Gaussian, as the model assumes; P(|x| > 1) ≈ 2e-4, so
+    clamping is negligible). Given XᵀX the Gaussian approximation of the released moments
+    has conditional mean XᵀXβ exactly and conditional variance Nσ²E[xxᵀ] in place of σ²XᵀX:
+    the posteriors differ by O(1/√N) of a posterior sd (≈ 0.02). Tolerance: each mean within
+    0.1 sd + 4 combined MCSE, each sd within 10 % + 4 standard errors of an sd estimate
+    (sd/√(2 ESS)).
+    """
+    rng = np.random.default_rng(2019)
+    n = 2000
+    x = np.column_stack([np.ones(n), rng.normal(0.1, 0.25, n)])
+    y = x @ [0.4, -0.8] + rng.normal(0.0, 0.3, n)
+    rel = release_statistics(
+        "linear_regression",
+        (x, y),
+        epsilon=1e9,
+        n_features=2,
+        x_bounds=([1.0, -1.0], [1.0, 1.0]),
+        y_bounds=(-3.0, 3.0),
+        reproducible_noise=True,
+        random_seed=1,
+    )
+    kwargs = {"draws": 500, "tune": 500, "chains": 2, "random_seed": 6, "progressbar": False}
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        sigma = pm.HalfNormal("sigma", 1)
+        rel.likelihood("y", beta=beta, sigma=sigma)
+        aware = rel.sample(on_poor_mixing="ignore", **kwargs)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("obs", pt.dot(x, beta), sigma, observed=y)
+        raw = pm.sample(compute_convergence_checks=False, **kwargs)
+    for name in ("beta", "sigma"):
+        a, r = aware["posterior"][name], raw["posterior"][name]
+        mean_a, mean_r = a.mean(("chain", "draw")).values, r.mean(("chain", "draw")).values
+        sd_a, sd_r = a.std(("chain", "draw")).values, r.std(("chain", "draw")).values
+        mcse = np.hypot(
+            pm.stats.mcse(aware, var_names=[name])[name].values, pm.stats.mcse(raw, var_names=[name])[name].values
+        )
+        ess = np.minimum(
+            pm.stats.ess(aware, var_names=[name])[name].values, pm.stats.ess(raw, var_names=[name])[name].values
+        )
+        assert np.all(np.abs(mean_a - mean_r) < 0.1 * sd_r + 4 * mcse), (name, mean_a, mean_r, sd_r, mcse)
+        assert np.all(np.abs(sd_a / sd_r - 1) < 0.1 + 4 / np.sqrt(2 * ess)), (name, sd_a, sd_r, ess)
+    rhat = pm.stats.rhat(aware, var_names=["beta", "sigma"])
+    assert max(float(rhat[v].max()) for v in ("beta", "sigma")) < 1.05
+    assert aware["posterior"].attrs["dp_epsilon"] == 1e9
+
+
 # -- calibration by simulation (Cook et al. 2006): quadrature posteriors, no MCMC ---------------------
 def test_noise_aware_bernoulli_intervals_are_calibrated_where_naive_ones_are_not():
     """300 repeats, N = 100, ε = 0.1 (Laplace scale 10 on a count of ~50): coverage of 90 % intervals.
@@ -273,6 +356,32 @@ def test_noise_aware_intervals_are_calibrated_by_simulation(family, epsilon, n_r
         family, n_rows, epsilon, 400, np.random.default_rng(zlib.crc32(f"{family}-{epsilon}-{n_rows}".encode()))
     )
     assert 0.85 <= result.noise_aware_coverage <= 0.95, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [0.1, 1.0])
+@pytest.mark.parametrize("n_rows", [100, 10_000])
+def test_noise_aware_linear_regression_intervals_are_calibrated_by_simulation(epsilon, n_rows):
+    """200 repeats per cell, NUTS (one chain, 300 + 300 draws): coverage of 90 % intervals of β₀, β₁, σ.
+
+    The covariate moments, β and σ are drawn from the model's priors
+    (:data:`pymc_dp.testing.calibration.REGRESSION_SETUP`). The noise-aware likelihood replaces
+    each coordinate's Laplace noise by the normal of the same variance; [0.85, 0.95] (± 2.2
+    binomial standard errors at 200 repeats) is the issue's acceptance band. Hours on a 2-core
+    machine (≈ 25 s a repeat there).
+    """
+    result = calibrate_linear_regression(
+        n_rows,
+        epsilon,
+        200,
+        np.random.default_rng(zlib.crc32(f"regression-{epsilon}-{n_rows}".encode())),
+        draws=300,
+        tune=300,
+        chains=1,
+    )
+    # The smallest per-run bulk ESS is reported in `result`, not asserted: 17–74 of 300 was measured
+    # in the preliminary runs (docs/exponential_family.md), where the coverage is what is tested.
+    assert all(0.85 <= c <= 0.95 for c in result.noise_aware_coverage), result
 
 
 def test_budget_and_release_are_unchanged_by_building_noise_aware_models():

@@ -439,8 +439,9 @@ class LinearRegression(ExponentialFamily):
     and the likelihood proper.
 
     Noise-aware likelihood (Bernstein and Sheldon 2019): CLT of zzᵀ with Gaussian covariates
-    whose mean and covariance are latent (priors from the public bounds), Laplace noise as a
-    Gaussian scale mixture; NUTS on the joint model. Clamping is not modelled there.
+    whose mean and covariance are latent (priors from the public bounds), the Laplace noise
+    replaced by the normal of the same variance so that the release is Gaussian in closed
+    form; NUTS on θ and the covariate moments. Clamping is not modelled there.
 
     Parameters
     ----------

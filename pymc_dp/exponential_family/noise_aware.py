@@ -15,11 +15,15 @@ model the release itself (Bernstein and Sheldon 2018, §3–4; 2019, §3):
 * in one dimension the normal ⊛ Laplace convolution has a closed form (the normal-Laplace
   density of Reed and Jorgensen 2004), implemented here with ``erfcx`` and a log-CDF so that
   it is finite and differentiable for any b ≥ 0 and any N;
-* in several dimensions (Categorical, linear regression) there is no closed form; the
-  Laplace noise is written as a Gaussian scale mixture, Laplace(0, b) = N(0, τ) with
-  τ ~ Exponential(rate 1/(2b²)) (Andrews and Mallows 1974), so that S is marginalised
-  exactly given τ and only the d latent variances τ are sampled by NUTS with θ
-  (Bernstein and Sheldon 2018 sample the same ω by Gibbs).
+* in several dimensions there is no closed form. Categorical: the Laplace noise is written
+  as a Gaussian scale mixture, Laplace(0, b) = N(0, τ) with τ ~ Exponential(rate 1/(2b²))
+  (Andrews and Mallows 1974), so that S is marginalised exactly given τ and only the d latent
+  variances τ are sampled by NUTS with θ (Bernstein and Sheldon 2018 sample the same ω by
+  Gibbs). Linear regression: each coordinate's Laplace noise is replaced by the normal of the
+  same variance 2b², so that Ŝ ~ N(N·m, N·V + 2b²I) in closed form and only θ and the
+  covariate moments are sampled (with latent variances NUTS mixed badly there: the τ of
+  the five to twenty-eight statistics and θ form a funnel). Its calibration is measured
+  (``pymc_dp.testing.calibration.calibrate_linear_regression``).
 
 Pure PyTensor expressions, except :func:`release_loglik` which adds the latent variables of
 the multivariate families to the model in context.
@@ -54,6 +58,10 @@ __all__ = [
     "binomial_laplace_logpdf",
     "clamped_normal_moments",
     "clamped_poisson_moments",
+    "gaussian_logpdf",
+    "linear_regression_loglik",
+    "linear_regression_moments",
+    "linear_regression_release_logpdf",
     "log_mills_ratio",
     "normal_laplace_logpdf",
     "product_moments",
@@ -73,7 +81,8 @@ NOISE_AWARE_METHODS = {
     "poisson": "CLT of the clamped counts min(x, upper), normal ⊛ Laplace in closed form",
     "normal": "CLT of the clamped rows (censored-normal moments), normal ⊛ Laplace in closed form",
     "categorical": "CLT multivariate normal of the counts, Laplace as a scale mixture (latent variances)",
-    "linear_regression": "CLT of zzᵀ with Gaussian covariates (latent moments), Laplace as a scale mixture",
+    "linear_regression": "CLT of zzᵀ with Gaussian covariates (latent moments), Laplace noise replaced by the "
+    "normal of the same variance: Gaussian in closed form",
 }
 
 _LOG_SQRT_PI_OVER_2 = 0.5 * math.log(math.pi / 2.0)
@@ -326,16 +335,18 @@ def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, na
 
     Bernoulli, Binomial, Poisson and Normal return a closed-form (or exactly summed) scalar
     graph (:func:`univariate_release_loglik`). Categorical and linear regression add latent
-    variables to the model in context — ``{name}_noise_variance`` (τ, one per released
-    coordinate; Exponential(rate 1/(2b²))) and, for linear regression, the covariate moments
-    ``{name}_x_mean`` and ``{name}_x_corr`` (or ``{name}_x_sd`` for one free feature; priors in
-    :func:`_linear_regression_loglik`) — and return the Gaussian log density of Ŝ given them.
+    variables to the model in context — Categorical ``{name}_noise_variance`` (τ, one per
+    released count; Exponential(rate 1/(2b²))), linear regression the covariate moments
+    ``{name}_x_mean_std`` (with the deterministic ``{name}_x_mean``) and ``{name}_x_chol``
+    (or ``{name}_x_sd`` for one free feature; priors in :func:`linear_regression_loglik`) —
+    and return the Gaussian log density of Ŝ given them.
 
     Raises
     ------
     ValueError
-        For a family without a noise-aware likelihood (a user-defined subclass) or
-        parameters of the wrong shape.
+        For a family without a noise-aware likelihood (a user-defined subclass),
+        parameters of the wrong shape, or a linear regression with a constant target
+        (``y_bounds`` of zero width).
     """
     from pymc_dp.exponential_family import families as fams
 
@@ -355,7 +366,7 @@ def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, na
     if kind is fams.Categorical:
         return _categorical_loglik(family, noisy, n_rows, scale, name, params["p"])
     if kind is fams.LinearRegression:
-        return _linear_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], params["sigma"])
+        return linear_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], params["sigma"])
     raise ValueError(
         f"`noise_aware` must be False for the family {family!r}: a noise-aware likelihood exists only for the "
         f"built-in families {sorted(NOISE_AWARE_METHODS)}. Found a user-defined family."
@@ -388,17 +399,154 @@ def _categorical_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: floa
     return _mvnormal_logpdf(noisy, n_rows * p, _jittered(cov, k))
 
 
-def _linear_regression_loglik(
-    family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, beta: Any, sigma: Any
+def _commutation(size: int) -> np.ndarray:
+    """K with K vec(A) = vec(Aᵀ) for size × size matrices (row-major vec)."""
+    k = np.zeros((size * size, size * size))
+    i, j = np.divmod(np.arange(size * size), size)
+    k[i * size + j, j * size + i] = 1.0
+    return k
+
+
+def _kron(a: Any, b: Any, size: int) -> Any:
+    """a ⊗ b for two size × size tensors (row-major)."""
+    return (a[:, None, :, None] * b[None, :, None, :]).reshape((size * size, size * size))
+
+
+def linear_regression_moments(
+    x_mean: Any, x_cov: Any, beta: Any, sigma: Any, rows: np.ndarray, cols: np.ndarray
+) -> tuple[Any, Any]:
+    """Mean and covariance of one row's statistic (zⱼzₖ) over (rows, cols), z = (x, y) (PyTensor).
+
+    x ~ N(``x_mean``, ``x_cov``) and y | x ~ N(xᵀβ, σ²), so z is Gaussian with mean μ =
+    (μₓ, μₓᵀβ) and covariance C = [[Σₓ, Σₓβ], [βᵀΣₓ, βᵀΣₓβ + σ²]]. With vec row-major,
+    E vec(zzᵀ) = vec(C + μμᵀ) and Cov vec(zzᵀ) = (I + K)(C ⊗ C + C ⊗ μμᵀ + μμᵀ ⊗ C) (K the
+    commutation matrix; Magnus and Neudecker 1979, Thm 4.3 — the same numbers as Isserlis'
+    theorem in :func:`product_moments`), and a constant selection matrix picks the entries
+    (rows, cols). Dense products with constants: the gradient is a few small dot products
+    (Bernstein and Sheldon 2019, §3).
+    """
+    x_mean, x_cov, beta = (_tensor(v) for v in (x_mean, x_cov, beta))
+    size = int(np.asarray(rows).max()) + 1 if len(rows) else 0
+    size = max(size, int(np.asarray(cols).max()) + 1)
+    xy = x_cov @ beta
+    yy = beta @ xy + sigma * sigma
+    mu = pt.concatenate([x_mean, pt.stack([x_mean @ beta])])
+    c = pt.concatenate(
+        [pt.concatenate([x_cov, xy[:, None]], axis=1), pt.concatenate([xy, pt.stack([yy])])[None, :]], axis=0
+    )
+    select = np.zeros((len(rows), size * size))
+    select[np.arange(len(rows)), np.asarray(rows) * size + np.asarray(cols)] = 1.0
+    outer = pt.outer(mu, mu)
+    mean = pt.dot(select, (c + outer).reshape((size * size,)))
+    four = _kron(c, c, size) + _kron(c, outer, size) + _kron(outer, c, size)
+    left = select + select @ _commutation(size)
+    return mean, pt.dot(pt.dot(left, four), select.T)
+
+
+def linear_regression_release_logpdf(
+    noisy: Any, n_rows: int, scale: float, x_mean: Any, x_cov: Any, beta: Any, sigma: Any, keep: np.ndarray, triu: Any
+) -> Any:
+    """log N(Ŝ_keep; N·m, N·V + 2b²I): the closed-form release likelihood of linear regression (PyTensor).
+
+    m, V are the mean and covariance of one row's statistic (:func:`linear_regression_moments`)
+    on the coordinates ``keep`` of the upper triangle ``triu`` of zzᵀ; the Laplace noise of each
+    coordinate is replaced by the normal of the same variance 2b², so that S and the noise are
+    both marginalised in closed form and nothing latent but the covariate moments remains.
+    """
+    rows, cols = (np.asarray(v)[keep] for v in triu)
+    x_mean, x_cov, beta, sigma = (_tensor(v) for v in (x_mean, x_cov, beta, sigma))
+    # Parameters beyond ±1e25 (only a diverging trajectory goes there) get −inf; their fourth
+    # powers would overflow and the moments would hold inf − inf.
+    ok = pt.all(pt.le(pt.abs(beta), _PARAMETER_LIMIT)) & pt.le(pt.abs(sigma), _PARAMETER_LIMIT)
+    ok = ok & pt.all(pt.le(pt.abs(x_mean), _PARAMETER_LIMIT)) & pt.all(pt.le(pt.abs(x_cov), _PARAMETER_LIMIT))
+    beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
+    sigma, x_cov = pt.switch(ok, sigma, 1.0), pt.switch(ok, x_cov, pt.eye(x_cov.shape[0]))
+    mean, cov = linear_regression_moments(x_mean, x_cov, beta, sigma, rows, cols)
+    total = n_rows * cov + (2.0 * float(scale) ** 2) * np.eye(keep.size)
+    return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean, total), -np.inf)
+
+
+_PARAMETER_LIMIT = 1e25
+
+
+def _covariate_start(family: Any, noisy: Any, n_rows: int, free: np.ndarray) -> tuple[Any, Any]:
+    """Starting values of the free covariates' means and sds from the release (public), or None.
+
+    With a constant column c (bounds (c, c), c ≠ 0) the released Σ c·xⱼ gives the mean and
+    Σ xⱼ² the second moment of every free feature; the sampler starts there rather than at the
+    prior's centre, where at large N the release's gradient is steep enough to send the first
+    trajectories far out. Only the start changes, not the model. None without a constant
+    column or for a symbolic release.
+    """
+    if not isinstance(noisy, np.ndarray) or not free.size:
+        return None, None
+    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
+    constant = np.nonzero((upper == lower) & (lower != 0.0))[0]
+    if not constant.size:
+        return None, None
+    k = int(constant[0])
+    position = {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*family._triu, strict=True))}
+    mean = np.array([noisy[position[(min(k, j), max(k, j))]] / (n_rows * lower[k]) for j in free])
+    mean = np.clip(mean, lower[free], upper[free])
+    second = np.array([noisy[position[(j, j)]] / n_rows for j in free])
+    return mean, np.sqrt(np.maximum(second - mean * mean, 0.0))
+
+
+def gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
+    """log N(value; mean, cov) for a small dense covariance (PyTensor), without a Cholesky factor.
+
+    The covariance is first scaled to unit diagonal (D⁻¹ cov D⁻¹, D = diag(cov)^½), so that
+    the determinant of the scaled matrix lies in (0, 1] and cannot overflow whatever the
+    scales of the statistics; then log N = −½ rᵀ R⁻¹ r − ½ log det R − Σ log Dᵢ − (K/2) log 2π
+    with r = D⁻¹(value − mean), R the scaled matrix. The inverse and determinant of a K × K
+    matrix (K ≤ 28 here) have cheap closed-form gradients, where the Cholesky factor's
+    gradient costs several triangular solves per evaluation.
+    """
+    value, mean, cov = _tensor(value), _tensor(mean), _tensor(cov)
+    size = value.shape[0]
+    sd = pt.sqrt(pt.maximum(pt.diagonal(cov), _MIN_VARIANCE))
+    scaled = cov / pt.outer(sd, sd)
+    r = (value - mean) / sd
+    # A trajectory that overflows (σ → ∞, say) gets −inf, and the linear algebra never sees inf
+    # or NaN (whose warnings are errors in the tests); a 1e-10 ridge on the unit diagonal keeps
+    # the inverse finite where the covariance is singular (a constant covariate, σ → 0).
+    ok = ~(pt.any(pt.isinf(scaled) | pt.isnan(scaled)) | pt.any(pt.isinf(r) | pt.isnan(r)) | pt.any(pt.isinf(sd)))
+    eye = pt.eye(size)
+    scaled = pt.switch(ok, scaled, eye) + 1e-10 * eye
+    r = pt.switch(ok, r, 0.0)
+    sd = pt.switch(ok, sd, 1.0)
+    quad = pt.dot(r, pt.dot(pt.linalg.inv(scaled), r))
+    logp = -0.5 * quad - 0.5 * pt.log(pt.linalg.det(scaled)) - pt.sum(pt.log(sd)) - 0.5 * size * math.log(2 * math.pi)
+    return pt.switch(ok, logp, -np.inf)
+
+
+#: Prior scale of the covariates' means and standard deviations, as a fraction of the half-width of
+#: each feature's public interval: with μₓ ~ N(c, h/4) and sd ~ HalfNormal(h/4) a row falls outside
+#: [c − h, c + h] with prior probability ≈ 0.5 % (the model does not describe clamping).
+X_PRIOR_FRACTION = 0.25
+
+
+def linear_regression_loglik(
+    family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any, sigma: Any
 ) -> Any:
     """CLT likelihood of the released zzᵀ with Gaussian covariates (Bernstein and Sheldon 2019, §3).
+
+    Adds the covariate moments to the model in context and returns log p(Ŝ | β, σ, μₓ, Σₓ).
+    ``noisy`` is the unprojected release (an array, or a tensor such as a shared variable, so
+    that one compiled model serves many releases in a simulation).
 
     Model of one row: x ~ N(μₓ, Σₓ) on the features whose bounds have positive width (a
     feature with lower = upper, e.g. an intercept column, is that constant), y | x ~
     N(xᵀβ, σ²). Priors on the covariate moments, from the public bounds [lⱼ, uⱼ] only
-    (centre cⱼ, half-width hⱼ): μₓⱼ ~ N(cⱼ, hⱼ), the standard deviations ~ HalfNormal(hⱼ), the
-    correlation ~ LKJ(η = 2). Statistics of constant entries (zero-width intervals) carry no
-    information about θ and are left out.
+    (centre cⱼ, half-width hⱼ): μₓⱼ = cⱼ + (hⱼ/4)·uⱼ with uⱼ ~ N(0, 1) (non-centred,
+    ``{name}_x_mean_std``), the standard deviations ~ HalfNormal(hⱼ/4), the correlation ~
+    LKJ(η = 2) (``{name}_x_chol``; ``{name}_x_sd`` for one free feature). Statistics of
+    constant entries (zero-width intervals) carry no information about θ and are left out.
+
+    S and the Laplace noise are both marginalised: Ŝ ~ N(N·m, N·V + 2b²I)
+    (:func:`linear_regression_release_logpdf`). An earlier version kept the noise as a
+    Gaussian scale mixture with one latent variance per statistic; NUTS mixed badly on it
+    (bulk ESS 5–12 in 300 draws), the funnel between those variances and θ being the cause.
     """
     import pymc as pm
 
@@ -410,20 +558,29 @@ def _linear_regression_loglik(
             f"Found a tensor with {beta.ndim} dimensions."
         )
     sigma = _scalar_param(family, "sigma", sigma)
+    if family.y_bounds[0] == family.y_bounds[1]:
+        raise ValueError(
+            "`y_bounds` must have lower < upper for the noise-aware linear-regression likelihood (it models "
+            f"y | x ~ N(xᵀβ, σ²), which a constant target contradicts). Found {family.y_bounds}; use "
+            "noise_aware=False."
+        )
     lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
     free = np.nonzero(upper > lower)[0]
-    centre, half = (lower + upper) / 2.0, (upper - lower) / 2.0
+    centre, half = (lower + upper) / 2.0, X_PRIOR_FRACTION * (upper - lower) / 2.0
     x_mean = pt.as_tensor_variable(lower.copy())
     x_cov = pt.zeros((d, d))
+    start_mean, start_sd = _covariate_start(family, noisy, n_rows, free)
     if free.size:
-        m = pm.Normal(f"{name}_x_mean", mu=centre[free], sigma=half[free], shape=free.size)
-        x_mean = pt.set_subtensor(x_mean[free], m)
+        start_u = None if start_mean is None else np.clip((start_mean - centre[free]) / half[free], -3.0, 3.0)
+        u = pm.Normal(f"{name}_x_mean_std", 0.0, 1.0, shape=free.size, initval=start_u)
+        x_mean = pt.set_subtensor(x_mean[free], pm.Deterministic(f"{name}_x_mean", centre[free] + half[free] * u))
         if free.size == 1:
-            sd = pm.HalfNormal(f"{name}_x_sd", sigma=half[free], shape=1)
+            start = None if start_sd is None else np.clip(start_sd, 0.1 * half[free], 4.0 * half[free])
+            sd = pm.HalfNormal(f"{name}_x_sd", sigma=half[free], shape=1, initval=start)
             block = pt.outer(sd, sd)
         else:
             chol, _, _ = pm.LKJCholeskyCov(
-                f"{name}_x_corr",
+                f"{name}_x_chol",
                 n=free.size,
                 eta=2.0,
                 sd_dist=pm.HalfNormal.dist(sigma=half[free], shape=free.size),
@@ -431,16 +588,6 @@ def _linear_regression_loglik(
             )
             block = chol @ chol.T
         x_cov = pt.set_subtensor(x_cov[np.ix_(free, free)], block)
-    xy = x_cov @ beta
-    yy = beta @ xy + sigma * sigma
-    z_mean = pt.concatenate([x_mean, pt.stack([x_mean @ beta])])
-    z_cov = pt.concatenate(
-        [pt.concatenate([x_cov, xy[:, None]], axis=1), pt.concatenate([xy, pt.stack([yy])])[None, :]], axis=0
-    )
-    rows, cols = family._triu
     lo, hi = family.intervals()
     keep = np.nonzero(hi > lo)[0]
-    mean, cov = product_moments(z_mean, z_cov, rows[keep], cols[keep])
-    tau = _noise_variances(name, keep.size, scale)
-    total = n_rows * cov + pt.diag(tau)
-    return _mvnormal_logpdf(noisy[keep], n_rows * mean, _jittered(total, keep.size))
+    return linear_regression_release_logpdf(noisy, n_rows, scale, x_mean, x_cov, beta, sigma, keep, family._triu)

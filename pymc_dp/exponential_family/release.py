@@ -87,9 +87,11 @@ class ReleasedStatistics:
             should be. Per family (:data:`pymc_dp.exponential_family.noise_aware.NOISE_AWARE_METHODS`):
             Bernoulli and Binomial sum S ~ Binomial exactly; Poisson and Normal use the
             central-limit normal of the clamped rows' sum convolved with the Laplace noise in
-            closed form (nothing latent); Categorical and linear regression keep the Laplace
-            noise's variances (and, for regression, the covariates' mean and covariance) as
-            latent variables ``{name}_…`` sampled by NUTS with θ.
+            closed form (nothing latent); Categorical keeps the Laplace noise's variances as
+            latent variables ``{name}_noise_variance`` sampled by NUTS with θ; linear
+            regression replaces the Laplace noise by the normal of the same variance, so that
+            the release is Gaussian given θ and the covariates' mean and covariance, which are
+            latent (``{name}_x_…``, priors from the public ``x_bounds``).
             ``False``: the naive log-likelihood n log g(θ) + φ(θ)ᵀŜ that treats the
             projected Ŝ as the exact S (over-confident when N·ε is small; kept for comparison).
         **params
