@@ -220,7 +220,8 @@ def _run(model, step, backend, budget=None, **kwargs):
             random_seed=4,
             progressbar=False,
             backend=backend,
-            **kwargs,
+            # Both runs start from prior draws: init="auto" would fit DPADVI in-process only without a cluster.
+            **{"init": "prior", **kwargs},
         )
 
 
@@ -376,3 +377,12 @@ def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
     epsilons = re.findall(r"ε = ([0-9.]+) in", result.stdout)
     assert len(epsilons) == 2 and epsilons[0] == epsilons[1]
     assert "Dask (2 workers)" in result.stdout
+
+
+def test_auto_init_starts_from_prior_draws_on_a_cluster_and_says_why(client, logistic):
+    model = logistic[0]
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5)
+    idata = _run(model, step, pmdp.DaskBackend(client), init="auto")
+    start = json.loads(idata.posterior.attrs["dp_accountant"])["start"]
+    assert start["source"] == "prior" and "Dask backend" in start["init"]
