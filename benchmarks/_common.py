@@ -62,3 +62,35 @@ def seconds_per_iteration(model: pm.Model, step, iterations: int) -> float:
         start = time.perf_counter()
         pm.sample(step=step, draws=iterations, tune=0, **kwargs)
     return (time.perf_counter() - start) / iterations
+
+
+def matched_hmc_steps(n_params: int, n_rows: int, leapfrog: int, compile_kwargs: dict | None = None) -> tuple:
+    """``pm.HamiltonianMC`` and ``pmdp.DPHMC`` with the same L, step size η = 0.5/√N and unit mass.
+
+    Built inside the model's context. The DP step clips at 3 with noise multipliers of 50 (the
+    cost per iteration does not depend on them) and does not tune, so both make L leapfrog steps
+    of η per iteration.
+    """
+    from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
+
+    import pymc_dp as pmdp
+
+    eta = 0.5 / np.sqrt(n_rows)
+    hmc = pm.HamiltonianMC(
+        path_length=eta * leapfrog * 0.999999,  # int(path/η) = L exactly
+        step_scale=eta * n_params**0.25,
+        adapt_step_size=False,
+        step_rand=lambda s, rng=None: s,
+        potential=QuadPotentialDiag(np.ones(n_params)),
+    )
+    dp_hmc = pmdp.DPHMC(
+        step_size=eta,
+        n_leapfrog=leapfrog,
+        grad_clip=3.0,
+        llr_clip=3.0,
+        grad_noise_multiplier=50.0,
+        llr_noise_multiplier=50.0,
+        tune=False,
+        compile_kwargs=compile_kwargs,
+    )
+    return hmc, dp_hmc

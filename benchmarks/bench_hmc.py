@@ -20,10 +20,7 @@ import time
 
 import numpy as np
 import pymc as pm
-from _common import environment, logistic_regression
-from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
-
-import pymc_dp as pmdp
+from _common import environment, logistic_regression, matched_hmc_steps
 
 
 def _seconds_per_iteration(model: pm.Model, step, iterations: int) -> tuple[float, float]:
@@ -48,25 +45,10 @@ def main() -> None:
     logging.getLogger("pymc").setLevel(logging.ERROR)  # one line per pm.sample call otherwise
     model = logistic_regression(args.rows, args.features)
     n_params = args.features + 1
-    eta = 0.5 / np.sqrt(args.rows)
 
     with model:
-        hmc = pm.HamiltonianMC(
-            path_length=eta * args.leapfrog * 0.999999,  # int(path/η) = L exactly
-            step_scale=eta * n_params**0.25,
-            adapt_step_size=False,
-            step_rand=lambda s, rng=None: s,
-            potential=QuadPotentialDiag(np.ones(n_params)),
-        )
-        dp_hmc = pmdp.DPHMC(
-            step_size=eta,
-            n_leapfrog=args.leapfrog,
-            grad_clip=3.0,
-            llr_clip=3.0,
-            grad_noise_multiplier=50.0,
-            llr_noise_multiplier=50.0,
-            tune=False,
-            compile_kwargs={"mode": args.mode} if args.mode else None,
+        hmc, dp_hmc = matched_hmc_steps(
+            n_params, args.rows, args.leapfrog, compile_kwargs={"mode": args.mode} if args.mode else None
         )
     rounds = {"hmc": [], "dp": []}
     for _ in range(args.repeats):

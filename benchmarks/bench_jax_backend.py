@@ -19,8 +19,7 @@ import argparse
 
 import numpy as np
 import pymc as pm
-from _common import environment, logistic_regression, seconds_per_iteration
-from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
+from _common import environment, logistic_regression, matched_hmc_steps, seconds_per_iteration
 
 import pymc_dp as pmdp
 from pymc_dp.jax_backend import attach_backend
@@ -67,24 +66,8 @@ def main() -> None:
     n_params = args.features + 1
     for n_rows in args.rows:
         model = logistic_regression(n_rows, args.features)
-        eta = 0.5 / np.sqrt(n_rows)
         with model:
-            hmc = pm.HamiltonianMC(
-                path_length=eta * args.leapfrog * 0.999999,  # int(path/η) = L exactly
-                step_scale=eta * n_params**0.25,
-                adapt_step_size=False,
-                step_rand=lambda s, rng=None: s,
-                potential=QuadPotentialDiag(np.ones(n_params)),
-            )
-            dp_hmc = pmdp.DPHMC(
-                step_size=eta,
-                n_leapfrog=args.leapfrog,
-                grad_clip=3.0,
-                llr_clip=3.0,
-                grad_noise_multiplier=50.0,
-                llr_noise_multiplier=50.0,
-                tune=False,
-            )
+            hmc, dp_hmc = matched_hmc_steps(n_params, n_rows, args.leapfrog)
             metropolis = pm.Metropolis(tune=False)
             penalty = pmdp.DPPenaltyMH(llr_clip=3.0, noise_multiplier=50.0, tune=False)
         timers = {  # (function, arguments): called only when selected
