@@ -358,7 +358,7 @@ def test_noise_aware_intervals_are_calibrated_by_simulation(family, epsilon, n_r
     assert 0.85 <= result.noise_aware_coverage <= 0.95, result
 
 
-@pytest.mark.slow
+@pytest.mark.hours  # not in `-m slow`: about 25 s a repeat, 800 repeats
 @pytest.mark.parametrize("epsilon", [0.1, 1.0])
 @pytest.mark.parametrize("n_rows", [100, 10_000])
 def test_noise_aware_linear_regression_intervals_are_calibrated_by_simulation(epsilon, n_rows):
