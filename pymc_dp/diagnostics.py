@@ -15,7 +15,7 @@ left its start reports a tight posterior around the start. Every MCMC result of
 
 With one chain R-hat is computed on the chain's two halves (split R-hat); it cannot see a
 chain stuck at a point, which is why :func:`pymc_dp.sample` starts every chain at its own
-prior draw by default.
+point by default (a draw from a DP initial fit with doubled spread, or from the prior).
 
 References
 ----------

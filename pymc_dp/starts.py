@@ -3,9 +3,11 @@
 A DP chain moves in small steps (the noise limits how far a step may go), so a chain started
 at the model's initial point — the same point for every chain — can stay near it and report
 a tight, confident, wrong posterior that R-hat cannot see. :func:`pymc_dp.sample` therefore
-starts every chain at its own draw from the prior by default: distinct, over-dispersed
-relative to the posterior, and data-free (the prior reads no data: checked when the steps
-are built), so the starts cost no ε.
+starts every chain at its own point. With ``init="auto"`` (the default) that is a draw, with
+doubled standard deviations, from a DPADVI fit on a share of ε where one applies, and
+otherwise (``init="prior"``) a draw from the prior: distinct, over-dispersed relative to the
+posterior, and data-free (the prior reads no data: checked when the steps are built), so
+those starts cost no ε.
 """
 
 from __future__ import annotations
