@@ -78,14 +78,19 @@ def fair_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 2.5  # |y − p| ‖(1, x)‖ ≤ √5 < 2.5: no row is clipped
 
 
-def randhie_poisson(rows: int | None = None) -> tuple[pm.Model, float]:
+def _randhie(rows: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``randhie``'s six covariates, scaled by public ranges (binary ones to ±1), and the outpatient visits."""
     import statsmodels.api as sm
 
     frame = sm.datasets.randhie.load_pandas().data.iloc[:rows]
     scaled = [_scale(frame[c], *r) for c, r in RANDHIE_RANGES.items()]
     binary = [frame[c].to_numpy(dtype=float) * 2 - 1 for c in ("idp", "physlm", "hlthg")]
-    x = np.column_stack(scaled + binary)
-    y = frame["mdvis"].to_numpy().astype("int64")
+    return np.column_stack(scaled + binary), frame["mdvis"].to_numpy().astype("int64")
+
+
+def randhie_poisson(rows: int | None = None) -> tuple[pm.Model, float]:
+    x, visits = _randhie(rows)
+    y = visits
     with pm.Model() as model:
         alpha = pm.Normal("alpha", 0, 2)
         beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
@@ -94,13 +99,8 @@ def randhie_poisson(rows: int | None = None) -> tuple[pm.Model, float]:
 
 
 def randhie_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
-    import statsmodels.api as sm
-
-    frame = sm.datasets.randhie.load_pandas().data.iloc[:rows]
-    scaled = [_scale(frame[c], *r) for c, r in RANDHIE_RANGES.items()]
-    binary = [frame[c].to_numpy(dtype=float) * 2 - 1 for c in ("idp", "physlm", "hlthg")]
-    x = np.column_stack(scaled + binary)
-    y = (frame["mdvis"].to_numpy() > 0).astype("int64")
+    x, visits = _randhie(rows)
+    y = (visits > 0).astype("int64")
     with pm.Model() as model:
         alpha = pm.Normal("alpha", 0, 2)
         beta = pm.Normal("beta", 0, 2, shape=x.shape[1])
