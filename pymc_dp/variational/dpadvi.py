@@ -42,8 +42,16 @@ from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
+from pymc_dp.variational.trace_laplace import TraceLaplace, trace_laplace
 
-__all__ = ["DPADVI", "DPFullRank", "DPMeanField"]
+__all__ = ["DPADVI", "LAPLACE_MAX_MODE_ERROR", "DPFullRank", "DPMeanField"]
+
+#: The Laplace posterior (``posterior="laplace"``) is flagged as unusable when the DP noise
+#: leaves its mode uncertain by more than this many Laplace posterior sds in any coordinate:
+#: the reported spread is then mostly noise, not posterior.
+LAPLACE_MAX_MODE_ERROR = 2.0
+#: The posteriors ``approx.sample`` draws from.
+_POSTERIORS = ("laplace", "variational")
 
 #: ``Inference.fit`` keywords with no private meaning here, and why.
 _REFUSED_FIT_KWARGS = {
@@ -81,6 +89,21 @@ class _IterateTail:
         return self._m2 / max(self.count - 1, 1)
 
 
+class _GradientTrace:
+    """The released data gradients (μ block) and the points they were taken at, from iteration ``start`` on."""
+
+    def __init__(self, start: int) -> None:
+        self.start, self.seen = start, 0
+        self.points: list[np.ndarray] = []
+        self.gradients: list[np.ndarray] = []
+
+    def add(self, point: np.ndarray, gradient: np.ndarray) -> None:
+        self.seen += 1
+        if self.seen > self.start:
+            self.points.append(np.array(point, dtype=float))
+            self.gradients.append(np.array(gradient, dtype=float))
+
+
 class _DPApproximationMixin:
     """What a DPADVI approximation adds to PyMC's: private ``sample`` and its guarantee."""
 
@@ -92,6 +115,7 @@ class _DPApproximationMixin:
         *,
         random_seed: Any = None,
         return_inferencedata: bool = True,
+        posterior: str = "variational",
         inflate: bool = True,
         **kwargs,
     ):
@@ -101,10 +125,37 @@ class _DPApproximationMixin:
         removed, deterministics that read data are left out, and ``posterior.attrs`` holds
         ``dp_epsilon``, ``dp_delta``, ``dp_neighbouring``, ``dp_n_rows`` (substitute only)
         and ``dp_accountant``. The draws are post-processing of the DP releases: they cost no
-        further privacy, however many are drawn. ``dp_diagnostics`` compares q's spread with
-        the optimisation noise (:meth:`optimisation_diagnostics`); with ``inflate=True`` (the
-        default) the draws come from q widened by that noise, and with ``inflate=False`` a q
-        narrower than the noise is flagged (:class:`pymc_dp.diagnostics.PoorMixingWarning`).
+        further privacy, however many are drawn.
+
+        Parameters
+        ----------
+        draws : int
+            Number of draws.
+        random_seed : int or Generator, optional
+            Seeds the draws (data-free).
+        return_inferencedata : bool
+            Must be True.
+        posterior : {"variational", "laplace"}, default "variational"
+            ``"variational"``: q itself, widened by the optimisation noise when ``inflate``.
+            ``"laplace"`` (experimental): the Laplace approximation read off the released
+            gradients of the last fit's second half (:mod:`pymc_dp.variational.trace_laplace`),
+            centred at the mode of the prior times the likelihood whose gradient those
+            gradients fit by least squares, with that fit's curvature (lowered by one standard
+            error per eigen-direction), widened by the standard error the DP noise leaves in
+            the mode. Its marginals are drawn through q's family (a mean-field q keeps the
+            variances, not the correlations). Where it cannot be formed (too few iterations, a
+            curvature that is not positive definite) the draws come from q as with
+            ``"variational"``, and ``dp_diagnostics`` says why. Measured on ``randhie``
+            logistic regression at ε = 1 (12 fits): 94 % intervals 2.0× NUTS's width (median)
+            against 3–7× for ``"variational"``, covering NUTS's means 94 % of the time; the
+            misses fall on the two most correlated coefficients, whose sds it under-states
+            (0.6–0.8× NUTS's): see docs/dpadvi.md.
+        inflate : bool, default True
+            With ``posterior="variational"``: widen q by the optimisation noise (see
+            :meth:`optimisation_diagnostics`); ``False`` draws from q unchanged and flags a q
+            narrower than the noise (:class:`pymc_dp.diagnostics.PoorMixingWarning`).
+        **kwargs
+            Passed to ``Approximation.sample``.
         """
         if return_inferencedata is not True:
             raise ValueError(
@@ -113,8 +164,14 @@ class _DPApproximationMixin:
         if self._dp_record is None:
             raise RuntimeError("This approximation has not been fitted by DPADVI yet: call DPADVI.fit first.")
         check_bool("inflate", inflate)
-        diagnostics = self.optimisation_diagnostics(inflate)
-        with self._inflated(diagnostics if inflate else None):
+        if posterior not in _POSTERIORS:
+            raise ValueError(f"`posterior` must be one of {_POSTERIORS}. Found {posterior!r}.")
+        diagnostics = self.optimisation_diagnostics(inflate, posterior=posterior)
+        if diagnostics["posterior"] == "laplace":
+            context = self._laplace_q()
+        else:
+            context = self._inflated(diagnostics if inflate else None)
+        with context:
             idata = super().sample(draws, random_seed=random_seed, return_inferencedata=True, **kwargs)
         finalize_result(idata, self._dp_record, self.model)
         posterior_attrs(idata)["dp_diagnostics"] = json.dumps(diagnostics)
@@ -127,7 +184,7 @@ class _DPApproximationMixin:
     _dp_clipping: dict[str, Any] | None = None
     _dp_group_indexed: list[str] = []  # noqa: RUF012 (set per instance by DPADVI; read-only here)
 
-    def optimisation_diagnostics(self, inflate: bool = True) -> dict[str, Any]:
+    def optimisation_diagnostics(self, inflate: bool = True, posterior: str = "variational") -> dict[str, Any]:
         """How the optimiser's noise compares with q's spread (post-processing of the released gradients).
 
         Two measures of how far the fitted mean may be from the noise-free optimum, both
@@ -174,7 +231,38 @@ class _DPApproximationMixin:
         problem = clipping_problem({"releases": [self._dp_clipping]} if self._dp_clipping else None)
         if problem is not None:
             reasons.append(f"DPADVI's {problem}.")
-        if worst > 1.0 and not inflate:
+        laplace_summary = None
+        if posterior == "laplace":
+            laplace, why = self._dp_laplace
+            if laplace is None:
+                posterior = "variational"
+                laplace_summary = {"formed": False, "why_not": why}
+            else:
+                ratio_laplace = laplace.mode_error_ratio
+                laplace_summary = {
+                    "formed": True,
+                    "mode_error_ratio_max": float(np.max(ratio_laplace)),
+                    "sd_ratio_to_q": [float(v) for v in np.sqrt(np.diag(laplace.covariance)) / sd],
+                    "clamped_directions": laplace.clamped_directions,
+                    "unresolved_directions": laplace.unresolved_directions,
+                    "gradients_fitted": why,
+                }
+                # The Laplace posterior carries its own error estimate: the theory's (optimistic) one is not used.
+                reasons = [r for r in reasons if not r.startswith("DPADVI's gradient noise moves")]
+                if laplace.unresolved_directions:
+                    reasons.append(
+                        f"The released gradients do not determine the likelihood's curvature in "
+                        f"{laplace.unresolved_directions} direction(s) (within one standard error of zero): DPADVI's "
+                        "Laplace posterior is the prior's there, far wider than the posterior. Use more ε or more "
+                        "rows, or posterior='variational'."
+                    )
+                if float(np.max(ratio_laplace)) > LAPLACE_MAX_MODE_ERROR:
+                    reasons.append(
+                        f"The DP noise leaves DPADVI's Laplace mode uncertain by up to {np.max(ratio_laplace):.2g} "
+                        "posterior sds (its intervals are widened for it, so they are mostly noise): not a usable "
+                        "posterior. Use more ε or more rows (N·ε), more iterations, or a larger sampling rate."
+                    )
+        if worst > 1.0 and not inflate and posterior == "variational":
             reasons.append(
                 f"DPADVI's fitted q is narrower than its optimisation noise (iterate jitter up to {worst:.2g}× q's "
                 "sd): its intervals understate the uncertainty. Sample with inflate=True, or fit with more ε, a larger "
@@ -182,9 +270,11 @@ class _DPApproximationMixin:
             )
         return {
             "method": "DPADVI",
+            "posterior": posterior,
+            **({"laplace": laplace_summary} if laplace_summary is not None else {}),
             "optimisation_sd_ratio_max": worst,
             "expected_mean_error_sd": mean_error,
-            "inflated": bool(inflate),
+            "inflated": bool(inflate) if posterior == "variational" else None,
             **({"clipping": self._dp_clipping} if self._dp_clipping else {}),
             # None: under add/remove neighbours N is private, so the expected error is not computed.
             "usable": False if reasons else (True if mean_error is not None else None),
@@ -196,6 +286,37 @@ class _DPApproximationMixin:
         sd = np.sqrt(np.atleast_1d(np.diag(np.atleast_2d(np.asarray(self.cov.eval(), dtype=float)))))
         jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
         return sd, jitter
+
+    #: (TraceLaplace in q's order, number of gradients fitted) or (None, why it was not formed).
+    _dp_laplace: tuple[TraceLaplace | None, Any] = (None, "not fitted")
+
+    @contextlib.contextmanager
+    def _laplace_q(self):
+        """q set to the Laplace posterior's mean and covariance (marginals only when mean-field) while sampling."""
+        laplace = self._dp_laplace[0]
+        group = self.groups[0]
+        mu_shared = group.params_dict["mu"]
+        saved_mu = np.asarray(mu_shared.get_value(), dtype=float)
+        covariance = laplace.total_covariance
+        if "rho" in group.params_dict:
+            shared = group.params_dict["rho"]
+            sd = np.sqrt(np.diag(covariance))
+            new = sd + np.log(-np.expm1(-sd))  # softplus⁻¹
+        else:
+            shared = group.params_dict["L_tril"]
+            chol = np.linalg.cholesky(covariance)
+            rows, cols = np.tril_indices(covariance.shape[0])
+            new = chol[rows, cols]
+            diagonal = rows == cols
+            new[diagonal] = new[diagonal] + np.log(-np.expm1(-new[diagonal]))
+        saved = np.asarray(shared.get_value(), dtype=float)
+        mu_shared.set_value(laplace.mode.astype(mu_shared.dtype))
+        shared.set_value(new.astype(shared.dtype))
+        try:
+            yield
+        finally:
+            mu_shared.set_value(saved_mu.astype(mu_shared.dtype))
+            shared.set_value(saved.astype(shared.dtype))
 
     @contextlib.contextmanager
     def _inflated(self, diagnostics: dict[str, Any] | None):
@@ -674,26 +795,59 @@ class DPADVI(Inference):
             # Fresh arrays every step (the optimiser never updates in place): no copy needed.
             shared.set_value(np.asarray(value, dtype=shared.dtype), borrow=True)
 
-    def _gradient(self, packed: np.ndarray, eps: np.ndarray, mechanism: NoisyPoissonGradientSum) -> np.ndarray:
+    def _gradient(
+        self,
+        packed: np.ndarray,
+        eps: np.ndarray,
+        mechanism: NoisyPoissonGradientSum,
+        trace: _GradientTrace | None = None,
+    ) -> np.ndarray:
         """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``eps`` (S, P): one release."""
         family = self._family
         draws = family.draws(packed, eps)[:, self._to_rows]  # (S, P) in the data layer's order
         # θ_rows = θ_approx[to_rows], so a gradient in the data layer's order maps through M_s[to_rows].
         jacobians = [family.parameter_jacobian(packed, e)[self._to_rows] for e in eps]
         data_part = mechanism.release(draws, jacobians, self._noise_rng)
+        if trace is not None:  # the released log-likelihood gradient (μ block) at the draws' mean, data order
+            trace.add(draws.mean(axis=0), data_part[: self._prior.n_params][self._to_rows])
         # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
         prior_part = sum(self._prior.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
         return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
 
-    def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail):
+    def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail, trace: _GradientTrace):
         def step() -> None:
             packed = self._packed()
             eps = self._mc_rng.standard_normal((self.n_mc, self._prior.n_params))
-            updated = self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism))
+            updated = self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism, trace))
             tail.add(updated)
             self._unpack(updated)
 
         return step
+
+    def _trace_laplace(self, trace: _GradientTrace) -> tuple[TraceLaplace | None, Any]:
+        """The Laplace posterior from the released gradients (post-processing), in q's order; or why not."""
+        if len(trace.points) <= 2 * (self._prior.n_params + 1):
+            return None, f"{len(trace.points)} released gradients in the last fit's second half: too few to fit"
+
+        def prior_gradient(theta: np.ndarray) -> np.ndarray:
+            return self._prior.prior_logp_and_grad(theta)[1]
+
+        try:
+            laplace, field = trace_laplace(np.asarray(trace.points), np.asarray(trace.gradients), prior_gradient)
+        except (ValueError, np.linalg.LinAlgError) as err:  # our own messages; they carry no data
+            return None, str(err) if isinstance(err, ValueError) else "a singular linear system"
+        order = np.argsort(self._to_rows)  # q's index i holds data-layer index order[i]
+        return (
+            TraceLaplace(
+                laplace.mode[order],
+                laplace.covariance[np.ix_(order, order)],
+                laplace.mode_covariance[np.ix_(order, order)],
+                laplace.clamped_directions,
+                laplace.newton_iterations,
+                laplace.unresolved_directions,
+            ),
+            round(field.effective_count, 1),
+        )
 
     def fit(
         self,
@@ -810,8 +964,9 @@ class DPADVI(Inference):
             if progressbar_theme is None:
                 from pymc.progress_bar import default_progress_theme as progressbar_theme
             tail = _IterateTail(start=n - max(1, n // 2))  # the second half of this fit's iterates
+            trace = _GradientTrace(start=n - max(1, n // 2))  # and the gradients released there
             self.state = self._iterate_without_loss(
-                0, n, self._make_step(mechanism, tail), progressbar, progressbar_theme, list(callbacks or [])
+                0, n, self._make_step(mechanism, tail, trace), progressbar, progressbar_theme, list(callbacks or [])
             )
             # Post-processing of the released gradients: iterate averaging.
             if tail.count >= 2 and self.average_iterates:
@@ -819,7 +974,8 @@ class DPADVI(Inference):
             if self._clip_check_noise is not None:
                 self._approx._dp_clipping = self._clipping_check()
                 self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
-        # Post-processing of the released gradients: the optimisation noise.
+        # Post-processing of the released gradients: the optimisation noise and the Laplace posterior.
+        self._approx._dp_laplace = self._trace_laplace(trace)
         self._approx._dp_averaged_iterates = tail.count
         if tail.count >= 2:
             self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
