@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import warnings
@@ -287,8 +288,18 @@ class _DPApproximationMixin:
         jitter = self._dp_optimisation_sd if self._dp_optimisation_sd is not None else np.zeros_like(sd)
         return sd, jitter
 
-    #: (TraceLaplace in q's order, number of gradients fitted) or (None, why it was not formed).
-    _dp_laplace: tuple[TraceLaplace | None, Any] = (None, "not fitted")
+    #: Computes the Laplace posterior of the last fit (post-processing of its released gradients);
+    #: called on the first ``sample(posterior="laplace")``, so a fit costs nothing more.
+    _dp_laplace_source: Any = None
+    _dp_laplace_cache: tuple[TraceLaplace | None, Any] | None = None
+
+    @property
+    def _dp_laplace(self) -> tuple[TraceLaplace | None, Any]:
+        """(TraceLaplace in q's order, gradients fitted) or (None, why it was not formed)."""
+        if self._dp_laplace_cache is None:
+            source = self._dp_laplace_source
+            self._dp_laplace_cache = (None, "not fitted") if source is None else source()
+        return self._dp_laplace_cache
 
     @contextlib.contextmanager
     def _laplace_q(self):
@@ -975,7 +986,8 @@ class DPADVI(Inference):
                 self._approx._dp_clipping = self._clipping_check()
                 self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
         # Post-processing of the released gradients: the optimisation noise and the Laplace posterior.
-        self._approx._dp_laplace = self._trace_laplace(trace)
+        self._approx._dp_laplace_source = functools.partial(self._trace_laplace, trace)
+        self._approx._dp_laplace_cache = None
         self._approx._dp_averaged_iterates = tail.count
         if tail.count >= 2:
             self._approx._dp_optimisation_sd = np.sqrt(tail.variance[: self._prior.n_params])  # μ, q's order
