@@ -96,6 +96,32 @@ def _points(rows):
     return theta, theta + 0.05 * np.arange(1, theta.size + 1) / theta.size
 
 
+def test_a_linear_predictor_gives_the_clipped_sum_without_the_per_row_matrix():
+    # Logistic regression: the clipped sum comes from the linear predictor's per-row pieces (the data
+    # layer's "linear" form), the padding of the last chunk left out; equal to the default backend's.
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(601, 3))
+    x[7] = 40.0  # a row far out: clipped
+    with pm.Model() as model:
+        intercept = pm.Normal("intercept", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        pm.Bernoulli("y", logit_p=intercept + x @ beta, observed=rng.integers(0, 2, size=601))
+    rows = RowLikelihood(model)
+    device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=256).device_rows
+    assert device.gradient_mode == "linear" and rows.clipped_sum_mode == "linear"
+    assert device.n_rows % device.chunk_rows != 0  # a padded last chunk
+    theta, _ = _points(rows)
+    for bound in (0.5, 3.0, 1e6):
+        np.testing.assert_allclose(
+            device.noisy_gradient_sum(theta, bound, 0.0, np.zeros(rows.n_params)),
+            rows.clipped_grad_sum(theta, bound),
+            rtol=1e-10,
+            atol=1e-10,
+        )
+    assert _rows("mvnormal") is not None
+    assert JaxRowMechanisms(RowMechanisms(_rows("mvnormal")), chunk_rows=256).device_rows.gradient_mode == "reverse"
+
+
 def test_clipped_gradient_sums_equal_the_default_backend(rows_pair):
     rows, device = rows_pair
     assert device.n_chunks == 3  # 601 rows in chunks of 256: the last one padded (and masked)
@@ -278,6 +304,30 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
         pmdp.sample(step=pmdp.DPBarkerMH(llr_clip=3.0, full_data=True), backend="jax", **RUN)
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         pmdp.JaxBackend(dtype="float16")
+    with pytest.raises(ValueError, match=r"`whole_transition` must be a bool\. Found 'yes'"):
+        pmdp.JaxBackend(whole_transition="yes")
+
+
+def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_mean):
+    # The one-call transition draws the noise's normals in the order the one-by-one releases do and
+    # runs the same arithmetic on the device: with reproducible noise, the same chain.
+    model, _ = normal_mean
+    runs, calls = {}, {}
+    for whole in (True, False):
+        with model:
+            step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=4, reproducible_noise=True)
+        backend = pmdp.JaxBackend(whole_transition=whole)
+        runs[whole] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
+        calls[whole] = getattr(step, "_fused_cache", (None, None, None))[2] is not None
+        record = json.loads(runs[whole].posterior.attrs["dp_accountant"])
+        assert record["backend"]["whole_transition"] is whole
+    assert calls == {True: True, False: False}
+    np.testing.assert_allclose(runs[True].posterior["m"].values, runs[False].posterior["m"].values, rtol=1e-9)
+    np.testing.assert_array_equal(runs[True].sample_stats["dp_accepted"], runs[False].sample_stats["dp_accepted"])
+    np.testing.assert_allclose(
+        runs[True].sample_stats["dp_noisy_llr"], runs[False].sample_stats["dp_noisy_llr"], rtol=1e-8, atol=1e-9
+    )
+    assert runs[True].posterior.attrs["dp_epsilon"] == runs[False].posterior.attrs["dp_epsilon"]
 
 
 def test_the_package_imports_without_jax_and_refuses_the_backend_by_name():

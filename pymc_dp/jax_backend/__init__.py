@@ -37,6 +37,13 @@ class JaxBackend:
         Rows per chunk of a pass over the data on the device (default: the data layer's
         memory limit, :attr:`pymc_dp.data.RowLikelihood.chunk_rows`, and at most 16,384 rows
         on a CPU, where a chunk's per-row gradients then stay in cache).
+    whole_transition : bool, default True
+        DPHMC in float64: run each iteration's L + 1 gradient releases, the leapfrog, the
+        ratio release and the penalty log-acceptance in one jitted device call (the noise's
+        standard normals drawn on the host first, in the order the one-by-one releases draw
+        them; the accept/reject decision on the host), instead of one call per release.
+        Same releases, draws and accounting (tested against the default backend); fewer
+        host–device round trips. False: one device call per release.
 
     Notes
     -----
@@ -57,6 +64,7 @@ class JaxBackend:
 
     dtype: str = "float64"
     chunk_rows: int | None = None
+    whole_transition: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in JAX_DTYPES:
@@ -64,6 +72,8 @@ class JaxBackend:
         chunk = self.chunk_rows
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise ValueError(f"`chunk_rows` must be a positive integer or None. Found {chunk!r}.")
+        if not isinstance(self.whole_transition, bool):
+            raise ValueError(f"`whole_transition` must be a bool. Found {self.whole_transition!r}.")
 
 
 def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> JaxBackend | None:
@@ -114,7 +124,11 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
     originals = [s._row_mechanisms for s in steps]
     swapped = [
         JaxRowMechanisms(
-            original, reproducible_noise=s.reproducible_noise, dtype=backend.dtype, chunk_rows=backend.chunk_rows
+            original,
+            reproducible_noise=s.reproducible_noise,
+            dtype=backend.dtype,
+            chunk_rows=backend.chunk_rows,
+            whole_transition=backend.whole_transition,
         )
         for s, original in zip(steps, originals, strict=True)
     ]
@@ -148,4 +162,7 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
         "jax_version": jax.__version__,
         "gradient_mode": getattr(getattr(mechanisms, "device_rows", None), "gradient_mode", None),
         "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (BufferedSecureNoise)",
+        "whole_transition": bool(
+            backend.whole_transition and backend.dtype == "float64" and type(steps[0]).__name__ == "DPHMC"
+        ),
     }

@@ -52,6 +52,11 @@ JAX_DTYPES = ("float64", "float32")
 #: One chunk of 10⁵ rows (P = 21, float64) took about 3x as long per gradient release as chunks of
 #: 16,384 on the 2-core development machine (CPU JAX 0.12); on a GPU the default is the memory limit.
 CPU_CHUNK_ROWS = 16384
+#: Memory limit of one chunk for the linear clipped sum (no per-row gradient matrix), by device
+#: platform. Larger chunks were faster wherever measured (benchmarks/bench_jax_transition.py,
+#: DPHMC, P = 21): on a 2-core CPU at N = 10⁵, one chunk 31 ms per iteration against 62 ms in
+#: 16,384-row chunks; on one H100 at N = 10⁷, one chunk 35 ms against 52 ms in 1.6·10⁶-row chunks.
+LINEAR_CHUNK_BYTES = {"cpu": 1 << 30, "accelerator": 8 << 30}
 
 #: JAX drops PyTensor's ``Assert`` ops when it traces a graph (it cannot raise inside ``jit``). In the
 #: per-row graphs the parameter checks were turned into per-row −∞ by the data layer before this point
@@ -125,10 +130,13 @@ class JaxRows:
         with JAX's 64-bit types off (data, θ and every intermediate in 32 bits); the noise is
         added in float64 either way.
     chunk_rows : int, optional
-        Rows per chunk of a pass over the data (default: the data layer's memory limit
+        Rows per chunk of a pass over the data (default: for a model whose clipped gradient
+        sum has the linear form, the platform's :data:`LINEAR_CHUNK_BYTES` ÷ 4 × the bytes of one row;
+        otherwise the data layer's memory limit
         :attr:`~pymc_dp.data.RowLikelihood.chunk_rows`, and at most :data:`CPU_CHUNK_ROWS`
         on a CPU). The rows are padded
-        to a whole number of chunks (the padding rows are masked out of every sum).
+        to a whole number of chunks (the padding rows are masked out of every sum, and left
+        out of the last chunk's linear clipped sum).
 
     Notes
     -----
@@ -141,7 +149,11 @@ class JaxRows:
     whole rows.
 
     The per-row log-likelihood is the one-row graph (every row-indexed input replaced by one
-    row) vectorised over the rows with ``jax.vmap``; the gradient of one row is PyTensor's
+    row) vectorised over the rows with ``jax.vmap``. The clipped gradient sum of a model whose
+    parameters enter through a linear predictor is the data layer's linear form
+    (:attr:`pymc_dp.data.RowLikelihood.clipped_sum_mode`: every row's norm and clip factor from
+    the predictor's per-row pieces, no per-row matrix; :attr:`gradient_mode` ``"linear"``).
+    Otherwise the gradient of one row is PyTensor's
     reverse-mode gradient of that graph, vectorised the same way (what ``vmap(grad(row_loglik))``
     does); when it cannot be built, the forward-mode Jacobian of the batch graph
     (:meth:`pymc_dp.data.RowLikelihood.gradient_mode`) is used instead (:attr:`gradient_mode`).
@@ -185,6 +197,15 @@ class JaxRows:
             except Exception:  # no JAX form of the one-row graph: the batch graph itself
                 lik_fn = _jax_function([theta, *batch], lik_batch)
             candidates = []
+            try:  # the linear clipped sum (no per-row matrix), where the graph has a linear predictor
+                from pymc_dp.data import _linear_clipped_sum
+
+                bound_var = pt.dscalar("bound")
+                linear_total = _linear_clipped_sum(theta, rows.n_params, batch, lik_batch, bound_var, safe=True)
+                linear_total = _frozen_shared(linear_total, [theta, bound_var, *batch])
+                candidates.append(("linear", _jax_function([theta, bound_var, *batch], linear_total)))
+            except Exception:  # _NotLinear, or no JAX form: the per-row gradients below
+                pass
             try:
                 grad_one = _jax_function([theta, *one], pytensor.grad(lik_one, theta))
                 candidates.append(("reverse", jax.vmap(grad_one, in_axes=vectorised)))
@@ -194,7 +215,12 @@ class JaxRows:
 
         # The rows, padded to whole chunks, go to the device once.
         platform = jax.devices()[0].platform
-        if chunk_rows is None:  # on a CPU, chunks that stay in cache (measured ~3x faster at N = 10⁵, P = 21)
+        linear = bool(candidates) and candidates[0][0] == "linear"
+        if chunk_rows is None and linear:  # no per-row matrix: chunks bounded by the rows' own bytes (× 4)
+            row_bytes = sum(np.asarray(v.get_value(borrow=True))[:1].nbytes for v in rows._row_index_vars)
+            limit = LINEAR_CHUNK_BYTES["cpu" if platform == "cpu" else "accelerator"]
+            chunk_rows = max(64, int(limit // (4 * max(row_bytes, 1))))
+        elif chunk_rows is None:  # on a CPU, chunks that stay in cache (measured ~3x faster at N = 10⁵, P = 21)
             chunk_rows = min(rows.chunk_rows, CPU_CHUNK_ROWS) if platform == "cpu" else rows.chunk_rows
         size = int(chunk_rows)
         size = max(1, min(size, self.n_rows))
@@ -215,7 +241,7 @@ class JaxRows:
         self.device_platform = platform
         self._data = tuple(chunked)
         self._mask = jax.device_put(mask)
-        self.chunk_rows, self.n_chunks = size, n_chunks
+        self.chunk_rows, self.n_chunks, self._pad = size, n_chunks, pad
         # Trace every release now, on abstract shapes (no data evaluated), so that a graph JAX cannot
         # run is refused here, before a run is charged, and not at its first release.
         failure = None
@@ -223,7 +249,7 @@ class JaxRows:
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
-                    self._build_releases(lik_fn, grad_fn() if mode == "forward" else grad_fn)
+                    self._build_releases(lik_fn, grad_fn() if mode == "forward" else grad_fn, linear=mode == "linear")
                     self._trace()
             except Exception as error:  # this gradient form does not run on JAX: the next one
                 failure = error
@@ -237,7 +263,7 @@ class JaxRows:
             ) from None
 
     # -- the jitted releases ----------------------------------------------------------------
-    def _build_releases(self, lik_fn, grad_fn) -> None:
+    def _build_releases(self, lik_fn, grad_fn, linear: bool = False) -> None:
         jax, jnp = self._jax, self._jnp
         lax = jax.lax
         low = self.dtype == "float32"
@@ -272,6 +298,24 @@ class JaxRows:
             total, _ = lax.scan(chunk_sum, jnp.zeros(n_params, compute), (*data, mask))
             return total
 
+        if linear:  # grad_fn(θ, bound, *rows) is the chunk's clipped sum itself, rows left out as above
+            whole, pad, size = self.n_chunks - (1 if self._pad else 0), self._pad, self.chunk_rows
+
+            def gradient_sum(theta, bound, data, mask):
+                theta, bound = theta.astype(compute), bound.astype(compute)
+                total = jnp.zeros(n_params, compute)
+                if whole:
+
+                    def chunk_sum(total, rows):
+                        return total + grad_fn(theta, bound, *rows).astype(compute), None
+
+                    total, _ = lax.scan(chunk_sum, total, tuple(d[:whole] for d in data))
+                if pad:  # the last chunk's real rows only: padding never enters a sum
+                    total = total + grad_fn(theta, bound, *(d[-1][: size - pad] for d in data)).astype(compute)
+                return total
+
+        self._ratio_sum_fn, self._gradient_sum_fn = ratio_sum, gradient_sum
+        self._fused_hmc: dict[Any, Any] = {}
         trace_low = _x64_off(jax) if low else _no_context
         self._trace_low = trace_low
 
@@ -317,6 +361,118 @@ class JaxRows:
         with self._trace_low():
             clipped = self._f_gradient_sum(self._theta(theta), np.float64(bound), self._data, self._mask)
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
+
+    # -- the whole DPHMC transition in one device call ----------------------------------------
+    def hmc_transition(self, prior, n_leapfrog: int):
+        """The jitted DPHMC transition of ``n_leapfrog`` steps (built on first use; None in float32).
+
+        One device call runs what :meth:`pymc_dp.step_methods.DPHMC.transition` runs between
+        drawing the momentum and the accept/reject decision: the L + 1 clipped gradient sums
+        with their noise added (the standard normals drawn on the host, as for every release),
+        the leapfrog, the clipped log-likelihood ratio with its noise, and the penalty
+        log-acceptance, with the exact prior and its gradient compiled from the data-free prior
+        graph. Returns (proposal, end momentum, λ̂, σ_l, log α̂, finite, per-row log-likelihoods
+        at the proposal); the last stays on the device.
+        """
+        if self.dtype != "float64":
+            return None
+        key = int(n_leapfrog)
+        if key in self._fused_hmc:
+            return self._fused_hmc[key]
+        self._fused_hmc[key] = self._build_hmc_transition(prior, key)
+        return self._fused_hmc[key]
+
+    def _build_hmc_transition(self, prior, n_leapfrog: int):
+        import pytensor
+
+        jax, jnp = self._jax, self._jnp
+        lax = jax.lax
+        theta_var = prior._theta
+        # The prior reads no row (checked when the data layer was built): its shared inputs are
+        # public values, fixed for the run like the per-row graphs'.
+        graph = _frozen_shared(prior._graph, [theta_var])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+            prior_logp = _jax_function([theta_var], graph)
+            prior_grad = _jax_function([theta_var], pytensor.grad(graph, theta_var))
+        ratio_sum, gradient_sum = self._ratio_sum_fn, self._gradient_sum_fn
+        # Leapfrog weights: η after every position update but the last, η/2 after the last.
+        weights = np.ones(n_leapfrog)
+        weights[-1] = 0.5
+
+        def transition(theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales, data, mask):
+            grad_bound, grad_std, llr_clip, llr_std_per_distance, temperature = scales
+
+            def log_target_grad(point, z):
+                noisy = gradient_sum(point, grad_bound, data, mask).astype(jnp.float64) + grad_std * z
+                return prior_grad(point) + temperature * noisy
+
+            p = momentum + 0.5 * step_size * log_target_grad(theta, z_grads[0])
+
+            def leap(carry, inputs):
+                point, p = carry
+                weight, z = inputs
+                point = point + step_size * inv_mass * p
+                p = p + weight * step_size * log_target_grad(point, z)
+                return (point, p), None
+
+            (proposal, p_end), _ = lax.scan(leap, (theta, p), (jnp.asarray(weights), z_grads[1:]))
+            distance = jnp.sqrt(jnp.sum((proposal - theta) ** 2))
+            finite = jnp.all(jnp.isfinite(proposal)) & jnp.all(jnp.isfinite(p_end)) & jnp.isfinite(distance)
+            safe = jnp.where(finite, proposal, theta)  # a diverged trajectory is rejected without a release
+            safe_distance = jnp.where(finite, distance, 0.0)
+            clipped, proposed = ratio_sum(safe, current, llr_clip * safe_distance, data, mask)
+            llr_std = llr_std_per_distance * safe_distance
+            noisy_llr = clipped.astype(jnp.float64) + llr_std * z_llr
+            log_prior_ratio = prior_logp(safe) - prior_logp(theta)
+            kinetic_change = 0.5 * jnp.sum(momentum * inv_mass * momentum) - 0.5 * jnp.sum(p_end * inv_mass * p_end)
+            scaled = temperature * llr_std
+            log_alpha = temperature * noisy_llr - 0.5 * scaled * scaled + log_prior_ratio + kinetic_change
+            return proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed
+
+        fused = jax.jit(transition)
+        # Compiled now, on abstract values: a prior JAX cannot run is refused before the first release.
+        spec = jax.ShapeDtypeStruct
+        vector = spec((self.n_params,), np.float64)
+        current = jax.eval_shape(self._f_loglik, vector, self._data)
+        fused.lower(
+            vector,
+            current,
+            vector,
+            spec((), np.float64),
+            vector,
+            spec((n_leapfrog + 1, self.n_params), np.float64),
+            spec((), np.float64),
+            spec((5,), np.float64),
+            self._data,
+            self._mask,
+        ).compile()
+
+        def call(theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales):
+            out = fused(
+                self._theta(theta),
+                current,
+                self._theta(momentum),
+                np.float64(step_size),
+                self._theta(inv_mass),
+                np.asarray(z_grads, dtype=np.float64),
+                np.float64(z_llr),
+                np.asarray(scales, dtype=np.float64),
+                self._data,
+                self._mask,
+            )
+            proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed = out
+            return (
+                np.asarray(proposal),
+                np.asarray(p_end),
+                float(noisy_llr),
+                float(llr_std),
+                float(log_alpha),
+                bool(finite),
+                proposed,
+            )
+
+        return call
 
 
 @contextlib.contextmanager
@@ -499,6 +655,8 @@ class JaxRowMechanisms(RowMechanisms):
         See :class:`JaxRows`.
     chunk_rows : int, optional
         See :class:`JaxRows`.
+    whole_transition : bool
+        Whether :meth:`fused_hmc_transition` offers DPHMC its one-call transition.
 
     Notes
     -----
@@ -513,12 +671,14 @@ class JaxRowMechanisms(RowMechanisms):
         reproducible_noise: bool = False,
         dtype: str = "float64",
         chunk_rows: int | None = None,
+        whole_transition: bool = True,
     ) -> None:
         if not isinstance(reproducible_noise, bool | np.bool_):
             raise TypeError(f"`reproducible_noise` must be a bool. Found {type(reproducible_noise).__name__}.")
         super().__init__(mechanisms._rows)
         self.device_rows = JaxRows(mechanisms._rows, dtype=dtype, chunk_rows=chunk_rows)
         self.dtype = dtype
+        self.whole_transition = bool(whole_transition)
         self._noise = None if reproducible_noise else BufferedSecureNoise()
 
     def log_likelihood_ratio(self, llr_clip: float, noise_multiplier: float, neighbouring: str):
@@ -529,3 +689,54 @@ class JaxRowMechanisms(RowMechanisms):
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str):
         """A :class:`JaxClippedGradient` on every row."""
         return JaxClippedGradient(self.device_rows, grad_clip, noise_multiplier, neighbouring, self._noise)
+
+    def fused_hmc_transition(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
+        """DPHMC's releases of one iteration in one device call, or None where it does not apply.
+
+        Releases exactly what ``llr_mechanism`` and ``grad_mechanism`` release one by one (the
+        same clipped sums, sensitivities and noise scales; the noise drawn on the host from the
+        same source, in the same order: the L + 1 gradients' normals, then the ratio's), so the
+        step's accounting is unchanged. None in float32, or for mechanisms not built here.
+
+        Returns
+        -------
+        callable or None
+            ``f(theta, momentum, step_size, inv_mass, rng)`` → (proposal, end momentum, λ̂, σ_l,
+            log α̂, finite); after the step's decision, ``llr_mechanism.keep(accepted)``
+            updates the ratio's cache as after a one-by-one release.
+        """
+        if not self.whole_transition:
+            return None
+        if not (isinstance(llr_mechanism, JaxLogLikelihoodRatio) and isinstance(grad_mechanism, JaxClippedGradient)):
+            return None
+        if llr_mechanism._rows is not self.device_rows or grad_mechanism._rows is not self.device_rows:
+            return None
+        device = self.device_rows.hmc_transition(prior, n_leapfrog)
+        if device is None:
+            return None
+        # σ_l = τ_l Δ with Δ = 2 b_l ‖θ′ − θ‖ (substitute) or b_l ‖θ′ − θ‖ (add/remove): linear in the distance.
+        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
+        scales = np.array(
+            [
+                grad_mechanism.grad_clip,
+                grad_mechanism.std,
+                llr_mechanism.llr_clip,
+                llr_mechanism.noise_multiplier * per_distance,
+                np.nan,  # the temperature, set per call
+            ]
+        )
+        n_params = self.device_rows.n_params
+
+        def transition(theta, momentum, step_size, inv_mass, temperature, rng):
+            noise = _noise_source(self._noise, rng)
+            z_grads = noise.normal(0.0, 1.0, size=(n_leapfrog + 1, n_params))
+            z_llr = float(noise.normal(0.0, 1.0))
+            scales[4] = temperature
+            current = llr_mechanism._loglik(np.asarray(theta, dtype=float))
+            proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed = device(
+                theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales
+            )
+            llr_mechanism._pending = (proposal.tobytes(), proposed) if finite else None
+            return proposal, p_end, noisy_llr, llr_std, log_alpha, finite
+
+        return transition

@@ -449,6 +449,18 @@ class DPHMC(DPStep):
 
         return gradient
 
+    def _fused_transition(self, llr_mechanism, grad_mechanism):
+        """The backend's one-call transition for these mechanisms (the JAX backend), or None."""
+        build = getattr(self._row_mechanisms, "fused_hmc_transition", None)
+        if build is None or self.shared:
+            return None
+        cached = getattr(self, "_fused_cache", None)
+        if cached is not None and cached[0] is llr_mechanism and cached[1] is grad_mechanism:
+            return cached[2]
+        fused = build(llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog)
+        self._fused_cache = (llr_mechanism, grad_mechanism, fused)
+        return fused
+
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:
         """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio."""
         llr_mechanism, grad_mechanism = self._get_mechanism()
@@ -458,6 +470,16 @@ class DPHMC(DPStep):
         if self.step_size_jitter:
             step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
         momentum = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+        fused = self._fused_transition(llr_mechanism, grad_mechanism)
+        if fused is not None:  # the JAX backend: the same releases and arithmetic in one device call
+            proposal, _, noisy_llr, _, log_alpha, finite = fused(
+                theta, momentum, step_size, self.inv_mass, self.temperature, self.noise_rng
+            )
+            if not finite:  # diverged: rejected, and λ̂ (computed on a zero bound) is not reported
+                noisy_llr, log_alpha = np.nan, -np.inf
+            accepted, accept = accept_reject(log_alpha, self.rng)
+            llr_mechanism.keep(accepted)
+            return (proposal if accepted else theta), HMCInfo(noisy_llr, accept, accepted, step_size)
         proposal, momentum_end = leapfrog(
             theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
         )

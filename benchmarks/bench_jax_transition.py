@@ -1,0 +1,118 @@
+"""DPHMC per iteration on the JAX backend: the whole transition in one device call vs one call per release.
+
+Run: ``python benchmarks/bench_jax_transition.py [--rows 1000000 10000000] [--features 20] [--leapfrog 10]
+[--iterations 200] [--hmc-rows 1000000]``. Logistic regression with P = features + 1 parameters
+(``_common.logistic_regression``), DPHMC and ``pm.HamiltonianMC`` matched as in
+``bench_jax_backend.py`` (same L, η, unit mass; the DP step's noise set by hand, no tuning).
+For each N it reports, in milliseconds per iteration, with the data already on the device and
+compilation excluded (a warm-up run first):
+
+- ``pm.sample`` with ``JaxBackend()`` (``whole_transition=True``: one device call per iteration);
+- ``pm.sample`` with ``JaxBackend(whole_transition=False)`` (L + 2 device calls per iteration);
+- the transition alone, ``step.transition`` called in a loop (no ``pm.sample`` bookkeeping);
+- ``pm.HamiltonianMC`` on the host's CPU, for N up to ``--hmc-rows``, and each DP figure as a
+  multiple of it;
+- the memory-bandwidth floor: each of the L + 2 releases must read X once
+  (N × features × 8 bytes in float64), divided by the device's bandwidth measured here with a
+  jitted read-and-write of a 2 GiB array; and each figure as a multiple of that floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pymc as pm
+from _common import environment, logistic_regression, matched_hmc_steps, seconds_per_iteration
+
+import pymc_dp as pmdp
+from pymc_dp.jax_backend import attach_backend
+from pymc_dp.mechanisms.jax_rows import import_jax
+
+
+def device_bandwidth(jax) -> float:
+    """Bytes per second of a jitted x ↦ 1.000001·x on 2 GiB of float64 (bytes read plus written)."""
+    import jax.numpy as jnp
+
+    x = jnp.ones(2**28, dtype=jnp.float64)
+    scale = jax.jit(lambda v: v * 1.000001)
+    scale(x).block_until_ready()
+    start = time.perf_counter()
+    for _ in range(10):
+        x = scale(x)
+    x.block_until_ready()
+    return 2 * x.nbytes * 10 / (time.perf_counter() - start)
+
+
+def _sampled(model, step, iterations: int, backend) -> float:
+    detach = attach_backend(backend, [step])
+    try:
+        return seconds_per_iteration(model, step, iterations)
+    finally:
+        detach()
+
+
+def _transition_only(model, step, iterations: int, backend) -> float:
+    """Seconds per ``step.transition`` call (after a pm.sample warm-up that sets the chain's state)."""
+    detach = attach_backend(backend, [step])
+    try:
+        with model:
+            kwargs = dict(chains=1, cores=1, progressbar=False, compute_convergence_checks=False)
+            pm.sample(step=step, draws=3, tune=0, **kwargs)
+        theta = np.array(step._prior.initial_theta)
+        step.transition(theta)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            theta, _ = step.transition(theta)
+        return (time.perf_counter() - start) / iterations
+    finally:
+        detach()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--features", type=int, default=20)
+    parser.add_argument("--leapfrog", type=int, default=10)
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--hmc-rows", type=int, default=1_000_000, help="largest N at which pm.HamiltonianMC runs")
+    parser.add_argument("--chunk-rows", type=int, default=None, help="JaxBackend(chunk_rows=...); 0: all rows in one")
+    args = parser.parse_args()
+    jax = import_jax()
+    jax.config.update("jax_enable_x64", True)
+    device = jax.devices()[0]
+    bandwidth = device_bandwidth(jax)
+    print(environment(), f"| jax {jax.__version__} on {device.platform} ({device.device_kind})")
+    print(f"measured bandwidth: {bandwidth / 1e9:.0f} GB/s (read + write)")
+    n_params = args.features + 1
+    for n_rows in args.rows:
+        model = logistic_regression(n_rows, args.features)
+        with model:
+            hmc, dp_hmc = matched_hmc_steps(n_params, n_rows, args.leapfrog)
+        floor = (args.leapfrog + 2) * n_rows * args.features * 8 / bandwidth
+        chunk = None if args.chunk_rows is None else (args.chunk_rows or n_rows)
+        whole, per_release = (
+            pmdp.JaxBackend(chunk_rows=chunk),
+            pmdp.JaxBackend(chunk_rows=chunk, whole_transition=False),
+        )
+        times = {
+            "DPHMC jax, whole transition": _sampled(model, dp_hmc, args.iterations, whole),
+            "DPHMC jax, per release": _sampled(model, dp_hmc, max(args.iterations // 4, 5), per_release),
+            "DPHMC jax, transition only": _transition_only(model, dp_hmc, args.iterations, whole),
+        }
+        if n_rows <= args.hmc_rows:
+            times["pm.HamiltonianMC (CPU)"] = seconds_per_iteration(model, hmc, 5)
+        base = times.get("pm.HamiltonianMC (CPU)")
+        print(
+            f"\nN = {n_rows}, P = {n_params}, L = {args.leapfrog}, float64, chunk_rows {chunk or 'default'}; "
+            f"floor {1e3 * floor:.3f} ms / iteration"
+        )
+        for name, seconds in times.items():
+            ratio = f"{seconds / base:7.3f} x pm.HamiltonianMC" if base else ""
+            line = f"  {name:30s} {1e3 * seconds:9.3f} ms / iteration  {seconds / floor:7.1f} x floor  {ratio}"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
