@@ -246,6 +246,7 @@ class _DPApproximationMixin:
                     "sd_ratio_to_q": [float(v) for v in np.sqrt(np.diag(laplace.covariance)) / sd],
                     "clamped_directions": laplace.clamped_directions,
                     "unresolved_directions": laplace.unresolved_directions,
+                    "curvature_relative_error_max": laplace.curvature_relative_error,
                     "gradients_fitted": why,
                 }
                 # The Laplace posterior carries its own error estimate: the theory's (optimistic) one is not used.
@@ -856,6 +857,7 @@ class DPADVI(Inference):
                 laplace.clamped_directions,
                 laplace.newton_iterations,
                 laplace.unresolved_directions,
+                laplace.curvature_relative_error,
             ),
             round(field.effective_count, 1),
         )

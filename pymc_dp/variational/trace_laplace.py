@@ -168,6 +168,10 @@ class TraceLaplace:
         Eigen-directions whose curvature, lowered by its standard errors, reached zero: the
         released gradients do not determine the likelihood there, and the covariance is the
         prior's along them (clamped ones included).
+    curvature_relative_error : float
+        The largest standard error of the fitted curvature along one of its eigen-directions,
+        over that curvature (∞ for a direction clamped at zero): how well the released
+        gradients determine the posterior's width.
     """
 
     mode: np.ndarray
@@ -176,6 +180,7 @@ class TraceLaplace:
     clamped_directions: int
     newton_iterations: int
     unresolved_directions: int = 0
+    curvature_relative_error: float = 0.0
 
     @property
     def total_covariance(self) -> np.ndarray:
@@ -312,4 +317,8 @@ def laplace_from_gradient_field(
     mode_covariance = fitted_inverse @ field.prediction_covariance(theta) @ fitted_inverse
     mode_covariance = 0.5 * (mode_covariance + mode_covariance.T)
     unresolved = int(np.sum(lowered <= 0.0))
-    return TraceLaplace(theta, covariance, mode_covariance, clamped, iterations, unresolved)
+    with np.errstate(divide="ignore"):
+        relative = np.where(eigenvalues > 0, standard_errors / np.where(eigenvalues > 0, eigenvalues, 1.0), np.inf)
+    return TraceLaplace(
+        theta, covariance, mode_covariance, clamped, iterations, unresolved, float(np.max(relative, initial=0.0))
+    )
