@@ -308,20 +308,39 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
         pmdp.JaxBackend(whole_transition="yes")
 
 
-def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_mean):
+def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_mean, monkeypatch):
     # The one-call transition draws the noise's normals in the order the one-by-one releases do and
     # runs the same arithmetic on the device: with reproducible noise, the same chain.
+    from pymc_dp.mechanisms.jax_rows import JaxRows
+
+    calls = {"count": 0}
+    build = JaxRows._build_hmc_transition
+
+    def counted(self, prior, n_leapfrog):
+        device = build(self, prior, n_leapfrog)
+
+        def call(*args):
+            calls["count"] += 1
+            return device(*args)
+
+        return call
+
+    monkeypatch.setattr(JaxRows, "_build_hmc_transition", counted)
     model, _ = normal_mean
-    runs, calls = {}, {}
+    runs, counts = {}, {}
     for whole in (True, False):
         with model:
             step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=4, reproducible_noise=True)
         backend = pmdp.JaxBackend(whole_transition=whole)
+        before = calls["count"]
         runs[whole] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
-        calls[whole] = getattr(step, "_fused_cache", (None, None, None))[2] is not None
+        counts[whole] = calls["count"] - before
+        # The run's device functions (and the device rows they hold) are dropped with its mechanisms.
+        assert getattr(step, "_fused_cache", None) is None
         record = json.loads(runs[whole].posterior.attrs["dp_accountant"])
         assert record["backend"]["whole_transition"] is whole
-    assert calls == {True: True, False: False}
+    iterations = RUN["chains"] * (RUN["tune"] + RUN["draws"])
+    assert counts == {True: iterations, False: 0}
     np.testing.assert_allclose(runs[True].posterior["m"].values, runs[False].posterior["m"].values, rtol=1e-9)
     np.testing.assert_array_equal(runs[True].sample_stats["dp_accepted"], runs[False].sample_stats["dp_accepted"])
     np.testing.assert_allclose(

@@ -146,7 +146,7 @@ def _use_mechanisms(step: Any, mechanisms: Any) -> None:
     """Set the step's row mechanisms and drop the releases it built from the previous ones."""
     step.forget_private_state()
     step._row_mechanisms = mechanisms
-    for cached in ("_mechanism", "_llr_mechanism", "_grad_mechanism"):
+    for cached in ("_mechanism", "_llr_mechanism", "_grad_mechanism", "_fused_cache"):
         if hasattr(step, cached):
             setattr(step, cached, None)
 
