@@ -34,13 +34,14 @@ def _exact():
     return np.linalg.solve(precision, HESSIAN @ ROOT), np.linalg.inv(precision)
 
 
-def _points(rng, n, spread=0.2):
+def _points(rng, n, spread=0.2, offset=(0.0, 0.0)):
     # An AR(1) path, like an optimiser's iterates: the points depend on each other, never on
     # the noise of their own gradient.
+    centre = ROOT + np.asarray(offset)
     points = np.empty((n, 2))
-    current = ROOT + rng.normal(0, spread, 2)
+    current = centre + rng.normal(0, spread, 2)
     for t in range(n):
-        current = ROOT + 0.8 * (current - ROOT) + rng.normal(0, spread * 0.6, 2)
+        current = centre + 0.8 * (current - centre) + rng.normal(0, spread * 0.6, 2)
         points[t] = current
     return points
 
@@ -62,13 +63,20 @@ def test_an_affine_field_without_noise_gives_the_exact_laplace_posterior():
     assert laplace.clamped_directions == 0
 
 
-def test_the_mode_standard_errors_match_the_spread_over_repeats():
+@pytest.mark.parametrize(
+    ("noise_sd", "offset"),
+    [
+        (30.0, (0.0, 0.0)),  # points around the mode, isotropic noise
+        (np.array([60.0, 8.0]), (0.35, -0.3)),  # the mode outside the points' bulk, unequal noise
+    ],
+)
+def test_the_mode_standard_errors_match_the_spread_over_repeats(noise_sd, offset):
     rng = np.random.default_rng(1)
     mode, _ = _exact()
     squared = []
     for _ in range(300):
-        points = _points(rng, 400)
-        laplace, _ = trace_laplace(points, _gradients(points, rng, 30.0), _prior_gradient)
+        points = _points(rng, 400, offset=offset)
+        laplace, _ = trace_laplace(points, _gradients(points, rng, noise_sd), _prior_gradient)
         error = laplace.mode - mode
         squared.append(float(error @ np.linalg.solve(laplace.mode_covariance, error)))
     # Σ of 300 χ²₂ under correct standard errors: a two-sided test at the 0.001 level.

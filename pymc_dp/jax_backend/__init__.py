@@ -41,7 +41,9 @@ class JaxBackend:
         DPHMC in float64: run each iteration's L + 1 gradient releases, the leapfrog, the
         ratio release and the penalty log-acceptance in one jitted device call (the noise's
         standard normals drawn on the host first, in the order the one-by-one releases draw
-        them; the accept/reject decision on the host), instead of one call per release.
+        them, all of them even where a trajectory diverges; the accept/reject decision on the
+        host), instead of one call per release. Compiled when the run starts, before it is
+        charged; a prior JAX cannot run falls back to one call per release.
         Same releases, draws and accounting (tested against the default backend); fewer
         host–device round trips. False: one device call per release.
 
@@ -133,6 +135,11 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
         for s, original in zip(steps, originals, strict=True)
     ]
     for s, mechanisms in zip(steps, swapped, strict=True):
+        if mechanisms.whole_transition and type(s).__name__ == "DPHMC":
+            try:  # compiled here, before the charge, like the releases
+                mechanisms.device_rows.hmc_transition(s._prior, s.n_leapfrog)
+            except Exception:  # the prior has no JAX form: one device call per release, as before
+                mechanisms.whole_transition = False
         _use_mechanisms(s, mechanisms)
 
     def restore() -> None:
@@ -163,6 +170,8 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
         "gradient_mode": getattr(getattr(mechanisms, "device_rows", None), "gradient_mode", None),
         "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (BufferedSecureNoise)",
         "whole_transition": bool(
-            backend.whole_transition and backend.dtype == "float64" and type(steps[0]).__name__ == "DPHMC"
+            getattr(mechanisms, "whole_transition", False)
+            and backend.dtype == "float64"
+            and type(steps[0]).__name__ == "DPHMC"
         ),
     }

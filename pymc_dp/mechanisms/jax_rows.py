@@ -213,39 +213,17 @@ class JaxRows:
                 pass
             candidates.append(("forward", lambda: _jax_function([theta, *batch], rows._forward_jacobian(lik_batch))))
 
-        # The rows, padded to whole chunks, go to the device once.
+        # The rows, padded to whole chunks, go to the device once (again, in smaller chunks, only if the
+        # linear form fails to trace and the per-row gradients take over). Every release is traced now,
+        # on abstract shapes (no data evaluated), so that a graph JAX cannot run is refused here, before
+        # a run is charged, and not at its first release.
         platform = jax.devices()[0].platform
-        linear = bool(candidates) and candidates[0][0] == "linear"
-        if chunk_rows is None and linear:  # no per-row matrix: chunks bounded by the rows' own bytes (× 4)
-            row_bytes = sum(np.asarray(v.get_value(borrow=True))[:1].nbytes for v in rows._row_index_vars)
-            limit = LINEAR_CHUNK_BYTES["cpu" if platform == "cpu" else "accelerator"]
-            chunk_rows = max(64, int(limit // (4 * max(row_bytes, 1))))
-        elif chunk_rows is None:  # on a CPU, chunks that stay in cache (measured ~3x faster at N = 10⁵, P = 21)
-            chunk_rows = min(rows.chunk_rows, CPU_CHUNK_ROWS) if platform == "cpu" else rows.chunk_rows
-        size = int(chunk_rows)
-        size = max(1, min(size, self.n_rows))
-        n_chunks = -(-self.n_rows // size)
-        pad = n_chunks * size - self.n_rows
-        arrays = [np.asarray(v.get_value(borrow=True)) for v in rows._row_index_vars]
-        chunked = []
-        for array in arrays:
-            if pad:
-                array = np.concatenate([array, np.repeat(array[:1], pad, axis=0)])
-            if dtype == "float32":  # 32-bit types on the device (integers beyond ±2³¹ wrap: docs/jax.md)
-                if np.issubdtype(array.dtype, np.floating):
-                    array = array.astype(np.float32)
-                elif np.issubdtype(array.dtype, np.integer) and array.dtype.itemsize > 4:
-                    array = array.astype(np.int32)
-            chunked.append(jax.device_put(array.reshape(n_chunks, size, *array.shape[1:])))
-        mask = np.arange(n_chunks * size).reshape(n_chunks, size) < self.n_rows
         self.device_platform = platform
-        self._data = tuple(chunked)
-        self._mask = jax.device_put(mask)
-        self.chunk_rows, self.n_chunks, self._pad = size, n_chunks, pad
-        # Trace every release now, on abstract shapes (no data evaluated), so that a graph JAX cannot
-        # run is refused here, before a run is charged, and not at its first release.
         failure = None
         for mode, grad_fn in candidates:
+            size = self._chunk_size(rows, chunk_rows, platform, mode)
+            if getattr(self, "chunk_rows", None) != size:
+                self._put_rows(rows, size)
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
@@ -261,6 +239,40 @@ class JaxRows:
                 f"`backend`='jax' cannot run this model's per-row graphs ({type(failure).__name__} while tracing them "
                 "with JAX; its message is withheld, it may hold data values). Use backend='default'."
             ) from None
+
+    @staticmethod
+    def _chunk_size(rows, chunk_rows: int | None, platform: str, mode: str) -> int:
+        """Rows per chunk: the caller's, else by the gradient form's memory (see the class docstring)."""
+        if chunk_rows is not None:
+            size = int(chunk_rows)
+        elif mode == "linear":  # no per-row matrix: chunks bounded by the rows' own bytes (× 4)
+            row_bytes = sum(np.asarray(v.get_value(borrow=True))[:1].nbytes for v in rows._row_index_vars)
+            limit = LINEAR_CHUNK_BYTES["cpu" if platform == "cpu" else "accelerator"]
+            size = max(64, int(limit // (4 * max(row_bytes, 1))))
+        else:  # on a CPU, chunks that stay in cache (measured ~3x faster at N = 10⁵, P = 21)
+            size = min(rows.chunk_rows, CPU_CHUNK_ROWS) if platform == "cpu" else rows.chunk_rows
+        return max(1, min(size, rows.n_rows))
+
+    def _put_rows(self, rows, size: int) -> None:
+        """The rows on the device in ``size``-row chunks, the last padded with copies of row 0 (masked)."""
+        jax, dtype = self._jax, self.dtype
+        n_chunks = -(-self.n_rows // size)
+        pad = n_chunks * size - self.n_rows
+        arrays = [np.asarray(v.get_value(borrow=True)) for v in rows._row_index_vars]
+        chunked = []
+        for array in arrays:
+            if pad:
+                array = np.concatenate([array, np.repeat(array[:1], pad, axis=0)])
+            if dtype == "float32":  # 32-bit types on the device (integers beyond ±2³¹ wrap: docs/jax.md)
+                if np.issubdtype(array.dtype, np.floating):
+                    array = array.astype(np.float32)
+                elif np.issubdtype(array.dtype, np.integer) and array.dtype.itemsize > 4:
+                    array = array.astype(np.int32)
+            chunked.append(jax.device_put(array.reshape(n_chunks, size, *array.shape[1:])))
+        mask = np.arange(n_chunks * size).reshape(n_chunks, size) < self.n_rows
+        self._data = tuple(chunked)
+        self._mask = jax.device_put(mask)
+        self.chunk_rows, self.n_chunks, self._pad = size, n_chunks, pad
 
     # -- the jitted releases ----------------------------------------------------------------
     def _build_releases(self, lik_fn, grad_fn, linear: bool = False) -> None:
@@ -419,6 +431,8 @@ class JaxRows:
             (proposal, p_end), _ = lax.scan(leap, (theta, p), (jnp.asarray(weights), z_grads[1:]))
             distance = jnp.sqrt(jnp.sum((proposal - theta) ** 2))
             finite = jnp.all(jnp.isfinite(proposal)) & jnp.all(jnp.isfinite(p_end)) & jnp.isfinite(distance)
+            # A bound or noise scale that overflows is no private release (the host path refuses it): rejected.
+            finite = finite & jnp.isfinite(llr_clip * distance) & jnp.isfinite(llr_std_per_distance * distance)
             safe = jnp.where(finite, proposal, theta)  # a diverged trajectory is rejected without a release
             safe_distance = jnp.where(finite, distance, 0.0)
             clipped, proposed = ratio_sum(safe, current, llr_clip * safe_distance, data, mask)
@@ -696,7 +710,13 @@ class JaxRowMechanisms(RowMechanisms):
         Releases exactly what ``llr_mechanism`` and ``grad_mechanism`` release one by one (the
         same clipped sums, sensitivities and noise scales; the noise drawn on the host from the
         same source, in the same order: the L + 1 gradients' normals, then the ratio's), so the
-        step's accounting is unchanged. None in float32, or for mechanisms not built here.
+        step's accounting is unchanged. One difference in the draws, not in what is released: a
+        trajectory that diverges is rejected without a ratio release on both paths, but the host
+        path stops drawing at the divergence while this one has drawn all L + 1 gradients' and
+        the ratio's normals (unused noise; with ``reproducible_noise`` the two chains part there).
+        A ratio bound or noise scale that overflows is treated as a divergence (the host path
+        refuses it). None in float32, for mechanisms not built here, or with
+        ``whole_transition=False`` (also set when the prior has no JAX form).
 
         Returns
         -------

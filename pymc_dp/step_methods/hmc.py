@@ -454,11 +454,12 @@ class DPHMC(DPStep):
         build = getattr(self._row_mechanisms, "fused_hmc_transition", None)
         if build is None or self.shared:
             return None
+        key = (llr_mechanism, grad_mechanism, self.n_leapfrog)  # L fixes the releases per call
         cached = getattr(self, "_fused_cache", None)
-        if cached is not None and cached[0] is llr_mechanism and cached[1] is grad_mechanism:
-            return cached[2]
+        if cached is not None and all(a is b or a == b for a, b in zip(cached[:3], key, strict=True)):
+            return cached[3]
         fused = build(llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog)
-        self._fused_cache = (llr_mechanism, grad_mechanism, fused)
+        self._fused_cache = (*key, fused)
         return fused
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:

@@ -105,6 +105,37 @@ class _GradientTrace:
             self.gradients.append(np.array(gradient, dtype=float))
 
 
+def _laplace_of_trace(trace: _GradientTrace, prior: Any, to_rows: np.ndarray) -> tuple[TraceLaplace | None, Any]:
+    """The Laplace posterior from the released gradients (post-processing), in q's order; or why not.
+
+    Takes only what it needs (the released trace, the data-free prior and the parameter order),
+    so that the approximation that computes it on demand holds no reference to the rows.
+    """
+    if len(trace.points) <= 2 * (prior.n_params + 1):
+        return None, f"{len(trace.points)} released gradients in the last fit's second half: too few to fit"
+
+    def prior_gradient(theta: np.ndarray) -> np.ndarray:
+        return prior.prior_logp_and_grad(theta)[1]
+
+    try:
+        laplace, field = trace_laplace(np.asarray(trace.points), np.asarray(trace.gradients), prior_gradient)
+    except ValueError as err:  # our own messages and NumPy's LinAlgError: shapes and counts, no data
+        return None, str(err)
+    order = np.argsort(to_rows)  # q's index i holds data-layer index order[i]
+    return (
+        TraceLaplace(
+            laplace.mode[order],
+            laplace.covariance[np.ix_(order, order)],
+            laplace.mode_covariance[np.ix_(order, order)],
+            laplace.clamped_directions,
+            laplace.newton_iterations,
+            laplace.unresolved_directions,
+            laplace.curvature_relative_error,
+        ),
+        round(field.effective_count, 1),
+    )
+
+
 class _DPApproximationMixin:
     """What a DPADVI approximation adds to PyMC's: private ``sample`` and its guarantee."""
 
@@ -274,7 +305,9 @@ class _DPApproximationMixin:
             "method": "DPADVI",
             "posterior": posterior,
             **({"laplace": laplace_summary} if laplace_summary is not None else {}),
-            "optimisation_sd_ratio_max": worst,
+            # 12 significant digits: the iterate spread's last bits vary with the summation order of
+            # the BLAS in use, and records of runs that are otherwise identical must compare equal.
+            "optimisation_sd_ratio_max": float(f"{worst:.12g}"),
             "expected_mean_error_sd": mean_error,
             "inflated": bool(inflate) if posterior == "variational" else None,
             **({"clipping": self._dp_clipping} if self._dp_clipping else {}),
@@ -837,30 +870,8 @@ class DPADVI(Inference):
         return step
 
     def _trace_laplace(self, trace: _GradientTrace) -> tuple[TraceLaplace | None, Any]:
-        """The Laplace posterior from the released gradients (post-processing), in q's order; or why not."""
-        if len(trace.points) <= 2 * (self._prior.n_params + 1):
-            return None, f"{len(trace.points)} released gradients in the last fit's second half: too few to fit"
-
-        def prior_gradient(theta: np.ndarray) -> np.ndarray:
-            return self._prior.prior_logp_and_grad(theta)[1]
-
-        try:
-            laplace, field = trace_laplace(np.asarray(trace.points), np.asarray(trace.gradients), prior_gradient)
-        except (ValueError, np.linalg.LinAlgError) as err:  # our own messages; they carry no data
-            return None, str(err) if isinstance(err, ValueError) else "a singular linear system"
-        order = np.argsort(self._to_rows)  # q's index i holds data-layer index order[i]
-        return (
-            TraceLaplace(
-                laplace.mode[order],
-                laplace.covariance[np.ix_(order, order)],
-                laplace.mode_covariance[np.ix_(order, order)],
-                laplace.clamped_directions,
-                laplace.newton_iterations,
-                laplace.unresolved_directions,
-                laplace.curvature_relative_error,
-            ),
-            round(field.effective_count, 1),
-        )
+        """The Laplace posterior of this fit's released gradients (see :func:`_laplace_of_trace`)."""
+        return _laplace_of_trace(trace, self._prior, self._to_rows)
 
     def fit(
         self,
@@ -988,7 +999,7 @@ class DPADVI(Inference):
                 self._approx._dp_clipping = self._clipping_check()
                 self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
         # Post-processing of the released gradients: the optimisation noise and the Laplace posterior.
-        self._approx._dp_laplace_source = functools.partial(self._trace_laplace, trace)
+        self._approx._dp_laplace_source = functools.partial(_laplace_of_trace, trace, self._prior, self._to_rows.copy())
         self._approx._dp_laplace_cache = None
         self._approx._dp_averaged_iterates = tail.count
         if tail.count >= 2:

@@ -10,10 +10,12 @@ fit's second half determine b and H by least squares. That gives, at no further 
   (data-free) prior gradient;
 - the posterior covariance A⁻¹, A = H − ∇² log p(θ) at m (the likelihood's curvature from the
   released gradients, the prior's exactly), with correlations even when q is mean-field;
-- the standard error of m from the gradient noise: the least-squares prediction covariance of
-  the fitted gradient at m, Σ_res (1/n + (m − c)ᵀ (XᵀX)⁻¹ (m − c)), mapped through A⁻¹.
+- the standard error of m from the gradient noise: the delta method on the equation m solves,
+  whose noise is that of the fitted b and H (least squares: the coefficients are matrix-normal
+  with row covariance the leverage (ZᵀZ)⁻¹ of the design Z = [1, θ − c] and column covariance
+  Σ_res), mapped through A⁻¹.
 
-The reported posterior is N(m, A⁻¹ + A⁻¹ Σ_pred A⁻¹): the Laplace posterior widened by the
+The reported posterior is N(m, A⁻¹ + A⁻¹ Σ_v A⁻¹): the Laplace posterior widened by the
 uncertainty the DP noise leaves in its mode. Why: ADVI's scale parameters see the noise
 through the reparameterisation's ε ⊙ σ factor and, with a few thousand iterations at
 ε ≈ 1, their signal-to-noise ratio is too low for q's standard deviations to be trusted
@@ -158,7 +160,7 @@ class TraceLaplace:
     covariance : ndarray (P, P)
         A⁻¹, the Laplace posterior covariance at m.
     mode_covariance : ndarray (P, P)
-        A⁻¹ Σ_pred(m) A⁻¹, the covariance of m from the noise in the released gradients.
+        A⁻¹ Σ_v A⁻¹, the covariance of m from the noise in the released gradients.
     clamped_directions : int
         Eigen-directions of the fitted likelihood curvature H that came out negative and were
         set to zero (the prior alone then sets the curvature there).
@@ -191,6 +193,27 @@ class TraceLaplace:
     def mode_error_ratio(self) -> np.ndarray:
         """Per coordinate: the mode's standard error over the Laplace posterior sd."""
         return np.sqrt(np.diag(self.mode_covariance) / np.diag(self.covariance))
+
+
+def _mode_equation_covariance(field: GradientField, theta: np.ndarray) -> np.ndarray:
+    """Covariance of v = δb + ½(δS + δSᵀ)u, u = θ − c: the noise in the equation the mode solves.
+
+    The mode solves b − H(θ − c) + ∇ log p(θ) = 0 with H = −½(S + Sᵀ), so to first order its
+    error is A⁻¹v. The fitted coefficients C = [b; S] ((P + 1) × P) are matrix-normal: Cov(C_ak,
+    C_a'k') = leverage_aa' Σ_res,kk'. For large P (above 60) the covariance of the fitted
+    gradient at θ, Σ_res zᵀ leverage z, stands in (the same when S is symmetric).
+    """
+    p = field.center.size
+    u = np.asarray(theta, dtype=float) - field.center
+    if p > 60:
+        return field.prediction_covariance(theta)
+    transform = np.zeros((p, (p + 1) * p))  # v = T vec(C), vec row-major in (a, k)
+    for j in range(p):
+        transform[j, j] += 1.0  # δb_j = C_0j
+        transform[j, (j + 1) * p : (j + 2) * p] += 0.5 * u  # ½ Σ_k δS_jk u_k, δS_jk = C_(j+1)k
+        transform[j, p + j :: p] += 0.5 * u  # ½ Σ_k δS_kj u_k, δS_kj = C_(k+1)j
+    coefficient_covariance = np.kron(field.leverage, field.residual_covariance)
+    return transform @ coefficient_covariance @ transform.T
 
 
 def _prior_hessian(prior_gradient: Callable[[np.ndarray], np.ndarray], theta: np.ndarray) -> np.ndarray:
@@ -268,8 +291,8 @@ def laplace_from_gradient_field(
     Raises
     ------
     ValueError
-        If the curvature at the mode is not positive definite or Newton's method does not
-        reach a finite mode.
+        If the curvature at the mode is not positive definite, or Newton's method does not
+        reach a finite mode within ``max_newton`` steps.
     """
     eigenvalues, eigenvectors = np.linalg.eigh(field.hessian)
     clamped = int(np.sum(eigenvalues < 0))
@@ -302,6 +325,11 @@ def laplace_from_gradient_field(
             raise ValueError("Newton's method on the fitted gradient field must reach a finite mode. Found none.")
         if float(np.linalg.norm(chol.T @ step)) < tolerance:
             break
+    else:
+        raise ValueError(
+            f"Newton's method on the fitted gradient field must converge within `max_newton` = {max_newton} steps. "
+            "Found it did not."
+        )
     curvature = cautious_curvature + _prior_hessian(prior_gradient, theta)
     try:
         np.linalg.cholesky(curvature)
@@ -314,7 +342,7 @@ def laplace_from_gradient_field(
     covariance = np.linalg.inv(curvature)
     covariance = 0.5 * (covariance + covariance.T)
     fitted_inverse = np.linalg.inv(likelihood_curvature + _prior_hessian(prior_gradient, theta))
-    mode_covariance = fitted_inverse @ field.prediction_covariance(theta) @ fitted_inverse
+    mode_covariance = fitted_inverse @ _mode_equation_covariance(field, theta) @ fitted_inverse
     mode_covariance = 0.5 * (mode_covariance + mode_covariance.T)
     unresolved = int(np.sum(lowered <= 0.0))
     with np.errstate(divide="ignore"):
