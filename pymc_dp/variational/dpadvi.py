@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -122,18 +123,13 @@ def _laplace_of_trace(trace: _GradientTrace, prior: Any, to_rows: np.ndarray) ->
     except ValueError as err:  # our own messages and NumPy's LinAlgError: shapes and counts, no data
         return None, str(err)
     order = np.argsort(to_rows)  # q's index i holds data-layer index order[i]
-    return (
-        TraceLaplace(
-            laplace.mode[order],
-            laplace.covariance[np.ix_(order, order)],
-            laplace.mode_covariance[np.ix_(order, order)],
-            laplace.clamped_directions,
-            laplace.newton_iterations,
-            laplace.unresolved_directions,
-            laplace.curvature_relative_error,
-        ),
-        round(field.effective_count, 1),
+    in_q_order = dataclasses.replace(
+        laplace,
+        mode=laplace.mode[order],
+        covariance=laplace.covariance[np.ix_(order, order)],
+        mode_covariance=laplace.mode_covariance[np.ix_(order, order)],
     )
+    return in_q_order, round(field.effective_count, 1)
 
 
 class _DPApproximationMixin:
@@ -248,7 +244,11 @@ class _DPApproximationMixin:
             mean_error = dpadvi_mean_error(  # the error of the average over the iterates actually averaged
                 settings["noise_multiplier"], settings["sampling_rate"], record["n_rows"], 2 * averaged
             )
-        if mean_error is not None and mean_error > DPADVI_MAX_MEAN_ERROR:
+        laplace, why = self._dp_laplace if posterior == "laplace" else (None, None)
+        if laplace is None:  # q is what is drawn (asked for, or the Laplace posterior could not be formed)
+            posterior = "variational"
+        if mean_error is not None and mean_error > DPADVI_MAX_MEAN_ERROR and posterior == "variational":
+            # (The Laplace posterior carries its own error estimate: the theory's optimistic one is not used.)
             reasons.append(
                 f"DPADVI's gradient noise moves its fitted mean by about {mean_error:.2g} posterior sds (expected, "
                 "from σ, q, N and the iterations): not a usable posterior. Use more ε or more rows (N·ε), a larger "
@@ -265,37 +265,32 @@ class _DPApproximationMixin:
         if problem is not None:
             reasons.append(f"DPADVI's {problem}.")
         laplace_summary = None
-        if posterior == "laplace":
-            laplace, why = self._dp_laplace
-            if laplace is None:
-                posterior = "variational"
-                laplace_summary = {"formed": False, "why_not": why}
-            else:
-                ratio_laplace = laplace.mode_error_ratio
-                laplace_summary = {
-                    "formed": True,
-                    "mode_error_ratio_max": float(np.max(ratio_laplace)),
-                    "sd_ratio_to_q": [float(v) for v in np.sqrt(np.diag(laplace.covariance)) / sd],
-                    "clamped_directions": laplace.clamped_directions,
-                    "unresolved_directions": laplace.unresolved_directions,
-                    "curvature_relative_error_max": laplace.curvature_relative_error,
-                    "gradients_fitted": why,
-                }
-                # The Laplace posterior carries its own error estimate: the theory's (optimistic) one is not used.
-                reasons = [r for r in reasons if not r.startswith("DPADVI's gradient noise moves")]
-                if laplace.unresolved_directions:
-                    reasons.append(
-                        f"The released gradients do not determine the likelihood's curvature in "
-                        f"{laplace.unresolved_directions} direction(s) (within one standard error of zero): DPADVI's "
-                        "Laplace posterior is the prior's there, far wider than the posterior. Use more ε or more "
-                        "rows, or posterior='variational'."
-                    )
-                if float(np.max(ratio_laplace)) > LAPLACE_MAX_MODE_ERROR:
-                    reasons.append(
-                        f"The DP noise leaves DPADVI's Laplace mode uncertain by up to {np.max(ratio_laplace):.2g} "
-                        "posterior sds (its intervals are widened for it, so they are mostly noise): not a usable "
-                        "posterior. Use more ε or more rows (N·ε), more iterations, or a larger sampling rate."
-                    )
+        if why is not None and laplace is None:
+            laplace_summary = {"formed": False, "why_not": why}
+        elif laplace is not None:
+            ratio_laplace = laplace.mode_error_ratio
+            laplace_summary = {
+                "formed": True,
+                "mode_error_ratio_max": float(np.max(ratio_laplace)),
+                "sd_ratio_to_q": [float(v) for v in np.sqrt(np.diag(laplace.covariance)) / sd],
+                "clamped_directions": laplace.clamped_directions,
+                "unresolved_directions": laplace.unresolved_directions,
+                "curvature_relative_error_max": laplace.curvature_relative_error,
+                "gradients_fitted": why,
+            }
+            if laplace.unresolved_directions:
+                reasons.append(
+                    f"The released gradients do not determine the likelihood's curvature in "
+                    f"{laplace.unresolved_directions} direction(s) (within one standard error of zero): DPADVI's "
+                    "Laplace posterior is the prior's there, far wider than the posterior. Use more ε or more "
+                    "rows, or posterior='variational'."
+                )
+            if float(np.max(ratio_laplace)) > LAPLACE_MAX_MODE_ERROR:
+                reasons.append(
+                    f"The DP noise leaves DPADVI's Laplace mode uncertain by up to {np.max(ratio_laplace):.2g} "
+                    "posterior sds (its intervals are widened for it, so they are mostly noise): not a usable "
+                    "posterior. Use more ε or more rows (N·ε), more iterations, or a larger sampling rate."
+                )
         if worst > 1.0 and not inflate and posterior == "variational":
             reasons.append(
                 f"DPADVI's fitted q is narrower than its optimisation noise (iterate jitter up to {worst:.2g}× q's "
@@ -336,62 +331,51 @@ class _DPApproximationMixin:
             self._dp_laplace_cache = (None, "not fitted") if source is None else source()
         return self._dp_laplace_cache
 
-    @contextlib.contextmanager
-    def _laplace_q(self):
-        """q set to the Laplace posterior's mean and covariance (marginals only when mean-field) while sampling."""
-        laplace = self._dp_laplace[0]
+    def _scale_values(self, covariance: np.ndarray) -> tuple[Any, np.ndarray]:
+        """q's scale parameter and the values that give q ``covariance`` (its diagonal when mean-field)."""
         group = self.groups[0]
-        mu_shared = group.params_dict["mu"]
-        saved_mu = np.asarray(mu_shared.get_value(), dtype=float)
-        covariance = laplace.total_covariance
         if "rho" in group.params_dict:
-            shared = group.params_dict["rho"]
             sd = np.sqrt(np.diag(covariance))
-            new = sd + np.log(-np.expm1(-sd))  # softplus⁻¹
-        else:
-            shared = group.params_dict["L_tril"]
-            chol = np.linalg.cholesky(covariance)
-            rows, cols = np.tril_indices(covariance.shape[0])
-            new = chol[rows, cols]
-            diagonal = rows == cols
-            new[diagonal] = new[diagonal] + np.log(-np.expm1(-new[diagonal]))
-        saved = np.asarray(shared.get_value(), dtype=float)
-        mu_shared.set_value(laplace.mode.astype(mu_shared.dtype))
-        shared.set_value(new.astype(shared.dtype))
+            return group.params_dict["rho"], sd + np.log(-np.expm1(-sd))  # softplus⁻¹
+        chol = np.linalg.cholesky(covariance)
+        rows, cols = np.tril_indices(covariance.shape[0])
+        values = chol[rows, cols]
+        diagonal = rows == cols
+        values[diagonal] = values[diagonal] + np.log(-np.expm1(-values[diagonal]))  # the diagonal through softplus
+        return group.params_dict["L_tril"], values
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _temporarily(assignments: list[tuple[Any, np.ndarray]]):
+        """Shared variables set to the given values while sampling, restored after."""
+        saved = [(shared, np.asarray(shared.get_value(), dtype=float)) for shared, _ in assignments]
+        for shared, value in assignments:
+            shared.set_value(np.asarray(value).astype(shared.dtype))
         try:
             yield
         finally:
-            mu_shared.set_value(saved_mu.astype(mu_shared.dtype))
-            shared.set_value(saved.astype(shared.dtype))
+            for shared, value in saved:
+                shared.set_value(value.astype(shared.dtype))
 
-    @contextlib.contextmanager
+    def _laplace_q(self):
+        """q set to the Laplace posterior's mean and covariance (marginals only when mean-field) while sampling."""
+        laplace = self._dp_laplace[0]
+        mu = self.groups[0].params_dict["mu"]
+        return self._temporarily([(mu, laplace.mode), self._scale_values(laplace.total_covariance)])
+
     def _inflated(self, diagnostics: dict[str, Any] | None):
         """q with variances σ² + jitter² + (error × σ)² while sampling (restored after); None: q unchanged."""
         if diagnostics is None:
-            yield
-            return
+            return contextlib.nullcontext()
         sd, jitter = self._spread()
         extra = np.square(jitter) + np.square((diagnostics["expected_mean_error_sd"] or 0.0) * sd)
         group = self.groups[0]
         if "rho" in group.params_dict:
-            shared = group.params_dict["rho"]
-            fitted = np.asarray(shared.get_value(), dtype=float)
-            widened = np.sqrt(np.logaddexp(0.0, fitted) ** 2 + extra)
-            new = widened + np.log(-np.expm1(-widened))  # softplus⁻¹
+            fitted = np.asarray(group.params_dict["rho"].get_value(), dtype=float)
+            covariance = np.diag(np.logaddexp(0.0, fitted) ** 2 + extra)
         else:
-            shared = group.params_dict["L_tril"]
-            fitted = np.asarray(shared.get_value(), dtype=float)
-            cov = np.asarray(self.cov.eval(), dtype=float) + np.diag(extra)
-            chol = np.linalg.cholesky(cov)
-            rows, cols = np.tril_indices(cov.shape[0])
-            new = chol[rows, cols]
-            diagonal = rows == cols
-            new[diagonal] = new[diagonal] + np.log(-np.expm1(-new[diagonal]))  # the diagonal is stored through softplus
-        shared.set_value(new.astype(shared.dtype))
-        try:
-            yield
-        finally:
-            shared.set_value(fitted.astype(shared.dtype))
+            covariance = np.asarray(self.cov.eval(), dtype=float) + np.diag(extra)
+        return self._temporarily([self._scale_values(covariance)])
 
     def initial_values(self, chains: int = 1, random_seed: Any = None, inflate: float = 1.0) -> PrivateStart:
         """One draw per chain from q with its scale multiplied by ``inflate``, as ``initvals``.
@@ -869,10 +853,6 @@ class DPADVI(Inference):
             self._unpack(updated)
 
         return step
-
-    def _trace_laplace(self, trace: _GradientTrace) -> tuple[TraceLaplace | None, Any]:
-        """The Laplace posterior of this fit's released gradients (see :func:`_laplace_of_trace`)."""
-        return _laplace_of_trace(trace, self._prior, self._to_rows)
 
     def fit(
         self,
