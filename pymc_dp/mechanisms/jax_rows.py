@@ -339,6 +339,7 @@ class JaxRows:
         def add_noise(value, std, z):  # in float64, whatever the dtype of the sum
             return value.astype(jnp.float64) + std * z
 
+        self._add_noise_fn = add_noise
         self._f_add_noise = jax.jit(add_noise)
 
     def _trace(self) -> None:
@@ -397,6 +398,8 @@ class JaxRows:
     def _build_hmc_transition(self, prior, n_leapfrog: int):
         import pytensor
 
+        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
+
         jax, jnp = self._jax, self._jnp
         lax = jax.lax
         theta_var = prior._theta
@@ -407,7 +410,7 @@ class JaxRows:
             warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
             prior_logp = _jax_function([theta_var], graph)
             prior_grad = _jax_function([theta_var], pytensor.grad(graph, theta_var))
-        ratio_sum, gradient_sum = self._ratio_sum_fn, self._gradient_sum_fn
+        ratio_sum, gradient_sum, add_noise = self._ratio_sum_fn, self._gradient_sum_fn, self._add_noise_fn
         # Leapfrog weights: η after every position update but the last, η/2 after the last.
         weights = np.ones(n_leapfrog)
         weights[-1] = 0.5
@@ -416,8 +419,9 @@ class JaxRows:
             grad_bound, grad_std, llr_clip, llr_std_per_distance, temperature = scales
 
             def log_target_grad(point, z):
-                noisy = gradient_sum(point, grad_bound, data, mask).astype(jnp.float64) + grad_std * z
-                return prior_grad(point) + temperature * noisy
+                return prior_grad(point) + temperature * add_noise(
+                    gradient_sum(point, grad_bound, data, mask), grad_std, z
+                )
 
             p = momentum + 0.5 * step_size * log_target_grad(theta, z_grads[0])
 
@@ -437,11 +441,10 @@ class JaxRows:
             safe_distance = jnp.where(finite, distance, 0.0)
             clipped, proposed = ratio_sum(safe, current, llr_clip * safe_distance, data, mask)
             llr_std = llr_std_per_distance * safe_distance
-            noisy_llr = clipped.astype(jnp.float64) + llr_std * z_llr
+            noisy_llr = add_noise(clipped, llr_std, z_llr)
             log_prior_ratio = prior_logp(safe) - prior_logp(theta)
             kinetic_change = 0.5 * jnp.sum(momentum * inv_mass * momentum) - 0.5 * jnp.sum(p_end * inv_mass * p_end)
-            scaled = temperature * llr_std
-            log_alpha = temperature * noisy_llr - 0.5 * scaled * scaled + log_prior_ratio + kinetic_change
+            log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, kinetic_change, temperature)
             return proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed
 
         fused = jax.jit(transition)
