@@ -989,6 +989,11 @@ class RowLikelihood:
         message shows N (:func:`row_loglik`).
     gradient_mode : {"auto", "forward", "reverse"}, default "auto"
         How the per-row gradient matrix is computed (see the property :attr:`gradient_mode`).
+    reproducible : bool, default False
+        Resolve ``gradient_mode="auto"`` without timing (to forward mode), so that two runs
+        take the same arithmetic path and give bit-identical results. Set by the step methods
+        and DPADVI when ``reproducible_noise=True``: the two modes agree only to rounding, and
+        a timed choice can differ between runs.
     chunk_bytes : int, optional
         Memory limit of one chunk of a full-data gradient pass (default :data:`CHUNK_BYTES`).
 
@@ -1042,6 +1047,7 @@ class RowLikelihood:
         neighbouring: str = "substitute",
         gradient_mode: str = "auto",
         chunk_bytes: int | None = None,
+        reproducible: bool = False,
     ) -> None:
         if gradient_mode not in ("auto", "forward", "reverse"):
             raise ValueError(f"`gradient_mode` must be 'auto', 'forward' or 'reverse'. Found {gradient_mode!r}.")
@@ -1091,7 +1097,8 @@ class RowLikelihood:
         self._subset_mode: str | None = None
         self._f_lik_idx = None
         self._f_grad_batch = None
-        self._gradient_mode_setting = gradient_mode
+        # A timed choice may differ between runs, and the two modes agree only to rounding.
+        self._gradient_mode_setting = "forward" if reproducible and gradient_mode == "auto" else gradient_mode
         self._gradient_mode: str | None = None
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
@@ -1411,7 +1418,9 @@ class RowLikelihood:
         on 4,096 rows of zeros (data-free inputs of the data's shape and type: the choice
         depends on the graph only, never on data values), keeping the faster; the reverse form
         is dropped if it cannot be built or compiled, or warns (an op without a vectorised
-        form). Slice mode is always forward. Both give the same matrix (tested to 1e-10).
+        form). Slice mode is always forward. Both give the same matrix (tested to 1e-10), but
+        only to rounding: with ``reproducible=True`` (reproducible noise) ``"auto"`` is forward
+        mode, chosen without timing, so that reruns are bit-identical.
         """
         self.warm_gradient()
         return self._gradient_mode

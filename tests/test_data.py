@@ -5,6 +5,7 @@ import pymc as pm
 import pytest
 from pymc.blocking import DictToArrayBijection
 
+import pymc_dp.data
 from pymc_dp.data import ModelStructureError, RowLikelihood, data_dependent_deterministics
 
 RNG = np.random.default_rng(20261122)
@@ -255,6 +256,18 @@ def test_reverse_and_forward_mode_give_the_same_per_row_gradients(built):
     reverse = rows._compile_batch_grad("reverse")(theta, *data)
     assert reverse.shape == (N, rows.n_params)
     np.testing.assert_allclose(reverse, forward, rtol=1e-10, atol=1e-10)
+
+
+def test_reproducible_rows_choose_the_gradient_mode_without_timing(monkeypatch):
+    # The two modes agree only to rounding, so a timed choice could make reruns with reproducible
+    # noise differ in their last bits (and a chain then diverge): with reproducible=True nothing is timed.
+    def timed(*args, **kwargs):
+        raise AssertionError("the gradient mode was chosen by timing")
+
+    monkeypatch.setattr(pymc_dp.data, "_best_time", timed)
+    rows = RowLikelihood(positive_only(), reproducible=True)
+    assert rows.gradient_mode == "forward"
+    assert RowLikelihood(positive_only(), reproducible=True, gradient_mode="reverse").gradient_mode == "reverse"
 
 
 def test_gradient_mode_setting_is_checked():

@@ -77,7 +77,15 @@ class RowMechanisms:
         self._rows.warm_gradient()
 
 
-def model_access(model, value_vars, shared, initial_point, compile_kwargs, neighbouring: str = "substitute"):
+def model_access(
+    model,
+    value_vars,
+    shared,
+    initial_point,
+    compile_kwargs,
+    neighbouring: str = "substitute",
+    reproducible: bool = False,
+):
     """The data-free prior and the row mechanisms of ``model`` for the parameters ``value_vars``.
 
     The one place a step method or DPADVI reaches its model's data: it gets back a
@@ -94,5 +102,6 @@ def model_access(model, value_vars, shared, initial_point, compile_kwargs, neigh
         initial_point=initial_point,
         compile_kwargs=compile_kwargs,
         neighbouring=neighbouring,
+        reproducible=reproducible,
     )
     return rows.prior, RowMechanisms(rows)

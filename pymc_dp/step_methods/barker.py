@@ -210,7 +210,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         batch_size, tempered_size, temperature = self._check_test(batch_size, tempered_size, temperature)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPBarkerMH", self.neighbouring
+            vars, model, initial_point, compile_kwargs, "DPBarkerMH", self.neighbouring, reproducible_noise
         )
         self.n_rows = n = self._prior.n_rows
         size = self._prior.n_params

@@ -136,7 +136,15 @@ class DPStep(ArrayStepShared):
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod
-    def _data_access(vars, model, initial_point, compile_kwargs, step_name: str, neighbouring: str = "substitute"):
+    def _data_access(
+        vars,
+        model,
+        initial_point,
+        compile_kwargs,
+        step_name: str,
+        neighbouring: str = "substitute",
+        reproducible_noise: bool = False,
+    ):
         """(value_vars, shared, PriorDensity, RowMechanisms) for continuous ``vars``.
 
         The one place steps reach their model: a data-free prior and the row mechanisms,
@@ -151,7 +159,9 @@ class DPStep(ArrayStepShared):
         if discrete:
             raise ValueError(f"`vars` must be continuous for {step_name}. Found discrete variables: {discrete}.")
         shared = make_shared_replacements(initial_point, value_vars, model)
-        prior, mechanisms = model_access(model, value_vars, shared, initial_point, compile_kwargs, neighbouring)
+        prior, mechanisms = model_access(
+            model, value_vars, shared, initial_point, compile_kwargs, neighbouring, reproducible=reproducible_noise
+        )
         return value_vars, shared, prior, mechanisms
 
     def _start(self, value_vars, shared, *, tune: bool, reproducible_noise: bool, blocked: bool, rng: Any) -> None:

@@ -266,7 +266,7 @@ class DPHMC(DPStep):
             step_size = check_finite_positive("step_size", step_size)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPHMC", self.neighbouring
+            vars, model, initial_point, compile_kwargs, "DPHMC", self.neighbouring, reproducible_noise
         )
         self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows

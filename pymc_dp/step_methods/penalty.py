@@ -198,7 +198,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         scale = check_proposal_scale(proposal_scale)
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
-            vars, model, initial_point, compile_kwargs, "DPPenaltyMH", self.neighbouring
+            vars, model, initial_point, compile_kwargs, "DPPenaltyMH", self.neighbouring, reproducible_noise
         )
         size = self._prior.n_params
         self.n_rows = self._prior.n_rows

@@ -786,7 +786,9 @@ class DPADVI(Inference):
                 f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
             )
         # Raises ModelStructureError for models without a row axis.
-        prior, mechanisms = model_access(model, None, None, None, self._compile_kwargs, self.neighbouring)
+        prior, mechanisms = model_access(
+            model, None, None, None, self._compile_kwargs, self.neighbouring, reproducible=self.reproducible_noise
+        )
         mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
         approx_class = _APPROXIMATIONS[self.approximation]
         kwargs = {"model": model, "random_seed": random_seed}
