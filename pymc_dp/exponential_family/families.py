@@ -37,6 +37,7 @@ __all__ = [
     "Categorical",
     "ExponentialFamily",
     "LinearRegression",
+    "LogisticRegression",
     "Normal",
     "Poisson",
     "get_family",
@@ -540,6 +541,158 @@ class LinearRegression(ExponentialFamily):
         return phi, -pt.log(sigma)
 
 
+def chebyshev_log_sigmoid(radius: float, degree: int = 2) -> np.ndarray:
+    """Power-basis coefficients (a₀, a₁, …) of the Chebyshev interpolant of log σ(u) on [−radius, radius].
+
+    log σ(u) = −log(1 + e⁻ᵘ), interpolated at the ``degree + 1`` Chebyshev points of the
+    interval and written as Σₖ aₖ uᵏ (Huggins, Adams and Broderick 2017, PASS-GLM, §3; the
+    approximation Kulkarni et al. 2021 build their released statistics on). Pure NumPy.
+    """
+    radius = _check_finite_real("approximation_radius", radius)
+    if radius <= 0.0:
+        raise ValueError(f"`approximation_radius` must be a positive number. Found {radius!r}.")
+    chebyshev = np.polynomial.chebyshev.Chebyshev.interpolate(
+        lambda u: -np.logaddexp(0.0, -u), degree, domain=[-radius, radius]
+    )
+    return chebyshev.convert(kind=np.polynomial.Polynomial).coef
+
+
+@dataclass(frozen=True, repr=False)
+class LogisticRegression(ExponentialFamily):
+    """y ∈ {0, 1} with P(y = 1 | x) = σ(xᵀβ), public bounds on every feature (Kulkarni et al. 2021).
+
+    With s = 2y − 1 ∈ {−1, 1} the log-likelihood of a row is log σ(s xᵀβ). Its degree-2
+    Chebyshev approximation on [−R, R] (R = ``approximation_radius``),
+    log σ(u) ≈ a₀ + a₁u + a₂u², turns the data's log-likelihood into
+    N a₀ + a₁ βᵀ Σ sx + a₂ βᵀ (Σ xxᵀ) β (s² = 1), an exponential family in the statistic
+    S(x, y) = (s·x, upper triangle of xxᵀ) (Huggins, Adams and Broderick 2017; Kulkarni et
+    al. 2021, §3). Include a column of ones with bounds (1, 1) for an intercept: its s·1 entry
+    counts the classes, its 1·1 entry is the constant N (width 0, no noise needed).
+
+    The naive likelihood is that approximation read at the projected release (accurate while
+    |xᵀβ| stays within R for most rows; a₂ < 0 and the projected Σ xxᵀ is positive
+    semi-definite, so it is a proper Gaussian in β). The noise-aware likelihood does not use
+    the approximation: it is the CLT of S under the logistic model itself, with Gaussian
+    covariates whose moments are latent (as for linear regression), and the Laplace noise
+    replaced by the normal of its variance (:func:`pymc_dp.exponential_family.noise_aware.
+    logistic_regression_loglik`).
+
+    Neighbouring relation: substitute (one row replaced, N public); Δ₁ is the sum of the
+    coordinate interval widths (s·xⱼ ∈ [−mⱼ, mⱼ] with mⱼ = max |boundⱼ|; xⱼxₖ by interval
+    arithmetic).
+
+    Parameters
+    ----------
+    n_features : int
+        d, the number of columns of X (an intercept column included).
+    x_bounds : (lower, upper)
+        Scalars or one value per feature.
+    approximation_radius : float, default 4.0
+        R, the interval [−R, R] of xᵀβ on which the naive likelihood's polynomial is fitted.
+
+    References
+    ----------
+    Kulkarni, T., Jälkö, J., Koskela, A., Kaski, S. and Honkela, A. (2021). Differentially
+    private Bayesian inference for generalized linear models. ICML.
+    Huggins, J. H., Adams, R. P. and Broderick, T. (2017). PASS-GLM: polynomial approximate
+    sufficient statistics for scalable Bayesian GLM inference. NeurIPS.
+    """
+
+    n_features: int = 1
+    x_bounds: tuple[Any, Any] | None = None
+    approximation_radius: float = 4.0
+    name: ClassVar[str] = "logistic_regression"
+    params: ClassVar[tuple[str, ...]] = ("beta",)
+
+    def __post_init__(self) -> None:
+        d = check_positive_int("n_features", self.n_features)
+        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
+        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        coefficients = chebyshev_log_sigmoid(self.approximation_radius)
+        object.__setattr__(self, "approximation_radius", float(self.approximation_radius))
+        object.__setattr__(self, "_coefficients", coefficients)
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        """(a₀, a₁, a₂) of log σ(u) ≈ a₀ + a₁u + a₂u² on [−R, R] (:func:`chebyshev_log_sigmoid`)."""
+        return self._coefficients
+
+    @property
+    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.triu_indices(self.n_features)
+
+    def product_positions(self) -> dict[tuple[int, int], int]:
+        """{(j, k), j ≤ k: index of Σ xⱼxₖ in the statistic vector} (after the d entries of Σ s·x)."""
+        d = self.n_features
+        return {(int(r), int(c)): d + i for i, (r, c) in enumerate(zip(*self._triu, strict=True))}
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        xl, xu = self.x_bounds
+        x = list(zip(xl, xu, strict=True))
+        reach = np.maximum(np.abs(xl), np.abs(xu))
+        lo, hi = list(-reach), list(reach)
+        for j, k in zip(*self._triu, strict=True):
+            a, b = _interval_square(x[j]) if j == k else _interval_product(x[j], x[k])
+            lo.append(a)
+            hi.append(b)
+        return np.array(lo), np.array(hi)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "x_bounds": [list(b) for b in self.x_bounds],
+            "approximation_radius": self.approximation_radius,
+        }
+
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        check_out_of_bounds(out_of_bounds)
+        if not isinstance(data, tuple | list) or len(data) != 2:
+            raise TypeError("`data` must be a pair (X, y) for logistic regression. Found another object.")
+        x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
+        if x.ndim == 1:
+            x = x.reshape(-1, 1)
+        if x.ndim != 2 or x.shape[1] != self.n_features or y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"`data` must be X of shape (rows, {self.n_features}) and y of shape (rows,). "
+                f"Found {x.shape} and {y.shape}."
+            )
+        xl, xu = (np.asarray(b) for b in self.x_bounds)
+        x = _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`")
+        y = _admit_integers(y, 1, out_of_bounds, "the labels {0, 1}")
+        return np.column_stack([x, y])
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        x, s = data[:, :-1], 2.0 * data[:, -1:] - 1.0
+        rows, cols = self._triu
+        return np.column_stack([s * x, x[:, rows] * x[:, cols]])
+
+    def matrix(self, statistics: np.ndarray) -> np.ndarray:
+        """The symmetric d × d matrix Σ xxᵀ from the statistic vector."""
+        d = self.n_features
+        out = np.zeros((d, d))
+        rows, cols = self._triu
+        out[rows, cols] = statistics[d:]
+        out[cols, rows] = statistics[d:]
+        return out
+
+    def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
+        boxed = super().project(statistics, n_rows)
+        values, vectors = np.linalg.eigh(self.matrix(boxed))
+        psd = (vectors * np.maximum(values, 0.0)) @ vectors.T
+        rows, cols = self._triu
+        return np.concatenate([boxed[: self.n_features], psd[rows, cols]])
+
+    def natural(self, beta: Any) -> tuple[Any, Any]:
+        beta = pt.as_tensor_variable(beta).reshape((-1,))
+        a0, a1, a2 = (float(a) for a in self.coefficients)
+        rows, cols = self._triu
+        # βᵀ(Σ xxᵀ)β from the upper triangle: diagonal entries once, off-diagonal ones twice.
+        weight = np.where(rows == cols, 1.0, 2.0)
+        phi = pt.concatenate([a1 * beta, a2 * weight * beta[rows] * beta[cols]])
+        return phi, pt.constant(a0)
+
+
 SUPPORTED_FAMILIES: dict[str, type[ExponentialFamily]] = {
     "bernoulli": Bernoulli,
     "binomial": Binomial,
@@ -547,6 +700,7 @@ SUPPORTED_FAMILIES: dict[str, type[ExponentialFamily]] = {
     "poisson": Poisson,
     "normal": Normal,
     "linear_regression": LinearRegression,
+    "logistic_regression": LogisticRegression,
 }
 
 
@@ -560,7 +714,8 @@ def get_family(family: str | ExponentialFamily, **settings: Any) -> ExponentialF
         raise ValueError(
             "`family` must be one of the supported conjugate exponential families "
             f"{sorted(SUPPORTED_FAMILIES)} (Binomial with known n_trials, Poisson with a public count bound "
-            f"`upper`, Normal with known sigma and public `bounds`, linear regression with public x/y bounds). "
+            f"`upper`, Normal with known sigma and public `bounds`, linear regression with public x/y bounds, logistic "
+            f"regression with public x bounds and labels in {{0, 1}}). "
             f"Found {family!r}."
         )
     return SUPPORTED_FAMILIES[family.lower()](**settings)

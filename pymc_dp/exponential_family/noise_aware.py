@@ -83,6 +83,9 @@ NOISE_AWARE_METHODS = {
     "categorical": "CLT multivariate normal of the counts, Laplace as a scale mixture (latent variances)",
     "linear_regression": "CLT of zzᵀ with Gaussian covariates (latent moments), Laplace noise replaced by the "
     "normal of the same variance: Gaussian in closed form",
+    "logistic_regression": "CLT of (s·x, xxᵀ) under the logistic model with Gaussian covariates (latent moments; "
+    "expectations over xᵀβ by Gauss–Hermite quadrature), Laplace noise replaced by the normal of the same "
+    "variance: Gaussian in closed form",
 }
 
 _LOG_SQRT_PI_OVER_2 = 0.5 * math.log(math.pi / 2.0)
@@ -367,6 +370,8 @@ def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, na
         return _categorical_loglik(family, noisy, n_rows, scale, name, params["p"])
     if kind is fams.LinearRegression:
         return linear_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], params["sigma"])
+    if kind is fams.LogisticRegression:
+        return logistic_regression_loglik(family, noisy, n_rows, scale, name, params["beta"])
     raise ValueError(
         f"`noise_aware` must be False for the family {family!r}: a noise-aware likelihood exists only for the "
         f"built-in families {sorted(NOISE_AWARE_METHODS)}. Found a user-defined family."
@@ -469,14 +474,17 @@ def linear_regression_release_logpdf(
 _PARAMETER_LIMIT = 1e25
 
 
-def _covariate_start(family: Any, noisy: Any, n_rows: int, free: np.ndarray) -> tuple[Any, Any]:
+def _covariate_start(
+    family: Any, noisy: Any, n_rows: int, free: np.ndarray, position: dict[tuple[int, int], int]
+) -> tuple[Any, Any]:
     """Starting values of the free covariates' means and sds from the release (public), or None.
 
     With a constant column c (bounds (c, c), c ≠ 0) the released Σ c·xⱼ gives the mean and
     Σ xⱼ² the second moment of every free feature; the sampler starts there rather than at the
     prior's centre, where at large N the release's gradient is steep enough to send the first
-    trajectories far out. Only the start changes, not the model. None without a constant
-    column or for a symbolic release.
+    trajectories far out. Only the start changes, not the model. ``position`` maps (j, k),
+    j ≤ k, to the index of Σ xⱼxₖ in the release. None without a constant column or for a
+    symbolic release.
     """
     if not isinstance(noisy, np.ndarray) or not free.size:
         return None, None
@@ -485,7 +493,6 @@ def _covariate_start(family: Any, noisy: Any, n_rows: int, free: np.ndarray) -> 
     if not constant.size:
         return None, None
     k = int(constant[0])
-    position = {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*family._triu, strict=True))}
     mean = np.array([noisy[position[(min(k, j), max(k, j))]] / (n_rows * lower[k]) for j in free])
     mean = np.clip(mean, lower[free], upper[free])
     second = np.array([noisy[position[(j, j)]] / n_rows for j in free])
@@ -526,6 +533,49 @@ def gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
 X_PRIOR_FRACTION = 0.25
 
 
+def gaussian_covariates(
+    family: Any, noisy: Any, n_rows: int, name: str, position: dict[tuple[int, int], int]
+) -> tuple[Any, Any]:
+    """Latent covariate moments (μₓ, Σₓ) with priors from the public ``x_bounds`` (adds them to the model).
+
+    The features whose bounds have positive width are Gaussian; a feature with lower =
+    upper (an intercept column) is that constant. Centre cⱼ, half-width hⱼ of each interval:
+    μₓⱼ = cⱼ + (hⱼ/4)·uⱼ with uⱼ ~ N(0, 1) (non-centred, ``{name}_x_mean_std``, and the
+    deterministic ``{name}_x_mean``), the standard deviations ~ HalfNormal(hⱼ/4), the
+    correlation ~ LKJ(η = 2) (``{name}_x_chol``; ``{name}_x_sd`` for one free feature). The
+    sampler starts from the release where it can (:func:`_covariate_start`, ``position`` the
+    index of each Σ xⱼxₖ in it). Shared by linear and logistic regression.
+    """
+    import pymc as pm
+
+    d = family.n_features
+    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
+    free = np.nonzero(upper > lower)[0]
+    centre, half = (lower + upper) / 2.0, X_PRIOR_FRACTION * (upper - lower) / 2.0
+    x_mean = pt.as_tensor_variable(lower.copy())
+    x_cov = pt.zeros((d, d))
+    start_mean, start_sd = _covariate_start(family, noisy, n_rows, free, position)
+    if free.size:
+        start_u = None if start_mean is None else np.clip((start_mean - centre[free]) / half[free], -3.0, 3.0)
+        u = pm.Normal(f"{name}_x_mean_std", 0.0, 1.0, shape=free.size, initval=start_u)
+        x_mean = pt.set_subtensor(x_mean[free], pm.Deterministic(f"{name}_x_mean", centre[free] + half[free] * u))
+        if free.size == 1:
+            start = None if start_sd is None else np.clip(start_sd, 0.1 * half[free], 4.0 * half[free])
+            sd = pm.HalfNormal(f"{name}_x_sd", sigma=half[free], shape=1, initval=start)
+            block = pt.outer(sd, sd)
+        else:
+            chol, _, _ = pm.LKJCholeskyCov(
+                f"{name}_x_chol",
+                n=free.size,
+                eta=2.0,
+                sd_dist=pm.HalfNormal.dist(sigma=half[free], shape=free.size),
+                compute_corr=True,
+            )
+            block = chol @ chol.T
+        x_cov = pt.set_subtensor(x_cov[np.ix_(free, free)], block)
+    return x_mean, x_cov
+
+
 def linear_regression_loglik(
     family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any, sigma: Any
 ) -> Any:
@@ -548,7 +598,6 @@ def linear_regression_loglik(
     Gaussian scale mixture with one latent variance per statistic; NUTS mixed badly on it
     (bulk ESS 5–12 in 300 draws), the funnel between those variances and θ being the cause.
     """
-    import pymc as pm
 
     d = family.n_features
     beta = pt.as_tensor_variable(beta)
@@ -564,30 +613,96 @@ def linear_regression_loglik(
             f"y | x ~ N(xᵀβ, σ²), which a constant target contradicts). Found {family.y_bounds}; use "
             "noise_aware=False."
         )
-    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
-    free = np.nonzero(upper > lower)[0]
-    centre, half = (lower + upper) / 2.0, X_PRIOR_FRACTION * (upper - lower) / 2.0
-    x_mean = pt.as_tensor_variable(lower.copy())
-    x_cov = pt.zeros((d, d))
-    start_mean, start_sd = _covariate_start(family, noisy, n_rows, free)
-    if free.size:
-        start_u = None if start_mean is None else np.clip((start_mean - centre[free]) / half[free], -3.0, 3.0)
-        u = pm.Normal(f"{name}_x_mean_std", 0.0, 1.0, shape=free.size, initval=start_u)
-        x_mean = pt.set_subtensor(x_mean[free], pm.Deterministic(f"{name}_x_mean", centre[free] + half[free] * u))
-        if free.size == 1:
-            start = None if start_sd is None else np.clip(start_sd, 0.1 * half[free], 4.0 * half[free])
-            sd = pm.HalfNormal(f"{name}_x_sd", sigma=half[free], shape=1, initval=start)
-            block = pt.outer(sd, sd)
-        else:
-            chol, _, _ = pm.LKJCholeskyCov(
-                f"{name}_x_chol",
-                n=free.size,
-                eta=2.0,
-                sd_dist=pm.HalfNormal.dist(sigma=half[free], shape=free.size),
-                compute_corr=True,
-            )
-            block = chol @ chol.T
-        x_cov = pt.set_subtensor(x_cov[np.ix_(free, free)], block)
+    position = {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*family._triu, strict=True))}
+    x_mean, x_cov = gaussian_covariates(family, noisy, n_rows, name, position)
     lo, hi = family.intervals()
     keep = np.nonzero(hi > lo)[0]
     return linear_regression_release_logpdf(noisy, n_rows, scale, x_mean, x_cov, beta, sigma, keep, family._triu)
+
+
+#: Gauss–Hermite nodes (probabilists') for the expectations over u = xᵀβ in the logistic moments.
+LOGISTIC_QUADRATURE_NODES = 64
+
+
+def logistic_regression_moments(
+    x_mean: Any, x_cov: Any, beta: Any, rows: np.ndarray, cols: np.ndarray
+) -> tuple[Any, Any]:
+    """Mean and covariance of one row's statistic t = (s·x, (xⱼxₖ) over (rows, cols)) (PyTensor).
+
+    Model of one row: x ~ N(μ, Σ) (Σ may be singular: constant features), s = 2y − 1 with
+    P(y = 1 | x) = σ(xᵀβ), so E[s | x] = g(u) = tanh(u/2) with u = xᵀβ ~ N(m, v), m = μᵀβ,
+    v = βᵀΣβ. Writing x = μ + a·w + r with w = (u − m)/√v ~ N(0, 1), a = Σβ/√v and
+    r ~ N(0, Σ − aaᵀ) independent of w, every moment is a one-dimensional expectation over w
+    (Gauss–Hermite, :data:`LOGISTIC_QUADRATURE_NODES` nodes) of Gaussian moments of r:
+
+    - E[s x] = E_w[g (μ + a w)];
+    - E[(s xᵢ)(s xⱼ)] = E[xᵢxⱼ] = μᵢμⱼ + Σᵢⱼ (s² = 1);
+    - E[(s xᵢ)(xⱼxₖ)] = E_w[g (cᵢcⱼcₖ + cᵢRⱼₖ + cⱼRᵢₖ + cₖRᵢⱼ)], c = μ + a w, R = Σ − aaᵀ;
+    - the (xⱼxₖ) block by Isserlis' theorem (:func:`product_moments`).
+
+    This is the moment computation of Kulkarni et al. (2021, §4) for the logistic model, with
+    the expectations over the linear predictor done by quadrature rather than by sampling.
+    """
+    x_mean, x_cov, beta = (_tensor(v) for v in (x_mean, x_cov, beta))
+    nodes, weights = np.polynomial.hermite_e.hermegauss(LOGISTIC_QUADRATURE_NODES)
+    weights = weights / weights.sum()
+    sigma_beta = x_cov @ beta
+    m = x_mean @ beta
+    sd = pt.sqrt(beta @ sigma_beta + 1e-12)
+    a = sigma_beta / sd
+    residual = x_cov - pt.outer(a, a)
+    c = x_mean[None, :] + nodes[:, None] * a[None, :]  # K × d
+    g = pt.tanh(0.5 * (m + sd * nodes))  # K
+    gw = g * weights
+    mean_sx = pt.dot(gw, c)
+    second = x_cov + pt.outer(x_mean, x_mean)
+    j, k = np.asarray(rows), np.asarray(cols)
+    third = (
+        pt.dot((gw[:, None] * c).T, c[:, j] * c[:, k])
+        + pt.outer(mean_sx, residual[j, k])
+        + residual[:, k] * mean_sx[j][None, :]
+        + residual[:, j] * mean_sx[k][None, :]
+    )
+    mean_xx, cov_xx = product_moments(x_mean, x_cov, j, k)
+    cov_sx = second - pt.outer(mean_sx, mean_sx)
+    cross = third - pt.outer(mean_sx, mean_xx)
+    mean = pt.concatenate([mean_sx, mean_xx])
+    cov = pt.concatenate([pt.concatenate([cov_sx, cross], axis=1), pt.concatenate([cross.T, cov_xx], axis=1)], axis=0)
+    return mean, cov
+
+
+def logistic_regression_loglik(family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any) -> Any:
+    """CLT likelihood of the released (Σ s·x, Σ xxᵀ) with Gaussian covariates (Kulkarni et al. 2021, §4).
+
+    Adds the covariate moments to the model in context (:func:`gaussian_covariates`) and
+    returns log N(Ŝ_keep; N·m, N·V + 2b²I): m, V the moments of one row's statistic under the
+    logistic model (:func:`logistic_regression_moments`), the coordinates ``keep`` those with
+    an interval of positive width, and each coordinate's Laplace noise replaced by the normal
+    of the same variance 2b² (as for linear regression: S and the noise marginalised in
+    closed form, nothing latent but the covariate moments). The polynomial approximation of
+    the naive likelihood is not used here: the CLT is of the statistic under the logistic
+    model itself.
+    """
+    d = family.n_features
+    beta = pt.as_tensor_variable(beta)
+    if beta.ndim != 1:
+        raise ValueError(
+            f"`beta` must be a vector of {d} coefficients for the noise-aware logistic-regression likelihood. "
+            f"Found a tensor with {beta.ndim} dimensions."
+        )
+    x_mean, x_cov = gaussian_covariates(family, noisy, n_rows, name, family.product_positions())
+    lo, hi = family.intervals()
+    keep = np.nonzero(hi > lo)[0]
+    rows, cols = family._triu
+    # Only a diverging trajectory leaves the box below (covariate moments 10⁴ bound-widths out, in
+    # prior terms 4·10⁴ prior sds): it gets −inf there, before the moments' powers grow so large that
+    # the sampler's momentum overflows (the statistic's covariance is a quartic in the covariates).
+    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
+    reach = 1e4 * float(np.max(upper - lower)) + float(np.max(np.abs([lower, upper])))
+    ok = pt.all(pt.le(pt.abs(beta), _PARAMETER_LIMIT))
+    ok = ok & pt.all(pt.le(pt.abs(x_mean), reach)) & pt.all(pt.le(pt.abs(x_cov), reach * reach))
+    beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
+    x_cov = pt.switch(ok, x_cov, pt.eye(d))
+    mean, cov = logistic_regression_moments(x_mean, x_cov, beta, rows, cols)
+    total = n_rows * cov[keep][:, keep] + (2.0 * float(scale) ** 2) * np.eye(keep.size)
+    return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean[keep], total), -np.inf)

@@ -268,7 +268,11 @@ def sample_releases(
         As for :func:`pymc_dp.sample`: the result carries ``dp_diagnostics`` computed from
         its draws, and a result that is not a usable posterior is flagged.
     **kwargs
-        Passed to ``pm.sample`` (``return_inferencedata`` must stay True).
+        Passed to ``pm.sample`` (``return_inferencedata`` must stay True). For a model with
+        a noise-aware regression likelihood ``init`` defaults to ``"adapt_diag"``: every
+        chain starts at the model's initial point, whose covariate moments are read from the
+        release, without PyMC's ±1 jitter (it would start those sharply determined
+        moments many posterior sds out, where the first trajectories diverge and overflow).
 
     Notes
     -----
@@ -289,9 +293,23 @@ def sample_releases(
     # No prior or potential may read an array of the row length (raw data baked in as a constant).
     public = [r.statistics for r in releases] + [r.noisy_statistics for r in releases if r.noisy_statistics is not None]
     check_prior_reads_no_data(model, releases[0].n_rows, public=public)
+    if "init" not in kwargs and "step" not in kwargs and _has_covariate_moments(model, releases):
+        # The noise-aware regressions' covariate moments are pinned down by the release to about
+        # 1/√N of their scale, and they start there (read from the release); PyMC's default ±1
+        # jitter would start them many posterior sds out, where the first trajectories diverge.
+        kwargs["init"] = "adapt_diag"
     idata = pm.sample(model=model, **kwargs)
     annotate_releases(idata, releases, model=model)
     return attach_diagnostics(idata, on_poor_mixing, method="pm.sample on released statistics")
+
+
+def _has_covariate_moments(model: Any, releases: list[ReleasedStatistics]) -> bool:
+    """Whether ``model`` holds the latent covariate moments of a noise-aware regression likelihood."""
+    from pymc_dp.exponential_family.families import LinearRegression, LogisticRegression
+
+    if not any(isinstance(r.family, LinearRegression | LogisticRegression) for r in releases):
+        return False
+    return any(rv.name.endswith("_x_mean_std") for rv in model.free_RVs)
 
 
 def release_statistics(
