@@ -3,11 +3,14 @@
 One-statistic families: quadrature posteriors (no MCMC), see
 :func:`pymc_dp.testing.calibration.calibrate_univariate`. ``--regression``: linear regression
 by NUTS (:func:`pymc_dp.testing.calibration.calibrate_linear_regression`), run in batches of
-``--batch`` repeats with the running totals printed after each (β₀, β₁, σ per cell).
+``--batch`` repeats with the running totals printed after each (β₀, β₁, σ per cell);
+``--regression --logistic``: logistic regression on released (Σ s·x, Σ xxᵀ)
+(:func:`pymc_dp.testing.calibration.calibrate_logistic_regression`, β₀, β₁ per cell).
 Prints one markdown row per (family, N, ε) as it finishes.
 
     python scripts/noise_aware_coverage.py --repeats 200
     python scripts/noise_aware_coverage.py --regression --repeats 200 --sizes 100 --epsilons 0.1 1
+    python scripts/noise_aware_coverage.py --regression --logistic --repeats 100
 """
 
 import argparse
@@ -16,22 +19,27 @@ import zlib
 
 import numpy as np
 
-from pymc_dp.testing.calibration import calibrate_linear_regression, calibrate_univariate
+from pymc_dp.testing.calibration import (
+    calibrate_linear_regression,
+    calibrate_logistic_regression,
+    calibrate_univariate,
+)
 
 
 def regression(args) -> None:
-    print(
-        "| N | ε | repeats | noise-aware coverage β₀, β₁, σ | naive coverage | noise-aware width | naive width", end=""
-    )
-    print(" | min ESS |")
+    names = "β₀, β₁" if args.logistic else "β₀, β₁, σ"
+    calibrate = calibrate_logistic_regression if args.logistic else calibrate_linear_regression
+    print(f"| N | ε | repeats | noise-aware coverage {names} | naive coverage", end="")
+    print(" | noise-aware width | naive width | min ESS |")
     print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for eps in args.epsilons:
-            rng = np.random.default_rng(zlib.crc32(f"regression-{eps}-{n}".encode()))
+            label = "logistic" if args.logistic else "regression"
+            rng = np.random.default_rng(zlib.crc32(f"{label}-{eps}-{n}".encode()))
             done, aware, naive, w_aware, w_naive, ess = 0, 0.0, 0.0, 0.0, 0.0, np.inf
             while done < args.repeats:
                 k = min(args.batch, args.repeats - done)
-                r = calibrate_linear_regression(n, eps, k, rng, draws=args.draws, tune=args.draws, chains=1)
+                r = calibrate(n, eps, k, rng, draws=args.draws, tune=args.draws, chains=1)
                 aware = aware + np.array(r.noise_aware_coverage) * k
                 naive = naive + np.array(r.naive_coverage) * k
                 w_aware = w_aware + np.array(r.noise_aware_width) * k
@@ -55,6 +63,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     parser.add_argument("--regression", action="store_true", help="linear regression by NUTS instead")
+    parser.add_argument("--logistic", action="store_true", help="with --regression: logistic regression")
     parser.add_argument("--batch", type=int, default=10, help="regression: repeats between printed totals")
     parser.add_argument("--draws", type=int, default=300, help="regression: NUTS draws (and tuning steps)")
     args = parser.parse_args()

@@ -24,7 +24,11 @@ from pymc_dp.exponential_family.noise_aware import (
     normal_laplace_logpdf,
     product_moments,
 )
-from pymc_dp.testing.calibration import calibrate_linear_regression, calibrate_univariate
+from pymc_dp.testing.calibration import (
+    calibrate_linear_regression,
+    calibrate_logistic_regression,
+    calibrate_univariate,
+)
 
 
 # -- the math against independent references -----------------------------------------------------
@@ -384,6 +388,27 @@ def test_noise_aware_linear_regression_intervals_are_calibrated_by_simulation(ep
     # The smallest per-run bulk ESS is reported in `result`, not asserted: 17–74 of 300 was measured
     # in the preliminary runs (docs/exponential_family.md), where the coverage is what is tested.
     assert all(0.85 <= c <= 0.95 for c in result.noise_aware_coverage), result
+
+
+@pytest.mark.hours  # not in `-m slow`: about 8 s a repeat, 400 repeats
+@pytest.mark.parametrize("epsilon", [0.1, 1.0])
+@pytest.mark.parametrize("n_rows", [100, 10_000])
+def test_noise_aware_logistic_regression_intervals_are_calibrated_by_simulation(epsilon, n_rows):
+    """100 repeats per cell, NUTS (one chain, 300 + 300 draws): coverage of 90 % intervals of β₀, β₁.
+
+    :data:`pymc_dp.testing.calibration.LOGISTIC_SETUP`; the band [0.84, 0.96] is ± 2 binomial
+    standard errors at 100 repeats (0.03).
+    """
+    result = calibrate_logistic_regression(
+        n_rows,
+        epsilon,
+        100,
+        np.random.default_rng(zlib.crc32(f"logistic-{epsilon}-{n_rows}".encode())),
+        draws=300,
+        tune=300,
+        chains=1,
+    )
+    assert all(0.84 <= c <= 0.96 for c in result.noise_aware_coverage), result
 
 
 def test_budget_and_release_are_unchanged_by_building_noise_aware_models():

@@ -37,10 +37,12 @@ from pymc_dp.exponential_family.release import release_statistics
 
 __all__ = [
     "CALIBRATION_SETUPS",
+    "LOGISTIC_SETUP",
     "REGRESSION_SETUP",
     "CalibrationResult",
     "RegressionCalibrationResult",
     "calibrate_linear_regression",
+    "calibrate_logistic_regression",
     "calibrate_univariate",
 ]
 
@@ -180,44 +182,58 @@ def calibrate_univariate(
 #: clamped to the bounds as the release does (rarely: ≈ 0.5 % of x, ≈ 0.3 % of y).
 REGRESSION_SETUP = {"n_features": 2, "x_bounds": ([1.0, -1.0], [1.0, 1.0]), "y_bounds": (-2.0, 2.0)}
 _BETA_SD, _SIGMA_SD = 0.5, 0.5
+#: Logistic regression: intercept and one feature on [−1, 1] (Δ₁ = 9), β ~ N(0, 1) per coefficient.
+LOGISTIC_SETUP = {"n_features": 2, "x_bounds": ([1.0, -1.0], [1.0, 1.0])}
+_LOGISTIC_BETA_SD = 1.0
 
 
 @dataclass(frozen=True)
 class RegressionCalibrationResult:
-    """Coverage of central intervals of (β₀, β₁, σ) over ``repeats`` releases, and NUTS diagnostics."""
+    """Coverage of central intervals of the parameters over ``repeats`` releases, and NUTS diagnostics.
+
+    The parameters are (β₀, β₁, σ) for linear regression, (β₀, β₁) for logistic regression.
+    """
 
     n_rows: int
     epsilon: float
     level: float
     repeats: int
-    noise_aware_coverage: tuple[float, float, float]
-    naive_coverage: tuple[float, float, float]
-    noise_aware_width: tuple[float, float, float]
-    naive_width: tuple[float, float, float]
+    noise_aware_coverage: tuple[float, ...]
+    naive_coverage: tuple[float, ...]
+    noise_aware_width: tuple[float, ...]
+    naive_width: tuple[float, ...]
     min_ess: float
     max_rhat: float
 
 
-def _regression_models(n_rows: int, scale: float):
+def _regression_models(n_rows: int, scale: float, kind: str = "linear"):
     """Noise-aware and naive models of one release, the release entering as shared variables."""
     import pymc as pm
     import pytensor
 
-    from pymc_dp.exponential_family.noise_aware import linear_regression_loglik
+    from pymc_dp.exponential_family.noise_aware import linear_regression_loglik, logistic_regression_loglik
 
-    family = get_family("linear_regression", **REGRESSION_SETUP)
+    if kind == "linear":
+        family = get_family("linear_regression", **REGRESSION_SETUP)
+    else:
+        family = get_family("logistic_regression", **LOGISTIC_SETUP)
     dim = family.dim
     noisy = pytensor.shared(np.zeros(dim), name="noisy")
     projected = pytensor.shared(np.zeros(dim), name="projected")
     models = []
     for aware in (True, False):
         with pm.Model() as model:
-            beta = pm.Normal("beta", 0.0, _BETA_SD, shape=2)
-            sigma = pm.HalfNormal("sigma", _SIGMA_SD)
-            if aware:
-                pm.Potential("y", linear_regression_loglik(family, noisy, n_rows, scale, "y", beta, sigma))
+            if kind == "linear":
+                beta = pm.Normal("beta", 0.0, _BETA_SD, shape=2)
+                params = {"beta": beta, "sigma": pm.HalfNormal("sigma", _SIGMA_SD)}
             else:
-                phi, log_g = family.natural(beta=beta, sigma=sigma)
+                params = {"beta": pm.Normal("beta", 0.0, _LOGISTIC_BETA_SD, shape=2)}
+            if aware and kind == "linear":
+                pm.Potential("y", linear_regression_loglik(family, noisy, n_rows, scale, "y", **params))
+            elif aware:
+                pm.Potential("y", logistic_regression_loglik(family, noisy, n_rows, scale, "y", **params))
+            else:
+                phi, log_g = family.natural(**params)
                 pm.Potential("y", n_rows * log_g + pt.dot(phi, projected))
         models.append(model)
     return family, noisy, projected, models
@@ -243,33 +259,75 @@ def calibrate_linear_regression(
     smallest bulk ESS and the largest R-hat (NaN with one chain) of (β, σ) over the
     noise-aware runs.
     """
+    return _calibrate_regression("linear", n_rows, epsilon, repeats, rng, level, draws, tune, chains)
+
+
+def calibrate_logistic_regression(
+    n_rows: int,
+    epsilon: float,
+    repeats: int,
+    rng: np.random.Generator,
+    level: float = 0.9,
+    draws: int = 500,
+    tune: int = 500,
+    chains: int = 2,
+) -> RegressionCalibrationResult:
+    """Coverage of ``level`` central intervals of β₀ and β₁ for logistic regression, noise-aware vs naive.
+
+    As :func:`calibrate_linear_regression`, with :data:`LOGISTIC_SETUP`: the covariate moments
+    from the noise-aware model's priors, β ~ N(0, 1) per coefficient, labels y ~ Bernoulli(σ(xᵀβ)),
+    the release of (Σ s·x, Σ xxᵀ) (Kulkarni et al. 2021). The naive posterior is the degree-2
+    Chebyshev likelihood read at the projected release.
+    """
+    return _calibrate_regression("logistic", n_rows, epsilon, repeats, rng, level, draws, tune, chains)
+
+
+def _calibrate_regression(
+    kind: str,
+    n_rows: int,
+    epsilon: float,
+    repeats: int,
+    rng: np.random.Generator,
+    level: float,
+    draws: int,
+    tune: int,
+    chains: int,
+) -> RegressionCalibrationResult:
     import arviz as az
     import pymc as pm
 
     from pymc_dp.exponential_family.noise_aware import X_PRIOR_FRACTION
 
-    fam = get_family("linear_regression", **REGRESSION_SETUP)
+    setup = REGRESSION_SETUP if kind == "linear" else LOGISTIC_SETUP
+    fam = get_family(f"{kind}_regression", **setup)
     scale = fam.l1_sensitivity() / epsilon
-    family, noisy, projected, models = _regression_models(n_rows, scale)
+    family, noisy, projected, models = _regression_models(n_rows, scale, kind)
+    names = ["beta", "sigma"] if kind == "linear" else ["beta"]
+    n_params = 3 if kind == "linear" else 2
     steps = [pm.NUTS(model=m) for m in models]
     tail = (1.0 - level) / 2.0
-    hits = {"aware": np.zeros(3), "naive": np.zeros(3)}
+    hits = {"aware": np.zeros(n_params), "naive": np.zeros(n_params)}
     widths = {"aware": [], "naive": []}
     min_ess, max_rhat = np.inf, 0.0
     half = X_PRIOR_FRACTION * 1.0
     for _ in range(repeats):
         x_mean = half * rng.normal()
         x_sd = abs(half * rng.normal())
-        beta = rng.normal(0.0, _BETA_SD, 2)
-        sigma = abs(rng.normal(0.0, _SIGMA_SD))
         x = np.column_stack([np.ones(n_rows), rng.normal(x_mean, x_sd, n_rows)])
-        y = x @ beta + rng.normal(0.0, sigma, n_rows)
+        if kind == "linear":
+            beta = rng.normal(0.0, _BETA_SD, 2)
+            sigma = abs(rng.normal(0.0, _SIGMA_SD))
+            y = x @ beta + rng.normal(0.0, sigma, n_rows)
+            truth = np.array([beta[0], beta[1], sigma])
+        else:
+            beta = rng.normal(0.0, _LOGISTIC_BETA_SD, 2)
+            y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(np.clip(x, -1.0, 1.0) @ beta)))).astype(float)
+            truth = beta
         release = release_statistics(
             family, (x, y), epsilon=epsilon, reproducible_noise=True, random_seed=rng, out_of_bounds="clamp"
         )
         noisy.set_value(np.asarray(release.noisy_statistics, dtype=float))
         projected.set_value(np.asarray(release.statistics, dtype=float))
-        truth = np.array([beta[0], beta[1], sigma])
         for key, model, step in zip(("aware", "naive"), models, steps, strict=True):
             idata = pm.sample(
                 draws=draws,
@@ -283,18 +341,19 @@ def calibrate_linear_regression(
                 compute_convergence_checks=False,
             )
             post = idata["posterior"]
-            samples = np.column_stack(
-                [post["beta"].values[..., 0].ravel(), post["beta"].values[..., 1].ravel(), post["sigma"].values.ravel()]
-            )
+            columns = [post["beta"].values[..., 0].ravel(), post["beta"].values[..., 1].ravel()]
+            if kind == "linear":
+                columns.append(post["sigma"].values.ravel())
+            samples = np.column_stack(columns)
             low, high = np.quantile(samples, [tail, 1.0 - tail], axis=0)
             hits[key] += (low <= truth) & (truth <= high)
             widths[key].append(high - low)
             if key == "aware":
-                ess = az.ess(idata, var_names=["beta", "sigma"])
-                min_ess = min(min_ess, float(min(np.min(ess[v].values) for v in ("beta", "sigma"))))
+                ess = az.ess(idata, var_names=names)
+                min_ess = min(min_ess, float(min(np.min(ess[v].values) for v in names)))
                 if chains > 1:
-                    rhat = az.rhat(idata, var_names=["beta", "sigma"])
-                    max_rhat = max(max_rhat, float(max(np.max(rhat[v].values) for v in ("beta", "sigma"))))
+                    rhat = az.rhat(idata, var_names=names)
+                    max_rhat = max(max_rhat, float(max(np.max(rhat[v].values) for v in names)))
                 else:
                     max_rhat = float("nan")
     return RegressionCalibrationResult(
