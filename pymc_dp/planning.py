@@ -482,7 +482,8 @@ def plan_from_settings(
         recommendation = (
             f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, about "
             f"{best.expected_ess * chains:.2g}); with N·ε this small use more ε, more rows, released sufficient "
-            "statistics for a conjugate model (pmdp.release_statistics)"
+            "statistics with the noise-aware likelihood for a conjugate model or a linear or logistic regression "
+            "(pmdp.release_statistics)"
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
     return Plan(
