@@ -431,3 +431,55 @@ def test_buffered_secure_noise_draws_what_secure_noise_draws_from_the_same_bytes
     noise = BufferedSecureNoise()
     noise.normal()
     assert pickle.loads(pickle.dumps(noise))._words.size == 0 < noise._words.size
+
+
+# -- DPADVI on the backend ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["glm", "mvnormal"])
+def test_dpadvi_batch_release_equals_the_default_mechanism_with_the_same_draws(name):
+    # Poisson batches of a size that is not a power of two, over several device chunks (256 rows), two Monte
+    # Carlo draws with their own Jacobians: the same batch, noise and clipped sum as the default mechanism.
+    from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
+
+    rows = _rows(name)
+    mechanisms = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=256)
+    theta, other = _points(rows)
+    jac_rng = np.random.default_rng(11)
+    jacobians = [jac_rng.normal(size=(rows.n_params, 2 * rows.n_params)) for _ in range(2)]
+    for rate, bound in ((0.3, 0.5), (0.9, 1e6)):
+        device = mechanisms.poisson_gradient_sum(bound, 1.3, rate, "substitute")
+        host = NoisyPoissonGradientSum(rows, bound, 1.3, rate, "substitute")
+        for draws, maps in ((theta[None], jacobians[:1]), (np.stack([theta, other]), jacobians)):
+            expected = host.release(draws, maps, np.random.default_rng(4))
+            got = device.release(draws, maps, np.random.default_rng(4))
+            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=RTOL)
+
+
+@pytest.mark.parametrize(("approximation", "n_mc"), [("meanfield", 1), ("fullrank", 2)])
+def test_dpadvi_on_jax_fits_what_the_default_backend_fits_with_the_same_accounting(approximation, n_mc):
+    def fit(backend):
+        dpadvi = pmdp.DPADVI(
+            epsilon=2.0,
+            delta=1e-5,
+            sampling_rate=0.1,
+            grad_clip=2.0,
+            approximation=approximation,
+            n_mc=n_mc,
+            random_seed=7,
+            reproducible_noise=True,
+            backend=backend,
+        )
+        return dpadvi.fit(60, model=ZOO["glm"], progressbar=False), dpadvi
+
+    (host, host_fit), (device, device_fit) = fit("default"), fit(pmdp.JaxBackend(chunk_rows=256))
+    for a, b in zip(host_fit._params, device_fit._params, strict=True):
+        np.testing.assert_allclose(b.get_value(), a.get_value(), rtol=RTOL, atol=RTOL)
+    record, device_record = host._dp_record, device._dp_record
+    assert device_record["epsilon"] == record["epsilon"] and device_record["events"] == record["events"]
+    assert record["settings"]["backend"] == {"name": "default"}
+    assert device_record["settings"]["backend"]["name"] == "jax"
+    assert device_record["settings"]["backend"]["dtype"] == "float64"
+
+
+def test_dpadvi_bad_backend_is_refused_by_name():
+    with pytest.raises(ValueError, match="`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend"):
+        pmdp.DPADVI(epsilon=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, backend="gpu")

@@ -34,12 +34,15 @@ from pymc_dp.mechanisms.clipping import _check_bound, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.noise import SecureNoise
+from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
+from pymc_dp.mechanisms.subsampling import poisson_sample
 
 __all__ = [
     "JAX_DTYPES",
     "BufferedSecureNoise",
     "JaxClippedGradient",
     "JaxLogLikelihoodRatio",
+    "JaxPoissonGradientSum",
     "JaxRowMechanisms",
     "JaxRows",
     "import_jax",
@@ -212,6 +215,10 @@ class JaxRows:
             except Exception:  # no reverse-mode gradient of one row: the batch graph's forward-mode Jacobian
                 pass
             candidates.append(("forward", lambda: _jax_function([theta, *batch], rows._forward_jacobian(lik_batch))))
+        # The per-row gradient matrix for Poisson batches (DPADVI), built on first use: the linear form
+        # gives clipped sums in θ only, while DPADVI clips each row's gradient in the variational parameters.
+        self._row_gradient_candidates = [(mode, fn) for mode, fn in candidates if mode != "linear"]
+        self._f_batch_sum = None
 
         # The rows, padded to whole chunks, go to the device once (again, in smaller chunks, only if the
         # linear form fails to trace and the per-row gradients take over). Every release is traced now,
@@ -373,6 +380,101 @@ class JaxRows:
         """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) + std·z, shape (P,)."""
         with self._trace_low():
             clipped = self._f_gradient_sum(self._theta(theta), np.float64(bound), self._data, self._mask)
+        return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
+
+    # -- Poisson batches (DPADVI) ---------------------------------------------------------------
+    def _build_batch_sum(self) -> None:
+        """The jitted clipped sum over a batch of rows given by index, of per-row gradients mapped by Jacobians."""
+        jax, jnp = self._jax, self._jnp
+        lax = jax.lax
+        compute = jnp.float32 if self.dtype == "float32" else jnp.float64
+        failure = None
+        for _mode, candidate in self._row_gradient_candidates:
+            row_grad = candidate() if _mode == "forward" else candidate
+
+            def batch_sum(draws, jacobians, bound, index, keep, data, row_grad=row_grad):
+                flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data)
+                draws, jacobians = draws.astype(compute), jacobians.astype(compute)
+                bound = bound.astype(compute)
+                n_draws = draws.shape[0]
+
+                def chunk_sum(total, chunk):
+                    idx, keep_rows = chunk
+                    rows = tuple(jnp.take(d, idx, axis=0) for d in flat)
+                    per_row = row_grad(draws[0], *rows).astype(compute) @ jacobians[0]
+                    for s in range(1, n_draws):
+                        per_row = per_row + row_grad(draws[s], *rows).astype(compute) @ jacobians[s]
+                    if n_draws > 1:
+                        per_row = per_row / n_draws
+                    norms = jnp.sqrt(jnp.sum(per_row * per_row, axis=1))
+                    finite = jnp.isfinite(norms) & keep_rows  # padding and non-finite rows contribute zero
+                    per_row = jnp.where(finite[:, None], per_row, 0.0)
+                    norms = jnp.where(finite, norms, 0.0)
+                    scale = jnp.where(norms > bound, bound / jnp.where(norms > bound, norms, 1.0), 1.0)
+                    return total + scale @ per_row, None
+
+                total, _ = lax.scan(chunk_sum, jnp.zeros(jacobians.shape[2], compute), (index, keep))
+                return total
+
+            function = jax.jit(batch_sum)
+            try:
+                with warnings.catch_warnings(), self._trace_low():
+                    warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+                    spec = jax.ShapeDtypeStruct
+                    p = self.n_params
+                    function.lower(
+                        spec((1, p), np.float64),
+                        spec((1, p, 2 * p), np.float64),
+                        spec((), np.float64),
+                        spec((1, 64), np.int64 if jax.config.jax_enable_x64 else np.int32),
+                        spec((1, 64), np.bool_),
+                        self._data,
+                    ).compile()
+            except Exception as error:  # this form does not run on JAX: the next one
+                failure = error
+                continue
+            self._f_batch_sum = function
+            return
+        raise ValueError(
+            f"`backend`='jax' cannot run this model's per-row gradients on row batches ({type(failure).__name__} "
+            "while tracing them with JAX; its message is withheld, it may hold data values). Use backend='default'."
+        ) from None
+
+    def noisy_batch_gradient_sum(
+        self,
+        draws: np.ndarray,
+        jacobians: np.ndarray,
+        bound: float,
+        std: float,
+        z: np.ndarray,
+        batch: np.ndarray,
+    ) -> np.ndarray:
+        """Σ_{i∈batch} clip_L2(mean_s ∇θ log p(xᵢ | θ_s) M_s, bound) + std·z, shape (D,).
+
+        ``draws`` (S × P), ``jacobians`` (S × P × D): the data-free maps of the
+        reparameterisation; ``batch``: row indices (the secret Poisson batch, drawn by the
+        caller). The indices are padded to a power of two (at least 64; one compilation per
+        size) and split into chunks of at most :attr:`chunk_rows` rows; the padding rows are
+        masked out of the sum.
+        """
+        if self._f_batch_sum is None:
+            self._build_batch_sum()
+        batch = np.asarray(batch, dtype=np.int64)
+        size = max(64, 1 << max(len(batch) - 1, 0).bit_length())
+        chunk = min(size, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
+        index = np.zeros(size, dtype=np.int64)
+        index[: len(batch)] = batch
+        keep = np.arange(size) < len(batch)
+        with self._trace_low():
+            index_device = self._jnp.asarray(index.reshape(size // chunk, chunk))
+            clipped = self._f_batch_sum(
+                self._jnp.asarray(np.atleast_2d(np.asarray(draws, dtype=np.float64))),
+                self._jnp.asarray(np.asarray(jacobians, dtype=np.float64)),
+                np.float64(bound),
+                index_device,
+                self._jnp.asarray(keep.reshape(size // chunk, chunk)),
+                self._data,
+            )
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
 
     # -- the whole DPHMC transition in one device call ----------------------------------------
@@ -651,6 +753,45 @@ class JaxClippedGradient(NoisyClippedGradient):
         return self._rows.noisy_gradient_sum(np.asarray(theta, dtype=float), self.grad_clip, self.std, z)
 
 
+class JaxPoissonGradientSum(NoisyPoissonGradientSum):
+    """DPADVI's release (:class:`pymc_dp.mechanisms.NoisyPoissonGradientSum`), the batch's gradients on a JAX device.
+
+    Releases ĝ = (Σ_{i∈S} clip_C(gᵢ) + ξ) / q, ξ ~ N(0, σ²Δ² I), Δ = 2C (substitute) or C
+    (add/remove), exactly as the default mechanism: the Poisson batch S and the standard
+    normals are drawn on the host from the generator DPADVI passes (the operating system's
+    CSPRNG unless ``reproducible_noise=True``), in the same order; the batch's rows are
+    gathered, differentiated, mapped to the variational parameters, clipped and summed on
+    the device, and the noise is added there in float64.
+
+    Parameters
+    ----------
+    rows : JaxRows
+        The rows on the device.
+    grad_clip, noise_multiplier, sampling_rate, neighbouring
+        As for :class:`pymc_dp.mechanisms.NoisyPoissonGradientSum`.
+
+    Notes
+    -----
+    Neighbouring relation, sensitivity and accounting: those of the parent class (one
+    Poisson-subsampled Gaussian release per call, accounted by
+    :class:`pymc_dp.accounting.pld.PoissonGaussianReleases`). The batch is secret: it is
+    drawn from the mechanism's generator and sent to the device as indices only.
+
+    References
+    ----------
+    .. [1] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+       inference for non-conjugate models. UAI, Algorithm 1.
+    """
+
+    def release(self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: Any) -> np.ndarray:
+        """One noisy gradient estimate, shape (D,) (see the parent class)."""
+        batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
+        jacobians = np.stack([np.asarray(m, dtype=float) for m in parameter_jacobians])
+        z = rng.normal(0.0, 1.0, size=jacobians.shape[2])
+        noisy = self._rows.noisy_batch_gradient_sum(theta_draws, jacobians, self.grad_clip, self.std, z, batch)
+        return noisy / self.sampling_rate
+
+
 class JaxRowMechanisms(RowMechanisms):
     """The mechanisms of one model's rows on the JAX backend (DPPenaltyMH's and DPHMC's releases on the device).
 
@@ -706,6 +847,17 @@ class JaxRowMechanisms(RowMechanisms):
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str):
         """A :class:`JaxClippedGradient` on every row."""
         return JaxClippedGradient(self.device_rows, grad_clip, noise_multiplier, neighbouring, self._noise)
+
+    def poisson_gradient_sum(
+        self, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
+    ) -> JaxPoissonGradientSum:
+        """A :class:`JaxPoissonGradientSum` on Poisson batches of the rows (DPADVI's release)."""
+        return JaxPoissonGradientSum(self.device_rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+
+    def check_batch_gradient(self) -> None:
+        """Compile the batch release now (raises if JAX cannot run it); releases nothing."""
+        if self.device_rows._f_batch_sum is None:
+            self.device_rows._build_batch_sum()
 
     def fused_hmc_transition(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
         """DPHMC's releases of one iteration in one device call, or None where it does not apply.
