@@ -481,5 +481,5 @@ def test_dpadvi_on_jax_fits_what_the_default_backend_fits_with_the_same_accounti
 
 
 def test_dpadvi_bad_backend_is_refused_by_name():
-    with pytest.raises(ValueError, match="`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend"):
+    with pytest.raises(ValueError, match=r"`backend` must be 'default', 'jax' or a pymc_dp\.JaxBackend"):
         pmdp.DPADVI(epsilon=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, backend="gpu")
