@@ -24,7 +24,10 @@ of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with
   recommends when a chain can mix), clip bound ``"auto"`` (a private quantile, ``docs/clipping.md``);
 - ``DPHMC``: 300 tuning + 300 draws, 5 leapfrog steps, ``init="dpadvi"``, clip bounds ``"auto"``;
 - ``DPADVI``: mean-field, 2,000 Adam steps on Poisson batches of about 1,000 rows, the data
-  set's public clip bound with the clipping check (``clip_check_share``); 1,000 draws from q.
+  set's public clip bound with the clipping check (``clip_check_share``); 1,000 draws from q;
+- ``release`` (the logistic regressions only): the released statistics (Σ s·x, Σ xxᵀ) at ε
+  (pure DP), then NUTS (2 × 1,000 draws) on the noise-aware likelihood
+  (``pmdp.release_statistics("logistic_regression", ...)``, Kulkarni et al. 2021).
 
 Per parameter it reports |DP mean − NUTS mean| / NUTS sd, DP sd / NUTS sd, whether NUTS's
 mean lies in the DP 94 % equal-tailed interval, bulk ESS and R-hat (samplers), whether the
@@ -65,12 +68,16 @@ def _scale(values: np.ndarray, low: float, high: float) -> np.ndarray:
     return (np.asarray(values, dtype=float) - (low + high) / 2) / ((high - low) / 2)
 
 
-def fair_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
+def _fair_logistic_data(rows: int | None) -> tuple[np.ndarray, np.ndarray]:
     import statsmodels.api as sm
 
     frame = sm.datasets.fair.load_pandas().data.iloc[:rows]
     x = np.column_stack([_scale(frame[c], *r) for c, r in FAIR_RANGES.items()])
-    y = (frame["affairs"].to_numpy() > 0).astype("int64")
+    return x, (frame["affairs"].to_numpy() > 0).astype("int64")
+
+
+def fair_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
+    x, y = _fair_logistic_data(rows)
     with pm.Model() as model:
         alpha = pm.Normal("alpha", 0, 2)
         beta = pm.Normal("beta", 0, 2, shape=x.shape[1])
@@ -161,6 +168,43 @@ def diamonds_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 10.0
 
 
+def _randhie_logistic_data(rows: int | None) -> tuple[np.ndarray, np.ndarray]:
+    x, visits = _randhie(rows)
+    return x, (visits > 0).astype("int64")
+
+
+#: The logistic regressions' (covariates, labels), for the released-statistics route: covariates
+#: scaled to [−1, 1] by public ranges (as the models above), so x_bounds = [−1, 1] per covariate.
+LOGISTIC_DATA = {"fair_logistic": _fair_logistic_data, "randhie_logistic": _randhie_logistic_data}
+
+
+def run_release(name: str, rows: int | None, epsilon: float, small: bool, seed: int):
+    """Released (Σ s·x, Σ xxᵀ) of a logistic regression, then NUTS on the noise-aware likelihood.
+
+    The same priors and names as the data set's model (``alpha`` ~ N(0, 2), ``beta`` ~ N(0, 2));
+    the intercept is a column of ones with bounds (1, 1). Pure ε-DP (δ = 0), Kulkarni et al. 2021.
+    """
+    x, y = LOGISTIC_DATA[name](rows)
+    design = np.column_stack([np.ones(len(y)), x])
+    d = design.shape[1]
+    bounds = ([1.0] + [-1.0] * (d - 1), [1.0] * d)
+    release = pmdp.release_statistics(
+        "logistic_regression", (design, y), epsilon=epsilon, n_features=d, x_bounds=bounds
+    )
+    with pm.Model():
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=d - 1)
+        release.likelihood("y", beta=pm.math.concatenate([alpha[None], beta]))
+        return release.sample(
+            draws=50 if small else 1000,
+            tune=50 if small else 1000,
+            chains=2,
+            random_seed=seed,
+            progressbar=False,
+            on_poor_mixing="warn",
+        )
+
+
 DATASETS = {
     "fair_logistic": fair_logistic,
     "randhie_logistic": randhie_logistic,
@@ -238,13 +282,31 @@ def _mixing(dp_idata, names: list[str]) -> dict[str, float]:
     }
 
 
-def run_method(method: str, model: pm.Model, clip: float | None, epsilon: float, delta: float, small: bool, seed: int):
+def run_method(
+    method: str,
+    model: pm.Model,
+    clip: float | None,
+    epsilon: float,
+    delta: float,
+    small: bool,
+    seed: int,
+    dataset: str | None = None,
+    rows: int | None = None,
+):
     """One DP result, whether it was flagged, and its wall time.
 
     The samplers choose their clip bounds privately (``"auto"``); DPADVI clips at the data
-    set's public bound ``clip`` and checks the share it clips (``clip_check_share``).
+    set's public bound ``clip`` and checks the share it clips (``clip_check_share``);
+    ``"release"`` (logistic regressions only) is :func:`run_release` on ``dataset``'s first
+    ``rows`` rows.
     """
     start = time.perf_counter()
+    if method == "release":  # its own model (outside the data set's model context)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PoorMixingWarning)
+            idata = run_release(dataset, rows, epsilon, small, seed)
+        flagged = any(issubclass(w.category, PoorMixingWarning) for w in caught)
+        return idata, flagged, time.perf_counter() - start
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PoorMixingWarning)
         if method == "DPPenaltyMH":
@@ -338,12 +400,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--small", action="store_true", help="tiny sizes, one ε (the tests' smoke run)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
-    parser.add_argument("--methods", nargs="+", default=["DPPenaltyMH", "DPHMC", "DPADVI"])
+    parser.add_argument("--methods", nargs="+", default=["DPPenaltyMH", "DPHMC", "DPADVI", "release"])
     parser.add_argument("--coverage", type=int, default=0, help="repeats of the known-truth simulation")
     parser.add_argument(
         "--merge",
         action="store_true",
-        help="keep the cells (and coverage) of utility.json in --out for data sets not run now",
+        help="keep the cells (and coverage) of utility.json in --out for (data set, method) pairs not run now",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "images")
     args = parser.parse_args(argv)
@@ -369,7 +431,11 @@ def main(argv: list[str] | None = None) -> dict:
         reference = _flat(nuts, names)
         for epsilon in epsilons:
             for method in args.methods:
-                idata, flagged, seconds = run_method(method, model, clip, epsilon, delta, args.small, seed=7)
+                if method == "release" and name not in LOGISTIC_DATA:
+                    continue  # released statistics: logistic regressions only here
+                idata, flagged, seconds = run_method(
+                    method, model, clip, epsilon, delta, args.small, seed=7, dataset=name, rows=rows
+                )
                 cell = {"dataset": name, "method": method, "epsilon": epsilon, "flagged": flagged}
                 cell.update(compare(idata, reference, names))
                 cell.update(seconds=seconds, nuts_seconds=nuts_seconds)
@@ -383,7 +449,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(result["coverage"]))
     if args.merge and (args.out / "utility.json").exists():
         previous = json.loads((args.out / "utility.json").read_text())
-        kept = [c for c in previous["cells"] if c["dataset"] not in args.datasets]
+        kept = [c for c in previous["cells"] if c["dataset"] not in args.datasets or c["method"] not in args.methods]
         result["cells"] = kept + cells
         if "coverage" not in result and "coverage" in previous:
             result["coverage"] = previous["coverage"]

@@ -22,7 +22,9 @@ def utility():
 
 
 def test_small_run_reports_every_method(utility):
-    result = utility.main(["--small", "--datasets", "fair_logistic", "--epsilons", "0.5"])
+    # The released-statistics route is left to the slow test below (a minute even at this size).
+    methods = ["--methods", "DPPenaltyMH", "DPHMC", "DPADVI"]
+    result = utility.main(["--small", "--datasets", "fair_logistic", "--epsilons", "0.5", *methods])
     cells = result["cells"]
     assert [c["method"] for c in cells] == ["DPPenaltyMH", "DPHMC", "DPADVI"]
     for cell in cells:
@@ -30,6 +32,13 @@ def test_small_run_reports_every_method(utility):
     for cell in cells[:2]:  # 400 rows at ε = 0.5: no sampler can mix, and both say so
         assert cell["flagged"] and cell["max_rhat"] > 1.05
     assert "| fair_logistic | DPADVI | 0.5 |" in utility.markdown(result)
+
+
+@pytest.mark.slow  # NUTS on the noise-aware model with four latent covariate moments: about a minute
+def test_small_run_of_the_released_statistics_route(utility):
+    result = utility.main(["--small", "--datasets", "fair_logistic", "--epsilons", "8", "--methods", "release"])
+    [cell] = result["cells"]
+    assert cell["method"] == "release" and {"max_z", "max_sd_ratio", "all_covered", "flagged"} <= set(cell)
 
 
 def test_coverage_runs_the_route_the_planner_recommends(utility):
