@@ -35,7 +35,8 @@ def regression(args) -> None:
     for n in args.sizes:
         for eps in args.epsilons:
             label = "logistic" if args.logistic else "regression"
-            rng = np.random.default_rng(zlib.crc32(f"{label}-{eps}-{n}".encode()))
+            suffix = f"-{args.seed}" if args.seed else ""  # another seed: more repeats of the same cell
+            rng = np.random.default_rng(zlib.crc32(f"{label}-{eps}-{n}{suffix}".encode()))
             done, aware, naive, w_aware, w_naive, ess = 0, 0.0, 0.0, 0.0, 0.0, np.inf
             while done < args.repeats:
                 k = min(args.batch, args.repeats - done)
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     parser.add_argument("--regression", action="store_true", help="linear regression by NUTS instead")
     parser.add_argument("--logistic", action="store_true", help="with --regression: logistic regression")
+    parser.add_argument("--seed", type=int, default=0, help="regression: another seed for more repeats of a cell")
     parser.add_argument("--batch", type=int, default=10, help="regression: repeats between printed totals")
     parser.add_argument("--draws", type=int, default=300, help="regression: NUTS draws (and tuning steps)")
     args = parser.parse_args()
