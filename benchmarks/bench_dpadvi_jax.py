@@ -1,0 +1,72 @@
+"""DPADVI per iteration on the default backend and on the JAX backend (CPU or GPU).
+
+Run: ``python benchmarks/bench_dpadvi_jax.py [--rows 100000 1000000] [--features 20] [--rate 0.01]
+[--iterations 200] [--backends default jax]``. Logistic regression with P = features + 1
+parameters (``_common.logistic_regression``), mean-field DPADVI with the noise multiplier set by
+hand (no calibration), Poisson batches at ``--rate``. For each N and backend it reports the wall
+time per iteration of ``DPADVI.fit`` after a warm-up fit on the same object (compilation and the
+rows' transfer to the device excluded), with the default noise (the operating system's CSPRNG:
+the Poisson batch costs one secure uniform per row, N per iteration) and with
+``reproducible_noise=True`` (a seeded generator that finds the batch by its gaps, O(qN): the
+mechanism's own cost). No d3p figure: d3p is not a dependency here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import environment, logistic_regression
+
+import pymc_dp as pmdp
+
+
+def per_iteration(model, backend, rate: float, iterations: int, reproducible: bool) -> float:
+    fit = pmdp.DPADVI(
+        noise_multiplier=1.0,
+        delta=1e-6,
+        sampling_rate=rate,
+        grad_clip=3.0,
+        optimizer="adam",
+        learning_rate=0.01,
+        random_seed=1,
+        reproducible_noise=reproducible,
+        backend=backend,
+    )
+    fit.fit(10, model=model, progressbar=False)  # warm-up: compilation, rows on the device
+    start = time.perf_counter()
+    fit.fit(iterations, model=model, progressbar=False)
+    return (time.perf_counter() - start) / iterations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--features", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=0.01)
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--backends", nargs="+", default=["default", "jax"])
+    args = parser.parse_args()
+    print(environment())
+    try:
+        import jax
+
+        print(f"jax {jax.__version__}, device {jax.devices()[0]}")
+    except ImportError:
+        print("jax not installed")
+    print("| N | P | q | backend | noise | ms per iteration |")
+    print("|---|---|---|---|---|---|")
+    for n_rows in args.rows:
+        model = logistic_regression(n_rows, args.features)
+        for backend in args.backends:
+            for reproducible in (False, True):
+                seconds = per_iteration(model, backend, args.rate, args.iterations, reproducible)
+                noise = "seeded (gaps)" if reproducible else "os.urandom"
+                print(
+                    f"| {n_rows} | {args.features + 1} | {args.rate:g} | {backend} | {noise} | {1e3 * seconds:.2f} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
