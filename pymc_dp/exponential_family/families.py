@@ -425,6 +425,36 @@ class Normal(ExponentialFamily):
         return pt.stack([mu / s2]), -(mu * mu) / (2.0 * s2)
 
 
+def _regression_rows(data: Any, n_features: int, out_of_bounds: str, x_bounds: Any, kind: str) -> tuple:
+    """(X admitted into ``x_bounds``, raw y) from a pair (X, y), shapes checked; ``kind`` names the model."""
+    check_out_of_bounds(out_of_bounds)
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(f"`data` must be a pair (X, y) for {kind}. Found another object.")
+    x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
+    if x.ndim == 1:
+        x = x.reshape(-1, 1)
+    if x.ndim != 2 or x.shape[1] != n_features or y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"`data` must be X of shape (rows, {n_features}) and y of shape (rows,). Found {x.shape} and {y.shape}."
+        )
+    xl, xu = (np.asarray(b) for b in x_bounds)
+    return _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`"), y
+
+
+def _symmetric(values: np.ndarray, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The symmetric size × size matrix whose upper triangle (rows, cols) holds ``values``."""
+    out = np.zeros((size, size))
+    out[rows, cols] = values
+    out[cols, rows] = values
+    return out
+
+
+def _psd_triu(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The upper triangle (rows, cols) of ``matrix`` with its eigenvalues clipped to ≥ 0."""
+    values, vectors = np.linalg.eigh(matrix)
+    return ((vectors * np.maximum(values, 0.0)) @ vectors.T)[rows, cols]
+
+
 @dataclass(frozen=True, repr=False)
 class LinearRegression(ExponentialFamily):
     """y = Xβ + N(0, σ²) with public bounds on every feature and on the target.
@@ -494,19 +524,7 @@ class LinearRegression(ExponentialFamily):
         }
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        if not isinstance(data, tuple | list) or len(data) != 2:
-            raise TypeError("`data` must be a pair (X, y) for linear regression. Found another object.")
-        x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
-        if x.ndim == 1:
-            x = x.reshape(-1, 1)
-        if x.ndim != 2 or x.shape[1] != self.n_features or y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"`data` must be X of shape (rows, {self.n_features}) and y of shape (rows,). "
-                f"Found {x.shape} and {y.shape}."
-            )
-        xl, xu = (np.asarray(b) for b in self.x_bounds)
-        x = _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`")
+        x, y = _regression_rows(data, self.n_features, out_of_bounds, self.x_bounds, "linear regression")
         y = _admit_real(y, self.y_bounds[0], self.y_bounds[1], out_of_bounds, f"`y_bounds` = {self.y_bounds}")
         return np.column_stack([x, y])
 
@@ -516,19 +534,11 @@ class LinearRegression(ExponentialFamily):
 
     def matrix(self, statistics: np.ndarray) -> np.ndarray:
         """The symmetric (d+1)×(d+1) matrix ZᵀZ from the statistic vector."""
-        size = self.n_features + 1
-        out = np.zeros((size, size))
-        rows, cols = self._triu
-        out[rows, cols] = statistics
-        out[cols, rows] = statistics
-        return out
+        return _symmetric(statistics, self.n_features + 1, *self._triu)
 
     def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
         boxed = super().project(statistics, n_rows)
-        values, vectors = np.linalg.eigh(self.matrix(boxed))
-        psd = (vectors * np.maximum(values, 0.0)) @ vectors.T
-        rows, cols = self._triu
-        return psd[rows, cols]
+        return _psd_triu(self.matrix(boxed), *self._triu)
 
     def natural(self, beta: Any, sigma: Any) -> tuple[Any, Any]:
         beta = pt.as_tensor_variable(beta)
@@ -646,19 +656,7 @@ class LogisticRegression(ExponentialFamily):
         }
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        if not isinstance(data, tuple | list) or len(data) != 2:
-            raise TypeError("`data` must be a pair (X, y) for logistic regression. Found another object.")
-        x, y = _as_rows(data[0], "X"), _as_rows(data[1], "y")
-        if x.ndim == 1:
-            x = x.reshape(-1, 1)
-        if x.ndim != 2 or x.shape[1] != self.n_features or y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"`data` must be X of shape (rows, {self.n_features}) and y of shape (rows,). "
-                f"Found {x.shape} and {y.shape}."
-            )
-        xl, xu = (np.asarray(b) for b in self.x_bounds)
-        x = _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`")
+        x, y = _regression_rows(data, self.n_features, out_of_bounds, self.x_bounds, "logistic regression")
         y = _admit_integers(y, 1, out_of_bounds, "the labels {0, 1}")
         return np.column_stack([x, y])
 
@@ -669,19 +667,11 @@ class LogisticRegression(ExponentialFamily):
 
     def matrix(self, statistics: np.ndarray) -> np.ndarray:
         """The symmetric d × d matrix Σ xxᵀ from the statistic vector."""
-        d = self.n_features
-        out = np.zeros((d, d))
-        rows, cols = self._triu
-        out[rows, cols] = statistics[d:]
-        out[cols, rows] = statistics[d:]
-        return out
+        return _symmetric(statistics[self.n_features :], self.n_features, *self._triu)
 
     def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
         boxed = super().project(statistics, n_rows)
-        values, vectors = np.linalg.eigh(self.matrix(boxed))
-        psd = (vectors * np.maximum(values, 0.0)) @ vectors.T
-        rows, cols = self._triu
-        return np.concatenate([boxed[: self.n_features], psd[rows, cols]])
+        return np.concatenate([boxed[: self.n_features], _psd_triu(self.matrix(boxed), *self._triu)])
 
     def natural(self, beta: Any) -> tuple[Any, Any]:
         beta = pt.as_tensor_variable(beta).reshape((-1,))
