@@ -441,6 +441,14 @@ def _regression_rows(data: Any, n_features: int, out_of_bounds: str, x_bounds: A
     return _admit_real(x, xl, xu, out_of_bounds, "`x_bounds`"), y
 
 
+def _product_intervals(bounds: list, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of zⱼzₖ over the index pairs (rows, cols), each zⱼ in its interval ``bounds[j]``."""
+    pairs = [
+        _interval_square(bounds[j]) if j == k else _interval_product(bounds[j], bounds[k]) for j, k in zip(rows, cols)
+    ]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
 def _symmetric(values: np.ndarray, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """The symmetric size × size matrix whose upper triangle (rows, cols) holds ``values``."""
     out = np.zeros((size, size))
@@ -507,13 +515,7 @@ class LinearRegression(ExponentialFamily):
         return np.triu_indices(self.n_features + 1)
 
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        z = self._z_bounds
-        lo, hi = [], []
-        for j, k in zip(*self._triu, strict=True):
-            a, b = _interval_square(z[j]) if j == k else _interval_product(z[j], z[k])
-            lo.append(a)
-            hi.append(b)
-        return np.array(lo), np.array(hi)
+        return _product_intervals(self._z_bounds, *self._triu)
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -638,14 +640,9 @@ class LogisticRegression(ExponentialFamily):
 
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
         xl, xu = self.x_bounds
-        x = list(zip(xl, xu, strict=True))
         reach = np.maximum(np.abs(xl), np.abs(xu))
-        lo, hi = list(-reach), list(reach)
-        for j, k in zip(*self._triu, strict=True):
-            a, b = _interval_square(x[j]) if j == k else _interval_product(x[j], x[k])
-            lo.append(a)
-            hi.append(b)
-        return np.array(lo), np.array(hi)
+        lo, hi = _product_intervals(list(zip(xl, xu, strict=True)), *self._triu)
+        return np.concatenate([-reach, lo]), np.concatenate([reach, hi])
 
     def settings(self) -> dict[str, Any]:
         return {
