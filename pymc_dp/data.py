@@ -1648,8 +1648,14 @@ def _squares_per_row(x: Variable) -> Variable:
 
 
 def _linear_clipped_sum(
-    theta: Variable, n_params: int, batch: Sequence[Variable], lik: Variable, bound: Variable, safe: bool = True
-) -> Variable:
+    theta: Variable,
+    n_params: int,
+    batch: Sequence[Variable],
+    lik: Variable,
+    bound: Variable,
+    safe: bool = True,
+    precomputed: bool = False,
+) -> Variable | tuple[Variable, list[tuple[Variable, Variable, Variable, Variable]]]:
     """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) over the rows of ``batch``, without the (B × P) gradient matrix.
 
     Finds the products ``z = A @ w`` with ``A`` (B × K) computed from the rows alone and ``w``
@@ -1666,6 +1672,14 @@ def _linear_clipped_sum(
     ``safe=False`` the rows of A are not set to zero first (one pass over A less): the result
     is the same unless a left-out row has a non-finite entry in A, and then it is not finite.
 
+    With ``precomputed=True`` each ``A`` and its per-row squared norms ‖Aᵢ‖² — functions of
+    the rows alone — become inputs of the graph, to be computed once per run instead of on
+    every release (the JAX backend, :mod:`pymc_dp.mechanisms.jax_rows`): two passes over A
+    per release (``A @ w`` and Aᵀ(c ⊙ g)) instead of four. Returns ``(total, pieces)`` with
+    ``pieces`` a list of ``(A, ‖A‖², A input, ‖A‖² input)``: the expressions in the rows and
+    the inputs to feed them to, A's input with every non-finite row set to zero (such a row's
+    norm input stays non-finite, so the row is left out as with ``safe=True``).
+
     Raises
     ------
     _NotLinear
@@ -1674,7 +1688,7 @@ def _linear_clipped_sum(
     """
     rowwise = _depends([lik], list(batch))
     with_theta = _depends([lik], [theta])
-    linear = []  # (z, A, coordinates of w)
+    linear, products = [], []  # (z, A, coordinates of w); the product nodes
     for node in _toposort_nodes([lik]):
         if not _is_matrix_product(node):
             continue
@@ -1684,6 +1698,7 @@ def _linear_clipped_sum(
         coords = _selection_coordinates(w, theta, n_params)
         if coords is not None:
             linear.append((node.outputs[0], a, coords))
+            products.append(node)
     if not linear:
         raise _NotLinear
     z_inputs = [z.type() for z, _, _ in linear]
@@ -1722,11 +1737,18 @@ def _linear_clipped_sum(
     lik_rows = vectorize_graph(lik_one, replace)
     grads = pytensor.grad(lik_rows.sum(), [*copies, *z_inputs], disconnected_inputs="ignore")
     per_row = [g if g.ndim == 2 else g.reshape((g.shape[0], -1)) for g in grads]  # (B, |s|) and (B, m)
+    if precomputed:  # A and ‖Aᵢ‖² as inputs, computed once per run
+        a_inputs = [a.type() for _, a, _ in linear]
+        squares = [_squares_per_row(a) for _, a, _ in linear]
+        square_inputs = [sq.type() for sq in squares]
+    else:
+        a_inputs = [a for _, a, _ in linear]
+        square_inputs = [_squares_per_row(a) for _, a, _ in linear]
     norms_sq = pt.zeros_like(lik, dtype=lik.dtype)
     for g in per_row[: len(copies)]:
         norms_sq = norms_sq + _squares_per_row(g)
-    for g, (_, a, _) in zip(per_row[len(copies) :], linear, strict=True):
-        norms_sq = norms_sq + _squares_per_row(g) * _squares_per_row(a)
+    for g, square in zip(per_row[len(copies) :], square_inputs, strict=True):
+        norms_sq = norms_sq + _squares_per_row(g) * square
     from pymc_dp.mechanisms.clipping import clip_weights_graph
 
     weights, finite = clip_weights_graph(norms_sq, bound)
@@ -1735,13 +1757,24 @@ def _linear_clipped_sum(
     for g, (_, coords) in zip(per_row[: len(copies)], selections, strict=True):
         part = pt.switch(kept, g * weights[:, None], 0.0).sum(axis=0)
         total = pt.inc_subtensor(total[pt.constant(coords)], part)
-    for g, (_, a, coords) in zip(per_row[len(copies) :], linear, strict=True):
+    for g, a, (_, _, coords) in zip(per_row[len(copies) :], a_inputs, linear, strict=True):
         scaled = pt.switch(kept, g * weights[:, None], 0.0)  # (B, m)
-        if safe:  # rows left out set to zero in A too: a non-finite Aᵢ is never multiplied by 0
+        if safe and not precomputed:  # rows left out set to zero in A too: a non-finite Aᵢ is never multiplied by 0
             a = pt.switch(kept, a, 0.0)
         part = pt.dot(a.T, scaled)  # (K, m), w's layout
         total = pt.inc_subtensor(total[pt.constant(coords)], part.ravel())
-    return graph_replace(total, {zi: z for (z, _, _), zi in zip(linear, z_inputs, strict=True)}, strict=False)
+    if not precomputed:
+        return graph_replace(total, {zi: z for (z, _, _), zi in zip(linear, z_inputs, strict=True)}, strict=False)
+    # z = A @ w read from A's input (its non-finite rows are zero there, and left out by their norms)
+    z_from_inputs = [
+        node.op.make_node(a_in, node.inputs[1]).outputs[0] for node, a_in in zip(products, a_inputs, strict=True)
+    ]
+    total = graph_replace(total, dict(zip(z_inputs, z_from_inputs, strict=True)), strict=False)
+    pieces = [
+        (a, sq, a_in, sq_in)
+        for (_, a, _), sq, a_in, sq_in in zip(linear, squares, a_inputs, square_inputs, strict=True)
+    ]
+    return total, pieces
 
 
 def _toposort_nodes(outputs: Sequence[Variable]) -> list:

@@ -122,6 +122,32 @@ def test_a_linear_predictor_gives_the_clipped_sum_without_the_per_row_matrix():
     assert JaxRowMechanisms(RowMechanisms(_rows("mvnormal")), chunk_rows=256).device_rows.gradient_mode == "reverse"
 
 
+def test_the_linear_form_computes_the_row_pieces_once_and_leaves_out_a_row_with_a_non_finite_covariate():
+    # The device keeps A (here the covariates) and ‖Aᵢ‖² beside the rows, computed once per run; a row whose
+    # covariates are not finite has a non-finite norm there and is left out of every clipped sum, as on the
+    # default backend (where its zero weight never multiplies the non-finite row).
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(300, 2))
+    x[11, 1] = np.inf
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Poisson("y", mu=pm.math.exp(x @ beta * 0.1), observed=rng.poisson(1.0, size=300))
+    rows = RowLikelihood(model)
+    device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=True, chunk_rows=128).device_rows
+    assert device.gradient_mode == "linear"
+    assert len(device._data) == device._n_row_inputs + 2  # the rows, then A and ‖Aᵢ‖²
+    a, squares = (np.asarray(p).reshape(-1, *np.shape(p)[2:])[: rows.n_rows] for p in device._data[-2:])
+    assert not np.isfinite(squares[11]) and np.all(a[11] == 0.0)
+    np.testing.assert_allclose(np.delete(squares, 11), np.delete((x**2).sum(axis=1), 11), rtol=1e-12)
+    theta = np.array([0.3, -0.2])
+    for bound in (0.5, 1e6):
+        expected = rows.clipped_grad_sum(theta, bound)
+        assert np.all(np.isfinite(expected))
+        np.testing.assert_allclose(
+            device.noisy_gradient_sum(theta, bound, 0.0, np.zeros(2)), expected, rtol=1e-10, atol=1e-10
+        )
+
+
 def test_clipped_gradient_sums_equal_the_default_backend(rows_pair):
     rows, device = rows_pair
     assert device.n_chunks == 3  # 601 rows in chunks of 256: the last one padded (and masked)
