@@ -1,14 +1,16 @@
 """Released statistics for logistic regression on ``randhie`` against NUTS on the raw rows.
 
-Run: ``python benchmarks/logistic_release.py [--epsilons 1 4] [--draws 500]``. The
-``randhie_logistic`` data of ``utility.py`` (any outpatient visit ~ six covariates scaled to
-[−1, 1] by public ranges, N = 20,190, P = 7, N(0, 2²) priors): NUTS on the raw rows, then for
-each ε the release of (Σ s·x, Σ xxᵀ) (``pmdp.release_statistics("logistic_regression")``, pure
-ε-DP, Kulkarni et al. 2021) and NUTS on the noise-aware and on the naive likelihood (2 chains,
-``--draws`` tuning steps and draws each). Prints per coefficient (DP mean − NUTS mean) / NUTS
-sd, DP sd / NUTS sd, whether NUTS's mean lies in the DP 94 % equal-tailed interval, and the
-smallest bulk ESS and largest R-hat. The noise is drawn from OS entropy: every run is a new
-release. ``utility.py --methods release`` runs the same route in the utility table's format.
+Run: ``python benchmarks/logistic_release.py [--epsilons 1 4] [--draws 500] [--mechanism gaussian
+--delta 1e-6]``. The ``randhie_logistic`` data of ``utility.py`` (any outpatient visit ~ six
+covariates scaled to [−1, 1] by public ranges, three of them binary, N = 20,190, P = 7,
+N(0, 2²) priors): NUTS on the raw rows, then for each ε the release of (Σ s·x, Σ xxᵀ)
+(``pmdp.release_statistics("logistic_regression")``, pure ε-DP, Kulkarni et al. 2021; the
+Gaussian mechanism at (ε, δ) with ``--mechanism gaussian``) and NUTS on the noise-aware and on
+the naive likelihood (2 chains, ``--draws`` tuning steps and draws each). Prints per coefficient
+(DP mean − NUTS mean) / NUTS sd, DP sd / NUTS sd, whether NUTS's mean lies in the DP 94 %
+equal-tailed interval, and the smallest bulk ESS and largest R-hat. The noise is drawn from OS
+entropy: every run is a new release. ``utility.py --methods release`` runs the same route in the
+utility table's format.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 4.0])
     parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--mechanism", choices=("laplace", "gaussian"), default="laplace")
+    parser.add_argument("--delta", type=float, default=1e-6, help="δ of a Gaussian release")
     args = parser.parse_args()
+    noise = {} if args.mechanism == "laplace" else {"mechanism": "gaussian", "delta": args.delta}
     x, y = _randhie_logistic_data(None)
     design = np.column_stack([np.ones(len(y)), x])
     d = design.shape[1]
@@ -56,8 +61,12 @@ def main() -> None:
             epsilon=epsilon,
             n_features=d,
             x_bounds=([1.0] + [-1.0] * (d - 1), [1.0] * d),
+            **noise,
         )
-        print(f"ε = {epsilon:g}: Δ₁ = {release.family.l1_sensitivity():g}, Laplace scale {release.scale:g}")
+        print(
+            f"ε = {epsilon:g}, {args.mechanism}: Δ₁ = {release.family.l1_sensitivity():g}, "
+            f"Δ₂ = {release.family.l2_sensitivity():g}, noise sd {np.sqrt(release.noise_variance):g}"
+        )
         for aware in (True, False):
             start = time.perf_counter()
             with pm.Model():

@@ -103,12 +103,14 @@ __all__ = [
     "Plan",
     "default_dpadvi_sampling_rate",
     "dpadvi_mean_error",
+    "gaussian_to_laplace_variance",
     "penalty_ess",
     "penalty_ess_from_noise",
     "penalty_ess_limit",
     "penalty_iterations",
     "plan",
     "plan_from_settings",
+    "released_statistics_route",
 ]
 
 #: ESS per parameter below which a run is not a usable posterior (as :mod:`pymc_dp.diagnostics` flags).
@@ -266,10 +268,17 @@ class Plan:
     methods: tuple[MethodPlan, ...]
     recommendation: str
     details: dict[str, Any] = field(default_factory=dict)
-    #: The method the recommendation names: a DP sampler when one can deliver 100 effective
-    #: draws, else ``"DPADVI"`` when its expected mean error is below half a posterior sd, else
-    #: ``None`` (no route here: more ε, more rows, or released statistics for a conjugate model).
+    #: The method the recommendation names: ``"release_statistics"`` for a linear regression
+    #: (``released_statistics`` below), else a DP sampler when one can
+    #: deliver 100 effective draws, else ``"DPADVI"`` when its expected mean error is below half a
+    #: posterior sd, else ``None`` (no route here: more ε, more rows, or released statistics for a
+    #: conjugate model).
     recommended: str | None = None
+    #: The :func:`pymc_dp.release_statistics` family that describes the model's likelihood
+    #: (``"logistic_regression"`` or ``"linear_regression"``), found from the graph by
+    #: :func:`plan`; ``None`` otherwise. Only the linear regression's route is recommended; the
+    #: logistic one is named as an option with its caveat.
+    released_statistics: str | None = None
 
     def method(self, name: str) -> MethodPlan:
         """The plan of one method, by name."""
@@ -423,11 +432,19 @@ def plan_from_settings(
     dpadvi_sampling_rate: float | None = None,
     dpadvi_iterations: int = 2000,
     max_iterations: int = 20000,
+    released_statistics: str | None = None,
 ) -> Plan:
     """:func:`plan` from numbers alone (no model): every argument is public.
 
-    Parameters are those of :func:`plan`, with ``n_rows`` and ``n_params`` given directly.
+    Parameters are those of :func:`plan`, with ``n_rows`` and ``n_params`` given directly,
+    and ``released_statistics``: the release family that describes the model's likelihood
+    (``"logistic_regression"``, ``"linear_regression"``), if any: the linear regression's
+    route is then recommended, the logistic one named as an option with its caveat.
     """
+    if released_statistics not in (None, *RELEASE_ROUTES):
+        raise ValueError(
+            f"`released_statistics` must be None or one of {sorted(RELEASE_ROUTES)}. Found {released_statistics!r}."
+        )
     epsilon = check_finite_positive("epsilon", epsilon)
     delta = check_unit_interval_open("delta", delta)
     n_rows = check_positive_int("n_rows", n_rows)
@@ -486,6 +503,17 @@ def plan_from_settings(
             "(pmdp.release_statistics)"
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
+    noise = ""
+    if released_statistics is not None:
+        ratio = gaussian_to_laplace_variance(released_statistics, n_params, epsilon, delta)
+        if ratio < 1.0:
+            noise = f", mechanism='gaussian', delta={delta:g}"
+    if released_statistics == "linear_regression":  # exact sufficient statistics: recommended
+        route = RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)
+        recommendation = f"{route}; otherwise {recommendation}" if recommended else f"{route}; {recommendation}"
+        recommended = "release_statistics"
+    elif released_statistics == "logistic_regression":  # an option, not the recommendation (biased: see below)
+        recommendation = f"{recommendation}. {RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)}"
     return Plan(
         epsilon,
         delta,
@@ -498,7 +526,107 @@ def plan_from_settings(
         methods,
         recommendation,
         recommended=recommended,
+        released_statistics=released_statistics,
     )
+
+
+#: Recommendation text of the released-statistics route, per family.
+RELEASE_ROUTES = {
+    "logistic_regression": (
+        "This is a logistic regression: if its covariates are continuous and close to Gaussian, consider "
+        "releasing its statistics once, pmdp.release_statistics('logistic_regression', (X, y), "
+        "epsilon={epsilon:g}{noise}, n_features=..., x_bounds=(public lower, "
+        "public upper)), and sampling the noise-aware likelihood at no further cost; it is not recommended by "
+        "default because its Gaussian covariate model biases it for binary or skewed covariates (on randhie, with "
+        "no noise at all, the intercept 2.6 NUTS sds off with a narrower interval: docs/exponential_family.md)"
+    ),
+    "linear_regression": (
+        "this is a linear regression: release its sufficient statistics once, "
+        "pmdp.release_statistics('linear_regression', (X, y), epsilon={epsilon:g}{noise}, n_features=..., "
+        "x_bounds=..., y_bounds=...), and sample the noise-aware likelihood with "
+        "any sampler at no further cost (docs/exponential_family.md)"
+    ),
+}
+
+
+def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, delta: float) -> float:
+    """The Gaussian release's noise variance over the Laplace release's, for a regression of ``n_params``.
+
+    An intercept and n − 1 covariates on [−1, 1] (logistic regression: n = ``n_params``; linear
+    regression: n = ``n_params`` − 1, the last parameter being σ, with y on [−1, 1]): (τΔ₂)²
+    over 2(Δ₁/ε)², τ the (ε, δ) noise multiplier of one Gaussian release. About τ²ε²/(2d) for d
+    statistics of equal width (Δ₂ = Δ₁/√d), so below 1 once the regression has a few
+    coefficients; with other bounds the widths, and so the ratio, change (compare the
+    ``noise_variance`` of the two releases).
+    """
+    from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+    from pymc_dp.exponential_family.families import get_family
+
+    if family not in RELEASE_ROUTES:
+        raise ValueError(f"`family` must be one of {sorted(RELEASE_ROUTES)}. Found {family!r}.")
+    n_features = max(n_params - (1 if family == "linear_regression" else 0), 1)
+    bounds = ([1.0] + [-1.0] * (n_features - 1), [1.0] * n_features)
+    extra = {"y_bounds": (-1.0, 1.0)} if family == "linear_regression" else {}
+    fam = get_family(family, n_features=n_features, x_bounds=bounds, **extra)
+    tau = noise_multiplier_for_target(epsilon, delta, 1)
+    return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
+
+
+def released_statistics_route(model: Any = None) -> str | None:
+    """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
+
+    Reads the graph only (no data values): one observed variable, Bernoulli with p = σ(η)
+    (``logit_p=η``) → ``"logistic_regression"``, or Normal with mean η and a standard deviation
+    that reads no data → ``"linear_regression"``, where η is an intercept plus a matrix product
+    of a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
+    vector of free variables.
+    """
+    from pytensor.graph.traversal import ancestors
+    from pytensor.tensor.random.basic import BernoulliRV, NormalRV
+    from pytensor.tensor.variable import TensorConstant
+
+    from pymc_dp.data import _is_matrix_product, _toposort_nodes
+
+    model = modelcontext(model)
+    if len(model.observed_RVs) != 1:
+        return None
+    rv = model.observed_RVs[0]
+    n_rows = _row_structure(model)[0]
+    op = rv.owner.op if rv.owner is not None else None
+    free = set(model.free_RVs)
+    data_vars = set(model.data_vars)
+
+    def is_data(v) -> bool:
+        return v in data_vars or (isinstance(v, TensorConstant) and v.ndim == 2 and v.type.shape[0] == n_rows)
+
+    def reads_data(v) -> bool:  # a data container, or any constant with one entry per row
+        return any(
+            a in data_vars or (isinstance(a, TensorConstant) and a.ndim >= 1 and a.type.shape[0] == n_rows)
+            for a in ancestors([v])
+        )
+
+    def linear_predictor(eta) -> bool:
+        for node in _toposort_nodes([eta]):
+            if _is_matrix_product(node):
+                a, w = node.inputs
+                if (
+                    is_data(a)
+                    and any(v in free for v in ancestors([w]))
+                    and not any(is_data(v) for v in ancestors([w]))
+                ):
+                    return True
+        return False
+
+    if isinstance(op, BernoulliRV):
+        (p,) = op.dist_params(rv.owner)
+        scalar = getattr(getattr(p.owner, "op", None), "scalar_op", None)
+        if p.owner is not None and type(scalar).__name__ == "Sigmoid" and linear_predictor(p.owner.inputs[0]):
+            return "logistic_regression"
+    if isinstance(op, NormalRV):
+        mu, sigma = op.dist_params(rv.owner)
+        if linear_predictor(mu) and not reads_data(sigma):
+            return "linear_regression"
+    return None
 
 
 def plan(
@@ -554,7 +682,13 @@ def plan(
     Returns
     -------
     Plan
-        Per-method noise, iterations, expected acceptance and ESS, and a recommendation.
+        Per-method noise, iterations, expected acceptance and ESS, and a recommendation. For
+        a linear regression (:func:`released_statistics_route`, from the graph) the
+        recommendation is the released-statistics route (``recommended ==
+        "release_statistics"``): one Gaussian release of its sufficient statistics, then any
+        sampler on the noise-aware likelihood at no further cost. For a logistic regression
+        the same route is named as an option for continuous, near-Gaussian covariates only:
+        its covariate model biased it on ``randhie`` (``docs/exponential_family.md``).
 
     Notes
     -----
@@ -565,6 +699,7 @@ def plan(
     model = modelcontext(model)
     point = model.initial_point()
     n_params = int(sum(np.size(point[v.name]) for v in model.value_vars))
+    route = released_statistics_route(model)
     return plan_from_settings(
         epsilon=epsilon,
         delta=delta,
@@ -580,4 +715,5 @@ def plan(
         dpadvi_sampling_rate=dpadvi_sampling_rate,
         dpadvi_iterations=dpadvi_iterations,
         max_iterations=max_iterations,
+        released_statistics=route,
     )

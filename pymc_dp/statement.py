@@ -425,19 +425,13 @@ def _mechanism_text(record: dict[str, Any], cite: _Citations) -> str:
             + _dpadvi_text(record["settings"], record["iterations"], cite)
             + (" The draws reported are from the fitted approximation (post-processing, at no further privacy cost).")
         )
-    if mechanism.startswith("laplace"):
-        cite("foulds2016theory", "dwork2006calibrating")
-        family = record.get("family", {})
-        settings = ", ".join(f"{k} = {v}" for k, v in family.items() if k != "family")
-        return (
-            f"The {family.get('family', 'exponential-family')} sufficient statistics"
-            f"{f' ({settings})' if settings else ''} "
-            "of the data were released once by the Laplace mechanism (Dwork et al., 2006; Foulds et al., 2016): "
-            f"their L1 sensitivity Δ₁ = {_g(record['l1_sensitivity'])} follows from the public bounds (rows outside "
-            f"them handled by {record.get('out_of_bounds', 'clamp')!r}), the Laplace scale was "
-            f"b = {_g(record['laplace_scale'])}, and the noisy statistics were projected onto their admissible set. "
-            "The posterior was then sampled given the released statistics only, which is post-processing."
+    if mechanism.startswith(("laplace", "gaussian: aggregate sufficient statistics")):
+        return _release_text(record, cite) + (
+            " The posterior was then sampled given the released statistics only, which is post-processing."
         )
+    if mechanism.startswith("several aggregate sufficient statistics"):
+        parts = " ".join(_release_text(r, cite) for r in record.get("releases", []))
+        return f"{parts} The posterior was then sampled given the released statistics only, which is post-processing."
     if mechanism.startswith("exponential mechanism"):
         cite("foulds2016theory", "mcsherry2007mechanism")
         lower, upper = record.get("loglik_bounds", [None, None])
@@ -450,6 +444,28 @@ def _mechanism_text(record: dict[str, Any], cite: _Citations) -> str:
             "finite MCMC run is not covered by ε."
         )
     return f"The result was produced by {mechanism}."
+
+
+def _release_text(record: dict[str, Any], cite: _Citations) -> str:
+    """One release of sufficient statistics (Laplace or Gaussian), in words."""
+    family = record.get("family", {})
+    settings = ", ".join(f"{k} = {v}" for k, v in family.items() if k != "family")
+    name = family.get("family", "exponential-family")
+    head = f"The {name} sufficient statistics{f' ({settings})' if settings else ''}"
+    bounds = f"follows from the public bounds (rows outside them handled by {record.get('out_of_bounds', 'clamp')!r})"
+    if record.get("noise") == "gaussian":
+        cite("foulds2016theory", "dwork2014algorithmic")
+        return (
+            f"{head} of the data were released once by the Gaussian mechanism (Dwork and Roth, 2014): their L2 "
+            f"sensitivity Δ₂ = {_g(record['l2_sensitivity'])} {bounds}, the noise's standard deviation was "
+            f"σ = {_g(record['gaussian_std'])}, and the noisy statistics were projected onto their admissible set."
+        )
+    cite("foulds2016theory", "dwork2006calibrating")
+    return (
+        f"{head} of the data were released once by the Laplace mechanism (Dwork et al., 2006; Foulds et al., 2016): "
+        f"their L1 sensitivity Δ₁ = {_g(record['l1_sensitivity'])} {bounds}, the Laplace scale was "
+        f"b = {_g(record['laplace_scale'])}, and the noisy statistics were projected onto their admissible set."
+    )
 
 
 def _relation_text(record: dict[str, Any]) -> str:

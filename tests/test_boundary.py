@@ -77,6 +77,8 @@ DATA_FREE = {
     "check_prior_reads_no_data",  # refuses a prior or potential that reads data; returns nothing
     "data_dependent_deterministics",  # names of deterministics to drop from results
     "sorted_value_vars",  # the model's free value variables in model order
+    "_is_matrix_product",  # whether a graph node is a matrix product (the node's op and input ranks only)
+    "_toposort_nodes",  # a graph's nodes in order (symbolic: no values evaluated)
 }
 #: Only the data and mechanism layers build the per-row functions.
 ROW_CONSTRUCTORS = {"RowLikelihood"}

@@ -115,6 +115,55 @@ def test_plan_reads_n_and_p_from_the_model(regression):
     assert result.posterior_sd == pytest.approx(2 * math.sqrt(2) / (3.0 * math.sqrt(400)))
 
 
+def _logistic(use_data: bool):
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, size=(300, 3))
+    y = rng.integers(0, 2, 300)
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        design = pm.Data("x", x) if use_data else x
+        pm.Bernoulli("y", logit_p=alpha + pm.math.dot(design, beta), observed=y)
+    return model
+
+
+def test_plan_recommends_released_statistics_for_a_linear_regression_and_names_them_for_a_logistic_one(regression):
+    result = pmdp.plan(regression, epsilon=1.0, delta=1e-6)
+    assert (result.recommended, result.released_statistics) == ("release_statistics", "linear_regression")
+    assert "pmdp.release_statistics('linear_regression', (X, y), epsilon=1, n_features" in result.recommendation
+    assert pmdp.planning.released_statistics_route(regression) == "linear_regression"
+    for model in (_logistic(True), _logistic(False)):
+        result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
+        assert result.released_statistics == "logistic_regression"
+        assert result.recommended != "release_statistics"  # an option with its caveat, not the recommendation
+        # four coefficients: the Gaussian mechanism's noise is the smaller one (docs/exponential_family.md)
+        assert "epsilon=1, mechanism='gaussian', delta=1e-06, n_features" in result.recommendation
+        assert "binary or skewed covariates" in result.recommendation
+        assert "no DP sampler can deliver" in result.recommendation  # the samplers' verdict is kept
+
+
+def test_plan_finds_no_released_statistics_route_for_other_models():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(200, 2))
+    with pm.Model() as poisson:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Poisson("y", pm.math.exp(pm.math.dot(x, beta)), observed=rng.poisson(1.0, 200))
+    with pm.Model() as mean_only:
+        pm.Normal("y", pm.Normal("mu", 0, 1), 1.0, observed=rng.normal(size=200))
+    with pm.Model() as two_observed:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Normal("y", pm.math.dot(x, beta), 1.0, observed=rng.normal(size=200))
+        pm.Normal("z", pm.math.dot(x, beta), 1.0, observed=rng.normal(size=200))
+    with pm.Model() as data_in_sigma:  # the noise scale reads the rows: not the release's model
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Normal("y", pm.math.dot(x, beta), pm.math.exp(x[:, 0]), observed=rng.normal(size=200))
+    for model in (poisson, mean_only, two_observed, data_in_sigma):
+        result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
+        assert result.released_statistics is None and result.recommended != "release_statistics"
+    with pytest.raises(ValueError, match="`released_statistics` must be None or one of"):
+        plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=100, n_params=2, released_statistics="poisson")
+
+
 QUIET = {"progressbar": False, "on_poor_mixing": "ignore", "random_seed": 3}
 
 
@@ -249,3 +298,19 @@ def test_draws_auto_with_dphmc_records_a_json_plan(regression):
     plan = json.loads(idata.posterior.attrs["dp_accountant"])["plan"]
     assert plan["method"] == "DPHMC" and plan["usable"] is False
     assert all(isinstance(m.usable, bool) for m in pmdp.plan(regression, epsilon=0.5, delta=1e-6).methods)
+
+
+def test_the_gaussian_to_laplace_noise_ratio_is_that_of_the_two_releases():
+    # The planner's ratio against the noise variances of two actual releases with the bounds it assumes.
+    rng = np.random.default_rng(0)
+    for family, n_params in [("logistic_regression", 4), ("linear_regression", 4), ("logistic_regression", 7)]:
+        n_features = n_params - (family == "linear_regression")
+        x = np.column_stack([np.ones(30), rng.uniform(-1, 1, (30, n_features - 1))])
+        y = rng.integers(0, 2, 30) if family == "logistic_regression" else rng.uniform(-1, 1, 30)
+        settings = {"n_features": n_features, "x_bounds": ([1.0] + [-1.0] * (n_features - 1), [1.0] * n_features)}
+        if family == "linear_regression":
+            settings["y_bounds"] = (-1.0, 1.0)
+        laplace = pmdp.release_statistics(family, (x, y), epsilon=0.7, **settings)
+        gaussian = pmdp.release_statistics(family, (x, y), epsilon=0.7, mechanism="gaussian", delta=1e-7, **settings)
+        expected = gaussian.noise_variance / laplace.noise_variance
+        assert pmdp.planning.gaussian_to_laplace_variance(family, n_params, 0.7, 1e-7) == pytest.approx(expected)

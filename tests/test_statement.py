@@ -96,6 +96,30 @@ def _released_idata(results):
         return release.sample(draws=20, tune=20, chains=1, **QUIET)
 
 
+def _gaussian_released(_results):
+    rng = np.random.default_rng(3)
+    x = np.column_stack([np.ones(300), rng.uniform(-1, 1, (300, 3))])
+    settings = {"n_features": 4, "x_bounds": ([1, -1, -1, -1], [1, 1, 1, 1])}
+    y = rng.integers(0, 2, 300)
+    return pmdp.release_statistics(
+        "logistic_regression", (x, y), epsilon=1.0, mechanism="gaussian", delta=1e-6, **settings
+    )
+
+
+def _two_releases_idata(results):
+    # A Laplace and a Gaussian release of the same rows, read by one model: composed by the accountant.
+    release = results["Gaussian ReleasedStatistics"]
+    rng = np.random.default_rng(3)
+    x = np.column_stack([np.ones(300), rng.uniform(-1, 1, (300, 3))])
+    settings = {"n_features": 4, "x_bounds": ([1, -1, -1, -1], [1, 1, 1, 1])}
+    laplace = pmdp.release_statistics("logistic_regression", (x, rng.integers(0, 2, 300)), epsilon=0.5, **settings)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=4)
+        release.likelihood("a", beta=beta, noise_aware=False)
+        laplace.likelihood("b", beta=beta, noise_aware=False)
+        return pmdp.exponential_family.sample_releases([release, laplace], draws=20, tune=20, chains=1, **QUIET)
+
+
 # One maker per kind of result pymc_dp returns, at a tiny size (the statements do not depend on mixing).
 MAKERS = {
     "DPPenaltyMH": lambda r: _penalty(),
@@ -113,6 +137,8 @@ MAKERS = {
     "one_posterior_sample": lambda r: _one_posterior_sample(),
     "ReleasedStatistics": _released,
     "released statistics idata": _released_idata,
+    "Gaussian ReleasedStatistics": _gaussian_released,
+    "two releases idata": _two_releases_idata,
 }
 
 
@@ -140,7 +166,7 @@ def _record(result):
 
 
 # The default run covers one result of each front-end family; the other kinds run with -m slow.
-FAST = {"DPPenaltyMH", "DPADVI idata", "publish", "released statistics idata"}
+FAST = {"DPPenaltyMH", "DPADVI idata", "publish", "released statistics idata", "Gaussian ReleasedStatistics"}
 KINDS = [k if k in FAST else pytest.param(k, marks=pytest.mark.slow) for k in MAKERS]
 # What each statement must name: its mechanism's paper (as cited in the text) and its BibTeX key.
 PAPERS = {
@@ -157,6 +183,8 @@ PAPERS = {
     "one_posterior_sample": ("McSherry and Talwar, 2007", "mcsherry2007mechanism"),
     "ReleasedStatistics": ("Laplace mechanism (Dwork et al., 2006", "dwork2006calibrating"),
     "released statistics idata": ("Laplace mechanism (Dwork et al., 2006", "dwork2006calibrating"),
+    "Gaussian ReleasedStatistics": ("Gaussian mechanism (Dwork and Roth, 2014", "dwork2014algorithmic"),
+    "two releases idata": ("Gaussian mechanism (Dwork and Roth, 2014", "dwork2006calibrating"),
 }
 
 

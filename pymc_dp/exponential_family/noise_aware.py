@@ -333,8 +333,21 @@ def univariate_release_loglik(family: Any, value: Any, n_rows: int, scale: float
     return normal_laplace_logpdf(value, n_rows * mean, n_rows * var, scale)
 
 
-def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, **params: Any) -> Any:
+def release_loglik(
+    family: Any,
+    noisy: np.ndarray,
+    n_rows: int,
+    scale: float,
+    name: str,
+    noise_variance: float | None = None,
+    **params: Any,
+) -> Any:
     """log p(Ŝ | θ) of the unprojected release ``noisy`` under ``family`` (see the module docstring).
+
+    ``scale`` is the Laplace scale b of the release. For a Gaussian release (linear and
+    logistic regression only: ``release_statistics(..., mechanism="gaussian")``) pass its
+    per-coordinate ``noise_variance`` σ² instead: the regressions' likelihood is then exact in
+    the noise, where for a Laplace release it uses the normal of the same variance 2b².
 
     Bernoulli, Binomial, Poisson and Normal return a closed-form (or exactly summed) scalar
     graph (:func:`univariate_release_loglik`). Categorical and linear regression add latent
@@ -362,6 +375,14 @@ def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, na
         )
     noisy = np.asarray(noisy, dtype=float)
     kind = type(family)
+    regression = kind in (fams.LinearRegression, fams.LogisticRegression)
+    if noise_variance is not None and not regression:
+        raise ValueError(
+            f"`noise_variance` (a Gaussian release) is supported for linear and logistic regression only. Found the "
+            f"{family.name} family."
+        )
+    if noise_variance is None:
+        noise_variance = 2.0 * float(scale) ** 2  # the Laplace noise's variance
     if kind in (fams.Bernoulli, fams.Binomial, fams.Poisson, fams.Normal):
         (param_name,) = family.params
         param = _scalar_param(family, param_name, params[param_name])
@@ -369,9 +390,11 @@ def release_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, na
     if kind is fams.Categorical:
         return _categorical_loglik(family, noisy, n_rows, scale, name, params["p"])
     if kind is fams.LinearRegression:
-        return linear_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], params["sigma"])
+        return linear_regression_loglik(
+            family, noisy, n_rows, scale, name, params["beta"], params["sigma"], noise_variance=noise_variance
+        )
     if kind is fams.LogisticRegression:
-        return logistic_regression_loglik(family, noisy, n_rows, scale, name, params["beta"])
+        return logistic_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], noise_variance)
     raise ValueError(
         f"`noise_aware` must be False for the family {family!r}: a noise-aware likelihood exists only for the "
         f"built-in families {sorted(NOISE_AWARE_METHODS)}. Found a user-defined family."
@@ -449,7 +472,16 @@ def linear_regression_moments(
 
 
 def linear_regression_release_logpdf(
-    noisy: Any, n_rows: int, scale: float, x_mean: Any, x_cov: Any, beta: Any, sigma: Any, keep: np.ndarray, triu: Any
+    noisy: Any,
+    n_rows: int,
+    scale: float,
+    x_mean: Any,
+    x_cov: Any,
+    beta: Any,
+    sigma: Any,
+    keep: np.ndarray,
+    triu: Any,
+    noise_variance: float | None = None,
 ) -> Any:
     """log N(Ŝ_keep; N·m, N·V + 2b²I): the closed-form release likelihood of linear regression (PyTensor).
 
@@ -457,6 +489,7 @@ def linear_regression_release_logpdf(
     on the coordinates ``keep`` of the upper triangle ``triu`` of zzᵀ; the Laplace noise of each
     coordinate is replaced by the normal of the same variance 2b², so that S and the noise are
     both marginalised in closed form and nothing latent but the covariate moments remains.
+    ``noise_variance`` (a Gaussian release's σ²) replaces 2b² when given.
     """
     rows, cols = (np.asarray(v)[keep] for v in triu)
     x_mean, x_cov, beta, sigma = (_tensor(v) for v in (x_mean, x_cov, beta, sigma))
@@ -467,7 +500,8 @@ def linear_regression_release_logpdf(
     beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
     sigma, x_cov = pt.switch(ok, sigma, 1.0), pt.switch(ok, x_cov, pt.eye(x_cov.shape[0]))
     mean, cov = linear_regression_moments(x_mean, x_cov, beta, sigma, rows, cols)
-    total = n_rows * cov + (2.0 * float(scale) ** 2) * np.eye(keep.size)
+    variance = 2.0 * float(scale) ** 2 if noise_variance is None else float(noise_variance)
+    total = n_rows * cov + variance * np.eye(keep.size)
     return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean, total), -np.inf)
 
 
@@ -577,7 +611,14 @@ def gaussian_covariates(
 
 
 def linear_regression_loglik(
-    family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any, sigma: Any
+    family: Any,
+    noisy: Any,
+    n_rows: int,
+    scale: float,
+    name: str,
+    beta: Any,
+    sigma: Any,
+    noise_variance: float | None = None,
 ) -> Any:
     """CLT likelihood of the released zzᵀ with Gaussian covariates (Bernstein and Sheldon 2019, §3).
 
@@ -594,7 +635,8 @@ def linear_regression_loglik(
     constant entries (zero-width intervals) carry no information about θ and are left out.
 
     S and the Laplace noise are both marginalised: Ŝ ~ N(N·m, N·V + 2b²I)
-    (:func:`linear_regression_release_logpdf`). An earlier version kept the noise as a
+    (:func:`linear_regression_release_logpdf`); for a Gaussian release, N·V + σ²I with
+    ``noise_variance`` = σ², exact in the noise. An earlier version kept the noise as a
     Gaussian scale mixture with one latent variance per statistic; NUTS mixed badly on it
     (bulk ESS 5–12 in 300 draws), the funnel between those variances and θ being the cause.
     """
@@ -617,7 +659,9 @@ def linear_regression_loglik(
     x_mean, x_cov = gaussian_covariates(family, noisy, n_rows, name, position)
     lo, hi = family.intervals()
     keep = np.nonzero(hi > lo)[0]
-    return linear_regression_release_logpdf(noisy, n_rows, scale, x_mean, x_cov, beta, sigma, keep, family._triu)
+    return linear_regression_release_logpdf(
+        noisy, n_rows, scale, x_mean, x_cov, beta, sigma, keep, family._triu, noise_variance
+    )
 
 
 #: Gauss–Hermite nodes (probabilists') for the expectations over u = xᵀβ in the logistic moments.
@@ -671,7 +715,9 @@ def logistic_regression_moments(
     return mean, cov
 
 
-def logistic_regression_loglik(family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any) -> Any:
+def logistic_regression_loglik(
+    family: Any, noisy: Any, n_rows: int, scale: float, name: str, beta: Any, noise_variance: float | None = None
+) -> Any:
     """CLT likelihood of the released (Σ s·x, Σ xxᵀ) with Gaussian covariates (Kulkarni et al. 2021, §4).
 
     Adds the covariate moments to the model in context (:func:`gaussian_covariates`) and
@@ -681,7 +727,8 @@ def logistic_regression_loglik(family: Any, noisy: Any, n_rows: int, scale: floa
     of the same variance 2b² (as for linear regression: S and the noise marginalised in
     closed form, nothing latent but the covariate moments). The polynomial approximation of
     the naive likelihood is not used here: the CLT is of the statistic under the logistic
-    model itself.
+    model itself. For a Gaussian release ``noise_variance`` (σ²) replaces 2b²: exact in the
+    noise.
     """
     d = family.n_features
     beta = pt.as_tensor_variable(beta)
@@ -704,5 +751,6 @@ def logistic_regression_loglik(family: Any, noisy: Any, n_rows: int, scale: floa
     beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
     x_cov = pt.switch(ok, x_cov, pt.eye(d))
     mean, cov = logistic_regression_moments(x_mean, x_cov, beta, rows, cols)
-    total = n_rows * cov[keep][:, keep] + (2.0 * float(scale) ** 2) * np.eye(keep.size)
+    variance = 2.0 * float(scale) ** 2 if noise_variance is None else float(noise_variance)
+    total = n_rows * cov[keep][:, keep] + variance * np.eye(keep.size)
     return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean[keep], total), -np.inf)

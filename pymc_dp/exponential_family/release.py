@@ -1,4 +1,4 @@
-"""Laplace release of sufficient statistics, and PyMC models that read only the release."""
+"""Laplace (or, for the regressions, Gaussian) release of sufficient statistics, and PyMC models that read only it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import numpy as np
 import pymc as pm
 from pymc.model import modelcontext
 
-from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
+from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_unit_interval_open
 from pymc_dp.accounting.budget import PrivacyBudget
+from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
@@ -25,7 +26,7 @@ __all__ = ["ReleasedStatistics", "annotate_releases", "release_statistics", "sam
 
 @dataclass(frozen=True)
 class ReleasedStatistics:
-    """Aggregate sufficient statistics released once by the Laplace mechanism (public).
+    """Aggregate sufficient statistics released once by the Laplace (or Gaussian) mechanism (public).
 
     Attributes
     ----------
@@ -36,9 +37,10 @@ class ReleasedStatistics:
     n_rows : int
         N (public under substitute neighbours).
     epsilon : float
-        ε of the release (δ = 0).
+        ε of the release.
     scale : float
-        The Laplace scale b = Δ₁/ε used.
+        The noise's scale: the Laplace scale b = Δ₁/ε, or the Gaussian standard deviation
+        σ = τΔ₂ (``mechanism="gaussian"``).
     l1_sensitivity : float
         Δ₁.
     reproducible_noise : bool
@@ -49,6 +51,12 @@ class ReleasedStatistics:
         The mechanism's output S + Laplace(Δ₁/ε)^d before the projection (public: the
         projected ``statistics`` are a function of it). The noise-aware likelihood models
         this vector; ``None`` only for a release built by hand without it.
+    mechanism : {"laplace", "gaussian"}
+        The noise: Laplace (ε, 0)-DP, or Gaussian (ε, δ)-DP (linear and logistic regression).
+    delta : float
+        δ of the release (0 for Laplace).
+    l2_sensitivity : float or None
+        Δ₂ (Gaussian releases).
 
     Notes
     -----
@@ -68,6 +76,14 @@ class ReleasedStatistics:
     reproducible_noise: bool = False
     out_of_bounds: str = "clamp"
     noisy_statistics: np.ndarray | None = field(default=None, repr=False)
+    mechanism: str = "laplace"
+    delta: float = 0.0
+    l2_sensitivity: float | None = None
+
+    @property
+    def noise_variance(self) -> float:
+        """The variance of each coordinate's noise: 2b² (Laplace) or σ² (Gaussian)."""
+        return 2.0 * self.scale**2 if self.mechanism == "laplace" else self.scale**2
 
     def likelihood(self, name: str, *, noise_aware: bool = True, **params: Any):
         """Add the likelihood of the release to the model in context, as ``pm.Potential(name, …)``.
@@ -82,7 +98,7 @@ class ReleasedStatistics:
             Name of the potential (and prefix of any latent variables added).
         noise_aware : bool, default True
             ``True``: the likelihood of the release, log p(Ŝ | θ) = log ∫ p(Ŝ | S) p(S | θ) dS,
-            with p(Ŝ | S) the Laplace mechanism on the unprojected output
+            with p(Ŝ | S) the mechanism (Laplace, or Gaussian) on the unprojected output
             (``noisy_statistics``) — the posterior is widened by the release noise as it
             should be. Per family (:data:`pymc_dp.exponential_family.noise_aware.NOISE_AWARE_METHODS`):
             Bernoulli and Binomial sum S ~ Binomial exactly; Poisson and Normal use the
@@ -91,7 +107,9 @@ class ReleasedStatistics:
             latent variables ``{name}_noise_variance`` sampled by NUTS with θ; linear
             regression replaces the Laplace noise by the normal of the same variance, so that
             the release is Gaussian given θ and the covariates' mean and covariance, which are
-            latent (``{name}_x_…``, priors from the public ``x_bounds``).
+            latent (``{name}_x_…``, priors from the public ``x_bounds``); logistic regression the
+            same, with the statistic's moments under the logistic model. For a Gaussian release
+            the regressions' likelihood is exact in the noise.
             ``False``: the naive log-likelihood n log g(θ) + φ(θ)ᵀŜ that treats the
             projected Ŝ as the exact S (over-confident when N·ε is small; kept for comparison).
         **params
@@ -131,8 +149,10 @@ class ReleasedStatistics:
         taken = [n for n in model.named_vars if n == name or n.startswith(f"{name}_")]
         if taken:
             raise ValueError(f"`name` must not clash with the model's variables. Found {name!r} (taken: {taken}).")
+        noise_variance = None if self.mechanism == "laplace" else self.noise_variance
         return pm.Potential(
-            name, release_loglik(self.family, self.noisy_statistics, self.n_rows, self.scale, name, **params)
+            name,
+            release_loglik(self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, **params),
         )
 
     def accountant_record(self) -> dict[str, Any]:
@@ -140,17 +160,22 @@ class ReleasedStatistics:
         return self._record().to_dict()
 
     def _record(self) -> AccountantRecord:
+        if self.mechanism == "laplace":
+            method = "laplace: aggregate sufficient statistics, projected (Foulds et al. 2016, eq. 16)"
+            noise = {"l1_sensitivity": self.l1_sensitivity, "laplace_scale": self.scale}
+        else:
+            method = "gaussian: aggregate sufficient statistics, projected (Gaussian mechanism, L2 sensitivity)"
+            noise = {"noise": "gaussian", "l2_sensitivity": self.l2_sensitivity, "gaussian_std": self.scale}
         return AccountantRecord.priced(
-            "laplace: aggregate sufficient statistics, projected (Foulds et al. 2016, eq. 16)",
+            method,
             self.events,
-            delta=0.0,
+            delta=self.delta,
             neighbouring="substitute",
             n_rows=self.n_rows,
             reproducible_noise=self.reproducible_noise,
             details={
                 "family": self.family.settings(),
-                "l1_sensitivity": self.l1_sensitivity,
-                "laplace_scale": self.scale,
+                **noise,
                 "released_statistics": [float(v) for v in self.statistics],
                 **(
                     {}
@@ -164,7 +189,7 @@ class ReleasedStatistics:
     def annotate(self, idata: Any, model: Any = None) -> Any:
         """Strip raw-data groups from a sampling result and attach this release's guarantee (in place).
 
-        Writes ``dp_epsilon`` (ε of the release), ``dp_delta`` = 0, ``dp_neighbouring``,
+        Writes ``dp_epsilon`` (ε of the release), ``dp_delta`` (0 for Laplace), ``dp_neighbouring``,
         ``dp_n_rows``, ``dp_released_statistics`` and ``dp_accountant`` (JSON) on the
         posterior; :func:`pymc_dp.privacy_spent` recomputes ε from it. A model that reads
         several releases of the same rows needs :func:`annotate_releases` instead. ``model``
@@ -211,7 +236,8 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
 
     Returns
     -------
-    The same object, with ``dp_epsilon`` = Σ εⱼ, ``dp_delta`` = 0, ``dp_neighbouring``,
+    The same object, with ``dp_epsilon`` (Σ εⱼ for Laplace releases; composed by the accountant
+    at δ = Σ δⱼ when a release is Gaussian), ``dp_delta`` = Σ δⱼ, ``dp_neighbouring``,
     ``dp_n_rows``, ``dp_released_statistics`` (JSON: the released vector, or a list of them)
     and ``dp_accountant`` (JSON, every release's event) on the posterior.
 
@@ -234,9 +260,9 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
         record = releases[0]._record()
     else:
         record = AccountantRecord.priced(
-            "laplace: several aggregate sufficient statistics of the same rows, projected",
+            "several aggregate sufficient statistics of the same rows, projected",
             [e for r in releases for e in r.events],
-            delta=0.0,
+            delta=float(sum(r.delta for r in releases)),
             neighbouring="substitute",
             n_rows=releases[0].n_rows,
             reproducible_noise=any(r.reproducible_noise for r in releases),
@@ -276,7 +302,7 @@ def sample_releases(
 
     Notes
     -----
-    Neighbouring relation: substitute; ε = Σ εⱼ, δ = 0 (see :func:`annotate_releases`).
+    Neighbouring relation: substitute; ε and δ composed over the releases (see :func:`annotate_releases`).
     """
     releases = _check_releases(releases)
     check_on_poor_mixing(on_poor_mixing)
@@ -322,9 +348,11 @@ def release_statistics(
     budget: PrivacyBudget | None = None,
     neighbouring: str = "substitute",
     out_of_bounds: str = "clamp",
+    mechanism: str = "laplace",
+    delta: float | None = None,
     **family_settings: Any,
 ) -> ReleasedStatistics:
-    """Release the aggregate sufficient statistics of ``data`` once with the Laplace mechanism.
+    """Release the aggregate sufficient statistics of ``data`` once with the Laplace (or Gaussian) mechanism.
 
     Parameters
     ----------
@@ -350,6 +378,15 @@ def release_statistics(
         nothing is charged.
     neighbouring : {"substitute"}
         Only substitute neighbours (N public) are supported.
+    mechanism : {"laplace", "gaussian"}, default "laplace"
+        ``"laplace"``: Ŝ = S + Laplace(Δ₁/ε)^d, (ε, 0)-DP. ``"gaussian"`` (linear and logistic
+        regression only): Ŝ = S + N(0, σ² I) with σ = τΔ₂ and τ the smallest noise multiplier
+        that is (ε, ``delta``)-DP (:func:`pymc_dp.accounting.calibrate.noise_multiplier_for_target`).
+        The regressions release d = O(P²) statistics, where Δ₂ is about Δ₁/√d: at δ = 10⁻⁶ the
+        Gaussian noise is several times smaller (see ``docs/exponential_family.md``).
+    delta : float, optional
+        δ of a Gaussian release, in (0, 1); required with ``mechanism="gaussian"``, not allowed
+        with Laplace.
     out_of_bounds : {"clamp", "raise"}, default "clamp"
         ``"clamp"`` maps every row, on its own, to the nearest admissible row (numbers clipped
         to the bounds, counts and labels rounded into range, NaN to the lower bound) and
@@ -375,12 +412,15 @@ def release_statistics(
     **Sensitivity.** Δ₁ = sup ‖S(x) − S(x′)‖₁ over admissible rows, from public settings
     only (Foulds et al. 2016, eq. 17): 1 for Bernoulli, ``n_trials`` for Binomial, 2 for
     Categorical, ``upper`` for Poisson, upper − lower for Normal, Σ of the widths of the
-    interval of every entry of zzᵀ (z = (x, y)) for linear regression.
+    interval of every entry of zzᵀ (z = (x, y)) for linear regression. Δ₂ (Gaussian) = the L2
+    norm of those widths: each coordinate moves by at most its interval's width.
 
     **What ε covers.** The single release Ŝ = Proj(S + Laplace(Δ₁/ε)^d) of the clamped rows
     is (ε, 0)-DP (clamping is row-wise, so Δ₁ holds for any raw row); the
     projection onto the feasible set (non-negative counts, counts summing to N, a
-    positive semi-definite ZᵀZ) and every posterior computed from Ŝ are post-processing.
+    positive semi-definite ZᵀZ) and every posterior computed from Ŝ are post-processing. With
+    ``mechanism="gaussian"`` the release is (ε, δ)-DP, priced by the accountant from its
+    Gaussian event (the same conversion as every Gaussian release in this package).
 
     References
     ----------
@@ -392,6 +432,7 @@ def release_statistics(
     fam = get_family(family, **family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
     out_of_bounds = check_out_of_bounds(out_of_bounds)
+    delta = _check_mechanism(fam, mechanism, delta)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     if check_neighbouring("neighbouring", neighbouring) != "substitute":
         raise ValueError(
@@ -402,14 +443,22 @@ def release_statistics(
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
-    events = tuple(PrivateSufficientStatistics.laplace_events(epsilon, f"laplace sufficient statistics [{fam.name}]"))
+    label = f"{mechanism} sufficient statistics [{fam.name}]"
+    if mechanism == "laplace":
+        events = tuple(PrivateSufficientStatistics.laplace_events(epsilon, label))
+    else:  # τ from the public target only
+        noise_multiplier = noise_multiplier_for_target(epsilon, delta, 1)
+        events = tuple(PrivateSufficientStatistics.gaussian_events(noise_multiplier, label))
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
     private = PrivateSufficientStatistics(fam, data, out_of_bounds)
-    run = PrivateRun("release_statistics", delta=0.0, neighbouring="substitute", n_rows=private.n_rows, budget=budget)
+    run = PrivateRun("release_statistics", delta=delta, neighbouring="substitute", n_rows=private.n_rows, budget=budget)
     run.plan(events, advice="use a smaller ε for this release.")
-    with run.releasing(label=f"laplace sufficient statistics [{fam.name}]"):
+    with run.releasing(label=label):
         rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-        noisy, scale = private.laplace_noisy(epsilon, rng)
+        if mechanism == "laplace":
+            noisy, scale = private.laplace_noisy(epsilon, rng)
+        else:
+            noisy, scale = private.gaussian_noisy(noise_multiplier, rng)
     statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
     n_rows = private.n_rows
     return ReleasedStatistics(
@@ -423,4 +472,28 @@ def release_statistics(
         reproducible_noise=reproducible_noise,
         out_of_bounds=out_of_bounds,
         noisy_statistics=noisy,
+        label=f"{mechanism} sufficient statistics",
+        mechanism=mechanism,
+        delta=delta,
+        l2_sensitivity=fam.l2_sensitivity() if mechanism == "gaussian" else None,
     )
+
+
+def _check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> float:
+    """δ of the release after checking ``mechanism`` and ``delta`` (nothing read, nothing charged)."""
+    from pymc_dp.exponential_family.families import LinearRegression, LogisticRegression
+
+    if mechanism not in ("laplace", "gaussian"):
+        raise ValueError(f"`mechanism` must be 'laplace' or 'gaussian'. Found {mechanism!r}.")
+    if mechanism == "laplace":
+        if delta not in (None, 0, 0.0):
+            raise ValueError(f"`delta` must be None for a Laplace release, which is (ε, 0)-DP. Found {delta!r}.")
+        return 0.0
+    if not isinstance(family, LinearRegression | LogisticRegression):
+        raise ValueError(
+            "`mechanism`='gaussian' is supported for linear_regression and logistic_regression only (their "
+            f"noise-aware likelihoods model Gaussian noise exactly). Found the {family.name} family."
+        )
+    if delta is None:
+        raise ValueError("`delta` must be given with mechanism='gaussian', in (0, 1). Found None.")
+    return check_unit_interval_open("delta", delta)

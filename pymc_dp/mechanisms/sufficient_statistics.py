@@ -27,8 +27,8 @@ class PrivateSufficientStatistics:
     outside (``"raise"``, no count and no value in the message), checks their shapes and sums
     the per-row statistics. The rows are not kept. What the object exposes is public:
     ``family``, ``out_of_bounds``, N (``n_rows``, public under substitute neighbours) and the
-    sensitivities; S itself leaves only through :meth:`laplace_release` and
-    :meth:`gaussian_releases`.
+    sensitivities; S itself leaves only through :meth:`laplace_release`,
+    :meth:`laplace_noisy`, :meth:`gaussian_noisy` and :meth:`gaussian_releases`.
 
     Parameters
     ----------
@@ -92,6 +92,27 @@ class PrivateSufficientStatistics:
             rng.laplace(0.0, scale, size=self._exact_statistics.shape), dtype=float
         )
         return noisy, scale
+
+    @staticmethod
+    def gaussian_events(noise_multiplier: float, label: str) -> list[PrivacyEvent]:
+        """The accounting of one Gaussian release at multiplier τ (σ = τΔ₂)."""
+        return [GaussianReleases(noise_multiplier, 1, label=label)]
+
+    def gaussian_noisy(
+        self, noise_multiplier: float, rng: np.random.Generator | SecureNoise
+    ) -> tuple[np.ndarray, float]:
+        """One Gaussian release S + N(0, σ² I) with σ = τΔ₂, before any projection; and σ.
+
+        Replacing one row moves S by at most Δ₂ in L2 norm, so this is the Gaussian mechanism
+        with Δ₂/σ = 1/τ (its cost: :meth:`gaussian_events`).
+        """
+        noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        std = noise_multiplier * self.l2_sensitivity
+        if std == 0.0:  # every row has the same statistic: S = N·S(x) is public
+            return self._exact_statistics.copy(), 0.0
+        noise = np.asarray(rng.normal(0.0, std, size=self._exact_statistics.shape), dtype=float)
+        noisy = self._exact_statistics + noise
+        return noisy, std
 
     def gaussian_releases(self, noise_multiplier: float) -> NoisySufficientStatistics:
         """A :class:`NoisySufficientStatistics` on S: a fresh Ŝ = S + N(0, (τΔ₂)² I) on every call."""
