@@ -180,11 +180,25 @@ def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
+#: The ``method`` recorded by :func:`pymc_dp.exponential_family.sample_releases`.
+RELEASED_STATISTICS_METHOD = "pm.sample on released statistics"
+
+
 def poor_mixing_message(
     diagnostics: dict[str, Any], epsilon: float | None = None, started_from_dp_fit: bool = False
 ) -> str:
     """What went wrong, in plain words, and what to change (not a DP start the chains already had)."""
     spent = f" at ε = {epsilon:.3g}" if epsilon is not None else ""
+    if str(diagnostics.get("method", "")).startswith(RELEASED_STATISTICS_METHOD):
+        return (
+            "Sampling the released statistics' likelihood did not produce a usable posterior: "
+            + "; ".join(diagnostics["problems"])
+            + ". Do not report these draws as a posterior. The release is already paid for: rerunning the sampler "
+            "costs no privacy, so rerun with more tuning and draws, more chains or a higher target_accept. Divergent "
+            "transitions mean the sampler could not explore part of the posterior; if they persist, the release may "
+            "be at odds with the model (bounds the data did not respect, or a covariate model far from the data: "
+            "docs/exponential_family.md). Diagnostics are in posterior.attrs['dp_diagnostics']."
+        )
     start = "" if started_from_dp_fit else ", or start the chains from a DP initial approximation (init='dpadvi')"
     return (
         f"The DP chains{spent} did not produce a usable posterior: "
@@ -237,7 +251,11 @@ def clipping_problem(clipping: dict[str, Any] | None) -> str | None:
 
 
 def attach_diagnostics(
-    idata: Any, on_poor_mixing: str = "warn", method: str = "mcmc", clipping: dict[str, Any] | None = None
+    idata: Any,
+    on_poor_mixing: str = "warn",
+    method: str = "mcmc",
+    clipping: dict[str, Any] | None = None,
+    divergences: int | None = None,
 ) -> Any:
     """Compute :func:`mixing_diagnostics` from ``idata``'s posterior, write ``dp_diagnostics``; warn or raise.
 
@@ -253,6 +271,10 @@ def attach_diagnostics(
     clipping : dict, optional
         The run's private clip-bound record (``dp_accountant["clip_bound"]``): when it shows
         too many rows above the bound (:func:`clipping_problem`) the result is flagged too.
+    divergences : int, optional
+        Divergent transitions after tuning of a gradient-based sampler that read only released
+        values (NUTS on released statistics, whose own statistics the result does not keep):
+        recorded, and any divergence flags the result.
 
     Returns
     -------
@@ -282,6 +304,11 @@ def attach_diagnostics(
     if problem is not None:
         diagnostics["problems"].append(problem)
         diagnostics["usable"] = False
+    if divergences is not None:
+        diagnostics["divergences"] = int(divergences)
+        if divergences > 0:
+            diagnostics["problems"].append(f"{int(divergences)} divergent transitions after tuning")
+            diagnostics["usable"] = False
     attrs = posterior_attrs(idata)
     attrs["dp_diagnostics"] = json.dumps(diagnostics)
     if not diagnostics["usable"] and on_poor_mixing != "ignore":

@@ -128,3 +128,38 @@ def test_a_run_that_mixed_is_marked_usable_without_a_warning():
     diagnostics = json.loads(idata["posterior"].attrs["dp_diagnostics"])
     assert diagnostics["usable"], diagnostics["problems"]
     assert diagnostics["variables"]["m"]["r_hat"] <= R_HAT_MAX
+
+
+def _mixed_result(seed=0):
+    import arviz as az
+
+    draws = np.random.default_rng(seed).normal(size=(4, 500))
+    return az.from_dict(posterior={"theta": draws})
+
+
+def test_divergences_after_tuning_flag_a_result_of_nuts_on_released_statistics():
+    # Independent draws: usable on their own; any divergence after tuning flags them, with the advice of the
+    # released-statistics route (rerunning the sampler is free), not the DP chains' (more ε or rows).
+    from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics
+
+    clean = attach_diagnostics(_mixed_result(), "warn", method=RELEASED_STATISTICS_METHOD, divergences=0)
+    recorded = json.loads(clean.posterior.attrs["dp_diagnostics"])
+    assert recorded["usable"] and recorded["divergences"] == 0
+    with pytest.warns(PoorMixingWarning, match="3 divergent transitions after tuning") as caught:
+        flagged = attach_diagnostics(_mixed_result(), "warn", method=RELEASED_STATISTICS_METHOD, divergences=3)
+    assert "costs no privacy" in str(caught[0].message) and "N·ε" not in str(caught[0].message)
+    recorded = json.loads(flagged.posterior.attrs["dp_diagnostics"])
+    assert not recorded["usable"] and recorded["divergences"] == 3
+    with pytest.raises(PoorMixingError, match="divergent"):
+        attach_diagnostics(_mixed_result(), "raise", method=RELEASED_STATISTICS_METHOD, divergences=1)
+
+
+def test_sampling_released_statistics_records_its_divergences():
+    rng = np.random.default_rng(1)
+    release = pmdp.release_statistics("bernoulli", rng.integers(0, 2, 500), epsilon=1.0)
+    with pm.Model():
+        release.likelihood("y", p=pm.Beta("p", 2, 2))
+        idata = release.sample(draws=200, tune=200, chains=2, random_seed=3, progressbar=False)
+    recorded = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    assert recorded["divergences"] == 0 and recorded["usable"]
+    assert recorded["method"] == "pm.sample on released statistics"

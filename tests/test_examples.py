@@ -21,13 +21,16 @@ def run_example(name: str, *args: str) -> str:
     return result.stdout
 
 
-def test_quickstart_runs_and_reports_its_guarantee():
-    out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100")
+@pytest.mark.parametrize("method", ["release", "penalty"])
+def test_quickstart_runs_and_reports_its_guarantee(method):
+    out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100", "--method", method)
     spent = float(re.search(r"Privacy spent: epsilon = ([0-9.]+)", out).group(1))
     recorded = float(re.search(r"dp_epsilon = ([0-9.]+)", out).group(1))
     assert spent == recorded and 0 < spent <= 4.0
     assert "Groups in the DP result: ['posterior', 'sample_stats']" in out
+    assert re.search(r"Usable posterior: (True|False); largest R-hat per variable: \{'intercept'", out)
     assert re.search(r"slopes\[age\]\s+-?[0-9.]+\s+[0-9.]+\s+-?[0-9.]+", out)
+    assert "Plan at ε = 4" in out  # the planner's table comes first
 
 
 def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from pymc_dp._validation import check_bool, check_finite_positive, check_neighbo
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.data import check_prior_reads_no_data
-from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
+from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.exponential_family.noise_aware import release_loglik
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
@@ -319,14 +320,33 @@ def sample_releases(
     # No prior or potential may read an array of the row length (raw data baked in as a constant).
     public = [r.statistics for r in releases] + [r.noisy_statistics for r in releases if r.noisy_statistics is not None]
     check_prior_reads_no_data(model, releases[0].n_rows, public=public)
-    if "init" not in kwargs and "step" not in kwargs and _has_covariate_moments(model, releases):
+    covariate_moments = _has_covariate_moments(model, releases)
+    if "init" not in kwargs and "step" not in kwargs and covariate_moments:
         # The noise-aware regressions' covariate moments are pinned down by the release to about
         # 1/√N of their scale, and they start there (read from the release); PyMC's default ±1
         # jitter would start them many posterior sds out, where the first trajectories diverge.
         kwargs["init"] = "adapt_diag"
-    idata = pm.sample(model=model, **kwargs)
+    with warnings.catch_warnings():
+        # NUTS's first tuning steps (its step-size search) try points far out, where the regressions' moment
+        # graphs and PyMC's LKJ transform overflow: PyTensor's NumPy ops then warn, and NUTS rejects the step
+        # as divergent. Those warnings say nothing the result's diagnostics do not: divergences after tuning
+        # are counted below and flag the result.
+        if covariate_moments:
+            warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
+        idata = pm.sample(model=model, **kwargs)
+    divergences = _divergences(idata)  # counted before the sampler's own statistics are dropped
     annotate_releases(idata, releases, model=model)
-    return attach_diagnostics(idata, on_poor_mixing, method="pm.sample on released statistics")
+    return attach_diagnostics(idata, on_poor_mixing, method=RELEASED_STATISTICS_METHOD, divergences=divergences)
+
+
+def _divergences(idata: Any) -> int | None:
+    """Divergent transitions after tuning in a ``pm.sample`` result (None when its sampler records none)."""
+    from pymc_dp.results import group, group_names
+
+    if "sample_stats" not in group_names(idata):
+        return None
+    stats = group(idata, "sample_stats")
+    return int(np.asarray(stats["diverging"].values).sum()) if "diverging" in stats else None
 
 
 def _has_covariate_moments(model: Any, releases: list[ReleasedStatistics]) -> bool:
