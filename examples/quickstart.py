@@ -77,7 +77,10 @@ def released_statistics_fit(covariates, hypertension, epsilon, delta, draws, tun
     with pm.Model(coords={"covariate": ["age", "bmi"]}):  # the same priors, the likelihood of the release
         intercept = pm.Normal("intercept", 0, 2)
         slopes = pm.Normal("slopes", 0, 2, dims="covariate")
-        release.likelihood("hypertension", beta=pm.math.concatenate([intercept[None], slopes]))
+        # The likelihood models the covariates as Gaussian: standardised age and BMI are continuous and close
+        # to it (state it; with binary or skewed covariates this route can be biased: docs/exponential_family.md).
+        beta = pm.math.concatenate([intercept[None], slopes])
+        release.likelihood("hypertension", beta=beta, covariates="gaussian")
         return release.sample(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False)
 
 

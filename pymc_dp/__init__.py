@@ -15,7 +15,12 @@ from pymc_dp.accounting import (
 )
 from pymc_dp.bambi import from_bambi
 from pymc_dp.data import ModelStructureError, RowLikelihood
-from pymc_dp.exponential_family import ReleasedStatistics, one_posterior_sample, release_statistics
+from pymc_dp.exponential_family import (
+    CovariateModelWarning,
+    ReleasedStatistics,
+    one_posterior_sample,
+    release_statistics,
+)
 from pymc_dp.jax_backend import JaxBackend
 from pymc_dp.mechanisms.dask_backend import DaskBackend, DaskBackendError
 from pymc_dp.planning import Plan, plan
@@ -35,6 +40,7 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
 __all__ = [
     "DPADVI",
     "DPHMC",
+    "CovariateModelWarning",
     "DPBarkerMH",
     "DPMultiOwnerPenaltyMH",
     "DPPenaltyMH",

@@ -1,6 +1,7 @@
 """Noise-aware likelihoods of Laplace releases (issue 15): the math, the ε → ∞ limit, calibration."""
 
 import math
+import warnings
 import zlib
 
 import numpy as np
@@ -543,7 +544,7 @@ def test_large_epsilon_noise_aware_logistic_regression_matches_nuts_on_the_raw_d
     for key in ("aware", "naive"):
         with pm.Model():
             beta = pm.Normal("beta", 0, 2, shape=2)
-            rel.likelihood("y", beta=beta, noise_aware=key == "aware")
+            rel.likelihood("y", beta=beta, **({"covariates": "gaussian"} if key == "aware" else {"noise_aware": False}))
             posteriors[key] = rel.sample(on_poor_mixing="ignore", **kwargs)
     with pm.Model():
         beta = pm.Normal("beta", 0, 2, shape=2)
@@ -571,7 +572,7 @@ def test_noise_aware_logistic_regression_refuses_a_scalar_beta():
     with pm.Model() as model:
         beta = pm.Normal("beta", 0, 1)
         with pytest.raises(ValueError, match="`beta` must be a vector of 2"):
-            rel.likelihood("y", beta=beta)
+            rel.likelihood("y", beta=beta, covariates="gaussian")
     assert [v.name for v in model.free_RVs] == ["beta"]
 
 
@@ -646,7 +647,7 @@ def test_gaussian_release_likelihood_is_the_laplace_one_with_the_same_noise_vari
     for rel in (gaussian, laplace):
         with pm.Model() as model:
             beta = pm.Normal("beta", 0, 2, shape=4)
-            rel.likelihood("y", beta=beta)
+            rel.likelihood("y", beta=beta, covariates="gaussian")
         point = model.initial_point()
         point["beta"] = np.array([0.2, -0.4, 0.3, 0.1])
         values.append(model.compile_logp()(point))
@@ -668,3 +669,30 @@ def test_gaussian_release_refusals_name_the_parameter_and_charge_nothing():
         with pytest.raises(ValueError, match=message):
             release_statistics(kwargs.pop("family"), data, epsilon=1.0, budget=budget, **kwargs)
     assert budget.spent().epsilon == 0.0
+
+
+def test_the_logistic_covariate_model_must_be_declared_or_it_warns():
+    # Without covariates="gaussian" the noise-aware logistic likelihood warns that its covariate model may not
+    # fit (measured bias on real covariates); a wrong value, or the keyword on another likelihood, is refused
+    # before anything is added to the model.
+    from pymc_dp import CovariateModelWarning
+
+    x, y, settings = _regression_rows(seed=5)
+    rel = release_statistics("logistic_regression", (x, y), epsilon=1.0, **settings)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=4)
+        with pytest.warns(CovariateModelWarning, match="covariates='gaussian'"):
+            rel.likelihood("y", beta=beta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rel.likelihood("z", beta=beta, covariates="gaussian")
+            rel.likelihood("naive", beta=beta, noise_aware=False)
+        names = set(model.named_vars)
+        with pytest.raises(ValueError, match="`covariates` must be one of"):
+            rel.likelihood("w", beta=beta, covariates="binary")
+        with pytest.raises(ValueError, match="`covariates` applies to the noise-aware logistic"):
+            rel.likelihood("w", beta=beta, noise_aware=False, covariates="gaussian")
+        assert set(model.named_vars) == names
+    bernoulli = release_statistics("bernoulli", y, epsilon=1.0)
+    with pm.Model(), pytest.raises(ValueError, match="`covariates` applies to"):
+        bernoulli.likelihood("y", p=pm.Beta("p", 1, 1), covariates="gaussian")

@@ -157,7 +157,12 @@ def test_plan_finds_no_released_statistics_route_for_other_models():
     with pm.Model() as data_in_sigma:  # the noise scale reads the rows: not the release's model
         beta = pm.Normal("beta", 0, 1, shape=2)
         pm.Normal("y", pm.math.dot(x, beta), pm.math.exp(x[:, 0]), observed=rng.normal(size=200))
-    for model in (poisson, mean_only, two_observed, data_in_sigma):
+    groups = rng.integers(0, 5, 200)
+    with pm.Model() as random_intercepts:  # a hierarchical model: not one regression's statistics
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        effect = pm.Normal("effect", 0, 1, shape=5)
+        pm.Normal("y", pm.math.dot(x, beta) + effect[groups], 1.0, observed=rng.normal(size=200))
+    for model in (poisson, mean_only, two_observed, data_in_sigma, random_intercepts):
         result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
         assert result.released_statistics is None and result.recommended != "release_statistics"
     with pytest.raises(ValueError, match="`released_statistics` must be None or one of"):

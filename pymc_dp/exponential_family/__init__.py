@@ -18,6 +18,7 @@ from pymc_dp.exponential_family.families import (
 )
 from pymc_dp.exponential_family.ops import one_posterior_sample, ops_temperature, tempered_model
 from pymc_dp.exponential_family.release import (
+    CovariateModelWarning,
     ReleasedStatistics,
     annotate_releases,
     release_statistics,
@@ -29,6 +30,7 @@ __all__ = [
     "Bernoulli",
     "Binomial",
     "Categorical",
+    "CovariateModelWarning",
     "ExponentialFamily",
     "LinearRegression",
     "LogisticRegression",
