@@ -134,6 +134,8 @@ def _mixed_result(seed=0):
     import arviz as az
 
     draws = np.random.default_rng(seed).normal(size=(4, 500))
+    if int(az.__version__.split(".")[0]) >= 1:  # ArviZ 1.x (PyMC 6): groups in one mapping, a DataTree back
+        return az.from_dict({"posterior": {"theta": draws}})
     return az.from_dict(posterior={"theta": draws})
 
 
