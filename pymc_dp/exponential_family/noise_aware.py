@@ -381,8 +381,6 @@ def release_loglik(
             f"`noise_variance` (a Gaussian release) is supported for linear and logistic regression only. Found the "
             f"{family.name} family."
         )
-    if noise_variance is None:
-        noise_variance = 2.0 * float(scale) ** 2  # the Laplace noise's variance
     if kind in (fams.Bernoulli, fams.Binomial, fams.Poisson, fams.Normal):
         (param_name,) = family.params
         param = _scalar_param(family, param_name, params[param_name])
@@ -500,12 +498,16 @@ def linear_regression_release_logpdf(
     beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
     sigma, x_cov = pt.switch(ok, sigma, 1.0), pt.switch(ok, x_cov, pt.eye(x_cov.shape[0]))
     mean, cov = linear_regression_moments(x_mean, x_cov, beta, sigma, rows, cols)
-    variance = 2.0 * float(scale) ** 2 if noise_variance is None else float(noise_variance)
-    total = n_rows * cov + variance * np.eye(keep.size)
+    total = n_rows * cov + _release_noise_variance(scale, noise_variance) * np.eye(keep.size)
     return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean, total), -np.inf)
 
 
 _PARAMETER_LIMIT = 1e25
+
+
+def _release_noise_variance(scale: float, noise_variance: float | None) -> float:
+    """Each released coordinate's noise variance: a Gaussian release's σ² when given, else Laplace's 2b²."""
+    return 2.0 * float(scale) ** 2 if noise_variance is None else float(noise_variance)
 
 
 def _covariate_start(
@@ -751,6 +753,5 @@ def logistic_regression_loglik(
     beta, x_mean = pt.switch(ok, beta, 0.0), pt.switch(ok, x_mean, 0.0)
     x_cov = pt.switch(ok, x_cov, pt.eye(d))
     mean, cov = logistic_regression_moments(x_mean, x_cov, beta, rows, cols)
-    variance = 2.0 * float(scale) ** 2 if noise_variance is None else float(noise_variance)
-    total = n_rows * cov[keep][:, keep] + variance * np.eye(keep.size)
+    total = n_rows * cov[keep][:, keep] + _release_noise_variance(scale, noise_variance) * np.eye(keep.size)
     return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean[keep], total), -np.inf)

@@ -18,6 +18,7 @@ from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import (
     ExponentialFamily,
+    LinearRegression,
     LogisticRegression,
     check_out_of_bounds,
     get_family,
@@ -404,8 +405,6 @@ def _divergences(idata: Any) -> int | None:
 
 def _has_covariate_moments(model: Any, releases: list[ReleasedStatistics]) -> bool:
     """Whether ``model`` holds the latent covariate moments of a noise-aware regression likelihood."""
-    from pymc_dp.exponential_family.families import LinearRegression, LogisticRegression
-
     if not any(isinstance(r.family, LinearRegression | LogisticRegression) for r in releases):
         return False
     return any(rv.name.endswith("_x_mean_std") for rv in model.free_RVs)
@@ -554,8 +553,6 @@ def release_statistics(
 
 def _check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> float:
     """δ of the release after checking ``mechanism`` and ``delta`` (nothing read, nothing charged)."""
-    from pymc_dp.exponential_family.families import LinearRegression, LogisticRegression
-
     if mechanism not in ("laplace", "gaussian"):
         raise ValueError(f"`mechanism` must be 'laplace' or 'gaussian'. Found {mechanism!r}.")
     if mechanism == "laplace":
