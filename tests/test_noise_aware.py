@@ -696,3 +696,17 @@ def test_the_logistic_covariate_model_must_be_declared_or_it_warns():
     bernoulli = release_statistics("bernoulli", y, epsilon=1.0)
     with pm.Model(), pytest.raises(ValueError, match="`covariates` applies to"):
         bernoulli.likelihood("y", p=pm.Beta("p", 1, 1), covariates="gaussian")
+
+
+def test_two_gaussian_releases_with_the_same_seed_have_independent_noise():
+    # Without reproducible_noise the Gaussian noise comes from OS entropy, as the Laplace noise does: the same
+    # random_seed twice gives two different releases, and with reproducible_noise=True the same one.
+    x, y, settings = _regression_rows(seed=7)
+    kwargs = dict(epsilon=1.0, mechanism="gaussian", delta=1e-6, random_seed=11, **settings)
+    first, second = (release_statistics("logistic_regression", (x, y), **kwargs) for _ in range(2))
+    assert not np.allclose(first.noisy_statistics, second.noisy_statistics)
+    again = [
+        release_statistics("logistic_regression", (x, y), reproducible_noise=True, **kwargs).noisy_statistics
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(again[0], again[1])
