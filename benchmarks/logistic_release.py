@@ -21,7 +21,7 @@ import time
 import arviz as az
 import numpy as np
 import pymc as pm
-from utility import _randhie_logistic_data
+from utility import LOGISTIC_DATA
 
 import pymc_dp as pmdp
 
@@ -32,9 +32,12 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--mechanism", choices=("laplace", "gaussian"), default="laplace")
     parser.add_argument("--delta", type=float, default=1e-6, help="δ of a Gaussian release")
+    parser.add_argument("--covariate-anchors", type=int, default=0, help="anchors released with the statistics")
+    parser.add_argument("--data", choices=sorted(LOGISTIC_DATA), default="randhie_logistic")
+    parser.add_argument("--naive", action="store_true", help="also sample the naive likelihood")
     args = parser.parse_args()
     noise = {} if args.mechanism == "laplace" else {"mechanism": "gaussian", "delta": args.delta}
-    x, y = _randhie_logistic_data(None)
+    x, y = LOGISTIC_DATA[args.data](None)
     design = np.column_stack([np.ones(len(y)), x])
     d = design.shape[1]
     kwargs = {"draws": args.draws, "tune": args.draws, "chains": 2, "progressbar": False, "random_seed": 1}
@@ -61,13 +64,14 @@ def main() -> None:
             epsilon=epsilon,
             n_features=d,
             x_bounds=([1.0] + [-1.0] * (d - 1), [1.0] * d),
+            covariate_anchors=args.covariate_anchors,
             **noise,
         )
         print(
             f"ε = {epsilon:g}, {args.mechanism}: Δ₁ = {release.family.l1_sensitivity():g}, "
             f"Δ₂ = {release.family.l2_sensitivity():g}, noise sd {np.sqrt(release.noise_variance):g}"
         )
-        for aware in (True, False):
+        for aware in (True, False) if args.naive else (True,):
             start = time.perf_counter()
             with pm.Model():
                 alpha = pm.Normal("alpha", 0, 2)

@@ -268,16 +268,16 @@ class Plan:
     methods: tuple[MethodPlan, ...]
     recommendation: str
     details: dict[str, Any] = field(default_factory=dict)
-    #: The method the recommendation names: ``"release_statistics"`` for a linear regression
-    #: (``released_statistics`` below), else a DP sampler when one can
+    #: The method the recommendation names: ``"release_statistics"`` for a linear or logistic
+    #: regression (``released_statistics`` below), else a DP sampler when one can
     #: deliver 100 effective draws, else ``"DPADVI"`` when its expected mean error is below half a
     #: posterior sd, else ``None`` (no route here: more ε, more rows, or released statistics for a
     #: conjugate model).
     recommended: str | None = None
     #: The :func:`pymc_dp.release_statistics` family that describes the model's likelihood
     #: (``"logistic_regression"`` or ``"linear_regression"``), found from the graph by
-    #: :func:`plan`; ``None`` otherwise. Only the linear regression's route is recommended; the
-    #: logistic one is named as an option with its caveat.
+    #: :func:`plan`; ``None`` otherwise. Either route is then the recommendation (the logistic
+    #: one with two covariate anchors).
     released_statistics: str | None = None
 
     def method(self, name: str) -> MethodPlan:
@@ -438,8 +438,7 @@ def plan_from_settings(
 
     Parameters are those of :func:`plan`, with ``n_rows`` and ``n_params`` given directly,
     and ``released_statistics``: the release family that describes the model's likelihood
-    (``"logistic_regression"``, ``"linear_regression"``), if any: the linear regression's
-    route is then recommended, the logistic one named as an option with its caveat.
+    (``"logistic_regression"``, ``"linear_regression"``), if any: its route is then recommended.
     """
     if released_statistics not in (None, *RELEASE_ROUTES):
         raise ValueError(
@@ -508,12 +507,10 @@ def plan_from_settings(
         ratio = gaussian_to_laplace_variance(released_statistics, n_params, epsilon, delta)
         if ratio < 1.0:
             noise = f", mechanism='gaussian', delta={delta:g}"
-    if released_statistics == "linear_regression":  # exact sufficient statistics: recommended
+    if released_statistics is not None:  # one release, then any sampler at no further cost: recommended
         route = RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)
         recommendation = f"{route}; otherwise {recommendation}" if recommended else f"{route}; {recommendation}"
         recommended = "release_statistics"
-    elif released_statistics == "logistic_regression":  # an option, not the recommendation (biased: see below)
-        recommendation = f"{recommendation}. {RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)}"
     return Plan(
         epsilon,
         delta,
@@ -533,13 +530,11 @@ def plan_from_settings(
 #: Recommendation text of the released-statistics route, per family.
 RELEASE_ROUTES = {
     "logistic_regression": (
-        "This is a logistic regression: if its covariates are continuous and close to Gaussian, consider "
-        "releasing its statistics once, pmdp.release_statistics('logistic_regression', (X, y), "
-        "epsilon={epsilon:g}{noise}, n_features=..., x_bounds=(public lower, "
-        "public upper)), and sampling the noise-aware likelihood at no further cost; it is not recommended by "
-        "default because its Gaussian covariate model biases it for binary or skewed covariates (on fair and "
-        "randhie, NUTS's means outside its 94 % intervals in 6 of 10 cells for ε from 0.5 to 8; with no noise at "
-        "all, randhie's intercept 2.6 NUTS sds off: docs/exponential_family.md)"
+        "this is a logistic regression: release its statistics and two covariate anchors once, "
+        "pmdp.release_statistics('logistic_regression', (X, y), epsilon={epsilon:g}{noise}, covariate_anchors=2, "
+        "n_features=..., x_bounds=(public lower, public upper)), and sample the noise-aware likelihood with any "
+        "sampler at no further cost (the anchors correct its Gaussian covariate model for binary or skewed "
+        "covariates: docs/exponential_family.md)"
     ),
     "linear_regression": (
         "this is a linear regression: release its sufficient statistics once, "
@@ -690,8 +685,9 @@ def plan(
         recommendation is the released-statistics route (``recommended ==
         "release_statistics"``): one Gaussian release of its sufficient statistics, then any
         sampler on the noise-aware likelihood at no further cost. For a logistic regression
-        the same route is named as an option for continuous, near-Gaussian covariates only:
-        its covariate model biased it on ``randhie`` (``docs/exponential_family.md``).
+        the same route with two covariate anchors (``covariate_anchors=2``), which remove
+        the bias its Gaussian covariate model had on ``randhie`` and ``fair``
+        (``docs/exponential_family.md``).
 
     Notes
     -----

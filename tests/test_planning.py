@@ -127,7 +127,7 @@ def _logistic(use_data: bool):
     return model
 
 
-def test_plan_recommends_released_statistics_for_a_linear_regression_and_names_them_for_a_logistic_one(regression):
+def test_plan_recommends_released_statistics_for_a_linear_and_a_logistic_regression(regression):
     result = pmdp.plan(regression, epsilon=1.0, delta=1e-6)
     assert (result.recommended, result.released_statistics) == ("release_statistics", "linear_regression")
     assert "pmdp.release_statistics('linear_regression', (X, y), epsilon=1, n_features" in result.recommendation
@@ -135,9 +135,9 @@ def test_plan_recommends_released_statistics_for_a_linear_regression_and_names_t
     for model in (_logistic(True), _logistic(False)):
         result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
         assert result.released_statistics == "logistic_regression"
-        assert result.recommended != "release_statistics"  # an option with its caveat, not the recommendation
+        assert result.recommended == "release_statistics"  # with covariate anchors
         # four coefficients: the Gaussian mechanism's noise is the smaller one (docs/exponential_family.md)
-        assert "epsilon=1, mechanism='gaussian', delta=1e-06, n_features" in result.recommendation
+        assert "epsilon=1, mechanism='gaussian', delta=1e-06, covariate_anchors=2, n_features" in result.recommendation
         assert "binary or skewed covariates" in result.recommendation
         assert "no DP sampler can deliver" in result.recommendation  # the samplers' verdict is kept
 

@@ -37,6 +37,7 @@ __all__ = [
     "Categorical",
     "ExponentialFamily",
     "LinearRegression",
+    "LogisticCovariateAnchor",
     "LogisticRegression",
     "Normal",
     "Poisson",
@@ -569,6 +570,13 @@ def chebyshev_log_sigmoid(radius: float, degree: int = 2) -> np.ndarray:
     return chebyshev.convert(kind=np.polynomial.Polynomial).coef
 
 
+def _logistic_rows(data: Any, n_features: int, out_of_bounds: str, x_bounds: Any) -> np.ndarray:
+    """(X, y) of a logistic regression as rows [x, y], x clamped to (or checked against) the bounds, y ∈ {0, 1}."""
+    x, y = _regression_rows(data, n_features, out_of_bounds, x_bounds, "logistic regression")
+    y = _admit_integers(y, 1, out_of_bounds, "the labels {0, 1}")
+    return np.column_stack([x, y])
+
+
 @dataclass(frozen=True, repr=False)
 class LogisticRegression(ExponentialFamily):
     """y ∈ {0, 1} with P(y = 1 | x) = σ(xᵀβ), public bounds on every feature (Kulkarni et al. 2021).
@@ -653,9 +661,7 @@ class LogisticRegression(ExponentialFamily):
         }
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        x, y = _regression_rows(data, self.n_features, out_of_bounds, self.x_bounds, "logistic regression")
-        y = _admit_integers(y, 1, out_of_bounds, "the labels {0, 1}")
-        return np.column_stack([x, y])
+        return _logistic_rows(data, self.n_features, out_of_bounds, self.x_bounds)
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         x, s = data[:, :-1], 2.0 * data[:, -1:] - 1.0
@@ -678,6 +684,72 @@ class LogisticRegression(ExponentialFamily):
         weight = np.where(rows == cols, 1.0, 2.0)
         phi = pt.concatenate([a1 * beta, a2 * weight * beta[rows] * beta[cols]])
         return phi, pt.constant(a0)
+
+
+@dataclass(frozen=True, repr=False)
+class LogisticCovariateAnchor(ExponentialFamily):
+    """The logistic model's mean function at one public point: S(x) = tanh(xᵀβ̂/2)·x (Σ over rows).
+
+    Under P(y = 1 | x) = σ(xᵀβ), s = 2y − 1 has E[s | x] = tanh(xᵀβ/2), so
+    F(β̂) = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ is what Σ s·x averages to at β = β̂ *for these covariates*.
+    Released next to the (Σ s·x, Σ xxᵀ) of :class:`LogisticRegression`, it anchors that
+    release's Gaussian covariate model: the noise-aware likelihood's mean function is shifted
+    by F̂(β̂) − N·m_Gauss(β̂), which removes the covariate model's bias at β̂ and, to first
+    order, around it (:func:`pymc_dp.exponential_family.noise_aware.logistic_regression_loglik`).
+    Reads the covariates only; the labels are checked and ignored. Used by
+    ``release_statistics("logistic_regression", ..., covariate_anchors=k)``, not on its own.
+
+    Neighbouring relation: substitute (one row replaced, N public); |tanh| ≤ 1, so coordinate
+    j lies in [−mⱼ, mⱼ] (mⱼ = max |boundⱼ|): Δ₁ = Σ 2mⱼ, Δ₂ = ‖2m‖₂.
+
+    Parameters
+    ----------
+    n_features, x_bounds
+        As for :class:`LogisticRegression`.
+    anchor : sequence of float
+        β̂, the public point (a function of earlier releases only).
+    """
+
+    n_features: int = 1
+    x_bounds: tuple[Any, Any] | None = None
+    anchor: tuple[float, ...] = ()
+    name: ClassVar[str] = "logistic_covariate_anchor"
+    params: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        d = check_positive_int("n_features", self.n_features)
+        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
+        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        anchor = np.asarray(self.anchor, dtype=float)
+        if anchor.shape != (d,) or not np.all(np.isfinite(anchor)):
+            raise ValueError(f"`anchor` must be {d} finite numbers (one per feature). Found shape {anchor.shape}.")
+        object.__setattr__(self, "anchor", tuple(map(float, anchor)))
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        xl, xu = self.x_bounds
+        reach = np.maximum(np.abs(xl), np.abs(xu))
+        return -reach, reach
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "x_bounds": [list(b) for b in self.x_bounds],
+            "anchor": list(self.anchor),
+        }
+
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        return _logistic_rows(data, self.n_features, out_of_bounds, self.x_bounds)
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        x = data[:, :-1]
+        return np.tanh(0.5 * (x @ np.asarray(self.anchor)))[:, None] * x
+
+    def natural(self, **params: Any) -> tuple[Any, Any]:
+        raise ValueError(
+            "The covariate anchor has no likelihood of its own: it is read by the noise-aware logistic-regression "
+            "likelihood of the release it belongs to."
+        )
 
 
 SUPPORTED_FAMILIES: dict[str, type[ExponentialFamily]] = {
