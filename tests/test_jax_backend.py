@@ -225,6 +225,26 @@ def test_releases_are_the_default_mechanisms_with_the_same_noise(glm_whole):
     assert generator.bit_generator.state == state
 
 
+def test_full_data_barker_release_is_the_default_mechanism_with_the_same_noise(rows_pair):
+    # Across the zoo (invalid rows included): z = t Σ clip(rᵢ, ±B) + N(0, C), the same standard normal drawn
+    # from the same generator; the cached current point gives the same value after an accepted move.
+    from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+    from pymc_dp.mechanisms.jax_rows import JaxBarkerStatistic
+
+    rows, device = rows_pair
+    settings = dict(correction_variance=2.0, llr_clip=0.05, likelihood_scale=0.7)
+    on_device = JaxBarkerStatistic(device, **settings)
+    reference = NoisyBarkerStatistic(rows, **settings)
+    theta, proposal = _points(rows)
+    for start, end, seed in [(theta, proposal, 1), (proposal, theta, 2), (proposal, proposal * 0.9, 3)]:
+        released = on_device.release(start, end, np.random.default_rng(seed))
+        assert released == pytest.approx(reference.release(start, end, np.random.default_rng(seed)), rel=RTOL)
+    device_mechanisms = JaxRowMechanisms(RowMechanisms(_rows("glm")), reproducible_noise=False)
+    assert isinstance(device_mechanisms.barker_statistic(**settings)._noise, BufferedSecureNoise)
+    with pytest.raises(ValueError, match="`batch_size` must be None on the JAX backend"):
+        device_mechanisms.barker_statistic(batch_size=10, **settings)
+
+
 def test_default_noise_comes_from_os_entropy_not_the_step_generator():
     rows = _rows("invalid")
     device = JaxRowMechanisms(RowMechanisms(rows), reproducible_noise=False)
@@ -267,7 +287,7 @@ def normal_mean():
 RUN = dict(epsilon=5.0, delta=1e-6, draws=30, tune=20, chains=2, random_seed=3, progressbar=False)
 
 
-@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC"])
+@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC", "DPBarkerMH-full"])
 def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_accounting(name):
     # tests/test_contract.py's model (a location and a log-transformed scale) and steps, on both backends.
     from test_contract import STEPS, _documented_stats, _numbers_in
@@ -326,8 +346,10 @@ def test_bad_backend_settings_are_refused_before_any_charge(normal_mean, backend
 
 def test_steps_the_backend_does_not_run_are_refused(normal_mean):
     model, _ = normal_mean
-    with model, pytest.raises(ValueError, match="`backend`='jax' runs one DPPenaltyMH or DPHMC step"):
-        pmdp.sample(step=pmdp.DPBarkerMH(llr_clip=3.0, full_data=True), backend="jax", **RUN)
+    with model, pytest.raises(ValueError, match="`backend`='jax' runs one DPPenaltyMH, DPHMC or full-data DPBarkerMH"):
+        pmdp.sample(step=pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(300) % 3, llr_clip=2.0), backend="jax", **RUN)
+    with model, pytest.raises(ValueError, match=r"`backend`='jax' runs DPBarkerMH's full-data test only"):
+        pmdp.sample(step=pmdp.DPBarkerMH(batch_size=60, tempered_size=20.0), backend="jax", **RUN)
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         pmdp.JaxBackend(dtype="float16")
     with pytest.raises(ValueError, match=r"`whole_transition` must be a bool\. Found 'yes'"):

@@ -1,4 +1,4 @@
-"""The JAX backend of :func:`pymc_dp.sample`: DPPenaltyMH's and DPHMC's releases on a JAX device.
+"""The JAX backend of :func:`pymc_dp.sample`: DPPenaltyMH's, DPHMC's and full-data DPBarkerMH's releases on a device.
 
 ``pmdp.sample(..., backend="jax")`` (or ``backend=pmdp.JaxBackend(dtype="float32")``) runs
 the same steps, with the same transitions, tuning, statistics, calibration and accounting as
@@ -20,7 +20,7 @@ from pymc_dp.mechanisms.jax_rows import JAX_DTYPES, JaxRowMechanisms, import_jax
 __all__ = ["SUPPORTED_STEPS", "JaxBackend", "attach_backend", "check_backend"]
 
 #: The step classes that run on the JAX backend (exactly these classes; subclasses are refused).
-SUPPORTED_STEPS = ("DPPenaltyMH", "DPHMC")
+SUPPORTED_STEPS = ("DPPenaltyMH", "DPHMC", "DPBarkerMH")
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,14 @@ def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> Jax
     names = [type(s).__name__ for s in steps]
     if len(steps) != 1 or names[0] not in SUPPORTED_STEPS:
         raise ValueError(
-            f"`backend`='jax' runs one DPPenaltyMH or DPHMC step covering every free variable. Found steps {names}; "
-            "DPBarkerMH, DPMultiOwnerPenaltyMH, DPSuffStatsPenaltyMH and compound steps run on backend='default'."
+            f"`backend`='jax' runs one DPPenaltyMH, DPHMC or full-data DPBarkerMH step covering every free variable. "
+            f"Found steps {names}; DPMultiOwnerPenaltyMH, DPSuffStatsPenaltyMH and compound steps run on "
+            "backend='default'."
+        )
+    if names[0] == "DPBarkerMH" and not steps[0].full_data:
+        raise ValueError(
+            "`backend`='jax' runs DPBarkerMH's full-data test only (full_data=True). Found a subsampled DPBarkerMH "
+            f"(batch_size={steps[0].batch_size}); it runs on backend='default'."
         )
     cores = kwargs.get("cores")
     if cores is not None and cores != 1:

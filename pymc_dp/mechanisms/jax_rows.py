@@ -12,7 +12,7 @@ never leave the device.
 :class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio` and
 :class:`pymc_dp.mechanisms.NoisyClippedGradient` with the same bounds, sensitivities, noise
 scales and accounting events (they are subclasses that override only where the sums are
-computed); :class:`JaxRowMechanisms` hands them to DPPenaltyMH and DPHMC in place of the
+computed); :class:`JaxRowMechanisms` hands them to DPPenaltyMH, DPHMC and DPBarkerMH in place of the
 default ones and passes every other mechanism (the private clip bound) to the default backend.
 
 JAX is imported on first use only: the package imports and runs without it.
@@ -30,6 +30,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.mechanisms.access import RowMechanisms
+from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
 from pymc_dp.mechanisms.clipping import _check_bound, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
@@ -40,6 +41,7 @@ from pymc_dp.mechanisms.subsampling import poisson_sample
 __all__ = [
     "JAX_DTYPES",
     "BufferedSecureNoise",
+    "JaxBarkerStatistic",
     "JaxClippedGradient",
     "JaxLogLikelihoodRatio",
     "JaxPoissonGradientSum",
@@ -744,6 +746,66 @@ class JaxLogLikelihoodRatio(NoisyLogLikelihoodRatio):
         return noisy, std
 
 
+class JaxBarkerStatistic(NoisyBarkerStatistic):
+    """:class:`pymc_dp.mechanisms.NoisyBarkerStatistic`'s full-data test with the per-row ratios on a JAX device.
+
+    Releases z = t Σᵢ clip(rᵢ, ±B) + ξ, ξ ~ N(0, C), exactly as the default mechanism
+    (Heikkilä et al. 2019, eq. 9); the per-row log-likelihoods of the current and the proposed
+    point stay on the device, and only z comes back. The subsampled test (eq. 18) runs on
+    ``backend="default"``.
+
+    Parameters
+    ----------
+    rows : JaxRows
+        The rows on the device.
+    correction_variance, llr_clip, likelihood_scale
+        As for :class:`pymc_dp.mechanisms.NoisyBarkerStatistic` (full data: t the temperature).
+    noise : SecureNoise or None
+        The noise source; None draws from the generator the step passes to :meth:`release`
+        (``reproducible_noise=True``, for testing).
+
+    Notes
+    -----
+    Neighbouring relation, sensitivity and accounting: those of the parent class (substitute
+    2tB or add/remove tB; one Gaussian release with μ = Δ²/(2C) per call). The standard
+    normal ξ/√C is drawn on the host, sent to the device, scaled by √C/t and added to the
+    clipped sum in float64 there; the sum never leaves the device.
+
+    References
+    ----------
+    .. [1] Heikkilä, M., Jälkö, J., Dikmen, O. and Honkela, A. (2019). Differentially private
+       Markov chain Monte Carlo. NeurIPS, eq. (9), Theorem 1.
+    """
+
+    def __init__(
+        self, rows: JaxRows, *, correction_variance: float, llr_clip: float, likelihood_scale: float, noise=None
+    ) -> None:
+        super().__init__(
+            rows, correction_variance=correction_variance, llr_clip=llr_clip, likelihood_scale=likelihood_scale
+        )
+        self._noise = noise
+        self._cached: dict[bytes, Any] = {}  # θ → per-row log-likelihoods on the device (the last move's two points)
+
+    def _loglik(self, theta: np.ndarray):
+        key = theta.tobytes()
+        if key not in self._cached:
+            self._cached = {key: self._rows.loglik(theta)}
+        return self._cached[key]
+
+    def release(self, theta: np.ndarray, theta_proposed: np.ndarray, rng: Any) -> float:
+        """Release z for the move θ → θ′ (``rng`` draws the noise when the noise is reproducible)."""
+        theta = np.asarray(theta, dtype=float)
+        theta_proposed = np.asarray(theta_proposed, dtype=float)
+        current = self._loglik(theta)
+        z = float(_noise_source(self._noise, rng).normal(0.0, 1.0))
+        t = self.likelihood_scale
+        noisy, proposed = self._rows.noisy_ratio_sum(
+            theta_proposed, current, self.llr_clip, math.sqrt(self.correction_variance) / t, z
+        )
+        self._cached = {theta.tobytes(): current, theta_proposed.tobytes(): proposed}
+        return t * noisy
+
+
 class JaxClippedGradient(NoisyClippedGradient):
     """:class:`pymc_dp.mechanisms.NoisyClippedGradient` with the per-row gradients on a JAX device.
 
@@ -823,11 +885,12 @@ class JaxPoissonGradientSum(NoisyPoissonGradientSum):
 
 
 class JaxRowMechanisms(RowMechanisms):
-    """The mechanisms of one model's rows on the JAX backend (DPPenaltyMH's and DPHMC's releases on the device).
+    """The mechanisms of one model's rows on the JAX backend (DPPenaltyMH's, DPHMC's and DPBarkerMH's releases).
 
     Built from the default :class:`pymc_dp.mechanisms.RowMechanisms` of a step: the log-
-    likelihood ratio and the clipped gradient are :class:`JaxLogLikelihoodRatio` and
-    :class:`JaxClippedGradient`; every other mechanism (the private clip bound's histogram)
+    likelihood ratio, the clipped gradient and the full-data Barker statistic are
+    :class:`JaxLogLikelihoodRatio`, :class:`JaxClippedGradient` and
+    :class:`JaxBarkerStatistic`; every other mechanism (the private clip bound's histogram)
     is the default backend's.
 
     Parameters
@@ -873,6 +936,15 @@ class JaxRowMechanisms(RowMechanisms):
         """A :class:`JaxLogLikelihoodRatio` on every row."""
         check_finite_positive("llr_clip", llr_clip)
         return JaxLogLikelihoodRatio(self.device_rows, llr_clip, noise_multiplier, neighbouring, self._noise)
+
+    def barker_statistic(self, **settings: Any) -> JaxBarkerStatistic:
+        """A :class:`JaxBarkerStatistic` on every row (the full-data test; batches are refused)."""
+        if settings.pop("batch_size", None) is not None:
+            raise ValueError(
+                "`batch_size` must be None on the JAX backend: it runs DPBarkerMH's full-data test (full_data=True); "
+                "the subsampled test runs on backend='default'."
+            )
+        return JaxBarkerStatistic(self.device_rows, noise=self._noise, **settings)
 
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str):
         """A :class:`JaxClippedGradient` on every row."""
