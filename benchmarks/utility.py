@@ -203,7 +203,8 @@ def release_fit(x, y, bound: float, epsilon: float, delta: float, small: bool, s
     ``pmdp.release_statistics("logistic_regression", ..., covariate_anchors=2)`` on the design
     (a column of ones, then ``x`` with public bounds ±``bound``), with the mechanism of the
     smaller noise as the planner suggests (``pmdp.planning.gaussian_to_laplace_variance``:
-    Gaussian at ``delta`` for five or more columns, else Laplace, pure ε-DP); then NUTS on the
+    Gaussian at ``delta`` where its noise variance is the smaller, from four columns on, else
+    Laplace, pure ε-DP); then NUTS on the
     noise-aware likelihood, ``coefficients()`` building the model's coefficient vector.
     """
     design = np.column_stack([np.ones(len(y)), x])

@@ -459,12 +459,28 @@ def _release_text(record: dict[str, Any], cite: _Citations) -> str:
             f"{head} of the data were released once by the Gaussian mechanism (Dwork and Roth, 2014): their L2 "
             f"sensitivity Δ₂ = {_g(record['l2_sensitivity'])} {bounds}, the noise's standard deviation was "
             f"σ = {_g(record['gaussian_std'])}, and the noisy statistics were projected onto their admissible set."
+            + _anchors_text(record, "σ", "gaussian_std")
         )
     cite("foulds2016theory", "dwork2006calibrating")
     return (
         f"{head} of the data were released once by the Laplace mechanism (Dwork et al., 2006; Foulds et al., 2016): "
         f"their L1 sensitivity Δ₁ = {_g(record['l1_sensitivity'])} {bounds}, the Laplace scale was "
         f"b = {_g(record['laplace_scale'])}, and the noisy statistics were projected onto their admissible set."
+        + _anchors_text(record, "b", "laplace_scale")
+    )
+
+
+def _anchors_text(record: dict[str, Any], symbol: str, key: str) -> str:
+    """The covariate anchors of a logistic-regression release, in words (empty without them)."""
+    anchors = record.get("covariate_anchors") or []
+    if not anchors:
+        return ""
+    scales = ", ".join(_g(a[key]) for a in anchors)
+    return (
+        f" Then {len(anchors)} covariate anchor(s) were released by the same mechanism, each at a point computed "
+        "from the releases before it: the sums over rows of tanh(xᵀβ̂/2)·x and of (1 − tanh²(xᵀβ̂/2))·xxᵀ (the "
+        f"latter weighted), each coordinate bounded by the public bounds, with {symbol} = {scales}; the release "
+        "events of all of them are composed in ε below."
     )
 
 

@@ -1,5 +1,6 @@
 """Noise-aware likelihoods of Laplace releases (issue 15): the math, the ε → ∞ limit, calibration."""
 
+import json
 import math
 import warnings
 import zlib
@@ -732,16 +733,27 @@ def _logistic_mle(x, y):
 
 
 def test_covariate_anchor_family_statistics_and_sensitivity():
+    from pymc_dp.exponential_family.families import ANCHOR_HESSIAN_WEIGHT as w
     from pymc_dp.exponential_family.families import LogisticCovariateAnchor
 
     anchor = LogisticCovariateAnchor(n_features=3, x_bounds=([1, -1, -2], [1, 1, 0.5]), anchor=(0.5, -1.0, 2.0))
     corners = np.array([[1.0, u, v, lab] for u in (-1.0, 0.0, 1.0) for v in (-2.0, 0.0, 0.5) for lab in (0.0, 1.0)])
     stats_ = anchor.row_statistics(anchor.check_data((corners[:, :3], corners[:, 3])))
-    np.testing.assert_allclose(stats_, np.tanh(corners[:, :3] @ [0.25, -0.5, 1.0])[:, None] * corners[:, :3])
+    x = corners[:, :3]
+    g = np.tanh(x @ [0.25, -0.5, 1.0])
+    products = np.column_stack([x[:, j] * x[:, k] for j in range(3) for k in range(j, 3)])
+    np.testing.assert_allclose(stats_, np.column_stack([g[:, None] * x, w * (1 - g * g)[:, None] * products]))
+    # F(β̂) and H(β̂) read back from the vector: H symmetric, unweighted
+    value, hessian = anchor.split(stats_.sum(axis=0))
+    np.testing.assert_allclose(value, (g[:, None] * x).sum(axis=0))
+    np.testing.assert_allclose(hessian, ((1 - g * g)[:, None, None] * x[:, :, None] * x[:, None, :]).sum(axis=0))
     brute_l1 = max(np.abs(a - b).sum() for a in stats_ for b in stats_)
     assert brute_l1 <= anchor.l1_sensitivity() + 1e-12
-    assert anchor.l1_sensitivity() == pytest.approx(2 + 2 + 4)
-    assert anchor.l2_sensitivity() == pytest.approx(math.sqrt(4 + 4 + 16))
+    # Δ by hand: g·x widths 2, 2, 4; w(1 − g²)xⱼxₖ in w·hull({0}, interval of xⱼxₖ): (0,0) [0, 1], (0,1) [−1, 1],
+    # (0,2) [−2, 0.5], (1,1) [0, 1], (1,2) [−2, 2], (2,2) [0, 4].
+    hessian_widths = w * np.array([1.0, 2.0, 2.5, 1.0, 4.0, 4.0])
+    assert anchor.l1_sensitivity() == pytest.approx(2 + 2 + 4 + hessian_widths.sum())
+    assert anchor.l2_sensitivity() == pytest.approx(math.sqrt(4 + 4 + 16 + np.sum(hessian_widths**2)))
     with pytest.raises(ValueError, match="`anchor` must be 3 finite numbers"):
         LogisticCovariateAnchor(n_features=3, x_bounds=([1, -1, -2], [1, 1, 0.5]), anchor=(0.5, np.nan, 2.0))
     with pytest.raises(ValueError, match="no likelihood of its own"):
@@ -756,7 +768,9 @@ def test_logistic_mean_function_matches_monte_carlo():
     chol = np.array([[0.0, 0.0, 0.0], [0.0, 0.4, 0.0], [0.0, 0.1, 0.3]])
     beta = np.array([-0.5, 1.5, -2.0])
     mean, conditional = (v.eval() for v in logistic_mean_function(mean_x, chol @ chol.T, beta))
-    np.testing.assert_allclose(logistic_mean_function_numpy(mean_x, chol @ chol.T, beta), mean, rtol=1e-12)
+    twin_mean, twin_conditional = logistic_mean_function_numpy(mean_x, chol @ chol.T, beta)
+    np.testing.assert_allclose(twin_mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(twin_conditional, conditional, rtol=1e-12)
     rng = np.random.default_rng(2022)
     n = 1_000_000
     x = mean_x + rng.normal(size=(n, 3)) @ chol.T
@@ -785,12 +799,41 @@ def test_the_maximum_likelihood_estimate_is_a_fixed_point_of_an_anchor_there():
     family = LogisticRegression(**settings)
     rows = family.check_data((x, y))
     exact = family.row_statistics(rows).sum(axis=0)
-    anchor = LogisticCovariateAnchor(anchor=tuple(mle), **settings).row_statistics(rows).sum(axis=0)
-    anchored = logistic_anchor_point(family, exact, 4000, (mle, anchor))
+    at_mle = LogisticCovariateAnchor(anchor=tuple(mle), **settings)
+    value, hessian = at_mle.split(at_mle.row_statistics(rows).sum(axis=0))
+    anchored = logistic_anchor_point(family, exact, 4000, (mle, value, hessian))
     # Tolerance: 1 % of a standard error, the ridge's pull (ANCHOR_RIDGE · β against a Jacobian of order 0.1).
     np.testing.assert_allclose(anchored, mle, atol=1e-2 * standard_errors.min())
     unanchored = logistic_anchor_point(family, exact, 4000)
     assert np.max(np.abs(unanchored - mle) / standard_errors) > 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_exact_anchors_reach_the_mle_where_the_covariate_model_is_far_off(seed):
+    # A binary covariate with a strong effect: the Gaussian covariate model's estimate is more than 10 standard
+    # errors from the MLE and its slope (Jacobian) about half the true one, so anchors that used the model's slope
+    # would overshoot. Each anchor releases the exact slope as well: a Newton step on the exact score, two of which
+    # land within 0.1 standard error (measured: 0.02-0.04).
+    from pymc_dp.exponential_family.families import LogisticCovariateAnchor
+    from pymc_dp.exponential_family.noise_aware import logistic_anchor_point
+
+    rng = np.random.default_rng(seed)
+    n = 5000
+    x = np.column_stack([np.ones(n), 2.0 * (rng.random(n) < 0.3) - 1, rng.uniform(-1, 1, n)])
+    y = (rng.random(n) < special.expit(x @ [-1.0, 1.5, 0.8])).astype(int)
+    settings = dict(n_features=3, x_bounds=([1, -1, -1], [1, 1, 1]))
+    mle = _logistic_mle(x, y)
+    p = special.expit(x @ mle)
+    standard_errors = np.sqrt(np.diag(np.linalg.inv((x * (p * (1 - p))[:, None]).T @ x)))
+    family = LogisticRegression(**settings)
+    rows = family.check_data((x, y))
+    exact = family.row_statistics(rows).sum(axis=0)
+    point = logistic_anchor_point(family, exact, n)
+    assert np.max(np.abs(point - mle) / standard_errors) > 10
+    for _ in range(2):
+        anchor = LogisticCovariateAnchor(anchor=tuple(point), **settings)
+        point = logistic_anchor_point(family, exact, n, (point, *anchor.split(anchor.row_statistics(rows).sum(axis=0))))
+    assert np.max(np.abs(point - mle) / standard_errors) < 0.1
 
 
 def test_covariate_anchors_are_priced_inside_the_target_and_recorded():
@@ -823,12 +866,25 @@ def test_covariate_anchors_are_priced_inside_the_target_and_recorded():
     assert len(recorded) == 2 and recorded[1]["anchor"] == pytest.approx(list(rel.covariate_anchors[1].anchor))
     assert budget.spent().mu == pytest.approx(1 / (2 * tau**2), rel=1e-9)
     laplace = release_statistics("logistic_regression", (x, y), epsilon=1.0, covariate_anchors=3, **settings)
+    anchor_l1 = LogisticCovariateAnchor(anchor=(0.0,) * 4, **settings).l1_sensitivity()
     assert laplace.scale == pytest.approx(laplace.family.l1_sensitivity() / 0.8)
-    assert [a.scale for a in laplace.covariate_anchors] == pytest.approx([8.0 / (0.2 / 3)] * 3)
+    assert [a.scale for a in laplace.covariate_anchors] == pytest.approx([anchor_l1 / (0.2 / 3)] * 3)
     assert laplace.accountant_record()["epsilon"] == pytest.approx(1.0)
+    # ε split in floating point never exceeds the target: a budget of exactly ε takes the release
+    for epsilon in (0.2, 0.3, 0.6, 1.0):
+        exact_budget = PrivacyBudget(epsilon, 1e-6, n_rows=300)
+        release_statistics(
+            "logistic_regression", (x, y), epsilon=epsilon, covariate_anchors=2, budget=exact_budget, **settings
+        )
+        assert exact_budget.spent().epsilon <= epsilon
     spent = budget.spent().epsilon
-    for value, message in [(-1, "non-negative integer"), (True, "non-negative integer"), (1.5, "non-negative")]:
-        with pytest.raises(ValueError, match=f"`covariate_anchors` must be a {message}"):
+    for value, error, message in [
+        (-1, ValueError, "a non-negative integer"),
+        (True, TypeError, "a non-negative integer"),
+        (1.5, TypeError, "a non-negative integer"),
+        (11, ValueError, "at most 10"),
+    ]:
+        with pytest.raises(error, match=f"`covariate_anchors` must be {message}"):
             release_statistics(
                 "logistic_regression", (x, y), epsilon=1.0, covariate_anchors=value, budget=budget, **settings
             )
@@ -880,3 +936,10 @@ def test_anchored_logistic_release_matches_nuts_on_binary_covariates_at_large_ep
     assert np.all(np.abs(mean_a - mean_r) < 0.3 * sd_r + 4 * mcse), ((mean_a - mean_r) / sd_r, mcse / sd_r)
     assert np.all(np.abs(sd_a / sd_r - 1) < 0.15 + 4 / np.sqrt(2 * ess)), (sd_a / sd_r, ess)
     assert float(pm.stats.rhat(anchored, var_names=["beta"])["beta"].max()) < 1.05
+    # the published guarantee covers the anchors: three Gaussian events, and the statement names them
+    import pymc_dp as pmdp
+
+    record = json.loads(anchored.posterior.attrs["dp_accountant"])
+    assert [e["type"] for e in record["events"]] == ["gaussian"] * 3 and len(record["covariate_anchors"]) == 2
+    assert anchored.posterior.attrs["dp_epsilon"] == pytest.approx(1e9, rel=1e-6)
+    assert "2 covariate anchor(s) were released" in pmdp.privacy_statement(anchored).text

@@ -31,6 +31,7 @@ import pytensor.tensor as pt
 from pymc_dp._validation import check_positive_int
 
 __all__ = [
+    "ANCHOR_HESSIAN_WEIGHT",
     "SUPPORTED_FAMILIES",
     "Bernoulli",
     "Binomial",
@@ -686,21 +687,30 @@ class LogisticRegression(ExponentialFamily):
         return phi, pt.constant(a0)
 
 
+#: Weight w of the Σ (1 − g²)xxᵀ block in a covariate anchor's released vector: the block's share of the
+#: anchor's L2 sensitivity shrinks by w (its noise, read back as Ĥ, grows by 1/w), because the mean
+#: function's level F̂ sets the posterior's location and the Hessian only its slope near β̂.
+ANCHOR_HESSIAN_WEIGHT = 0.5
+
+
 @dataclass(frozen=True, repr=False)
 class LogisticCovariateAnchor(ExponentialFamily):
-    """The logistic model's mean function at one public point: S(x) = tanh(xᵀβ̂/2)·x (Σ over rows).
+    """The logistic model's mean function and its slope at one public point β̂ (Σ over rows).
 
-    Under P(y = 1 | x) = σ(xᵀβ), s = 2y − 1 has E[s | x] = tanh(xᵀβ/2), so
-    F(β̂) = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ is what Σ s·x averages to at β = β̂ *for these covariates*.
-    Released next to the (Σ s·x, Σ xxᵀ) of :class:`LogisticRegression`, it anchors that
-    release's Gaussian covariate model: the noise-aware likelihood's mean function is shifted
-    by F̂(β̂) − N·m_Gauss(β̂), which removes the covariate model's bias at β̂ and, to first
-    order, around it (:func:`pymc_dp.exponential_family.noise_aware.logistic_regression_loglik`).
-    Reads the covariates only; the labels are checked and ignored. Used by
+    S(x) = (g·x, w·(upper triangle of (1 − g²)·xxᵀ)) with g = tanh(xᵀβ̂/2) and w =
+    :data:`ANCHOR_HESSIAN_WEIGHT`. Under P(y = 1 | x) = σ(xᵀβ), s = 2y − 1 has E[s | x] = g, so
+    F(β̂) = Σᵢ gᵢxᵢ is what Σ s·x averages to at β = β̂ *for these covariates*, its Jacobian is
+    ½H(β̂) with H(β̂) = Σᵢ (1 − gᵢ²) xᵢxᵢᵀ, and H(β̂) is also the covariance of Σ s·x given the
+    covariates at β̂. Released next to the (Σ s·x, Σ xxᵀ) of :class:`LogisticRegression`, it
+    anchors that release's Gaussian covariate model: the noise-aware likelihood's mean function
+    is F̂ + ½Ĥ(β − β̂) plus only the Gaussian model's second-order change
+    (:func:`pymc_dp.exponential_family.noise_aware.logistic_regression_loglik`). Reads the
+    covariates only; the labels are checked and ignored. Used by
     ``release_statistics("logistic_regression", ..., covariate_anchors=k)``, not on its own.
 
-    Neighbouring relation: substitute (one row replaced, N public); |tanh| ≤ 1, so coordinate
-    j lies in [−mⱼ, mⱼ] (mⱼ = max |boundⱼ|): Δ₁ = Σ 2mⱼ, Δ₂ = ‖2m‖₂.
+    Neighbouring relation: substitute (one row replaced, N public). |g| ≤ 1, so coordinate j of
+    g·x lies in [−mⱼ, mⱼ] (mⱼ = max |boundⱼ|); 1 − g² ∈ [0, 1], so w(1 − g²)xⱼxₖ lies in w times
+    the hull of {0} and the interval of xⱼxₖ. Δ₁ and Δ₂ are the L1 and L2 norms of the widths.
 
     Parameters
     ----------
@@ -725,10 +735,16 @@ class LogisticCovariateAnchor(ExponentialFamily):
             raise ValueError(f"`anchor` must be {d} finite numbers (one per feature). Found shape {anchor.shape}.")
         object.__setattr__(self, "anchor", tuple(map(float, anchor)))
 
+    @property
+    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.triu_indices(self.n_features)
+
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
         xl, xu = self.x_bounds
         reach = np.maximum(np.abs(xl), np.abs(xu))
-        return -reach, reach
+        lo, hi = _product_intervals(list(zip(xl, xu, strict=True)), *self._triu)
+        w = ANCHOR_HESSIAN_WEIGHT
+        return np.concatenate([-reach, w * np.minimum(lo, 0.0)]), np.concatenate([reach, w * np.maximum(hi, 0.0)])
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -736,6 +752,7 @@ class LogisticCovariateAnchor(ExponentialFamily):
             "n_features": self.n_features,
             "x_bounds": [list(b) for b in self.x_bounds],
             "anchor": list(self.anchor),
+            "hessian_weight": ANCHOR_HESSIAN_WEIGHT,
         }
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
@@ -743,7 +760,16 @@ class LogisticCovariateAnchor(ExponentialFamily):
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         x = data[:, :-1]
-        return np.tanh(0.5 * (x @ np.asarray(self.anchor)))[:, None] * x
+        g = np.tanh(0.5 * (x @ np.asarray(self.anchor)))
+        rows, cols = self._triu
+        weight = ANCHOR_HESSIAN_WEIGHT * (1.0 - g * g)
+        return np.column_stack([g[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
+
+    def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(F, H) from a (noisy) statistic vector: F the first d entries, H the symmetric d × d matrix (unweighted)."""
+        statistics = np.asarray(statistics, dtype=float)
+        d = self.n_features
+        return statistics[:d], _symmetric(statistics[d:] / ANCHOR_HESSIAN_WEIGHT, d, *self._triu)
 
     def natural(self, **params: Any) -> tuple[Any, Any]:
         raise ValueError(

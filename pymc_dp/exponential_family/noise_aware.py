@@ -87,8 +87,8 @@ NOISE_AWARE_METHODS = {
     "normal of the same variance: Gaussian in closed form",
     "logistic_regression": "CLT of (s·x, xxᵀ) under the logistic model with Gaussian covariates (latent moments; "
     "expectations over xᵀβ by Gauss–Hermite quadrature), Laplace noise replaced by the normal of the same "
-    "variance: Gaussian in closed form; with covariate anchors, Σ s·x given the covariates, its mean anchored "
-    "at the released F(β̂)",
+    "variance: Gaussian in closed form; with covariate anchors, Σ s·x given the covariates, its mean expanded "
+    "around the released F(β̂) and slope H(β̂)",
 }
 
 _LOG_SQRT_PI_OVER_2 = 0.5 * math.log(math.pi / 2.0)
@@ -386,6 +386,8 @@ def release_loglik(
             f"`noise_variance` (a Gaussian release) is supported for linear and logistic regression only. Found the "
             f"{family.name} family."
         )
+    if anchor is not None and kind is not fams.LogisticRegression:
+        raise ValueError(f"`anchor` applies to logistic regression only. Found the {family.name} family.")
     if kind in (fams.Bernoulli, fams.Binomial, fams.Poisson, fams.Normal):
         (param_name,) = family.params
         param = _scalar_param(family, param_name, params[param_name])
@@ -396,8 +398,6 @@ def release_loglik(
         return linear_regression_loglik(
             family, noisy, n_rows, scale, name, params["beta"], params["sigma"], noise_variance=noise_variance
         )
-    if anchor is not None and kind is not fams.LogisticRegression:
-        raise ValueError(f"`anchor` applies to logistic regression only. Found the {family.name} family.")
     if kind is fams.LogisticRegression:
         return logistic_regression_loglik(family, noisy, n_rows, scale, name, params["beta"], noise_variance, anchor)
     raise ValueError(
@@ -708,14 +708,20 @@ def logistic_mean_function(x_mean: Any, x_cov: Any, beta: Any) -> tuple[Any, Any
     return mean_sx, x_cov + pt.outer(x_mean, x_mean) - e_g2_xx
 
 
-def logistic_mean_function_numpy(x_mean: np.ndarray, x_cov: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    """E[s·x] for one row under x ~ N(μ, Σ) (NumPy twin of :func:`logistic_mean_function`'s first output)."""
+def logistic_mean_function_numpy(
+    x_mean: np.ndarray, x_cov: np.ndarray, beta: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The NumPy twin of :func:`logistic_mean_function`: (E[s·x], E[(1 − g²)·xxᵀ]) under x ~ N(μ, Σ)."""
     nodes, weights = np.polynomial.hermite_e.hermegauss(LOGISTIC_QUADRATURE_NODES)
     weights = weights / weights.sum()
     sigma_beta = x_cov @ beta
     sd = math.sqrt(float(beta @ sigma_beta) + 1e-12)
-    c = x_mean[None, :] + nodes[:, None] * (sigma_beta / sd)[None, :]
-    return (np.tanh(0.5 * (x_mean @ beta + sd * nodes)) * weights) @ c
+    a = sigma_beta / sd
+    c = x_mean[None, :] + nodes[:, None] * a[None, :]
+    g = np.tanh(0.5 * (x_mean @ beta + sd * nodes))
+    g2w = g * g * weights
+    e_g2_xx = (g2w[:, None] * c).T @ c + g2w.sum() * (x_cov - np.outer(a, a))
+    return (g * weights) @ c, x_cov + np.outer(x_mean, x_mean) - e_g2_xx
 
 
 def logistic_regression_moments(
@@ -765,7 +771,7 @@ def logistic_regression_loglik(
     name: str,
     beta: Any,
     noise_variance: float | None = None,
-    anchor: tuple[np.ndarray, np.ndarray, float] | None = None,
+    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None = None,
 ) -> Any:
     """CLT likelihood of the released (Σ s·x, Σ xxᵀ) with Gaussian covariates (Kulkarni et al. 2021, §4).
 
@@ -779,18 +785,20 @@ def logistic_regression_loglik(
     model itself. For a Gaussian release ``noise_variance`` (σ²) replaces 2b²: exact in the
     noise.
 
-    With ``anchor`` = (β̂, F̂, σₐ²) — F̂ the release of F(β̂) = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ with noise
-    variance σₐ² per coordinate (:class:`~pymc_dp.exponential_family.families.
-    LogisticCovariateAnchor`) — the Σ s·x block is modelled given the covariates instead:
-    Σ s·x | x ~ N(F(β), Σᵢ (1 − gᵢ²) xᵢxᵢᵀ) exactly in mean and covariance (gᵢ = tanh(xᵢᵀβ/2)),
-    with F(β) ≈ F̂ + N·(m(β) − m(β̂)) and the covariance N·E[(1 − g²)xxᵀ], m and E under the
-    Gaussian covariate model (:func:`logistic_mean_function`). The covariate model then
-    enters only through the change of the mean function between β̂ and β, not through its
-    level: on ``randhie`` and ``fair`` (binary and ordinal covariates) its bias at ε = ∞
-    drops from 2.7 posterior sds to 0.5 with β̂ the unanchored estimate, and to 0.1 with a
-    second anchor at the first anchored estimate (docs/exponential_family.md). The Σ xxᵀ
-    block keeps its CLT likelihood given the covariate moments; given the covariates the
-    two blocks are independent.
+    With ``anchor`` = (β̂, F̂, σₐ², Ĥ, σ_H²) — the release of F(β̂) = Σᵢ gᵢxᵢ and of
+    H(β̂) = Σᵢ (1 − gᵢ²)xᵢxᵢᵀ (gᵢ = tanh(xᵢᵀβ̂/2)) with per-coordinate noise variances σₐ² and
+    σ_H², Ĥ projected onto the positive semi-definite cone
+    (:class:`~pymc_dp.exponential_family.families.LogisticCovariateAnchor`) — the Σ s·x block
+    is modelled given the covariates instead, where its mean is exactly F(β) and its covariance
+    exactly H(β). The mean function is expanded around β̂ with the released value and slope,
+    F(β) ≈ F̂ + ½Ĥ(β − β̂) + N·[m(β) − m(β̂) − ½C(β̂)(β − β̂)] (m and C = E[(1 − g²)xxᵀ]
+    under the Gaussian covariate model, :func:`logistic_mean_function`: it supplies only the
+    second-order change), and the covariance is Ĥ plus the noise: σ² + σₐ² + ¼σ_H²‖β − β̂‖²
+    per coordinate. So the covariate model no longer sets the level or the slope of the mean
+    function: at the MLE the score vanishes (F(β̂) = Σ s·x), so with an anchor there the
+    posterior centres on the MLE with the curvature of the exact likelihood, whatever the
+    covariates. The Σ xxᵀ block keeps its CLT likelihood given the covariate moments; given
+    the covariates the two blocks are independent.
     """
     d = family.n_features
     beta = pt.as_tensor_variable(beta)
@@ -817,12 +825,17 @@ def logistic_regression_loglik(
         mean, cov = logistic_regression_moments(x_mean, x_cov, beta, rows, cols)
         total = n_rows * cov[keep][:, keep] + noise * np.eye(keep.size)
         return pt.switch(ok, gaussian_logpdf(_tensor(noisy)[keep], n_rows * mean[keep], total), -np.inf)
-    anchor_beta, anchor_value, anchor_noise = anchor
+    anchor_beta, anchor_value, anchor_noise, hessian, hessian_noise = anchor
+    anchor_beta = np.asarray(anchor_beta, dtype=float)
+    hessian = np.asarray(hessian, dtype=float)
     keep_sx, keep_xx = keep[keep < d], keep[keep >= d]
-    mean_sx, conditional_cov = logistic_mean_function(x_mean, x_cov, beta)
-    mean_at_anchor, _ = logistic_mean_function(x_mean, x_cov, np.asarray(anchor_beta, dtype=float))
-    shifted = _tensor(np.asarray(anchor_value, dtype=float)) + n_rows * (mean_sx - mean_at_anchor)
-    sx_cov = n_rows * conditional_cov[keep_sx][:, keep_sx] + (noise + float(anchor_noise)) * np.eye(keep_sx.size)
+    step = beta - anchor_beta
+    mean_sx, _ = logistic_mean_function(x_mean, x_cov, beta)
+    mean_at_anchor, slope_at_anchor = logistic_mean_function(x_mean, x_cov, anchor_beta)
+    second_order = n_rows * (mean_sx - mean_at_anchor - 0.5 * pt.dot(slope_at_anchor, step))
+    shifted = _tensor(np.asarray(anchor_value, dtype=float)) + 0.5 * pt.dot(_tensor(hessian), step) + second_order
+    spread = noise + float(anchor_noise) + 0.25 * float(hessian_noise) * pt.sum(step * step)
+    sx_cov = _tensor(hessian[np.ix_(keep_sx, keep_sx)]) + spread * pt.eye(keep_sx.size)
     logp = gaussian_logpdf(_tensor(noisy)[keep_sx], shifted[keep_sx], sx_cov)
     if keep_xx.size:
         mean_xx, cov_xx = product_moments(x_mean, x_cov, rows, cols)
@@ -838,15 +851,21 @@ ANCHOR_RIDGE = 1e-4
 
 
 def logistic_anchor_point(
-    family: Any, noisy: np.ndarray, n_rows: int, anchor: tuple[np.ndarray, np.ndarray] | None = None
+    family: Any,
+    noisy: np.ndarray,
+    n_rows: int,
+    anchor: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """A point estimate of β from a logistic-regression release (post-processing, NumPy).
 
-    Solves m(β) + c = Ŝₛₓ/N in least squares (with a small ridge, :data:`ANCHOR_RIDGE`), m the
-    mean of s·x under Gaussian covariates whose moments are read from the projected Σ xxᵀ
-    (the mean from the row of a constant feature such as the intercept column, else 0), and
-    c = F̂/N − m(β̂) the correction of an earlier ``anchor`` = (β̂, F̂) (0 without one). This
-    is where :func:`pymc_dp.release_statistics` places its covariate anchors.
+    Solves mean(β) = Ŝₛₓ/N in least squares (with a small ridge, :data:`ANCHOR_RIDGE`). Without
+    an ``anchor``, mean = m, the mean of s·x under Gaussian covariates whose moments are read
+    from the projected Σ xxᵀ (the mean from the row of a constant feature such as the intercept
+    column, else 0). With an earlier ``anchor`` = (β̂, F̂, Ĥ), mean is the anchored mean
+    function of :func:`logistic_regression_loglik` over N: F̂/N + ½(Ĥ/N)(β − β̂) +
+    m(β) − m(β̂) − ½C(β̂)(β − β̂) — a Newton step on the exact score from β̂, with the
+    Gaussian model's second-order term. This is where :func:`pymc_dp.release_statistics`
+    places its covariate anchors.
     """
     from scipy.optimize import least_squares
 
@@ -865,14 +884,16 @@ def logistic_anchor_point(
     values, vectors = np.linalg.eigh((cov + cov.T) / 2.0)
     cov = (vectors * np.maximum(values, 0.0)) @ vectors.T
     target = noisy[:d] / n_rows
-    shift = np.zeros(d)
     start = np.zeros(d)
+    shift, slope = np.zeros(d), np.zeros((d, d))
     if anchor is not None:
         start = np.asarray(anchor[0], dtype=float)
-        shift = np.asarray(anchor[1], dtype=float) / n_rows - logistic_mean_function_numpy(mean, cov, start)
+        level, model_slope = logistic_mean_function_numpy(mean, cov, start)
+        shift = np.asarray(anchor[1], dtype=float) / n_rows - level
+        slope = 0.5 * (np.asarray(anchor[2], dtype=float) / n_rows - model_slope)
 
     def residual(beta: np.ndarray) -> np.ndarray:
-        fit = logistic_mean_function_numpy(mean, cov, beta) + shift - target
+        fit = logistic_mean_function_numpy(mean, cov, beta)[0] + shift + slope @ (beta - start) - target
         return np.concatenate([fit, ANCHOR_RIDGE * beta])
 
     return least_squares(residual, start, method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12).x

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,12 +12,19 @@ import numpy as np
 import pymc as pm
 from pymc.model import modelcontext
 
-from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_unit_interval_open
+from pymc_dp._validation import (
+    check_bool,
+    check_finite_positive,
+    check_neighbouring,
+    check_nonnegative_int,
+    check_unit_interval_open,
+)
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import (
+    ANCHOR_HESSIAN_WEIGHT,
     ExponentialFamily,
     LinearRegression,
     LogisticCovariateAnchor,
@@ -63,14 +71,17 @@ ANCHOR_SHARE = 0.2
 
 @dataclass(frozen=True)
 class CovariateAnchor:
-    """One released anchor F̂ = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ + noise of a logistic-regression release (public).
+    """One released covariate anchor of a logistic-regression release (public).
+
+    The mechanism's output for (F(β̂), w·H(β̂)) with F(β̂) = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ and
+    H(β̂) = Σᵢ (1 − gᵢ²)xᵢxᵢᵀ (:class:`pymc_dp.exponential_family.families.LogisticCovariateAnchor`).
 
     Attributes
     ----------
     anchor : ndarray
         β̂, computed from the earlier releases only (post-processing).
     noisy_statistics : ndarray
-        F̂, the mechanism's output.
+        The mechanism's output (F̂, then the upper triangle of w·Ĥ).
     scale : float
         Its noise's Laplace scale b or Gaussian standard deviation σ.
     noise_variance : float
@@ -81,6 +92,30 @@ class CovariateAnchor:
     noisy_statistics: np.ndarray
     scale: float
     noise_variance: float
+
+    def _split(self) -> tuple[np.ndarray, np.ndarray]:
+        d = self.anchor.size
+        return LogisticCovariateAnchor(d, ([0.0] * d, [0.0] * d), tuple(self.anchor)).split(self.noisy_statistics)
+
+    @property
+    def value(self) -> np.ndarray:
+        """F̂, the released mean function at β̂."""
+        return self._split()[0]
+
+    @property
+    def hessian(self) -> np.ndarray:
+        """Ĥ, the released Σ (1 − g²)xxᵀ at β̂, projected onto the positive semi-definite cone (post-processing)."""
+        values, vectors = np.linalg.eigh(self._split()[1])
+        return (vectors * np.maximum(values, 0.0)) @ vectors.T
+
+    @property
+    def hessian_noise_variance(self) -> float:
+        """The noise variance of each entry of Ĥ: that of the released entry over w²."""
+        return self.noise_variance / ANCHOR_HESSIAN_WEIGHT**2
+
+    def likelihood_anchor(self) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float]:
+        """(β̂, F̂, σₐ², Ĥ, σ_H²) for the noise-aware logistic likelihood."""
+        return self.anchor, self.value, self.noise_variance, self.hessian, self.hessian_noise_variance
 
 
 @dataclass(frozen=True)
@@ -225,8 +260,7 @@ class ReleasedStatistics:
         noise_variance = None if self.mechanism == "laplace" else self.noise_variance
         anchor = None
         if self.covariate_anchors:
-            last = self.covariate_anchors[-1]
-            anchor = (last.anchor, last.noisy_statistics, last.noise_variance)
+            anchor = self.covariate_anchors[-1].likelihood_anchor()
         if isinstance(self.family, LogisticRegression) and covariates is None and anchor is None:
             warnings.warn(
                 "The noise-aware logistic-regression likelihood models the covariates as jointly Gaussian. With "
@@ -527,9 +561,10 @@ def release_statistics(
         Logistic regression only: after the release of (Σ s·x, Σ xxᵀ), release k anchors
         F̂ = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ + noise, each at the estimate β̂ computed from the releases
         before it (:func:`pymc_dp.exponential_family.noise_aware.logistic_anchor_point`).
-        The noise-aware likelihood reads the last one and no longer depends on the Gaussian
-        covariate model's level, only on its change around β̂ (bias at ε = ∞ on ``randhie``:
-        2.7 posterior sds without anchors, 0.5 with one, 0.1 with two). They take
+        Each anchor also releases the slope Σᵢ (1 − gᵢ²)xᵢxᵢᵀ, so each is a Newton step on the
+        exact score. The noise-aware likelihood reads the last one: the Gaussian covariate
+        model then supplies only the mean function's second-order change around β̂, not its
+        level or slope (``docs/exponential_family.md``). They take
         :data:`ANCHOR_SHARE` of the budget (of ε, or of ρ for Gaussian noise), inside the
         same ``epsilon`` and ``delta``. Recommended: 2.
     out_of_bounds : {"clamp", "raise"}, default "clamp"
@@ -599,7 +634,10 @@ def release_statistics(
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
     main_share = 1.0 - ANCHOR_SHARE if anchors else 1.0
     if mechanism == "laplace":
-        noise_setting, anchor_setting = main_share * epsilon, ANCHOR_SHARE * epsilon / max(anchors, 1)
+        anchor_setting = ANCHOR_SHARE * epsilon / max(anchors, 1)
+        noise_setting = epsilon - anchors * anchor_setting if anchors else epsilon
+        while anchors and _largest_sum(noise_setting, anchor_setting, anchors) > epsilon:  # rounding: never above ε
+            noise_setting = float(np.nextafter(noise_setting, 0.0))
         events = tuple(PrivateSufficientStatistics.laplace_events(noise_setting, label)) + tuple(
             e for _ in range(anchors) for e in PrivateSufficientStatistics.laplace_events(anchor_setting, anchor_label)
         )
@@ -644,14 +682,29 @@ def release_statistics(
     )
 
 
+def _largest_sum(first: float, other: float, count: int) -> float:
+    """The largest float total of ``first`` and ``count`` × ``other`` over the summation orders accountants use."""
+    forward = first
+    for _ in range(count):
+        forward += other
+    backward = 0.0
+    for _ in range(count):
+        backward += other
+    return max(forward, backward + first, first + count * other, math.fsum([first] + [other] * count))
+
+
+#: Most covariate anchors one release takes (each is a Newton step: two or three suffice).
+MAX_COVARIATE_ANCHORS = 10
+
+
 def _check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) -> int:
-    if (
-        isinstance(covariate_anchors, bool)
-        or not isinstance(covariate_anchors, int | np.integer)
-        or covariate_anchors < 0
-    ):
-        raise ValueError(f"`covariate_anchors` must be a non-negative integer. Found {covariate_anchors!r}.")
-    if covariate_anchors and not isinstance(family, LogisticRegression):
+    covariate_anchors = check_nonnegative_int("covariate_anchors", covariate_anchors)
+    if covariate_anchors > MAX_COVARIATE_ANCHORS:
+        raise ValueError(
+            f"`covariate_anchors` must be at most {MAX_COVARIATE_ANCHORS} (each anchor is a Newton step of the "
+            f"estimate: two or three suffice). Found {covariate_anchors}."
+        )
+    if covariate_anchors and type(family) is not LogisticRegression:
         raise ValueError(
             f"`covariate_anchors` applies to logistic_regression only. Found {covariate_anchors} for the "
             f"{family.name} family."
@@ -673,7 +726,7 @@ def _release_anchors(
     """Release ``count`` covariate anchors, each at the estimate from the releases before it (inside the run)."""
     released: list[CovariateAnchor] = []
     for _ in range(count):
-        previous = None if not released else (released[-1].anchor, released[-1].noisy_statistics)
+        previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
         point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
         anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
         private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds)
