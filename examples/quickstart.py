@@ -72,7 +72,7 @@ def released_statistics_fit(covariates, hypertension, epsilon, delta, draws, tun
         epsilon=epsilon,
         mechanism="gaussian",
         delta=delta,
-        covariate_anchors=2,  # 20 % of the budget: the covariate model corrected at the estimate
+        covariate_anchors=2,  # 40 % of the budget: the covariate model corrected at the estimate
         n_features=3,
         x_bounds=([1.0, -COVARIATE_BOUND, -COVARIATE_BOUND], [1.0, COVARIATE_BOUND, COVARIATE_BOUND]),
     )

@@ -854,8 +854,10 @@ def test_covariate_anchors_are_priced_inside_the_target_and_recorded():
     )
     tau = noise_multiplier_for_target(1.0, 1e-6, 1)
     anchor_l2 = LogisticCovariateAnchor(anchor=(0.0,) * 4, **settings).l2_sensitivity()
-    assert rel.scale == pytest.approx(tau / math.sqrt(0.8) * rel.family.l2_sensitivity(), rel=1e-12)
-    assert [a.scale for a in rel.covariate_anchors] == pytest.approx([tau / math.sqrt(0.1) * anchor_l2] * 2)
+    # shares of 1/τ²: 0.6 for the statistics, 0.1 for the first anchor, 0.3 for the last (read by the likelihood)
+    assert rel.scale == pytest.approx(tau / math.sqrt(0.6) * rel.family.l2_sensitivity(), rel=1e-12)
+    scales = [tau / math.sqrt(0.1) * anchor_l2, tau / math.sqrt(0.3) * anchor_l2]
+    assert [a.scale for a in rel.covariate_anchors] == pytest.approx(scales)
     assert [a.noise_variance for a in rel.covariate_anchors] == pytest.approx(
         [a.scale**2 for a in rel.covariate_anchors]
     )
@@ -867,8 +869,8 @@ def test_covariate_anchors_are_priced_inside_the_target_and_recorded():
     assert budget.spent().mu == pytest.approx(1 / (2 * tau**2), rel=1e-9)
     laplace = release_statistics("logistic_regression", (x, y), epsilon=1.0, covariate_anchors=3, **settings)
     anchor_l1 = LogisticCovariateAnchor(anchor=(0.0,) * 4, **settings).l1_sensitivity()
-    assert laplace.scale == pytest.approx(laplace.family.l1_sensitivity() / 0.8)
-    assert [a.scale for a in laplace.covariate_anchors] == pytest.approx([anchor_l1 / (0.2 / 3)] * 3)
+    assert laplace.scale == pytest.approx(laplace.family.l1_sensitivity() / 0.6)
+    assert [a.scale for a in laplace.covariate_anchors] == pytest.approx([anchor_l1 / e for e in (0.05, 0.05, 0.3)])
     assert laplace.accountant_record()["epsilon"] == pytest.approx(1.0)
     # ε split in floating point never exceeds the target: a budget of exactly ε takes the release
     for epsilon in (0.2, 0.3, 0.6, 1.0):
