@@ -44,6 +44,8 @@ __all__ = [
     "Poisson",
     "get_family",
     "project_onto_scaled_simplex",
+    "psd_projection",
+    "split_anchor_statistics",
 ]
 
 
@@ -459,10 +461,15 @@ def _symmetric(values: np.ndarray, size: int, rows: np.ndarray, cols: np.ndarray
     return out
 
 
+def psd_projection(matrix: np.ndarray) -> np.ndarray:
+    """The symmetric ``matrix`` with its eigenvalues clipped to ≥ 0 (the nearest positive semi-definite one)."""
+    values, vectors = np.linalg.eigh(matrix)
+    return (vectors * np.maximum(values, 0.0)) @ vectors.T
+
+
 def _psd_triu(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """The upper triangle (rows, cols) of ``matrix`` with its eigenvalues clipped to ≥ 0."""
-    values, vectors = np.linalg.eigh(matrix)
-    return ((vectors * np.maximum(values, 0.0)) @ vectors.T)[rows, cols]
+    return psd_projection(matrix)[rows, cols]
 
 
 @dataclass(frozen=True, repr=False)
@@ -687,6 +694,14 @@ class LogisticRegression(ExponentialFamily):
         return phi, pt.constant(a0)
 
 
+def split_anchor_statistics(statistics: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(F, H) from a covariate anchor's (noisy) statistic vector: F the first d entries, H the symmetric d × d
+    matrix of the rest, unweighted (divided by :data:`ANCHOR_HESSIAN_WEIGHT`)."""
+    statistics = np.asarray(statistics, dtype=float)
+    d = n_features
+    return statistics[:d], _symmetric(statistics[d:] / ANCHOR_HESSIAN_WEIGHT, d, *np.triu_indices(d))
+
+
 #: Weight w of the Σ (1 − g²)xxᵀ block in a covariate anchor's released vector: the block's share of the
 #: anchor's L2 sensitivity shrinks by w (its noise, read back as Ĥ, grows by 1/w), because the mean
 #: function's level F̂ sets the posterior's location and the Hessian only its slope near β̂.
@@ -766,10 +781,8 @@ class LogisticCovariateAnchor(ExponentialFamily):
         return np.column_stack([g[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
 
     def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(F, H) from a (noisy) statistic vector: F the first d entries, H the symmetric d × d matrix (unweighted)."""
-        statistics = np.asarray(statistics, dtype=float)
-        d = self.n_features
-        return statistics[:d], _symmetric(statistics[d:] / ANCHOR_HESSIAN_WEIGHT, d, *self._triu)
+        """(F, H) from a (noisy) statistic vector (:func:`split_anchor_statistics`)."""
+        return split_anchor_statistics(statistics, self.n_features)
 
     def natural(self, **params: Any) -> tuple[Any, Any]:
         raise ValueError(

@@ -343,7 +343,7 @@ def release_loglik(
     scale: float,
     name: str,
     noise_variance: float | None = None,
-    anchor: tuple[np.ndarray, np.ndarray, float] | None = None,
+    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None = None,
     **params: Any,
 ) -> Any:
     """log p(Ŝ | θ) of the unprojected release ``noisy`` under ``family`` (see the module docstring).
@@ -360,7 +360,7 @@ def release_loglik(
     ``{name}_x_mean_std`` (with the deterministic ``{name}_x_mean``) and ``{name}_x_chol``
     (or ``{name}_x_sd`` for one free feature; priors in :func:`linear_regression_loglik`) —
     and return the Gaussian log density of Ŝ given them. ``anchor`` (logistic regression
-    only): the covariate anchor (β̂, F̂, σₐ²) of :func:`logistic_regression_loglik`.
+    only): the covariate anchor (β̂, F̂, σₐ², Ĥ, σ_H²) of :func:`logistic_regression_loglik`.
 
     Raises
     ------
@@ -869,6 +869,8 @@ def logistic_anchor_point(
     """
     from scipy.optimize import least_squares
 
+    from pymc_dp.exponential_family.families import psd_projection
+
     d = family.n_features
     noisy = np.asarray(noisy, dtype=float)
     second = family.matrix(family.project(noisy, n_rows)) / n_rows
@@ -881,8 +883,7 @@ def logistic_anchor_point(
     cov = second - np.outer(mean, mean)
     cov[fixed, :] = 0.0
     cov[:, fixed] = 0.0
-    values, vectors = np.linalg.eigh((cov + cov.T) / 2.0)
-    cov = (vectors * np.maximum(values, 0.0)) @ vectors.T
+    cov = psd_projection((cov + cov.T) / 2.0)
     target = noisy[:d] / n_rows
     start = np.zeros(d)
     shift, slope = np.zeros(d), np.zeros((d, d))

@@ -21,6 +21,7 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+from pymc_dp.accounting.events import compose_epsilon
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.families import (
@@ -31,6 +32,8 @@ from pymc_dp.exponential_family.families import (
     LogisticRegression,
     check_out_of_bounds,
     get_family,
+    psd_projection,
+    split_anchor_statistics,
 )
 from pymc_dp.exponential_family.noise_aware import logistic_anchor_point, release_loglik
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
@@ -100,20 +103,15 @@ class CovariateAnchor:
     scale: float
     noise_variance: float
 
-    def _split(self) -> tuple[np.ndarray, np.ndarray]:
-        d = self.anchor.size
-        return LogisticCovariateAnchor(d, ([0.0] * d, [0.0] * d), tuple(self.anchor)).split(self.noisy_statistics)
-
     @property
     def value(self) -> np.ndarray:
         """F̂, the released mean function at β̂."""
-        return self._split()[0]
+        return split_anchor_statistics(self.noisy_statistics, self.anchor.size)[0]
 
     @property
     def hessian(self) -> np.ndarray:
         """Ĥ, the released Σ (1 − g²)xxᵀ at β̂, projected onto the positive semi-definite cone (post-processing)."""
-        values, vectors = np.linalg.eigh(self._split()[1])
-        return (vectors * np.maximum(values, 0.0)) @ vectors.T
+        return psd_projection(split_anchor_statistics(self.noisy_statistics, self.anchor.size)[1])
 
     @property
     def hessian_noise_variance(self) -> float:
@@ -646,12 +644,17 @@ def release_statistics(
     main_share = 1.0 - sum(shares)
     if mechanism == "laplace":
         anchor_settings = [share * epsilon for share in shares]
-        noise_setting = epsilon - math.fsum(anchor_settings) if anchors else epsilon
-        while anchors and _largest_sum(noise_setting, anchor_settings) > epsilon:  # rounding: never above ε
+
+        def laplace_events(main: float) -> tuple:
+            return tuple(PrivateSufficientStatistics.laplace_events(main, label)) + tuple(
+                e for value in anchor_settings for e in PrivateSufficientStatistics.laplace_events(value, anchor_label)
+            )
+
+        noise_setting = epsilon - math.fsum(anchor_settings)
+        events = laplace_events(noise_setting)
+        while compose_epsilon(events, 0.0)[0] > epsilon:  # the accountant's own sum, rounded: never above ε
             noise_setting = float(np.nextafter(noise_setting, 0.0))
-        events = tuple(PrivateSufficientStatistics.laplace_events(noise_setting, label)) + tuple(
-            e for value in anchor_settings for e in PrivateSufficientStatistics.laplace_events(value, anchor_label)
-        )
+            events = laplace_events(noise_setting)
     else:  # τ from the public target only; the releases' 1/τ² add up to the target's
         noise_multiplier = noise_multiplier_for_target(epsilon, delta, 1)
         noise_setting = noise_multiplier / math.sqrt(main_share)
@@ -693,17 +696,6 @@ def release_statistics(
     )
 
 
-def _largest_sum(first: float, others: list[float]) -> float:
-    """The largest float total of ``first`` and ``others`` over the summation orders an accountant may use."""
-    forward = first
-    for value in others:
-        forward += value
-    backward = 0.0
-    for value in reversed(others):
-        backward += value
-    return max(forward, backward + first, first + sum(others), math.fsum([first, *others]))
-
-
 def anchor_shares(count: int) -> list[float]:
     """Each covariate anchor's share of the release's privacy (of ε, or of 1/τ² for Gaussian noise).
 
@@ -735,7 +727,7 @@ def _check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) 
             f"`covariate_anchors` applies to logistic_regression only. Found {covariate_anchors} for the "
             f"{family.name} family."
         )
-    return int(covariate_anchors)
+    return covariate_anchors
 
 
 def _release_anchors(
@@ -748,7 +740,8 @@ def _release_anchors(
     mechanism: str,
     rng: Any,
 ) -> tuple[CovariateAnchor, ...]:
-    """Release ``count`` covariate anchors, each at the estimate from the releases before it (inside the run)."""
+    """Release one covariate anchor per entry of ``settings`` (its ε or τ), each at the estimate from the releases
+    before it (inside the run)."""
     released: list[CovariateAnchor] = []
     for setting in settings:
         previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
