@@ -7,7 +7,9 @@ Run: ``python benchmarks/bench_jax_transition.py [--rows 1000000 10000000] [--fe
 For each N it reports, in milliseconds per iteration, with the data already on the device and
 compilation excluded (a warm-up run first):
 
-- ``pm.sample`` with ``JaxBackend()`` (``whole_transition=True``: one device call per iteration);
+- ``pm.sample`` with ``JaxBackend(scan_iterations=K)`` (``--scan-iterations``, default 64: K
+  iterations, accept/reject included, in one ``lax.scan`` per device call);
+- ``pm.sample`` with ``JaxBackend(scan_iterations=1)`` (``whole_transition=True``: one device call per iteration);
 - ``pm.sample`` with ``JaxBackend(whole_transition=False)`` (L + 2 device calls per iteration);
 - the transition alone, ``step.transition`` called in a loop (no ``pm.sample`` bookkeeping);
 - ``pm.HamiltonianMC`` on the host's CPU, for N up to ``--hmc-rows``, and each DP figure as a
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--hmc-rows", type=int, default=1_000_000, help="largest N at which pm.HamiltonianMC runs")
     parser.add_argument("--chunk-rows", type=int, default=None, help="JaxBackend(chunk_rows=...); 0: all rows in one")
+    parser.add_argument("--scan-iterations", type=int, default=64, help="K of the scan row")
     args = parser.parse_args()
     jax = import_jax()
     jax.config.update("jax_enable_x64", True)
@@ -92,11 +95,13 @@ def main() -> None:
             hmc, dp_hmc = matched_hmc_steps(n_params, n_rows, args.leapfrog)
         floor = (args.leapfrog + 2) * n_rows * args.features * 8 / bandwidth
         chunk = None if args.chunk_rows is None else (args.chunk_rows or n_rows)
-        whole, per_release = (
-            pmdp.JaxBackend(chunk_rows=chunk),
+        scan, whole, per_release = (
+            pmdp.JaxBackend(chunk_rows=chunk, scan_iterations=args.scan_iterations),
+            pmdp.JaxBackend(chunk_rows=chunk, scan_iterations=1),
             pmdp.JaxBackend(chunk_rows=chunk, whole_transition=False),
         )
         times = {
+            f"DPHMC jax, scan of {args.scan_iterations}": _sampled(model, dp_hmc, args.iterations, scan),
             "DPHMC jax, whole transition": _sampled(model, dp_hmc, args.iterations, whole),
             "DPHMC jax, per release": _sampled(model, dp_hmc, max(args.iterations // 4, 5), per_release),
             "DPHMC jax, transition only": _transition_only(model, dp_hmc, args.iterations, whole),

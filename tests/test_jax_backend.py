@@ -354,6 +354,76 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
         pmdp.JaxBackend(dtype="float16")
     with pytest.raises(ValueError, match=r"`whole_transition` must be a bool\. Found 'yes'"):
         pmdp.JaxBackend(whole_transition="yes")
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"`scan_iterations` must be a positive integer\. Found {bad!r}"):
+            pmdp.JaxBackend(scan_iterations=bad)
+
+
+def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
+    # After tuning, blocks of K iterations (accept/reject on the device) draw the step's generator and the
+    # noise in the one-call transition's order: with reproducible noise, the same chain, statistics and ε,
+    # for blocks that divide the draws and blocks that run past them.
+    from pymc_dp.mechanisms.jax_rows import JaxRows
+
+    calls = {"count": 0}
+    build = JaxRows._build_hmc_iterations
+
+    def counted(self, prior, n_leapfrog, iterations):
+        device = build(self, prior, n_leapfrog, iterations)
+
+        def call(*args):
+            calls["count"] += 1
+            return device(*args)
+
+        return call
+
+    monkeypatch.setattr(JaxRows, "_build_hmc_iterations", counted)
+    model, _ = normal_mean
+    runs, counts = {}, {}
+    for scan in (1, 7, 30, 64):
+        with model:
+            step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=3, step_size_jitter=0.3, reproducible_noise=True)
+        before = calls["count"]
+        runs[scan] = pmdp.sample(
+            step=step, backend=pmdp.JaxBackend(scan_iterations=scan), model=model, init="prior", **RUN
+        )
+        counts[scan] = calls["count"] - before
+        assert not step._block_pending  # the unused end of the last block is dropped with the run
+        record = json.loads(runs[scan].posterior.attrs["dp_accountant"])
+        assert record["backend"]["scan_iterations"] == scan
+    # Blocks per chain: ⌈draws / K⌉ (tuning runs one call per iteration).
+    assert counts == {1: 0, 7: 2 * 5, 30: 2 * 1, 64: 2 * 1}
+    for scan in (7, 30, 64):
+        np.testing.assert_array_equal(runs[scan].posterior["m"].values, runs[1].posterior["m"].values)
+        for stat in ("dp_accepted", "dp_noisy_llr", "dp_step_size", "dp_mu_cumulative"):
+            np.testing.assert_array_equal(runs[scan].sample_stats[stat], runs[1].sample_stats[stat])
+        np.testing.assert_allclose(runs[scan].sample_stats["dp_accept"], runs[1].sample_stats["dp_accept"], atol=1e-15)
+        assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+
+
+def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
+    # Iteration k of a block starts where k − 1 left the chain: a point moved by anything else discards the
+    # rest of the block (never released) and runs a new block from that point.
+    from pymc_dp.jax_backend import attach_backend
+
+    model, _ = normal_mean
+    with model:
+        step = pmdp.DPHMC(
+            grad_clip=3.0, llr_clip=3.0, n_leapfrog=3, grad_noise_multiplier=1.0, llr_noise_multiplier=1.0, tune=False
+        )
+    step._new_chain(np.random.default_rng(0))
+    detach = attach_backend(pmdp.JaxBackend(scan_iterations=8), [step])
+    try:
+        first, _ = step.transition(np.array([0.4]))
+        assert len(step._block_pending) == 7
+        step.transition(first)
+        assert len(step._block_pending) == 6
+        moved = first + 1.0
+        point, info = step.transition(moved)
+        assert len(step._block_pending) == 7  # a new block, from the moved point
+        assert info.accepted or np.array_equal(point, moved)
+    finally:
+        detach()
 
 
 def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_mean, monkeypatch):
@@ -379,7 +449,7 @@ def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_m
     for whole in (True, False):
         with model:
             step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=4, reproducible_noise=True)
-        backend = pmdp.JaxBackend(whole_transition=whole)
+        backend = pmdp.JaxBackend(whole_transition=whole, scan_iterations=1)
         before = calls["count"]
         runs[whole] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
         counts[whole] = calls["count"] - before

@@ -46,6 +46,16 @@ class JaxBackend:
         charged; a prior JAX cannot run falls back to one call per release.
         Same releases, draws and accounting (tested against the default backend); fewer
         host–device round trips. False: one device call per release.
+    scan_iterations : int, default 64
+        DPHMC after tuning, with ``whole_transition``: run this many iterations, the penalty
+        test's accept/reject decision included, in one jitted ``lax.scan`` per device call,
+        the current point and its per-row log-likelihoods staying on the device (the step
+        returns them one by one to PyMC). The momenta, jitter and log U come from the step's
+        generator and the noise's normals from the release's source, drawn on the host for
+        the whole block in the one-call transition's order: with ``reproducible_noise`` the
+        same chain as ``scan_iterations=1`` (tested). A block may run past a chain's last
+        draw: those iterations are computed and dropped, never released. Tuning iterations
+        (η and M adapt on each decision) run one call each. 1: one call per iteration.
 
     Notes
     -----
@@ -67,6 +77,7 @@ class JaxBackend:
     dtype: str = "float64"
     chunk_rows: int | None = None
     whole_transition: bool = True
+    scan_iterations: int = 64
 
     def __post_init__(self) -> None:
         if self.dtype not in JAX_DTYPES:
@@ -76,6 +87,9 @@ class JaxBackend:
             raise ValueError(f"`chunk_rows` must be a positive integer or None. Found {chunk!r}.")
         if not isinstance(self.whole_transition, bool):
             raise ValueError(f"`whole_transition` must be a bool. Found {self.whole_transition!r}.")
+        scan = self.scan_iterations
+        if isinstance(scan, bool) or not isinstance(scan, int) or scan < 1:
+            raise ValueError(f"`scan_iterations` must be a positive integer. Found {scan!r}.")
 
 
 def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> JaxBackend | None:
@@ -137,6 +151,7 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
             dtype=backend.dtype,
             chunk_rows=backend.chunk_rows,
             whole_transition=backend.whole_transition,
+            scan_iterations=backend.scan_iterations,
         )
         for s, original in zip(steps, originals, strict=True)
     ]
@@ -146,6 +161,9 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
                 mechanisms.device_rows.hmc_transition(s._prior, s.n_leapfrog)
             except Exception:  # the prior has no JAX form: one device call per release, as before
                 mechanisms.whole_transition = False
+            else:
+                if mechanisms.scan_iterations > 1 and backend.dtype == "float64":
+                    mechanisms.device_rows.hmc_iterations(s._prior, s.n_leapfrog, mechanisms.scan_iterations)
         _use_mechanisms(s, mechanisms)
 
     def restore() -> None:
@@ -159,7 +177,7 @@ def _use_mechanisms(step: Any, mechanisms: Any) -> None:
     """Set the step's row mechanisms and drop the releases it built from the previous ones."""
     step.forget_private_state()
     step._row_mechanisms = mechanisms
-    for cached in ("_mechanism", "_llr_mechanism", "_grad_mechanism", "_fused_cache"):
+    for cached in ("_mechanism", "_llr_mechanism", "_grad_mechanism", "_fused_cache", "_block_cache"):
         if hasattr(step, cached):
             setattr(step, cached, None)
 
@@ -168,6 +186,11 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
     """The public description of the backend written in ``dp_accountant`` (no data)."""
     jax = import_jax()
     mechanisms = steps[0]._row_mechanisms
+    whole = bool(
+        getattr(mechanisms, "whole_transition", False)
+        and backend.dtype == "float64"
+        and type(steps[0]).__name__ == "DPHMC"
+    )
     return {
         "name": "jax",
         "dtype": backend.dtype,
@@ -175,9 +198,6 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
         "jax_version": jax.__version__,
         "gradient_mode": getattr(getattr(mechanisms, "device_rows", None), "gradient_mode", None),
         "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (BufferedSecureNoise)",
-        "whole_transition": bool(
-            getattr(mechanisms, "whole_transition", False)
-            and backend.dtype == "float64"
-            and type(steps[0]).__name__ == "DPHMC"
-        ),
+        "whole_transition": whole,
+        "scan_iterations": int(getattr(mechanisms, "scan_iterations", 1)) if whole else 1,
     }

@@ -529,7 +529,86 @@ class JaxRows:
         self._fused_hmc[key] = self._build_hmc_transition(prior, key)
         return self._fused_hmc[key]
 
-    def _build_hmc_transition(self, prior, n_leapfrog: int):
+    def hmc_iterations(self, prior, n_leapfrog: int, iterations: int):
+        """``iterations`` DPHMC transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
+
+        The body is :meth:`hmc_transition`'s function followed by the penalty test's decision
+        (log U < log α̂, with log U computed on the host from the step's generator); the
+        current point and its per-row log-likelihoods are the scan's carry and never leave
+        the device. Built and compiled on first use (the backend builds it when the run starts,
+        before the charge); one compilation per (L, iterations).
+        """
+        if self.dtype != "float64":
+            return None
+        key = (int(n_leapfrog), int(iterations))
+        if key not in self._fused_hmc:
+            self._fused_hmc[key] = self._build_hmc_iterations(prior, *key)
+        return self._fused_hmc[key]
+
+    def _build_hmc_iterations(self, prior, n_leapfrog: int, iterations: int):
+        jax, jnp = self._jax, self._jnp
+        transition = self._hmc_transition_function(prior, n_leapfrog)
+
+        def run(theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales, data, mask):
+            def body(carry, inputs):
+                point, loglik = carry
+                momentum, step_size, log_uniform, z_grad, z = inputs
+                proposal, _, noisy_llr, _, log_alpha, finite, proposed = transition(
+                    point, loglik, momentum, step_size, inv_mass, z_grad, z, scales, data, mask
+                )
+                # As DPHMC.transition after the one-call transition: a diverged trajectory is
+                # rejected and reports no λ̂; a NaN log α̂ is rejected (accept_reject).
+                log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
+                noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
+                accepted = log_uniform < log_alpha
+                accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
+                point = jnp.where(accepted, proposal, point)
+                loglik = jnp.where(accepted, proposed, loglik)
+                return (point, loglik), (point, noisy_llr, accept, accepted)
+
+            inputs = (momenta, step_sizes, log_uniforms, z_grads, z_llr)
+            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(body, (theta, current), inputs)
+            return points, noisy_llrs, accepts, accepted, loglik
+
+        scanned = jax.jit(run)
+        spec = jax.ShapeDtypeStruct
+        vector = spec((self.n_params,), np.float64)
+        per_iteration = spec((iterations,), np.float64)
+        current = jax.eval_shape(self._f_loglik, vector, self._data)
+        scanned.lower(
+            vector,
+            current,
+            spec((iterations, self.n_params), np.float64),
+            per_iteration,
+            per_iteration,
+            vector,
+            spec((iterations, n_leapfrog + 1, self.n_params), np.float64),
+            per_iteration,
+            spec((5,), np.float64),
+            self._data,
+            self._mask,
+        ).compile()
+
+        def call(theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales):
+            points, noisy_llrs, accepts, accepted, loglik = scanned(
+                self._theta(theta),
+                current,
+                np.asarray(momenta, dtype=np.float64),
+                np.asarray(step_sizes, dtype=np.float64),
+                np.asarray(log_uniforms, dtype=np.float64),
+                self._theta(inv_mass),
+                np.asarray(z_grads, dtype=np.float64),
+                np.asarray(z_llr, dtype=np.float64),
+                np.asarray(scales, dtype=np.float64),
+                self._data,
+                self._mask,
+            )
+            return np.asarray(points), np.asarray(noisy_llrs), np.asarray(accepts), np.asarray(accepted), loglik
+
+        return call
+
+    def _hmc_transition_function(self, prior, n_leapfrog: int):
+        """The traceable DPHMC transition (see :meth:`hmc_transition`), not yet jitted."""
         import pytensor
 
         from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
@@ -581,7 +660,11 @@ class JaxRows:
             log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, kinetic_change, temperature)
             return proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed
 
-        fused = jax.jit(transition)
+        return transition
+
+    def _build_hmc_transition(self, prior, n_leapfrog: int):
+        jax = self._jax
+        fused = jax.jit(self._hmc_transition_function(prior, n_leapfrog))
         # Compiled now, on abstract values: a prior JAX cannot run is refused before the first release.
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
@@ -908,6 +991,9 @@ class JaxRowMechanisms(RowMechanisms):
         See :class:`JaxRows`.
     whole_transition : bool
         Whether :meth:`fused_hmc_transition` offers DPHMC its one-call transition.
+    scan_iterations : int, default 1
+        DPHMC iterations after tuning per device call (:meth:`fused_hmc_iterations`); 1: none
+        in blocks. Needs ``whole_transition``.
 
     Notes
     -----
@@ -923,6 +1009,7 @@ class JaxRowMechanisms(RowMechanisms):
         dtype: str = "float64",
         chunk_rows: int | None = None,
         whole_transition: bool = True,
+        scan_iterations: int = 1,
     ) -> None:
         if not isinstance(reproducible_noise, bool | np.bool_):
             raise TypeError(f"`reproducible_noise` must be a bool. Found {type(reproducible_noise).__name__}.")
@@ -930,6 +1017,7 @@ class JaxRowMechanisms(RowMechanisms):
         self.device_rows = JaxRows(mechanisms._rows, dtype=dtype, chunk_rows=chunk_rows)
         self.dtype = dtype
         self.whole_transition = bool(whole_transition)
+        self.scan_iterations = int(scan_iterations)
         self._noise = None if reproducible_noise else BufferedSecureNoise()
 
     def log_likelihood_ratio(self, llr_clip: float, noise_multiplier: float, neighbouring: str):
@@ -1017,3 +1105,64 @@ class JaxRowMechanisms(RowMechanisms):
             return proposal, p_end, noisy_llr, llr_std, log_alpha, finite
 
         return transition
+
+    def fused_hmc_iterations(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
+        """``scan_iterations`` DPHMC iterations in one device call (``lax.scan``), or None where that does not apply.
+
+        Each iteration releases what :meth:`fused_hmc_transition` releases (the L + 1 clipped
+        gradient sums and the clipped ratio, each with its noise: the same sensitivities,
+        noise scales and accounting), in the same order, and the accept/reject decision is
+        made on the device from log U drawn on the host by the step. The noise's normals of
+        every iteration of the block are drawn on the host first, iteration by iteration in
+        the one-call transition's order, from the same source, and sent with the call, so
+        with ``reproducible_noise`` a block gives the one-call chain (tested). The points,
+        the released λ̂, the acceptance probabilities and the decisions come back once per
+        block; the per-row log-likelihoods of the current point stay on the device. A block
+        may run past the end of a chain; the iterations not used are never released (their
+        noise is drawn and discarded), and every iteration used was priced before the run.
+        None unless ``scan_iterations`` > 1 and :meth:`fused_hmc_transition` applies.
+
+        Returns
+        -------
+        callable or None
+            ``f(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng)`` →
+            (points, λ̂s, acceptance probabilities, decisions), one row per iteration;
+            ``llr_mechanism``'s cache then holds the last point.
+        """
+        if self.scan_iterations <= 1:
+            return None
+        if self.fused_hmc_transition(llr_mechanism, grad_mechanism, prior, n_leapfrog) is None:
+            return None
+        iterations = self.scan_iterations
+        device = self.device_rows.hmc_iterations(prior, n_leapfrog, iterations)
+        if device is None:
+            return None
+        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
+        n_params = self.device_rows.n_params
+
+        def block(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng):
+            noise = _noise_source(self._noise, rng)
+            z_grads = np.empty((iterations, n_leapfrog + 1, n_params))
+            z_llr = np.empty(iterations)
+            for k in range(iterations):  # the one-call transition's order, iteration by iteration
+                z_grads[k] = noise.normal(0.0, 1.0, size=(n_leapfrog + 1, n_params))
+                z_llr[k] = noise.normal(0.0, 1.0)
+            scales = np.array(
+                [
+                    grad_mechanism.grad_clip,
+                    grad_mechanism.std,
+                    llr_mechanism.llr_clip,
+                    llr_mechanism.noise_multiplier * per_distance,
+                    temperature,
+                ]
+            )
+            theta = np.asarray(theta, dtype=float)
+            current = llr_mechanism._loglik(theta)
+            points, noisy_llrs, accepts, accepted, loglik = device(
+                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales
+            )
+            llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
+            llr_mechanism._pending = None
+            return points, noisy_llrs, accepts, accepted
+
+        return block

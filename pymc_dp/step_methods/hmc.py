@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -363,6 +364,7 @@ class DPHMC(DPStep):
         self.forget_private_state()
 
     def forget_private_state(self) -> None:
+        self._block_pending = collections.deque()  # a block's iterations not yet returned: dropped
         if self._llr_mechanism is not None:
             self._llr_mechanism.forget()
 
@@ -462,11 +464,66 @@ class DPHMC(DPStep):
         self._fused_cache = (*key, fused)
         return fused
 
+    def _fused_block(self, llr_mechanism, grad_mechanism):
+        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
+        build = getattr(self._row_mechanisms, "fused_hmc_iterations", None)
+        if build is None or self.shared:
+            return None
+        key = (llr_mechanism, grad_mechanism, self.n_leapfrog)
+        cached = getattr(self, "_block_cache", None)
+        if cached is not None and all(a is b or a == b for a, b in zip(cached[:3], key, strict=True)):
+            return cached[3]
+        block = build(llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog)
+        self._block_cache = (*key, block)
+        return block
+
+    def _next_from_block(self, theta: np.ndarray, block) -> tuple[np.ndarray, HMCInfo]:
+        """The next iteration of the current block, running a new block from θ when none is pending.
+
+        A block is used only after tuning (η and M fixed) and only from the point it ended
+        at: iteration k of a block starts where iteration k − 1 left the chain, so a θ other
+        than the one expected (another step moved it) discards the rest of the block, which
+        was never released.
+        """
+        pending = getattr(self, "_block_pending", None)
+        if not pending or pending[0][0] != theta.tobytes():
+            pending = self._block_pending = self._run_block(theta, block)
+        _, point, info = pending.popleft()
+        return point, info
+
+    def _run_block(self, theta: np.ndarray, block) -> collections.deque:
+        size = self._row_mechanisms.scan_iterations
+        step_sizes = np.empty(size)
+        momenta = np.empty((size, theta.size))
+        log_uniforms = np.empty(size)
+        for k in range(size):  # the step's generator in the order transition() draws from it
+            step_sizes[k] = self.step_size
+            if self.step_size_jitter:
+                step_sizes[k] *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
+            momenta[k] = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+            log_uniforms[k] = np.log(self.rng.uniform())
+        points, noisy_llrs, accepts, accepted = block(
+            theta, momenta, step_sizes, log_uniforms, self.inv_mass, self.temperature, self.noise_rng
+        )
+        starts = [theta, *points[:-1]]
+        return collections.deque(
+            (
+                start.tobytes(),
+                point,
+                HMCInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k]), float(step_sizes[k])),
+            )
+            for k, (start, point) in enumerate(zip(starts, points, strict=True))
+        )
+
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:
         """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio."""
         llr_mechanism, grad_mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             llr_mechanism.forget()
+        if not (self.tune and self._tune_initial):
+            block = self._fused_block(llr_mechanism, grad_mechanism)
+            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
+                return self._next_from_block(np.asarray(theta, dtype=float), block)
         step_size = self.step_size
         if self.step_size_jitter:
             step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
