@@ -401,6 +401,29 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
 
 
+def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean):
+    # The penalty step's blocks: proposals and log U from the step's generator, the ratio's normals from the
+    # noise source, drawn per block in the one-call order; the same chain as one call per iteration and as
+    # the default backend (with reproducible noise), the same ε, and the block size in the record.
+    model, _ = normal_mean
+    runs = {}
+    for scan in (1, 7, 64, "default"):
+        with model:
+            step = pmdp.DPPenaltyMH(llr_clip=3.0, reproducible_noise=True)
+        backend = "default" if scan == "default" else pmdp.JaxBackend(scan_iterations=scan)
+        runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
+        if scan != "default":
+            assert json.loads(runs[scan].posterior.attrs["dp_accountant"])["backend"]["scan_iterations"] == scan
+    for scan in (7, 64, "default"):
+        np.testing.assert_allclose(runs[scan].posterior["m"].values, runs[1].posterior["m"].values, rtol=1e-12)
+        np.testing.assert_array_equal(runs[scan].sample_stats["dp_accepted"], runs[1].sample_stats["dp_accepted"])
+        np.testing.assert_allclose(
+            runs[scan].sample_stats["dp_noisy_llr"], runs[1].sample_stats["dp_noisy_llr"], rtol=1e-10, atol=1e-10
+        )
+        assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+    assert runs[1].sample_stats["dp_accepted"].values.any()  # the draws (all from blocks) moved the chain
+
+
 def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
     # Iteration k of a block starts where k − 1 left the chain: a point moved by anything else discards the
     # rest of the block (never released) and runs a new block from that point.

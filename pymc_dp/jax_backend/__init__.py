@@ -47,15 +47,16 @@ class JaxBackend:
         Same releases, draws and accounting (tested against the default backend); fewer
         host–device round trips. False: one device call per release.
     scan_iterations : int, default 64
-        DPHMC after tuning, with ``whole_transition``: run this many iterations, the penalty
-        test's accept/reject decision included, in one jitted ``lax.scan`` per device call,
-        the current point and its per-row log-likelihoods staying on the device (the step
-        returns them one by one to PyMC). The momenta, jitter and log U come from the step's
-        generator and the noise's normals from the release's source, drawn on the host for
-        the whole block in the one-call transition's order: with ``reproducible_noise`` the
-        same chain as ``scan_iterations=1`` (tested). A block may run past a chain's last
-        draw: those iterations are computed and dropped, never released. Tuning iterations
-        (η and M adapt on each decision) run one call each. 1: one call per iteration.
+        DPHMC and DPPenaltyMH after tuning, in float64 with ``whole_transition``: run this many
+        iterations, the penalty test's accept/reject decision included, in one jitted
+        ``lax.scan`` per device call, the current point and its per-row log-likelihoods
+        staying on the device (the step returns the iterations one by one to PyMC). The
+        step's randomness (momenta, jitter, proposals, log U) and the noise's normals are
+        drawn on the host for the whole block, in the order one call per iteration draws
+        them: with ``reproducible_noise`` the same chain as ``scan_iterations=1`` (tested). A
+        block may run past a chain's last draw: those iterations are computed and dropped,
+        never released. Tuning iterations (the tuner reads each decision) run one call each.
+        1: one call per iteration.
 
     Notes
     -----
@@ -156,14 +157,7 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
         for s, original in zip(steps, originals, strict=True)
     ]
     for s, mechanisms in zip(steps, swapped, strict=True):
-        if mechanisms.whole_transition and type(s).__name__ == "DPHMC":
-            try:  # compiled here, before the charge, like the releases
-                mechanisms.device_rows.hmc_transition(s._prior, s.n_leapfrog)
-            except Exception:  # the prior has no JAX form: one device call per release, as before
-                mechanisms.whole_transition = False
-            else:
-                if mechanisms.scan_iterations > 1 and backend.dtype == "float64":
-                    mechanisms.device_rows.hmc_iterations(s._prior, s.n_leapfrog, mechanisms.scan_iterations)
+        _compile_transitions(s, mechanisms, backend)
         _use_mechanisms(s, mechanisms)
 
     def restore() -> None:
@@ -171,6 +165,32 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
             _use_mechanisms(s, original)
 
     return restore
+
+
+def _compile_transitions(step: Any, mechanisms: JaxRowMechanisms, backend: JaxBackend) -> None:
+    """Compile the step's one-call transition and blocks now, before the charge; what JAX cannot run is turned off.
+
+    A prior without a JAX form turns ``whole_transition`` off for DPHMC (one device call per
+    release, as before) and ``scan_iterations`` to 1 (one call per iteration).
+    """
+    name = type(step).__name__
+    rows = mechanisms.device_rows
+    blocks = mechanisms.scan_iterations > 1 and backend.dtype == "float64"
+    if mechanisms.whole_transition and name == "DPHMC":
+        try:
+            rows.hmc_transition(step._prior, step.n_leapfrog)
+            if blocks:
+                rows.hmc_iterations(step._prior, step.n_leapfrog, mechanisms.scan_iterations)
+        except Exception:  # the prior has no JAX form
+            mechanisms.whole_transition = False
+            mechanisms.scan_iterations = 1
+    elif mechanisms.whole_transition and name == "DPPenaltyMH" and blocks:
+        try:
+            rows.penalty_iterations(step._prior, mechanisms.scan_iterations)
+        except Exception:  # the prior has no JAX form: one call per iteration
+            mechanisms.scan_iterations = 1
+    if name not in ("DPHMC", "DPPenaltyMH") or backend.dtype != "float64" or not mechanisms.whole_transition:
+        mechanisms.scan_iterations = 1  # no blocks for this step: recorded as 1
 
 
 def _use_mechanisms(step: Any, mechanisms: Any) -> None:
@@ -199,5 +219,5 @@ def backend_record(backend: JaxBackend, steps: list[Any]) -> dict[str, Any]:
         "gradient_mode": getattr(getattr(mechanisms, "device_rows", None), "gradient_mode", None),
         "noise": "reproducible (seeded)" if steps[0].reproducible_noise else "os.urandom (BufferedSecureNoise)",
         "whole_transition": whole,
-        "scan_iterations": int(getattr(mechanisms, "scan_iterations", 1)) if whole else 1,
+        "scan_iterations": int(getattr(mechanisms, "scan_iterations", 1)),
     }

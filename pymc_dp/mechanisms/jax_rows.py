@@ -607,14 +607,11 @@ class JaxRows:
 
         return call
 
-    def _hmc_transition_function(self, prior, n_leapfrog: int):
-        """The traceable DPHMC transition (see :meth:`hmc_transition`), not yet jitted."""
+    @staticmethod
+    def _prior_functions(prior, gradient: bool):
+        """JAX functions of the exact log prior (and its gradient) of the flat θ, from the data-free prior graph."""
         import pytensor
 
-        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
-
-        jax, jnp = self._jax, self._jnp
-        lax = jax.lax
         theta_var = prior._theta
         # The prior reads no row (checked when the data layer was built): its shared inputs are
         # public values, fixed for the run like the per-row graphs'.
@@ -622,7 +619,104 @@ class JaxRows:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
             prior_logp = _jax_function([theta_var], graph)
-            prior_grad = _jax_function([theta_var], pytensor.grad(graph, theta_var))
+            prior_grad = _jax_function([theta_var], pytensor.grad(graph, theta_var)) if gradient else None
+        return prior_logp, prior_grad
+
+    # -- DPPenaltyMH's iterations in blocks ---------------------------------------------------
+    def penalty_iterations(self, prior, iterations: int):
+        """``iterations`` DPPenaltyMH transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
+
+        Each iteration is Algorithm 1 of Yıldırım and Ermiş (2019) as
+        :meth:`pymc_dp.step_methods.DPPenaltyMH.transition` runs it: θ′ = θ + s·z (the
+        increment s·z drawn on the host by the step), the clipped ratio sum at bound b‖θ′ − θ‖
+        with its noise (the standard normal drawn on the host), the exact prior ratio, the
+        penalty log-acceptance and the decision log U < log α̂. The current point and its
+        per-row log-likelihoods are the scan's carry and never leave the device. Built and
+        compiled on first use (the backend builds it when the run starts, before the charge).
+        """
+        if self.dtype != "float64":
+            return None
+        key = ("penalty", int(iterations))
+        if key not in self._fused_hmc:
+            self._fused_hmc[key] = self._build_penalty_iterations(prior, int(iterations))
+        return self._fused_hmc[key]
+
+    def _build_penalty_iterations(self, prior, iterations: int):
+        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
+
+        jax, jnp = self._jax, self._jnp
+        prior_logp, _ = self._prior_functions(prior, gradient=False)
+        ratio_sum, add_noise = self._ratio_sum_fn, self._add_noise_fn
+
+        def run(theta, current, increments, log_uniforms, z_llr, scales, data, mask):
+            llr_clip, llr_std_per_distance, temperature = scales
+
+            def body(carry, inputs):
+                point, loglik = carry
+                increment, log_uniform, z = inputs
+                proposal = point + increment
+                distance = jnp.sqrt(jnp.sum((proposal - point) ** 2))
+                # A bound or noise scale that overflows is no private release (the host path refuses it): rejected.
+                finite = jnp.all(jnp.isfinite(proposal)) & jnp.isfinite(llr_clip * distance)
+                finite = finite & jnp.isfinite(llr_std_per_distance * distance)
+                safe = jnp.where(finite, proposal, point)
+                safe_distance = jnp.where(finite, distance, 0.0)
+                clipped, proposed = ratio_sum(safe, loglik, llr_clip * safe_distance, data, mask)
+                llr_std = llr_std_per_distance * safe_distance
+                noisy_llr = add_noise(clipped, llr_std, z)
+                log_prior_ratio = prior_logp(safe) - prior_logp(point)
+                log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, 0.0, temperature)
+                log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
+                noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
+                accepted = log_uniform < log_alpha
+                accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
+                point = jnp.where(accepted, safe, point)
+                loglik = jnp.where(accepted, proposed, loglik)
+                return (point, loglik), (point, noisy_llr, accept, accepted)
+
+            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(
+                body, (theta, current), (increments, log_uniforms, z_llr)
+            )
+            return points, noisy_llrs, accepts, accepted, loglik
+
+        scanned = jax.jit(run)
+        spec = jax.ShapeDtypeStruct
+        vector = spec((self.n_params,), np.float64)
+        per_iteration = spec((iterations,), np.float64)
+        current = jax.eval_shape(self._f_loglik, vector, self._data)
+        scanned.lower(
+            vector,
+            current,
+            spec((iterations, self.n_params), np.float64),
+            per_iteration,
+            per_iteration,
+            spec((3,), np.float64),
+            self._data,
+            self._mask,
+        ).compile()
+
+        def call(theta, current, increments, log_uniforms, z_llr, scales):
+            points, noisy_llrs, accepts, accepted, loglik = scanned(
+                self._theta(theta),
+                current,
+                np.asarray(increments, dtype=np.float64),
+                np.asarray(log_uniforms, dtype=np.float64),
+                np.asarray(z_llr, dtype=np.float64),
+                np.asarray(scales, dtype=np.float64),
+                self._data,
+                self._mask,
+            )
+            return np.asarray(points), np.asarray(noisy_llrs), np.asarray(accepts), np.asarray(accepted), loglik
+
+        return call
+
+    def _hmc_transition_function(self, prior, n_leapfrog: int):
+        """The traceable DPHMC transition (see :meth:`hmc_transition`), not yet jitted."""
+        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
+
+        jax, jnp = self._jax, self._jnp
+        lax = jax.lax
+        prior_logp, prior_grad = self._prior_functions(prior, gradient=True)
         ratio_sum, gradient_sum, add_noise = self._ratio_sum_fn, self._gradient_sum_fn, self._add_noise_fn
         # Leapfrog weights: η after every position update but the last, η/2 after the last.
         weights = np.ones(n_leapfrog)
@@ -992,8 +1086,9 @@ class JaxRowMechanisms(RowMechanisms):
     whole_transition : bool
         Whether :meth:`fused_hmc_transition` offers DPHMC its one-call transition.
     scan_iterations : int, default 1
-        DPHMC iterations after tuning per device call (:meth:`fused_hmc_iterations`); 1: none
-        in blocks. Needs ``whole_transition``.
+        DPHMC's and DPPenaltyMH's iterations after tuning per device call
+        (:meth:`fused_hmc_iterations`, :meth:`fused_penalty_iterations`); 1: none in blocks.
+        Needs ``whole_transition``.
 
     Notes
     -----
@@ -1105,6 +1200,50 @@ class JaxRowMechanisms(RowMechanisms):
             return proposal, p_end, noisy_llr, llr_std, log_alpha, finite
 
         return transition
+
+    def fused_penalty_iterations(self, llr_mechanism, prior):
+        """``scan_iterations`` DPPenaltyMH iterations in one device call (``lax.scan``), or None.
+
+        Each iteration releases what ``llr_mechanism.release`` releases (the clipped ratio sum
+        at bound b‖θ′ − θ‖ plus N(0, σ²), σ = τΔ: the same sensitivity, noise scale and
+        accounting), and the decision is made on the device from log U drawn on the host by
+        the step. The noise's standard normals of the block are drawn on the host first, one
+        per iteration, from the same source. A block may run past the end of a chain; the
+        iterations not used are never released, and every iteration used was priced before
+        the run. None unless ``scan_iterations`` > 1, ``whole_transition`` is set, the dtype
+        is float64 and ``llr_mechanism`` was built here.
+
+        Returns
+        -------
+        callable or None
+            ``f(theta, increments, log_uniforms, temperature, rng)`` → (points, λ̂s,
+            acceptance probabilities, decisions), one row per iteration; ``llr_mechanism``'s
+            cache then holds the last point.
+        """
+        if self.scan_iterations <= 1 or not self.whole_transition:
+            return None
+        if not isinstance(llr_mechanism, JaxLogLikelihoodRatio) or llr_mechanism._rows is not self.device_rows:
+            return None
+        iterations = self.scan_iterations
+        device = self.device_rows.penalty_iterations(prior, iterations)
+        if device is None:
+            return None
+        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
+
+        def block(theta, increments, log_uniforms, temperature, rng):
+            noise = _noise_source(self._noise, rng)
+            z_llr = np.array([noise.normal(0.0, 1.0) for _ in range(iterations)])  # one per release, in order
+            scales = np.array([llr_mechanism.llr_clip, llr_mechanism.noise_multiplier * per_distance, temperature])
+            theta = np.asarray(theta, dtype=float)
+            current = llr_mechanism._loglik(theta)
+            points, noisy_llrs, accepts, accepted, loglik = device(
+                theta, current, increments, log_uniforms, z_llr, scales
+            )
+            llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
+            llr_mechanism._pending = None
+            return points, noisy_llrs, accepts, accepted
+
+        return block
 
     def fused_hmc_iterations(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
         """``scan_iterations`` DPHMC iterations in one device call (``lax.scan``), or None where that does not apply.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -62,6 +64,18 @@ def accept_reject(log_alpha: float, rng: Any, correction: Any = None) -> tuple[b
     if correction is None:
         return bool(np.log(rng.uniform()) < log_alpha), float(np.exp(min(0.0, log_alpha)))
     return bool(log_alpha + correction.sample(rng) > 0.0), float(correction.acceptance_probability(log_alpha))
+
+
+def pending_block(theta: np.ndarray, points: np.ndarray, infos: list[Any]) -> collections.deque:
+    """A block of iterations run in one backend call, as (start point's bytes, point kept, info) per iteration.
+
+    Iteration k starts where iteration k − 1 left the chain (the first at ``theta``); the
+    step returns them one by one (:meth:`DPStep._next_from_block`).
+    """
+    starts = [np.asarray(theta, dtype=float), *points[:-1]]
+    return collections.deque(
+        (start.tobytes(), point, info) for start, point, info in zip(starts, points, infos, strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -230,6 +244,25 @@ class DPStep(ArrayStepShared):
         self._iterations_chain += 1
         self._mu_spent_chain += self._iteration_mu()
         return RaveledVars(theta, q0.point_map_info), [self._statistics(info, tuning)]
+
+    def _next_from_block(
+        self, theta: np.ndarray, run_block: Callable[[np.ndarray], collections.deque]
+    ) -> tuple[np.ndarray, TransitionInfo]:
+        """The next iteration of the pending block (a backend's ``lax.scan``), running a new block from θ if none.
+
+        Blocks run only after tuning (the tuned settings are fixed). A θ other than the one
+        the next iteration starts from (another step moved the chain) drops the rest of the
+        block, which was never released, and runs a new block from θ.
+        """
+        pending = getattr(self, "_block_pending", None)
+        if not pending or pending[0][0] != theta.tobytes():
+            pending = self._block_pending = run_block(theta)
+        _, point, info = pending.popleft()
+        return point, info
+
+    def _drop_block(self) -> None:
+        """Drop a block's iterations not yet returned (when a run or chain ends)."""
+        self._block_pending = collections.deque()
 
     def _statistics(self, info: TransitionInfo, tuning: bool) -> dict[str, Any]:
         """The statistics the class declares, from ``info``, the counts, the tuner and the recorded settings."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
-from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject
+from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject, pending_block
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
 __all__ = ["DPHMC", "kinetic_energy", "leapfrog"]
@@ -364,7 +363,7 @@ class DPHMC(DPStep):
         self.forget_private_state()
 
     def forget_private_state(self) -> None:
-        self._block_pending = collections.deque()  # a block's iterations not yet returned: dropped
+        self._drop_block()
         if self._llr_mechanism is not None:
             self._llr_mechanism.forget()
 
@@ -477,21 +476,7 @@ class DPHMC(DPStep):
         self._block_cache = (*key, block)
         return block
 
-    def _next_from_block(self, theta: np.ndarray, block) -> tuple[np.ndarray, HMCInfo]:
-        """The next iteration of the current block, running a new block from θ when none is pending.
-
-        A block is used only after tuning (η and M fixed) and only from the point it ended
-        at: iteration k of a block starts where iteration k − 1 left the chain, so a θ other
-        than the one expected (another step moved it) discards the rest of the block, which
-        was never released.
-        """
-        pending = getattr(self, "_block_pending", None)
-        if not pending or pending[0][0] != theta.tobytes():
-            pending = self._block_pending = self._run_block(theta, block)
-        _, point, info = pending.popleft()
-        return point, info
-
-    def _run_block(self, theta: np.ndarray, block) -> collections.deque:
+    def _run_block(self, theta: np.ndarray, block) -> Any:
         size = self._row_mechanisms.scan_iterations
         step_sizes = np.empty(size)
         momenta = np.empty((size, theta.size))
@@ -505,15 +490,11 @@ class DPHMC(DPStep):
         points, noisy_llrs, accepts, accepted = block(
             theta, momenta, step_sizes, log_uniforms, self.inv_mass, self.temperature, self.noise_rng
         )
-        starts = [theta, *points[:-1]]
-        return collections.deque(
-            (
-                start.tobytes(),
-                point,
-                HMCInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k]), float(step_sizes[k])),
-            )
-            for k, (start, point) in enumerate(zip(starts, points, strict=True))
-        )
+        infos = [
+            HMCInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k]), float(step_sizes[k]))
+            for k in range(size)
+        ]
+        return pending_block(theta, points, infos)
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:
         """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio."""
@@ -523,7 +504,7 @@ class DPHMC(DPStep):
         if not (self.tune and self._tune_initial):
             block = self._fused_block(llr_mechanism, grad_mechanism)
             if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
-                return self._next_from_block(np.asarray(theta, dtype=float), block)
+                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
         step_size = self.step_size
         if self.step_size_jitter:
             step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)

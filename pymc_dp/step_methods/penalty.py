@@ -22,6 +22,7 @@ from pymc_dp.step_methods.base import (
     TransitionInfo,
     accept_reject,
     check_proposal_scale,
+    pending_block,
 )
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
@@ -231,6 +232,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         self.forget_private_state()
 
     def forget_private_state(self) -> None:
+        self._drop_block()
         if self._mechanism is not None:
             self._mechanism.forget()
 
@@ -248,11 +250,38 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
+    def _fused_block(self, mechanism):
+        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
+        build = getattr(self._row_mechanisms, "fused_penalty_iterations", None)
+        if build is None or self.shared or type(self) is not DPPenaltyMH:  # subclasses release other statistics
+            return None
+        cached = getattr(self, "_block_cache", None)
+        if cached is not None and cached[0] is mechanism:
+            return cached[1]
+        block = build(mechanism, self._prior)
+        self._block_cache = (mechanism, block)
+        return block
+
+    def _run_block(self, theta: np.ndarray, block) -> Any:
+        size = self._row_mechanisms.scan_iterations
+        increments = np.empty((size, theta.size))
+        log_uniforms = np.empty(size)
+        for k in range(size):  # the step's generator in the order transition() draws from it
+            increments[k] = self.rng.normal(size=theta.shape) * self.proposal_scale
+            log_uniforms[k] = np.log(self.rng.uniform())
+        points, noisy_llrs, accepts, accepted = block(theta, increments, log_uniforms, self.temperature, self.noise_rng)
+        infos = [TransitionInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k])) for k in range(size)]
+        return pending_block(theta, points, infos)
+
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
         """Algorithm 1 of Yıldırım and Ermiş (2019): propose, release λ̂, the penalty test."""
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
+        if not (self.tune and self._tune_initial):
+            block = self._fused_block(mechanism)
+            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
+                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
         proposal = self._propose(theta, self.rng)
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
