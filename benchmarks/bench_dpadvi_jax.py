@@ -8,7 +8,7 @@ time per iteration of ``DPADVI.fit`` after a warm-up fit on the same object (com
 rows' transfer to the device excluded), with the default noise (the operating system's CSPRNG:
 the Poisson batch costs one secure uniform per row, N per iteration) and with
 ``reproducible_noise=True`` (a seeded generator that finds the batch by its gaps, O(qN): the
-mechanism's own cost). No d3p figure: d3p is not a dependency here.
+mechanism's own cost). d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
 """
 
 from __future__ import annotations
