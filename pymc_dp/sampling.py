@@ -522,7 +522,7 @@ def sample(
         ``result``), or nothing. The diagnostics are written in every case.
     backend : {"default", "jax"}, JaxBackend or DaskBackend, default "default"
         Where the releases run. ``"jax"`` (or :class:`pymc_dp.JaxBackend` for float32 or a
-        chunk size) computes DPPenaltyMH's, DPHMC's and full-data DPBarkerMH's clipped sums on a JAX device, the rows
+        chunk size) computes DPPenaltyMH's, DPHMC's and DPBarkerMH's clipped sums on a JAX device, the rows
         put there once, with the same transitions, calibration and accounting
         (``docs/jax.md``); one such step covering every variable, ``cores=1``. A
         :class:`pymc_dp.DaskBackend` computes the full-data releases on a Dask cluster

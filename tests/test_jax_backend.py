@@ -241,8 +241,28 @@ def test_full_data_barker_release_is_the_default_mechanism_with_the_same_noise(r
         assert released == pytest.approx(reference.release(start, end, np.random.default_rng(seed)), rel=RTOL)
     device_mechanisms = JaxRowMechanisms(RowMechanisms(_rows("glm")), reproducible_noise=False)
     assert isinstance(device_mechanisms.barker_statistic(**settings)._noise, BufferedSecureNoise)
-    with pytest.raises(ValueError, match="`batch_size` must be None on the JAX backend"):
-        device_mechanisms.barker_statistic(batch_size=10, **settings)
+
+
+def test_subsampled_barker_release_is_the_default_mechanism_with_the_same_batch_and_noise(rows_pair):
+    # Eq. 18 across the zoo (invalid rows included): the same secret batch of b distinct rows and the same
+    # normal, drawn in the same order from the same generator; z = N₀ r̄ + N(0, C − s²) to 1e-10.
+    from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+    from pymc_dp.mechanisms.jax_rows import JaxBarkerStatistic
+
+    rows, device = rows_pair
+    settings = dict(correction_variance=2.0, llr_clip=0.01, likelihood_scale=40.0, batch_size=50)
+    on_device = JaxBarkerStatistic(device, **settings)
+    reference = NoisyBarkerStatistic(rows, **settings)
+    theta, proposal = _points(rows)
+    released = []
+    for start, end, seed in [(theta, proposal, 1), (proposal, theta, 2), (proposal, proposal * 0.9, 3)]:
+        generator, reference_generator = np.random.default_rng(seed), np.random.default_rng(seed)
+        released.append(on_device.release(start, end, generator))
+        assert released[-1] == pytest.approx(reference.release(start, end, reference_generator), rel=RTOL)
+        assert generator.bit_generator.state == reference_generator.bit_generator.state  # the same draws
+    assert len(set(released)) == 3
+    device_mechanisms = JaxRowMechanisms(RowMechanisms(_rows("glm")), reproducible_noise=False)
+    assert isinstance(device_mechanisms.barker_statistic(**settings)._noise, BufferedSecureNoise)
 
 
 def test_default_noise_comes_from_os_entropy_not_the_step_generator():
@@ -287,7 +307,7 @@ def normal_mean():
 RUN = dict(epsilon=5.0, delta=1e-6, draws=30, tune=20, chains=2, random_seed=3, progressbar=False)
 
 
-@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC", "DPBarkerMH-full"])
+@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPHMC", "DPBarkerMH-full", "DPBarkerMH"])
 def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_accounting(name):
     # tests/test_contract.py's model (a location and a log-transformed scale) and steps, on both backends.
     from test_contract import STEPS, _documented_stats, _numbers_in
@@ -297,18 +317,20 @@ def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_acco
         m = pm.Normal("m", 0, 10)
         s = pm.HalfNormal("s", 2)
         pm.Normal("y", m, s, observed=data)
+    # The subsampled DPBarkerMH's ε is set by N, b, T and the iterations (test_contract.py runs it without a target).
+    run = {k: v for k, v in RUN.items() if k != "epsilon"} if name == "DPBarkerMH" else RUN
     runs = {}
     for backend in ("default", "jax"):
         with model:
             step = STEPS[name](model, data, reproducible_noise=True)
-            runs[backend] = pmdp.sample(step=step, backend=backend, **RUN)
+            runs[backend] = pmdp.sample(step=step, backend=backend, **run)
     default, on_jax = runs["default"], runs["jax"]
     assert set(on_jax.sample_stats.data_vars) == set(type(step).stats_dtypes_shapes) == _documented_stats(type(step))
     assert not np.isin(np.fromiter(_numbers_in(on_jax), dtype=float), data).any(), "a raw data value leaked"
     for var in ("m", "s"):
         np.testing.assert_allclose(on_jax.posterior[var].values, default.posterior[var].values, rtol=1e-8)
     np.testing.assert_array_equal(on_jax.sample_stats["dp_accepted"].values, default.sample_stats["dp_accepted"].values)
-    assert on_jax.posterior.attrs["dp_epsilon"] == default.posterior.attrs["dp_epsilon"] <= RUN["epsilon"]
+    assert on_jax.posterior.attrs["dp_epsilon"] == default.posterior.attrs["dp_epsilon"] <= run.get("epsilon", np.inf)
     record, reference = (json.loads(r.posterior.attrs["dp_accountant"]) for r in (on_jax, default))
     backend = record.pop("backend")
     assert backend["name"] == "jax" and backend["dtype"] == "float64" and backend["device"] == "cpu"
@@ -346,10 +368,8 @@ def test_bad_backend_settings_are_refused_before_any_charge(normal_mean, backend
 
 def test_steps_the_backend_does_not_run_are_refused(normal_mean):
     model, _ = normal_mean
-    with model, pytest.raises(ValueError, match="`backend`='jax' runs one DPPenaltyMH, DPHMC or full-data DPBarkerMH"):
+    with model, pytest.raises(ValueError, match="`backend`='jax' runs one DPPenaltyMH, DPHMC or DPBarkerMH step"):
         pmdp.sample(step=pmdp.DPMultiOwnerPenaltyMH(owners=np.arange(300) % 3, llr_clip=2.0), backend="jax", **RUN)
-    with model, pytest.raises(ValueError, match=r"`backend`='jax' runs DPBarkerMH's full-data test only"):
-        pmdp.sample(step=pmdp.DPBarkerMH(batch_size=60, tempered_size=20.0), backend="jax", **RUN)
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         pmdp.JaxBackend(dtype="float16")
     with pytest.raises(ValueError, match=r"`whole_transition` must be a bool\. Found 'yes'"):
@@ -357,6 +377,7 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match=rf"`scan_iterations` must be a positive integer\. Found {bad!r}"):
             pmdp.JaxBackend(scan_iterations=bad)
+    assert pmdp.JaxBackend(scan_iterations=np.int64(8)).scan_iterations == 8
 
 
 def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
@@ -401,27 +422,100 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
 
 
-def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean):
+def _counted_blocks(monkeypatch, builder: str) -> dict:
+    """Count the device calls of the blocks JaxRows builds with ``builder``."""
+    from pymc_dp.mechanisms.jax_rows import JaxRows
+
+    calls = {"count": 0}
+    build = getattr(JaxRows, builder)
+
+    def counted(self, *args):
+        device = build(self, *args)
+
+        def call(*call_args):
+            calls["count"] += 1
+            return device(*call_args)
+
+        return call
+
+    monkeypatch.setattr(JaxRows, builder, counted)
+    return calls
+
+
+def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
     # The penalty step's blocks: proposals and log U from the step's generator, the ratio's normals from the
     # noise source, drawn per block in the one-call order; the same chain as one call per iteration and as
-    # the default backend (with reproducible noise), the same ε, and the block size in the record.
+    # the default backend (with reproducible noise), the same ε, and blocks only after tuning (which here
+    # changes the proposal scale twice).
+    calls = _counted_blocks(monkeypatch, "_build_penalty_iterations")
     model, _ = normal_mean
-    runs = {}
+    run = {**RUN, "tune": 20}
+    runs, counts = {}, {}
     for scan in (1, 7, 64, "default"):
         with model:
-            step = pmdp.DPPenaltyMH(llr_clip=3.0, reproducible_noise=True)
+            step = pmdp.DPPenaltyMH(llr_clip=3.0, tune_interval=10, reproducible_noise=True)
         backend = "default" if scan == "default" else pmdp.JaxBackend(scan_iterations=scan)
-        runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
+        before = calls["count"]
+        runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)
+        counts[scan] = calls["count"] - before
+        assert not step._block_pending
         if scan != "default":
             assert json.loads(runs[scan].posterior.attrs["dp_accountant"])["backend"]["scan_iterations"] == scan
+    assert counts == {1: 0, 7: 2 * 5, 64: 2 * 1, "default": 0}  # ⌈draws / K⌉ blocks per chain
+    scales = runs[1].sample_stats["dp_proposal_scale"].values
+    assert np.unique(scales[0]).size == 1 and scales[0, 0] != 2.38  # tuned, then fixed for the blocks
     for scan in (7, 64, "default"):
         np.testing.assert_allclose(runs[scan].posterior["m"].values, runs[1].posterior["m"].values, rtol=1e-12)
         np.testing.assert_array_equal(runs[scan].sample_stats["dp_accepted"], runs[1].sample_stats["dp_accepted"])
+        np.testing.assert_array_equal(runs[scan].sample_stats["dp_proposal_scale"], scales)
         np.testing.assert_allclose(
             runs[scan].sample_stats["dp_noisy_llr"], runs[1].sample_stats["dp_noisy_llr"], rtol=1e-10, atol=1e-10
         )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
-    assert runs[1].sample_stats["dp_accepted"].values.any()  # the draws (all from blocks) moved the chain
+    assert runs[1].sample_stats["dp_accepted"].values.any()
+
+
+def test_blocks_apply_the_priors_parameter_checks_as_the_default_backend():
+    # A prior whose parameter check can fail in the unconstrained space (Beta(α = a) with a < 0 is −∞): the
+    # blocks' JAX prior is compiled as PyMC compiles log-densities, so no draw has a < 0 there either.
+    y = np.random.default_rng(1).normal(0.5, 1.0, size=200)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        p = pm.Beta("p", alpha=a, beta=2)
+        pm.Normal("y", p, 1.0, observed=y)
+    run = dict(draws=300, tune=0, chains=1, random_seed=3, progressbar=False, on_poor_mixing="ignore", delta=1e-6)
+    runs = {}
+    for name, backend in [("default", "default"), ("blocks", pmdp.JaxBackend(scan_iterations=64))]:
+        with model:
+            step = pmdp.DPPenaltyMH(
+                llr_clip=3.0, noise_multiplier=0.5, tune=False, proposal_scale=0.4, reproducible_noise=True
+            )
+        runs[name] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)
+    assert (runs["default"].posterior["a"].values > 0).all()
+    np.testing.assert_allclose(runs["blocks"].posterior["a"].values, runs["default"].posterior["a"].values, rtol=1e-12)
+
+
+def test_blocks_draw_their_noise_from_os_entropy(normal_mean, monkeypatch):
+    # Without reproducible_noise every block's normals come from BufferedSecureNoise, none from the step's
+    # generators: (L + 1)·P + 1 per DPHMC iteration, 1 per DPPenaltyMH iteration, blocks included.
+    drawn = {"count": 0}
+    normal = BufferedSecureNoise.normal
+
+    def counted(self, loc=0.0, scale=1.0, size=None):
+        drawn["count"] += 1 if size is None else int(np.prod(size))
+        return normal(self, loc, scale, size)
+
+    monkeypatch.setattr(BufferedSecureNoise, "normal", counted)
+    calls = _counted_blocks(monkeypatch, "_build_hmc_iterations")
+    model, _ = normal_mean
+    with model:
+        step = pmdp.DPHMC(
+            grad_clip=3.0, llr_clip=3.0, n_leapfrog=3, grad_noise_multiplier=1.0, llr_noise_multiplier=1.0, tune=False
+        )
+    run = dict(draws=40, tune=0, chains=1, random_seed=3, progressbar=False, on_poor_mixing="ignore", delta=1e-6)
+    pmdp.sample(step=step, backend=pmdp.JaxBackend(scan_iterations=16), model=model, init="prior", **run)
+    assert calls["count"] == 3  # ⌈40 / 16⌉ blocks
+    assert drawn["count"] == 3 * 16 * ((3 + 1) * 1 + 1)  # every block iteration's normals, from OS entropy
 
 
 def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
@@ -445,6 +539,8 @@ def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
         point, info = step.transition(moved)
         assert len(step._block_pending) == 7  # a new block, from the moved point
         assert info.accepted or np.array_equal(point, moved)
+        step._new_chain(np.random.default_rng(1))  # a new chain (PyMC 5's set_rng, PyMC 6's setup_chain)
+        assert not step._block_pending
     finally:
         detach()
 

@@ -1,4 +1,4 @@
-"""The JAX backend of :func:`pymc_dp.sample`: DPPenaltyMH's, DPHMC's and full-data DPBarkerMH's releases on a device.
+"""The JAX backend of :func:`pymc_dp.sample`: DPPenaltyMH's, DPHMC's and DPBarkerMH's releases on a device.
 
 ``pmdp.sample(..., backend="jax")`` (or ``backend=pmdp.JaxBackend(dtype="float32")``) runs
 the same steps, with the same transitions, tuning, statistics, calibration and accounting as
@@ -11,6 +11,7 @@ See docs/jax.md.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,8 +90,9 @@ class JaxBackend:
         if not isinstance(self.whole_transition, bool):
             raise ValueError(f"`whole_transition` must be a bool. Found {self.whole_transition!r}.")
         scan = self.scan_iterations
-        if isinstance(scan, bool) or not isinstance(scan, int) or scan < 1:
+        if isinstance(scan, bool) or not isinstance(scan, numbers.Integral) or scan < 1:
             raise ValueError(f"`scan_iterations` must be a positive integer. Found {scan!r}.")
+        object.__setattr__(self, "scan_iterations", int(scan))  # a NumPy integer, as a plain int
 
 
 def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> JaxBackend | None:
@@ -119,14 +121,9 @@ def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> Jax
     names = [type(s).__name__ for s in steps]
     if len(steps) != 1 or names[0] not in SUPPORTED_STEPS:
         raise ValueError(
-            f"`backend`='jax' runs one DPPenaltyMH, DPHMC or full-data DPBarkerMH step covering every free variable. "
+            f"`backend`='jax' runs one DPPenaltyMH, DPHMC or DPBarkerMH step covering every free variable. "
             f"Found steps {names}; DPMultiOwnerPenaltyMH, DPSuffStatsPenaltyMH and compound steps run on "
             "backend='default'."
-        )
-    if names[0] == "DPBarkerMH" and not steps[0].full_data:
-        raise ValueError(
-            "`backend`='jax' runs DPBarkerMH's full-data test only (full_data=True). Found a subsampled DPBarkerMH "
-            f"(batch_size={steps[0].batch_size}); it runs on backend='default'."
         )
     cores = kwargs.get("cores")
     if cores is not None and cores != 1:

@@ -36,7 +36,7 @@ from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
-from pymc_dp.mechanisms.subsampling import poisson_sample
+from pymc_dp.mechanisms.subsampling import poisson_sample, sample_without_replacement
 
 __all__ = [
     "JAX_DTYPES",
@@ -115,13 +115,16 @@ def _frozen_shared(graph, keep):
 def _jax_function(inputs, output):
     """The JAX function PyTensor's JAX linker makes of ``output`` (inputs in order).
 
-    One output variable: the function returns its value; a list: the tuple of their values.
+    Compiled as PyMC compiles log-densities (:func:`pymc.pytensorf.compile`): a parameter
+    check (``CheckParameterValue``, e.g. a Beta's α > 0) becomes a switch to −∞, as on the
+    default backend, instead of an assertion that JAX tracing would drop. One output
+    variable: the function returns its value; a list: the tuple of their values.
     """
-    import pytensor
+    from pymc.pytensorf import compile as pymc_compile
     from pytensor.link.jax.dispatch import jax_funcify
 
     several = isinstance(output, list | tuple)
-    fn = pytensor.function(inputs, list(output) if several else output, mode="JAX", on_unused_input="ignore")
+    fn = pymc_compile(inputs, list(output) if several else output, mode="JAX", on_unused_input="ignore")
     funcified = jax_funcify(fn.maker.fgraph)
 
     def call(*args):
@@ -241,6 +244,8 @@ class JaxRows:
         # gives clipped sums in θ only, while DPADVI clips each row's gradient in the variational parameters.
         self._row_gradient_candidates = [(mode, fn) for mode, fn in candidates if mode != "linear"]
         self._f_batch_sum = None
+        self._lik_fn = lik_fn  # the per-row log-likelihood of a batch of rows (DPBarkerMH's subsampled test)
+        self._f_batch_ratio = None
 
         # The rows, padded to whole chunks, go to the device once (again, in smaller chunks, only if the
         # linear form fails to trace and the per-row gradients take over). Every release is traced now,
@@ -508,6 +513,44 @@ class JaxRows:
                 self._data,
             )
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
+
+    # -- DPBarkerMH's subsampled test: a batch of rows given by index ------------------------
+    def _build_batch_ratio(self) -> None:
+        """The jitted mean and population variance of the clipped log-likelihood ratios of a batch of rows."""
+        jax, jnp = self._jax, self._jnp
+        compute = jnp.float32 if self.dtype == "float32" else jnp.float64
+        lik_fn, n_inputs = self._lik_fn, self._n_row_inputs
+
+        def batch_ratio(theta, theta_new, bound, index, data):
+            flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[:n_inputs])
+            rows = tuple(jnp.take(d, index, axis=0) for d in flat)
+            proposed = lik_fn(theta_new.astype(compute), *rows).astype(compute)
+            current = lik_fn(theta.astype(compute), *rows).astype(compute)
+            bound = bound.astype(compute)
+            ratios = jnp.clip(proposed - current, -bound, bound)
+            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # −∞ − (−∞) on an invalid row, as clip_values
+            return jnp.mean(ratios), jnp.var(ratios)
+
+        self._f_batch_ratio = jax.jit(batch_ratio)
+
+    def batch_ratio_moments(self, theta: np.ndarray, theta_new: np.ndarray, bound: float, batch: np.ndarray):
+        """Mean and population variance of clip(rᵢ, ±bound) over the rows ``batch`` (the secret batch, the caller's).
+
+        For :class:`JaxBarkerStatistic`'s subsampled test only, which turns them into the
+        released z on the host: the two numbers never leave the mechanism. One compilation
+        per batch size.
+        """
+        if self._f_batch_ratio is None:
+            self._build_batch_ratio()
+        with self._trace_low():
+            mean, variance = self._f_batch_ratio(
+                self._theta(theta),
+                self._theta(theta_new),
+                np.float64(bound),
+                self._jnp.asarray(np.asarray(batch, dtype=np.int64)),
+                self._data,
+            )
+        return float(mean), float(variance)
 
     # -- the whole DPHMC transition in one device call ----------------------------------------
     def hmc_transition(self, prior, n_leapfrog: int):
@@ -924,29 +967,35 @@ class JaxLogLikelihoodRatio(NoisyLogLikelihoodRatio):
 
 
 class JaxBarkerStatistic(NoisyBarkerStatistic):
-    """:class:`pymc_dp.mechanisms.NoisyBarkerStatistic`'s full-data test with the per-row ratios on a JAX device.
+    """:class:`pymc_dp.mechanisms.NoisyBarkerStatistic` with the per-row ratios on a JAX device.
 
-    Releases z = t Σᵢ clip(rᵢ, ±B) + ξ, ξ ~ N(0, C), exactly as the default mechanism
-    (Heikkilä et al. 2019, eq. 9); the per-row log-likelihoods of the current and the proposed
-    point stay on the device, and only z comes back. The subsampled test (eq. 18) runs on
-    ``backend="default"``.
+    Full data: releases z = t Σᵢ clip(rᵢ, ±B) + ξ, ξ ~ N(0, C), exactly as the default
+    mechanism (Heikkilä et al. 2019, eq. 9); the per-row log-likelihoods of the current and the
+    proposed point stay on the device, and only z comes back. Subsampled (``batch_size=b``,
+    eq. 18): the batch of b distinct rows is drawn on the host from the noise source, the
+    device returns the mean and variance of the batch's clipped ratios, and z = N₀ r̄ +
+    N(0, C − s²) is released here, with the default mechanism's draws in its order.
 
     Parameters
     ----------
     rows : JaxRows
         The rows on the device.
-    correction_variance, llr_clip, likelihood_scale
-        As for :class:`pymc_dp.mechanisms.NoisyBarkerStatistic` (full data: t the temperature).
+    correction_variance, llr_clip, likelihood_scale, batch_size
+        As for :class:`pymc_dp.mechanisms.NoisyBarkerStatistic` (full data: t the temperature;
+        subsampled: N₀ and b).
     noise : SecureNoise or None
         The noise source; None draws from the generator the step passes to :meth:`release`
         (``reproducible_noise=True``, for testing).
 
     Notes
     -----
-    Neighbouring relation, sensitivity and accounting: those of the parent class (substitute
-    2tB or add/remove tB; one Gaussian release with μ = Δ²/(2C) per call). The standard
-    normal ξ/√C is drawn on the host, sent to the device, scaled by √C/t and added to the
-    clipped sum in float64 there; the sum never leaves the device.
+    Neighbouring relation, sensitivity and accounting: those of the parent class (full data:
+    substitute 2tB or add/remove tB, one Gaussian release with μ = Δ²/(2C) per call;
+    subsampled: substitute neighbours, batches of b without replacement, the RDP of Theorem 2
+    amplified by eq. 22). Full data: the standard normal ξ/√C is drawn on the host, sent to
+    the device, scaled by √C/t and added to the clipped sum in float64 there; the sum never
+    leaves the device. Subsampled: the batch's mean and variance come back to this mechanism,
+    which adds the noise; only z leaves it.
 
     References
     ----------
@@ -955,10 +1004,21 @@ class JaxBarkerStatistic(NoisyBarkerStatistic):
     """
 
     def __init__(
-        self, rows: JaxRows, *, correction_variance: float, llr_clip: float, likelihood_scale: float, noise=None
+        self,
+        rows: JaxRows,
+        *,
+        correction_variance: float,
+        llr_clip: float,
+        likelihood_scale: float,
+        batch_size: int | None = None,
+        noise=None,
     ) -> None:
         super().__init__(
-            rows, correction_variance=correction_variance, llr_clip=llr_clip, likelihood_scale=likelihood_scale
+            rows,
+            correction_variance=correction_variance,
+            llr_clip=llr_clip,
+            likelihood_scale=likelihood_scale,
+            batch_size=batch_size,
         )
         self._noise = noise
         self._cached: dict[bytes, Any] = {}  # θ → per-row log-likelihoods on the device (the last move's two points)
@@ -970,9 +1030,11 @@ class JaxBarkerStatistic(NoisyBarkerStatistic):
         return self._cached[key]
 
     def release(self, theta: np.ndarray, theta_proposed: np.ndarray, rng: Any) -> float:
-        """Release z for the move θ → θ′ (``rng`` draws the noise when the noise is reproducible)."""
+        """Release z for the move θ → θ′ (``rng`` draws the batch and the noise when the noise is reproducible)."""
         theta = np.asarray(theta, dtype=float)
         theta_proposed = np.asarray(theta_proposed, dtype=float)
+        if self.batch_size is not None:
+            return self._release_subsampled(theta, theta_proposed, _noise_source(self._noise, rng))
         current = self._loglik(theta)
         z = float(_noise_source(self._noise, rng).normal(0.0, 1.0))
         t = self.likelihood_scale
@@ -981,6 +1043,16 @@ class JaxBarkerStatistic(NoisyBarkerStatistic):
         )
         self._cached = {theta.tobytes(): current, theta_proposed.tobytes(): proposed}
         return t * noisy
+
+    def _release_subsampled(self, theta: np.ndarray, theta_proposed: np.ndarray, noise: Any) -> float:
+        """Eq. 18: z = N₀ r̄ + N(0, C − s²) on a batch of b distinct rows drawn from ``noise``, as the parent's."""
+        batch = sample_without_replacement(noise, self._rows.n_rows, int(self.batch_size))
+        mean, variance = self._rows.batch_ratio_moments(theta, theta_proposed, self.llr_clip, batch)
+        n0, b = self.likelihood_scale, batch.size
+        # |clipped| ≤ c ≤ √b/N₀ gives var ≤ c², so s² ≤ 1 (up to rounding).
+        batch_variance = min(n0 * n0 * variance / b, 1.0)
+        noise_std = math.sqrt(self.correction_variance - batch_variance)
+        return n0 * mean + float(noise.normal(0.0, noise_std))
 
 
 class JaxClippedGradient(NoisyClippedGradient):
@@ -1121,12 +1193,7 @@ class JaxRowMechanisms(RowMechanisms):
         return JaxLogLikelihoodRatio(self.device_rows, llr_clip, noise_multiplier, neighbouring, self._noise)
 
     def barker_statistic(self, **settings: Any) -> JaxBarkerStatistic:
-        """A :class:`JaxBarkerStatistic` on every row (the full-data test; batches are refused)."""
-        if settings.pop("batch_size", None) is not None:
-            raise ValueError(
-                "`batch_size` must be None on the JAX backend: it runs DPBarkerMH's full-data test (full_data=True); "
-                "the subsampled test runs on backend='default'."
-            )
+        """A :class:`JaxBarkerStatistic`: the full-data test, or the subsampled one with ``batch_size``."""
         return JaxBarkerStatistic(self.device_rows, noise=self._noise, **settings)
 
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str):
