@@ -12,8 +12,8 @@ compilation excluded (a warm-up run first):
 - ``pm.sample`` with ``JaxBackend(scan_iterations=1)`` (``whole_transition=True``: one device call per iteration);
 - ``pm.sample`` with ``JaxBackend(whole_transition=False)`` (L + 2 device calls per iteration);
 - the transition alone, ``step.transition`` called in a loop (no ``pm.sample`` bookkeeping);
-- DPPenaltyMH (random walk of scale 0.5/√N, no tuning) with ``scan_iterations=K`` and with one
-  call per iteration (``scan_iterations=1``);
+- DPPenaltyMH and full-data DPBarkerMH (random walk of scale 0.5/√N, no tuning) with
+  ``scan_iterations=K`` and with one call per iteration (``scan_iterations=1``);
 - ``pm.HamiltonianMC`` on the host's CPU, for N up to ``--hmc-rows``, and each DP figure as a
   multiple of it;
 - the memory-bandwidth floor: each of the L + 2 releases must read X once
@@ -114,6 +114,10 @@ def main() -> None:
             )
         times[f"DPPenaltyMH jax, scan of {args.scan_iterations}"] = _sampled(model, penalty, args.iterations, scan)
         times["DPPenaltyMH jax, one call / iteration"] = _sampled(model, penalty, args.iterations, whole)
+        with model:
+            barker = pmdp.DPBarkerMH(full_data=True, proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=0.01, tune=False)
+        times[f"DPBarkerMH jax, scan of {args.scan_iterations}"] = _sampled(model, barker, args.iterations, scan)
+        times["DPBarkerMH jax, one call / iteration"] = _sampled(model, barker, args.iterations, whole)
         if n_rows <= args.hmc_rows:
             times["pm.HamiltonianMC (CPU)"] = seconds_per_iteration(model, hmc, 5)
         base = times.get("pm.HamiltonianMC (CPU)")
@@ -123,8 +127,8 @@ def main() -> None:
         )
         for name, seconds in times.items():
             ratio = f"{seconds / base:7.3f} x pm.HamiltonianMC" if base else ""
-            # DPPenaltyMH makes one release per iteration: its floor is one read of X.
-            own_floor = floor / (args.leapfrog + 2) if name.startswith("DPPenaltyMH") else floor
+            # DPPenaltyMH and DPBarkerMH make one release per iteration: their floor is one read of X.
+            own_floor = floor / (args.leapfrog + 2) if name.startswith(("DPPenaltyMH", "DPBarkerMH")) else floor
             line = f"  {name:38s} {1e3 * seconds:9.3f} ms / iteration  {seconds / own_floor:7.1f} x floor  {ratio}"
             print(line, flush=True)
 

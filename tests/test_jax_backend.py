@@ -475,6 +475,40 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
     assert runs[1].sample_stats["dp_accepted"].values.any()
 
 
+@pytest.mark.parametrize("test", ["full data", "subsampled"])
+def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch, test):
+    # Barker's blocks: proposals from the step's generator; the batch (subsampled), the release's normal and
+    # V_cor from the noise source, per block in the default backend's order: the same chain, statistics and ε
+    # as one call per iteration and as the default backend, after a tuning that changes the proposal scale.
+    calls = _counted_blocks(monkeypatch, "_build_barker_iterations")
+    model, _ = normal_mean
+    settings = {"full_data": True} if test == "full data" else {"batch_size": 100, "tempered_size": 30.0}
+    run = {**RUN, "tune": 20}
+    if test == "subsampled":  # its ε is set by N, b, T and the iterations
+        run.pop("epsilon")
+    runs, counts = {}, {}
+    for scan in (1, 7, 64, "default"):
+        with model:
+            step = pmdp.DPBarkerMH(tune_interval=10, reproducible_noise=True, **settings)
+        backend = "default" if scan == "default" else pmdp.JaxBackend(scan_iterations=scan)
+        before = calls["count"]
+        runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)
+        counts[scan] = calls["count"] - before
+        assert not step._block_pending
+    assert counts == {1: 0, 7: 2 * 5, 64: 2 * 1, "default": 0}
+    scales = runs[1].sample_stats["dp_proposal_scale"].values
+    assert np.unique(scales[0]).size == 1 and scales[0, 0] != 2.38  # tuned, then fixed for the blocks
+    for scan in (7, 64, "default"):
+        np.testing.assert_allclose(runs[scan].posterior["m"].values, runs[1].posterior["m"].values, rtol=1e-12)
+        np.testing.assert_array_equal(runs[scan].sample_stats["dp_accepted"], runs[1].sample_stats["dp_accepted"])
+        for stat in ("dp_noisy_llr", "dp_accept"):
+            np.testing.assert_allclose(
+                runs[scan].sample_stats[stat], runs[1].sample_stats[stat], rtol=1e-10, atol=1e-12
+            )
+        assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+    assert 0 < runs[1].sample_stats["dp_accepted"].values.mean() < 1
+
+
 def test_blocks_apply_the_priors_parameter_checks_as_the_default_backend():
     # A prior whose parameter check can fail in the unconstrained space (Beta(α = a) with a < 0 is −∞): the
     # blocks' JAX prior is compiled as PyMC compiles log-densities, so no draw has a < 0 there either.

@@ -48,15 +48,16 @@ class JaxBackend:
         Same releases, draws and accounting (tested against the default backend); fewer
         host–device round trips. False: one device call per release.
     scan_iterations : int, default 64
-        DPHMC and DPPenaltyMH after tuning, in float64 with ``whole_transition``: run this many
-        iterations, the penalty test's accept/reject decision included, in one jitted
-        ``lax.scan`` per device call, the current point and its per-row log-likelihoods
-        staying on the device (the step returns the iterations one by one to PyMC). The
-        step's randomness (momenta, jitter, proposals, log U) and the noise's normals are
-        drawn on the host for the whole block, in the order one call per iteration draws
-        them: with ``reproducible_noise`` the same chain as ``scan_iterations=1`` (tested). A
-        block may run past a chain's last draw: those iterations are computed and dropped,
-        never released. Tuning iterations (the tuner reads each decision) run one call each.
+        DPHMC, DPPenaltyMH and DPBarkerMH after tuning, in float64 with ``whole_transition``:
+        run this many iterations, the accept/reject decision included, in one jitted
+        ``lax.scan`` per device call, the current point (and, on full data, its per-row
+        log-likelihoods) staying on the device; the step returns the iterations one by one to
+        PyMC. The step's randomness (momenta, jitter, proposals, log U) and the mechanisms'
+        draws (the noise's normals, Barker's batches and V_cor) are drawn on the host for the
+        whole block, in the order one call per iteration draws them: with
+        ``reproducible_noise`` the same chain as ``scan_iterations=1`` (tested). A block may
+        run past a chain's last draw: those iterations are computed and dropped, never
+        released. Tuning iterations (the tuner reads each decision) run one call each.
         1: one call per iteration.
 
     Notes
@@ -181,12 +182,15 @@ def _compile_transitions(step: Any, mechanisms: JaxRowMechanisms, backend: JaxBa
         except Exception:  # the prior has no JAX form
             mechanisms.whole_transition = False
             mechanisms.scan_iterations = 1
-    elif mechanisms.whole_transition and name == "DPPenaltyMH" and blocks:
+    elif mechanisms.whole_transition and name in ("DPPenaltyMH", "DPBarkerMH") and blocks:
         try:
-            rows.penalty_iterations(step._prior, mechanisms.scan_iterations)
+            if name == "DPPenaltyMH":
+                rows.penalty_iterations(step._prior, mechanisms.scan_iterations)
+            else:
+                rows.barker_iterations(step._prior, mechanisms.scan_iterations, step.batch_size)
         except Exception:  # the prior has no JAX form: one call per iteration
             mechanisms.scan_iterations = 1
-    if name not in ("DPHMC", "DPPenaltyMH") or backend.dtype != "float64" or not mechanisms.whole_transition:
+    if backend.dtype != "float64" or not mechanisms.whole_transition:
         mechanisms.scan_iterations = 1  # no blocks for this step: recorded as 1
 
 

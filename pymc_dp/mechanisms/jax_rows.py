@@ -613,40 +613,43 @@ class JaxRows:
             (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(body, (theta, current), inputs)
             return points, noisy_llrs, accepts, accepted, loglik
 
-        scanned = jax.jit(run)
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
         per_iteration = spec((iterations,), np.float64)
         current = jax.eval_shape(self._f_loglik, vector, self._data)
-        scanned.lower(
-            vector,
-            current,
-            spec((iterations, self.n_params), np.float64),
-            per_iteration,
-            per_iteration,
-            vector,
-            spec((iterations, n_leapfrog + 1, self.n_params), np.float64),
-            per_iteration,
-            spec((5,), np.float64),
-            self._data,
-            self._mask,
-        ).compile()
+        arrays = [
+            spec((iterations, self.n_params), np.float64),  # momenta
+            per_iteration,  # step sizes
+            per_iteration,  # log U
+            vector,  # M⁻¹
+            spec((iterations, n_leapfrog + 1, self.n_params), np.float64),  # the gradients' normals
+            per_iteration,  # the ratios' normals
+            spec((5,), np.float64),  # bounds, noise scales, temperature
+        ]
+        return self._compiled_block(run, current, arrays)
 
-        def call(theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales):
-            points, noisy_llrs, accepts, accepted, loglik = scanned(
+    def _compiled_block(self, run, current, arrays):
+        """Jit ``run(θ, current, *arrays, data, mask)``, compile it now on abstract values, and wrap it for the host.
+
+        ``run`` returns (points, per-iteration outputs..., the carried per-row values); the
+        wrapper takes (θ, current, *arrays) as host arrays (typed as ``arrays`` says) and
+        returns the points and outputs as NumPy arrays, the carried values as a device array.
+        """
+        jax = self._jax
+        scanned = jax.jit(run)
+        theta = jax.ShapeDtypeStruct((self.n_params,), np.float64)
+        scanned.lower(theta, current, *arrays, self._data, self._mask).compile()
+        dtypes = [a.dtype for a in arrays]
+
+        def call(theta, current, *values):
+            *outputs, carried = scanned(
                 self._theta(theta),
                 current,
-                np.asarray(momenta, dtype=np.float64),
-                np.asarray(step_sizes, dtype=np.float64),
-                np.asarray(log_uniforms, dtype=np.float64),
-                self._theta(inv_mass),
-                np.asarray(z_grads, dtype=np.float64),
-                np.asarray(z_llr, dtype=np.float64),
-                np.asarray(scales, dtype=np.float64),
+                *(np.asarray(v, dtype=d) for v, d in zip(values, dtypes, strict=True)),
                 self._data,
                 self._mask,
             )
-            return np.asarray(points), np.asarray(noisy_llrs), np.asarray(accepts), np.asarray(accepted), loglik
+            return (*(np.asarray(o) for o in outputs), carried)
 
         return call
 
@@ -666,6 +669,73 @@ class JaxRows:
         return prior_logp, prior_grad
 
     # -- DPPenaltyMH's iterations in blocks ---------------------------------------------------
+    def barker_iterations(self, prior, iterations: int, batch_size: int | None):
+        """``iterations`` DPBarkerMH transitions, the decision included, in one jitted ``lax.scan`` (None in float32).
+
+        Each iteration is :meth:`pymc_dp.step_methods.DPBarkerMH.transition`: θ′ = θ + s·z (the
+        increment drawn on the host by the step), the released z (full data, eq. 9: t Σ clip(rᵢ,
+        ±B) + N(0, C), the per-row log-likelihoods of the current point carried on the device;
+        subsampled, eq. 18: N₀ r̄ + N(0, C − s²) on the batch whose row indices the host drew),
+        the exact prior ratio and the decision z + log prior ratio + V_cor > 0 with V_cor drawn
+        on the host. Returns per iteration the point, z and z + log prior ratio.
+        """
+        if self.dtype != "float64":
+            return None
+        key = ("barker", int(iterations), batch_size)
+        if key not in self._fused_hmc:
+            self._fused_hmc[key] = self._build_barker_iterations(prior, int(iterations), batch_size)
+        return self._fused_hmc[key]
+
+    def _build_barker_iterations(self, prior, iterations: int, batch_size: int | None):
+        jax, jnp = self._jax, self._jnp
+        prior_logp, _ = self._prior_functions(prior, gradient=False)
+        ratio_sum, add_noise = self._ratio_sum_fn, self._add_noise_fn
+        lik_fn, n_inputs = self._lik_fn, self._n_row_inputs
+        subsampled = batch_size is not None
+
+        def release(point, proposal, loglik, batch, z, scales, data, mask):
+            bound, scale, correction_variance = scales  # scale: t (full data) or N₀ (subsampled)
+            if not subsampled:  # as JaxBarkerStatistic.release
+                clipped, proposed = ratio_sum(proposal, loglik, bound, data, mask)
+                return scale * add_noise(clipped, jnp.sqrt(correction_variance) / scale, z), proposed
+            flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[:n_inputs])
+            rows = tuple(jnp.take(d, batch, axis=0) for d in flat)
+            ratios = jnp.clip(lik_fn(proposal, *rows) - lik_fn(point, *rows), -bound, bound)
+            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # as clip_values
+            batch_variance = jnp.minimum(scale * scale * jnp.var(ratios) / ratios.shape[0], 1.0)
+            return scale * jnp.mean(ratios) + jnp.sqrt(correction_variance - batch_variance) * z, loglik
+
+        def run(theta, current, increments, batches, z, corrections, scales, data, mask):
+            def body(carry, inputs):
+                point, loglik = carry
+                increment, batch, z_k, correction = inputs
+                proposal = point + increment
+                released, proposed = release(point, proposal, loglik, batch, z_k, scales, data, mask)
+                log_alpha = released + (prior_logp(proposal) - prior_logp(point))
+                accepted = log_alpha + correction > 0.0  # a NaN log α is rejected, as accept_reject
+                point = jnp.where(accepted, proposal, point)
+                loglik = jnp.where(accepted, proposed, loglik)
+                return (point, loglik), (point, released, log_alpha, accepted)
+
+            inputs = (increments, batches, z, corrections)
+            (_, loglik), (points, released, log_alphas, accepted) = jax.lax.scan(body, (theta, current), inputs)
+            return points, released, log_alphas, accepted, loglik
+
+        spec = jax.ShapeDtypeStruct
+        vector = spec((self.n_params,), np.float64)
+        per_iteration = spec((iterations,), np.float64)
+        index_type = np.int64 if jax.config.jax_enable_x64 else np.int32
+        # Full data carries the current point's per-row log-likelihoods; the subsampled test a placeholder.
+        current = spec((), np.float64) if subsampled else jax.eval_shape(self._f_loglik, vector, self._data)
+        arrays = [
+            spec((iterations, self.n_params), np.float64),  # increments
+            spec((iterations, batch_size if subsampled else 1), index_type),  # the batches' row indices
+            per_iteration,  # the releases' normals
+            per_iteration,  # V_cor
+            spec((3,), np.float64),  # bound, t or N₀, C
+        ]
+        return self._compiled_block(run, current, arrays)
+
     def penalty_iterations(self, prior, iterations: int):
         """``iterations`` DPPenaltyMH transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
 
@@ -722,36 +792,17 @@ class JaxRows:
             )
             return points, noisy_llrs, accepts, accepted, loglik
 
-        scanned = jax.jit(run)
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
         per_iteration = spec((iterations,), np.float64)
         current = jax.eval_shape(self._f_loglik, vector, self._data)
-        scanned.lower(
-            vector,
-            current,
-            spec((iterations, self.n_params), np.float64),
-            per_iteration,
-            per_iteration,
-            spec((3,), np.float64),
-            self._data,
-            self._mask,
-        ).compile()
-
-        def call(theta, current, increments, log_uniforms, z_llr, scales):
-            points, noisy_llrs, accepts, accepted, loglik = scanned(
-                self._theta(theta),
-                current,
-                np.asarray(increments, dtype=np.float64),
-                np.asarray(log_uniforms, dtype=np.float64),
-                np.asarray(z_llr, dtype=np.float64),
-                np.asarray(scales, dtype=np.float64),
-                self._data,
-                self._mask,
-            )
-            return np.asarray(points), np.asarray(noisy_llrs), np.asarray(accepts), np.asarray(accepted), loglik
-
-        return call
+        arrays = [
+            spec((iterations, self.n_params), np.float64),  # increments
+            per_iteration,  # log U
+            per_iteration,  # the ratios' normals
+            spec((3,), np.float64),  # bound, noise scale per distance, temperature
+        ]
+        return self._compiled_block(run, current, arrays)
 
     def _hmc_transition_function(self, prior, n_leapfrog: int):
         """The traceable DPHMC transition (see :meth:`hmc_transition`), not yet jitted."""
@@ -1267,6 +1318,59 @@ class JaxRowMechanisms(RowMechanisms):
             return proposal, p_end, noisy_llr, llr_std, log_alpha, finite
 
         return transition
+
+    def fused_barker_iterations(self, mechanism, prior, correction):
+        """``scan_iterations`` DPBarkerMH iterations in one device call (``lax.scan``), or None.
+
+        Each iteration releases what ``mechanism.release`` releases (full data or subsampled:
+        the same statistic, noise scale and accounting). Per iteration the host draws from the
+        noise source, in the default backend's order, the batch (subsampled), the release's
+        standard normal and V_cor (the decision's correction, ``correction.sample``); the step
+        draws the proposal increments. A block may run past the end of a chain; the iterations
+        not used are never released, and every iteration used was priced before the run. None
+        unless ``scan_iterations`` > 1, ``whole_transition`` is set, the dtype is float64 and
+        ``mechanism`` was built here.
+
+        Returns
+        -------
+        callable or None
+            ``f(theta, increments, rng)`` → (points, released z, log α = z + log prior ratio,
+            decisions), one row per iteration.
+        """
+        if self.scan_iterations <= 1 or not self.whole_transition:
+            return None
+        if not isinstance(mechanism, JaxBarkerStatistic) or mechanism._rows is not self.device_rows:
+            return None
+        iterations = self.scan_iterations
+        batch_size = None if mechanism.batch_size is None else int(mechanism.batch_size)
+        device = self.device_rows.barker_iterations(prior, iterations, batch_size)
+        if device is None:
+            return None
+        n_rows = self.device_rows.n_rows
+        full = batch_size is None
+        scale = mechanism.likelihood_scale
+        scales = np.array([mechanism.llr_clip, scale, mechanism.correction_variance])
+
+        def block(theta, increments, rng):
+            noise = _noise_source(self._noise, rng)
+            batches = np.zeros((iterations, 1 if full else batch_size), dtype=np.int64)
+            z = np.empty(iterations)
+            corrections = np.empty(iterations)
+            for k in range(iterations):  # the default backend's order: batch, the release's normal, V_cor
+                if not full:
+                    batches[k] = sample_without_replacement(noise, n_rows, batch_size)
+                z[k] = noise.normal(0.0, 1.0)
+                corrections[k] = correction.sample(noise)
+            theta = np.asarray(theta, dtype=float)
+            current = mechanism._loglik(theta) if full else np.float64(0.0)
+            points, released, log_alphas, accepted, loglik = device(
+                theta, current, increments, batches, z, corrections, scales
+            )
+            if full:
+                mechanism._cached = {points[-1].tobytes(): loglik}
+            return points, released, log_alphas, accepted
+
+        return block
 
     def fused_penalty_iterations(self, llr_mechanism, prior):
         """``scan_iterations`` DPPenaltyMH iterations in one device call (``lax.scan``), or None.

@@ -14,7 +14,14 @@ from pymc_dp.accounting.events import PrivacyEvent, RdpReleases
 from pymc_dp.mechanisms import NoisyBarkerStatistic
 from pymc_dp.mechanisms.barker import subsampled_barker_releases
 from pymc_dp.step_methods.barker_correction import LogisticCorrection, _check_correction_variance, logistic_correction
-from pymc_dp.step_methods.base import DPStep, RandomWalkTuning, TransitionInfo, accept_reject, check_proposal_scale
+from pymc_dp.step_methods.base import (
+    DPStep,
+    RandomWalkTuning,
+    TransitionInfo,
+    accept_reject,
+    check_proposal_scale,
+    pending_block,
+)
 
 __all__ = ["DPBarkerMH", "barker_accepts", "recorded_barker_releases", "subsampled_barker_releases"]
 
@@ -392,9 +399,36 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
+    def _fused_block(self, mechanism):
+        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
+        build = getattr(self._row_mechanisms, "fused_barker_iterations", None)
+        if build is None or self.shared:
+            return None
+        cached = getattr(self, "_block_cache", None)
+        if cached is not None and cached[0] is mechanism:
+            return cached[1]
+        block = build(mechanism, self._prior, self.correction)
+        self._block_cache = (mechanism, block)
+        return block
+
+    def _run_block(self, theta: np.ndarray, block) -> Any:
+        size = self._row_mechanisms.scan_iterations
+        increments = np.empty((size, theta.size))
+        for k in range(size):  # the step's generator in the order transition() draws from it
+            increments[k] = self.rng.normal(size=theta.shape) * self.proposal_scale
+        points, released, log_alphas, accepted = block(theta, increments, self.noise_rng)
+        with np.errstate(invalid="ignore"):
+            accepts = np.where(np.isnan(log_alphas), 0.0, self.correction.acceptance_probability(log_alphas))
+        infos = [TransitionInfo(float(released[k]), float(accepts[k]), bool(accepted[k])) for k in range(size)]
+        return pending_block(theta, points, infos)
+
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
         """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18)."""
         mechanism = self._get_mechanism()
+        if not (self.tune and self._tune_initial):
+            block = self._fused_block(mechanism)
+            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
+                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
         proposal = self._propose(theta, self.rng)
         released = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)

@@ -198,6 +198,7 @@ class DPStep(ArrayStepShared):
         self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
         self._iterations_chain, self._mu_spent_chain = 0, 0.0
         self.reset_tuning()
+        self._drop_block()  # a backend's block belongs to the chain that ran it
         self._reset_chain_state()
 
     def set_rng(self, rng: Any) -> None:  # PyMC 5
@@ -315,7 +316,8 @@ class DPStep(ArrayStepShared):
         return not self._noise_user_set
 
     def forget_private_state(self) -> None:
-        """Drop cached raw per-row values (called when a run ends)."""
+        """Drop cached raw per-row values and a backend's pending block (called when a run ends)."""
+        self._drop_block()
 
     def check_score_norms(self) -> None:
         """Build the per-row gradient now (a private clip bound needs it); raises if there is none. Releases nothing."""
