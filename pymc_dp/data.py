@@ -1057,6 +1057,12 @@ class RowLikelihood:
             raise ValueError(
                 f"`chunk_bytes` must be a positive integer number of bytes or None. Found {chunk_bytes!r}."
             )
+        # pm.compile keeps or removes parameter checks by the model context open when it runs (not by
+        # `model`): recorded, so that another backend compiles these graphs as they are compiled here.
+        try:
+            self.check_bounds = bool(modelcontext(None).check_bounds)
+        except TypeError:  # no model context: pm.compile keeps the checks
+            self.check_bounds = True
         model = modelcontext(model)
         self.model = model
         self.value_vars = sorted_value_vars(model, vars)

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -527,6 +528,53 @@ def test_blocks_apply_the_priors_parameter_checks_as_the_default_backend():
         runs[name] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)
     assert (runs["default"].posterior["a"].values > 0).all()
     np.testing.assert_allclose(runs["blocks"].posterior["a"].values, runs["default"].posterior["a"].values, rtol=1e-12)
+
+
+@pytest.mark.parametrize("check_bounds", [True, False])
+def test_jax_graphs_keep_or_drop_parameter_checks_as_the_data_layer_compiled_them(check_bounds):
+    # With check_bounds=False PyMC drops the Beta's α > 0 check (a < 0 is then a finite log-density); the JAX
+    # graphs follow the data layer (compiled when the step was built), not the context open at the run.
+    y = np.random.default_rng(1).normal(0.5, 1.0, size=200)
+    with pm.Model(check_bounds=check_bounds) as model:
+        a = pm.Normal("a", 0, 1)
+        p = pm.Beta("p", alpha=a, beta=2)
+        pm.Normal("y", p, 1.0, observed=y)
+    run = dict(epsilon=5.0, delta=1e-6, draws=200, tune=0, chains=1, random_seed=3, progressbar=False)
+    run["on_poor_mixing"] = "ignore"
+    runs = {}
+    for scan in ("default", 1, 64):
+        with model:
+            step = pmdp.DPBarkerMH(full_data=True, tune=False, proposal_scale=0.4, reproducible_noise=True)
+        backend = "default" if scan == "default" else pmdp.JaxBackend(scan_iterations=scan)
+        runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)  # outside `with`
+    assert bool((runs["default"].posterior["a"].values < 0).any()) is (not check_bounds)
+    for scan in (1, 64):
+        np.testing.assert_allclose(runs[scan].posterior["a"].values, runs["default"].posterior["a"].values, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["DPPenaltyMH", "DPBarkerMH"])
+def test_a_nan_acceptance_draws_as_on_the_default_backend(name):
+    # A data-free potential that is NaN below m = 0.45: accept_reject draws U (V_cor) for a NaN log α too, so the
+    # blocks, which draw them ahead, give the default backend's chain.
+    y = np.random.default_rng(7).normal(0.5, 1.0, size=300)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 10)
+        pm.Potential("pen", pm.math.log(m - 0.45))
+        pm.Normal("y", m, 1.0, observed=y)
+    run = dict(epsilon=5.0, delta=1e-6, draws=60, tune=0, chains=1, random_seed=3, progressbar=False)
+    runs = {}
+    for scan in ("default", 64):
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # log of a negative number in the potential
+            step = (
+                pmdp.DPPenaltyMH(llr_clip=3.0, tune=False, proposal_scale=0.3, reproducible_noise=True)
+                if name == "DPPenaltyMH"
+                else pmdp.DPBarkerMH(full_data=True, tune=False, proposal_scale=0.3, reproducible_noise=True)
+            )
+            backend = "default" if scan == "default" else pmdp.JaxBackend(scan_iterations=scan)
+            runs[scan] = pmdp.sample(step=step, backend=backend, initvals=[{"m": 0.6}], on_poor_mixing="ignore", **run)
+    assert (runs["default"].sample_stats["dp_accept"].values == 0.0).sum() > 5  # NaN log α were met
+    np.testing.assert_allclose(runs[64].posterior["m"].values, runs["default"].posterior["m"].values, rtol=1e-10)
 
 
 def test_blocks_draw_their_noise_from_os_entropy(normal_mean, monkeypatch):

@@ -118,6 +118,20 @@ def test_secure_noise_moments_and_freshness():
     assert isinstance(noise.normal(), float) and noise.normal() != noise.normal()
 
 
+@pytest.mark.parametrize("extreme", [b"\xff", b"\x00"])
+def test_secure_noise_stays_finite_and_in_range_at_the_extreme_words(monkeypatch, extreme):
+    # All-ones words would round (2⁵³ − ½)/2⁵³ up to 1.0: an infinite Laplace variate and an index N out of range.
+    from pymc_dp.mechanisms.jax_rows import BufferedSecureNoise
+
+    monkeypatch.setattr("os.urandom", lambda size: extreme * size)
+    for noise in (SecureNoise(), BufferedSecureNoise(block_bytes=64)):
+        u = noise.uniform(size=4)
+        assert ((u > 0.0) & (u < 1.0)).all()
+        assert np.isfinite(noise.laplace(0.0, 1.0, size=4)).all() and np.isfinite(noise.normal(size=4)).all()
+        chosen = noise.choice(10, 3)
+        assert chosen.min() >= 0 and chosen.max() <= 9 and np.unique(chosen).size == 3
+
+
 def test_two_pass_clipped_sum_equals_clip_then_sum():
     rows = np.random.default_rng(4).normal(size=(50, 3)) * 3
     rows[7, 1], rows[9, 0] = np.nan, np.inf

@@ -173,6 +173,8 @@ def _compile_transitions(step: Any, mechanisms: JaxRowMechanisms, backend: JaxBa
     """
     name = type(step).__name__
     rows = mechanisms.device_rows
+    if name == "DPBarkerMH" and step.batch_size is not None:  # the subsampled test's release (raises if JAX cannot)
+        rows.prepare_batch_ratio(step.batch_size)
     blocks = mechanisms.scan_iterations > 1 and backend.dtype == "float64"
     if mechanisms.whole_transition and name == "DPHMC":
         try:

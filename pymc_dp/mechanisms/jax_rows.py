@@ -34,7 +34,7 @@ from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
 from pymc_dp.mechanisms.clipping import _check_bound, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
-from pymc_dp.mechanisms.noise import SecureNoise
+from pymc_dp.mechanisms.noise import SecureNoise, _open_unit
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 from pymc_dp.mechanisms.subsampling import poisson_sample, sample_without_replacement
 
@@ -112,19 +112,25 @@ def _frozen_shared(graph, keep):
     return replaced if isinstance(graph, list | tuple) else replaced[0]
 
 
-def _jax_function(inputs, output):
+def _jax_function(inputs, output, check_bounds: bool = True):
     """The JAX function PyTensor's JAX linker makes of ``output`` (inputs in order).
 
-    Compiled as PyMC compiles log-densities (:func:`pymc.pytensorf.compile`): a parameter
-    check (``CheckParameterValue``, e.g. a Beta's α > 0) becomes a switch to −∞, as on the
-    default backend, instead of an assertion that JAX tracing would drop. One output
-    variable: the function returns its value; a list: the tuple of their values.
+    Compiled with the rewrite PyMC compiles log-densities with (:func:`pymc.pytensorf.compile`),
+    chosen by the model's ``check_bounds`` (not by whatever model context is open): with it a
+    parameter check (``CheckParameterValue``, e.g. a Beta's α > 0) becomes a switch to −∞, as
+    on the default backend, instead of an assertion that JAX tracing would drop; without it
+    the check is removed, as there. One output variable: the function returns its value; a
+    list: the tuple of their values.
     """
-    from pymc.pytensorf import compile as pymc_compile
+    import pytensor
+    from pytensor.compile.mode import Mode, get_mode
     from pytensor.link.jax.dispatch import jax_funcify
 
+    check = "local_check_parameter_to_ninf_switch" if check_bounds else "local_remove_check_parameter"
+    jax_mode = get_mode("JAX")
+    mode = Mode(linker=jax_mode.linker, optimizer=jax_mode.provided_optimizer.including(check))
     several = isinstance(output, list | tuple)
-    fn = pymc_compile(inputs, list(output) if several else output, mode="JAX", on_unused_input="ignore")
+    fn = pytensor.function(inputs, list(output) if several else output, mode=mode, on_unused_input="ignore")
     funcified = jax_funcify(fn.maker.fgraph)
 
     def call(*args):
@@ -186,6 +192,7 @@ class JaxRows:
         jax = import_jax()
         import jax.numpy as jnp
 
+        self._check_bounds = bool(getattr(rows, "check_bounds", True))  # as the data layer compiled its graphs
         if rows.subset_mode != "index":
             raise ValueError(
                 "`backend`='jax' needs a model whose log-likelihood can be evaluated on a batch of rows. Found a "
@@ -213,9 +220,9 @@ class JaxRows:
             # XLA compiles to one matrix-vector product where vmap of one row's graph made a batched dot of 1-row
             # products (measured 4.5x slower at N = 10^5 on a CPU); one row's graph, vectorised, where it fails.
             try:
-                lik_fn = _jax_function([theta, *batch], lik_batch)
+                lik_fn = self._jax_function([theta, *batch], lik_batch)
             except Exception:
-                lik_fn = jax.vmap(_jax_function([theta, *one], lik_one), in_axes=vectorised)
+                lik_fn = jax.vmap(self._jax_function([theta, *one], lik_one), in_axes=vectorised)
             candidates = []
             try:  # the linear clipped sum (no per-row matrix), where the graph has a linear predictor
                 from pymc_dp.data import _linear_clipped_sum
@@ -229,17 +236,18 @@ class JaxRows:
                 # A with its non-finite rows set to zero, and ‖Aᵢ‖² (non-finite rows stay so: left out)
                 safe_a = [pt.switch((pt.isnan(sq) | pt.isinf(sq))[:, None], 0, a) for a, sq, *_ in pieces]
                 piece_graph = _frozen_shared([*safe_a, *[sq for _, sq, *_ in pieces]], list(batch))
-                linear_fn = _jax_function([theta, bound_var, *batch, *piece_inputs], linear_total)
-                linear_fn.pieces = _jax_function(list(batch), piece_graph)
+                linear_fn = self._jax_function([theta, bound_var, *batch, *piece_inputs], linear_total)
+                linear_fn.pieces = self._jax_function(list(batch), piece_graph)
                 candidates.append(("linear", linear_fn))
             except Exception:  # _NotLinear, or no JAX form: the per-row gradients below
                 pass
             try:
-                grad_one = _jax_function([theta, *one], pytensor.grad(lik_one, theta))
+                grad_one = self._jax_function([theta, *one], pytensor.grad(lik_one, theta))
                 candidates.append(("reverse", jax.vmap(grad_one, in_axes=vectorised)))
             except Exception:  # no reverse-mode gradient of one row: the batch graph's forward-mode Jacobian
                 pass
-            candidates.append(("forward", lambda: _jax_function([theta, *batch], rows._forward_jacobian(lik_batch))))
+            jacobian = rows._forward_jacobian
+            candidates.append(("forward", lambda: self._jax_function([theta, *batch], jacobian(lik_batch))))
         # The per-row gradient matrix for Poisson batches (DPADVI), built on first use: the linear form
         # gives clipped sums in θ only, while DPADVI clips each row's gradient in the variational parameters.
         self._row_gradient_candidates = [(mode, fn) for mode, fn in candidates if mode != "linear"]
@@ -405,18 +413,28 @@ class JaxRows:
     def _theta(self, theta: np.ndarray):
         return self._jnp.asarray(np.asarray(theta, dtype=np.float64))
 
+    def _bound(self, bound: float) -> np.float64:
+        """A clip bound as sent to the device: in float32, the largest float32 not above it (never rounded up)."""
+        if self.dtype != "float32":
+            return np.float64(bound)
+        with np.errstate(over="ignore"):  # a bound beyond float32's range: its largest finite value
+            low = np.float32(bound)
+        if float(low) > bound:
+            low = np.nextafter(low, np.float32(0.0))
+        return np.float64(low)
+
     def noisy_ratio_sum(self, theta_new: np.ndarray, current, bound: float, std: float, z: float):
         """(Σᵢ clip(rᵢ, ±bound) + std·z as a float, the per-row log-likelihoods at θ′ as a device array)."""
         with self._trace_low():
             clipped, proposed = self._f_ratio_sum(
-                self._theta(theta_new), current, np.float64(bound), self._data, self._mask
+                self._theta(theta_new), current, self._bound(bound), self._data, self._mask
             )
         return float(self._f_add_noise(clipped, np.float64(std), np.float64(z))), proposed
 
     def noisy_gradient_sum(self, theta: np.ndarray, bound: float, std: float, z: np.ndarray) -> np.ndarray:
         """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) + std·z, shape (P,)."""
         with self._trace_low():
-            clipped = self._f_gradient_sum(self._theta(theta), np.float64(bound), self._data, self._mask)
+            clipped = self._f_gradient_sum(self._theta(theta), self._bound(bound), self._data, self._mask)
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
 
     # -- Poisson batches (DPADVI) ---------------------------------------------------------------
@@ -507,7 +525,7 @@ class JaxRows:
             clipped = self._f_batch_sum(
                 self._jnp.asarray(np.atleast_2d(np.asarray(draws, dtype=np.float64))),
                 self._jnp.asarray(np.asarray(jacobians, dtype=np.float64)),
-                np.float64(bound),
+                self._bound(bound),
                 index_device,
                 self._jnp.asarray(keep.reshape(size // chunk, chunk)),
                 self._data,
@@ -533,6 +551,24 @@ class JaxRows:
 
         self._f_batch_ratio = jax.jit(batch_ratio)
 
+    def prepare_batch_ratio(self, batch_size: int) -> None:
+        """Build and compile the batch statistic for batches of ``batch_size`` rows now, before a run is charged."""
+        if self._f_batch_ratio is None:
+            self._build_batch_ratio()
+        jax = self._jax
+        spec = jax.ShapeDtypeStruct
+        vector = spec((self.n_params,), np.float64)
+        index = spec((int(batch_size),), np.int64 if jax.config.jax_enable_x64 else np.int32)
+        try:
+            with warnings.catch_warnings(), self._trace_low():
+                warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+                self._f_batch_ratio.lower(vector, vector, spec((), np.float64), index, self._data).compile()
+        except Exception as error:
+            raise ValueError(
+                f"`backend`='jax' cannot run this model's log-likelihood on row batches ({type(error).__name__} while "
+                "tracing it with JAX; its message is withheld, it may hold data values). Use backend='default'."
+            ) from None
+
     def batch_ratio_moments(self, theta: np.ndarray, theta_new: np.ndarray, bound: float, batch: np.ndarray):
         """Mean and population variance of clip(rᵢ, ±bound) over the rows ``batch`` (the secret batch, the caller's).
 
@@ -546,7 +582,7 @@ class JaxRows:
             mean, variance = self._f_batch_ratio(
                 self._theta(theta),
                 self._theta(theta_new),
-                np.float64(bound),
+                self._bound(bound),
                 self._jnp.asarray(np.asarray(batch, dtype=np.int64)),
                 self._data,
             )
@@ -653,8 +689,11 @@ class JaxRows:
 
         return call
 
-    @staticmethod
-    def _prior_functions(prior, gradient: bool):
+    def _jax_function(self, inputs, output):
+        """:func:`_jax_function` with the parameter checks the data layer compiled with."""
+        return _jax_function(inputs, output, check_bounds=self._check_bounds)
+
+    def _prior_functions(self, prior, gradient: bool):
         """JAX functions of the exact log prior (and its gradient) of the flat θ, from the data-free prior graph."""
         import pytensor
 
@@ -664,8 +703,8 @@ class JaxRows:
         graph = _frozen_shared(prior._graph, [theta_var])
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
-            prior_logp = _jax_function([theta_var], graph)
-            prior_grad = _jax_function([theta_var], pytensor.grad(graph, theta_var)) if gradient else None
+            prior_logp = self._jax_function([theta_var], graph)
+            prior_grad = self._jax_function([theta_var], pytensor.grad(graph, theta_var)) if gradient else None
         return prior_logp, prior_grad
 
     # -- DPPenaltyMH's iterations in blocks ---------------------------------------------------
@@ -950,7 +989,7 @@ class BufferedSecureNoise(SecureNoise):
             fresh = np.frombuffer(os.urandom(8 * max(self._block_words, size)), dtype=np.uint64)
             self._words = np.concatenate([self._words, fresh])
         words, self._words = self._words[:size], self._words[size:]
-        return ((words >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+        return _open_unit(words >> np.uint64(11))
 
 
 def _noise_source(noise: Any, rng: Any) -> Any:

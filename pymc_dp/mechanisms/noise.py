@@ -74,6 +74,16 @@ def noisy_clipped_sum(
     return clipped_sum + float(rng.normal(0.0, std)), std
 
 
+#: The largest double below 1: (2⁵³ − 1 + ½)/2⁵³ rounds up to 1.0, which would make a Laplace variate infinite
+#: and a uniform index out of range; that one value is taken as 1 − 2⁻⁵³ instead (off by 2⁻⁵⁴).
+_BELOW_ONE = 1.0 - 2.0**-53
+
+
+def _open_unit(words: np.ndarray) -> np.ndarray:
+    """Uniforms on (0, 1) from 53-bit integers k: (k + ½)/2⁵³, the top one kept below 1."""
+    return np.minimum((words.astype(np.float64) + 0.5) / 2.0**53, _BELOW_ONE)
+
+
 class SecureNoise:
     """Gaussian and Laplace noise from the operating system's CSPRNG (``os.urandom``).
 
@@ -87,7 +97,7 @@ class SecureNoise:
     def _uniform(size: int) -> np.ndarray:
         """Uniforms on (0, 1) with 53 random bits each."""
         words = np.frombuffer(os.urandom(8 * size), dtype=np.uint64) >> np.uint64(11)
-        return (words.astype(np.float64) + 0.5) / 2.0**53
+        return _open_unit(words)
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size: int | tuple[int, ...] | None = None):
         count = 1 if size is None else int(np.prod(size))

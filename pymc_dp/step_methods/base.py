@@ -41,7 +41,10 @@ def accept_reject(log_alpha: float, rng: Any, correction: Any = None) -> tuple[b
       P(V_cor > −log α), which with the N(0, C) noise already in the released statistic
       is the logistic σ(log α) up to the correction error (Heikkilä et al. 2019, eq. 9).
 
-    A NaN log α (a proposal outside the support) is rejected without a draw.
+    A NaN log α (a proposal outside the support) is rejected. U (or V_cor) is drawn either
+    way, so that the generator's stream does not depend on the decision's inputs: a
+    backend that draws a block's U's ahead (the JAX backend's ``lax.scan``) then gives the
+    same chain.
 
     Parameters
     ----------
@@ -59,11 +62,15 @@ def accept_reject(log_alpha: float, rng: Any, correction: Any = None) -> tuple[b
         The decision and the acceptance probability given ``log_alpha`` (the ``dp_accept``
         statistic: a post-processing of the released values).
     """
+    if correction is None:
+        log_uniform = np.log(rng.uniform())
+        if math.isnan(log_alpha):
+            return False, 0.0
+        return bool(log_uniform < log_alpha), float(np.exp(min(0.0, log_alpha)))
+    correction_draw = correction.sample(rng)
     if math.isnan(log_alpha):
         return False, 0.0
-    if correction is None:
-        return bool(np.log(rng.uniform()) < log_alpha), float(np.exp(min(0.0, log_alpha)))
-    return bool(log_alpha + correction.sample(rng) > 0.0), float(correction.acceptance_probability(log_alpha))
+    return bool(log_alpha + correction_draw > 0.0), float(correction.acceptance_probability(log_alpha))
 
 
 def pending_block(theta: np.ndarray, points: np.ndarray, infos: list[Any]) -> collections.deque:
