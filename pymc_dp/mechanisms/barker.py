@@ -113,14 +113,18 @@ class NoisyBarkerStatistic:
             statistic = self.likelihood_scale * float(np.sum(clip_values(ratios, self.llr_clip)))
             return statistic + float(rng.normal(0.0, math.sqrt(self.correction_variance)))
         batch = sample_without_replacement(rng, self._rows.n_rows, int(self.batch_size))
-        ratios = self._rows.loglik_ratio_rows(theta, theta_proposed, batch)
-        clipped = clip_values(ratios, self.llr_clip)
-        n0, b = self.likelihood_scale, clipped.size
-        batch_variance = n0 * n0 * float(np.var(clipped)) / b
-        # |clipped| ≤ c ≤ √b/N₀ gives np.var ≤ c², so s² ≤ 1 (up to rounding).
-        batch_variance = min(batch_variance, 1.0)
+        clipped = clip_values(self._rows.loglik_ratio_rows(theta, theta_proposed, batch), self.llr_clip)
+        return self._subsampled_statistic(float(np.mean(clipped)), float(np.var(clipped)), clipped.size, rng)
+
+    def _subsampled_statistic(
+        self, mean: float, variance: float, batch_size: int, rng: np.random.Generator | SecureNoise
+    ) -> float:
+        """Eq. 18 from the batch's clipped ratios' mean and population variance: N₀ r̄ + N(0, C − s²), s² = N₀² v / b."""
+        n0 = self.likelihood_scale
+        # |clipped| ≤ c ≤ √b/N₀ gives v ≤ c², so s² ≤ 1 (up to rounding).
+        batch_variance = min(n0 * n0 * variance / batch_size, 1.0)
         noise_std = math.sqrt(self.correction_variance - batch_variance)
-        return n0 * float(np.mean(clipped)) + float(rng.normal(0.0, noise_std))
+        return n0 * mean + float(rng.normal(0.0, noise_std))
 
 
 def subsampled_barker_releases(n_rows: int, batch_size: int, iterations: int, label: str = "DPBarkerMH") -> RdpReleases:

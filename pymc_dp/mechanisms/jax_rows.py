@@ -112,6 +112,21 @@ def _frozen_shared(graph, keep):
     return replaced if isinstance(graph, list | tuple) else replaced[0]
 
 
+def _clip_ratios(jnp, ratios, bound):
+    """`clip_values` on the device: each ratio to ±bound, NaN (−∞ − (−∞), an invalid row) to −bound."""
+    ratios = jnp.clip(ratios, -bound, bound)
+    return jnp.where(jnp.isnan(ratios), -bound, ratios)
+
+
+def _metropolis_decision(jnp, log_alpha, log_uniform):
+    """:func:`pymc_dp.step_methods.base.accept_reject`'s Metropolis rule on the device: (log U < log α, P(accept)).
+
+    A NaN log α is rejected with acceptance probability 0.
+    """
+    accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
+    return log_uniform < log_alpha, accept
+
+
 def _jax_function(inputs, output, check_bounds: bool = True):
     """The JAX function PyTensor's JAX linker makes of ``output`` (inputs in order).
 
@@ -335,8 +350,7 @@ class JaxRows:
         def ratio_sum(theta_new, current, bound, data, mask):
             proposed = loglik_chunks(theta_new, data)
             bound = bound.astype(compute)
-            ratios = jnp.clip(proposed - current, -bound, bound)
-            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # −∞ − (−∞) on an invalid row
+            ratios = _clip_ratios(jnp, proposed - current, bound)
             return jnp.sum(jnp.where(mask, ratios, 0.0)), proposed
 
         def gradient_sum(theta, bound, data, mask):
@@ -545,8 +559,7 @@ class JaxRows:
             proposed = lik_fn(theta_new.astype(compute), *rows).astype(compute)
             current = lik_fn(theta.astype(compute), *rows).astype(compute)
             bound = bound.astype(compute)
-            ratios = jnp.clip(proposed - current, -bound, bound)
-            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # −∞ − (−∞) on an invalid row, as clip_values
+            ratios = _clip_ratios(jnp, proposed - current, bound)
             return jnp.mean(ratios), jnp.var(ratios)
 
         self._f_batch_ratio = jax.jit(batch_ratio)
@@ -639,8 +652,7 @@ class JaxRows:
                 # rejected and reports no λ̂; a NaN log α̂ is rejected (accept_reject).
                 log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
                 noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
-                accepted = log_uniform < log_alpha
-                accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
+                accepted, accept = _metropolis_decision(jnp, log_alpha, log_uniform)
                 point = jnp.where(accepted, proposal, point)
                 loglik = jnp.where(accepted, proposed, loglik)
                 return (point, loglik), (point, noisy_llr, accept, accepted)
@@ -739,8 +751,7 @@ class JaxRows:
                 return scale * add_noise(clipped, jnp.sqrt(correction_variance) / scale, z), proposed
             flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[:n_inputs])
             rows = tuple(jnp.take(d, batch, axis=0) for d in flat)
-            ratios = jnp.clip(lik_fn(proposal, *rows) - lik_fn(point, *rows), -bound, bound)
-            ratios = jnp.where(jnp.isnan(ratios), -bound, ratios)  # as clip_values
+            ratios = _clip_ratios(jnp, lik_fn(proposal, *rows) - lik_fn(point, *rows), bound)
             batch_variance = jnp.minimum(scale * scale * jnp.var(ratios) / ratios.shape[0], 1.0)
             return scale * jnp.mean(ratios) + jnp.sqrt(correction_variance - batch_variance) * z, loglik
 
@@ -820,8 +831,7 @@ class JaxRows:
                 log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, 0.0, temperature)
                 log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
                 noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
-                accepted = log_uniform < log_alpha
-                accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
+                accepted, accept = _metropolis_decision(jnp, log_alpha, log_uniform)
                 point = jnp.where(accepted, safe, point)
                 loglik = jnp.where(accepted, proposed, loglik)
                 return (point, loglik), (point, noisy_llr, accept, accepted)
@@ -1138,11 +1148,7 @@ class JaxBarkerStatistic(NoisyBarkerStatistic):
         """Eq. 18: z = N₀ r̄ + N(0, C − s²) on a batch of b distinct rows drawn from ``noise``, as the parent's."""
         batch = sample_without_replacement(noise, self._rows.n_rows, int(self.batch_size))
         mean, variance = self._rows.batch_ratio_moments(theta, theta_proposed, self.llr_clip, batch)
-        n0, b = self.likelihood_scale, batch.size
-        # |clipped| ≤ c ≤ √b/N₀ gives var ≤ c², so s² ≤ 1 (up to rounding).
-        batch_variance = min(n0 * n0 * variance / b, 1.0)
-        noise_std = math.sqrt(self.correction_variance - batch_variance)
-        return n0 * mean + float(noise.normal(0.0, noise_std))
+        return self._subsampled_statistic(mean, variance, batch.size, noise)
 
 
 class JaxClippedGradient(NoisyClippedGradient):

@@ -399,18 +399,6 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def _fused_block(self, mechanism):
-        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
-        build = getattr(self._row_mechanisms, "fused_barker_iterations", None)
-        if build is None or self.shared:
-            return None
-        cached = getattr(self, "_block_cache", None)
-        if cached is not None and cached[0] is mechanism:
-            return cached[1]
-        block = build(mechanism, self._prior, self.correction)
-        self._block_cache = (mechanism, block)
-        return block
-
     def _run_block(self, theta: np.ndarray, block) -> Any:
         size = self._row_mechanisms.scan_iterations
         increments = np.empty((size, theta.size))
@@ -425,10 +413,10 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
         """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18)."""
         mechanism = self._get_mechanism()
-        if not (self.tune and self._tune_initial):
-            block = self._fused_block(mechanism)
-            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
-                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
+        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning).
+        from_block = self._block_iteration(theta, "fused_barker_iterations", mechanism, self._prior, self.correction)
+        if from_block is not None:
+            return from_block
         proposal = self._propose(theta, self.rng)
         released = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)

@@ -253,6 +253,31 @@ class DPStep(ArrayStepShared):
         self._mu_spent_chain += self._iteration_mu()
         return RaveledVars(theta, q0.point_map_info), [self._statistics(info, tuning)]
 
+    def _block_iteration(self, theta: np.ndarray, builder: str, *args: Any) -> tuple[np.ndarray, TransitionInfo] | None:
+        """After tuning, the next iteration from the backend's block of iterations; None where it runs none.
+
+        ``builder`` names the method of the step's row mechanisms that builds a block (the JAX
+        backend's ``fused_*_iterations``; other backends have none), called with ``args``;
+        the block is kept until one of ``args`` changes. The step's :meth:`_run_block` draws
+        its randomness and runs a block.
+        """
+        if (self.tune and self._tune_initial) or self.shared:
+            return None
+        build = getattr(self._row_mechanisms, builder, None)
+        if build is None:
+            return None
+        cached = getattr(self, "_block_cache", None)
+        if cached is None or len(cached[0]) != len(args) or not all(a is b or a == b for a, b in zip(cached[0], args)):
+            cached = self._block_cache = (args, build(*args))
+        block = cached[1]
+        if block is None:
+            return None
+        return self._next_from_block(np.asarray(theta, dtype=float), lambda start: self._run_block(start, block))
+
+    def _run_block(self, theta: np.ndarray, block: Callable[..., Any]) -> collections.deque:
+        """Draw a block's randomness in :meth:`transition`'s order, run it from θ: a :func:`pending_block`."""
+        raise NotImplementedError
+
     def _next_from_block(
         self, theta: np.ndarray, run_block: Callable[[np.ndarray], collections.deque]
     ) -> tuple[np.ndarray, TransitionInfo]:

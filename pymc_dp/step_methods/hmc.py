@@ -463,19 +463,6 @@ class DPHMC(DPStep):
         self._fused_cache = (*key, fused)
         return fused
 
-    def _fused_block(self, llr_mechanism, grad_mechanism):
-        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
-        build = getattr(self._row_mechanisms, "fused_hmc_iterations", None)
-        if build is None or self.shared:
-            return None
-        key = (llr_mechanism, grad_mechanism, self.n_leapfrog)
-        cached = getattr(self, "_block_cache", None)
-        if cached is not None and all(a is b or a == b for a, b in zip(cached[:3], key, strict=True)):
-            return cached[3]
-        block = build(llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog)
-        self._block_cache = (*key, block)
-        return block
-
     def _run_block(self, theta: np.ndarray, block) -> Any:
         size = self._row_mechanisms.scan_iterations
         step_sizes = np.empty(size)
@@ -501,10 +488,12 @@ class DPHMC(DPStep):
         llr_mechanism, grad_mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             llr_mechanism.forget()
-        if not (self.tune and self._tune_initial):
-            block = self._fused_block(llr_mechanism, grad_mechanism)
-            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
-                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
+        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning).
+        from_block = self._block_iteration(
+            theta, "fused_hmc_iterations", llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog
+        )
+        if from_block is not None:
+            return from_block
         step_size = self.step_size
         if self.step_size_jitter:
             step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)

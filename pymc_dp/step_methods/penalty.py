@@ -250,18 +250,6 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def _fused_block(self, mechanism):
-        """The backend's block of iterations in one call (the JAX backend's ``scan_iterations``), or None."""
-        build = getattr(self._row_mechanisms, "fused_penalty_iterations", None)
-        if build is None or self.shared or type(self) is not DPPenaltyMH:  # subclasses release other statistics
-            return None
-        cached = getattr(self, "_block_cache", None)
-        if cached is not None and cached[0] is mechanism:
-            return cached[1]
-        block = build(mechanism, self._prior)
-        self._block_cache = (mechanism, block)
-        return block
-
     def _run_block(self, theta: np.ndarray, block) -> Any:
         size = self._row_mechanisms.scan_iterations
         increments = np.empty((size, theta.size))
@@ -278,10 +266,12 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
-        if not (self.tune and self._tune_initial):
-            block = self._fused_block(mechanism)
-            if block is not None:  # the JAX backend's scan: the same iterations, a block per device call
-                return self._next_from_block(np.asarray(theta, dtype=float), lambda t: self._run_block(t, block))
+        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning);
+        # subclasses release other statistics and run one call per iteration.
+        if type(self) is DPPenaltyMH:
+            from_block = self._block_iteration(theta, "fused_penalty_iterations", mechanism, self._prior)
+            if from_block is not None:
+                return from_block
         proposal = self._propose(theta, self.rng)
         noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
         log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
