@@ -1,14 +1,15 @@
 """DPADVI per iteration on the default backend and on the JAX backend (CPU or GPU).
 
 Run: ``python benchmarks/bench_dpadvi_jax.py [--rows 100000 1000000] [--features 20] [--rate 0.01]
-[--iterations 200] [--backends default jax]``. Logistic regression with P = features + 1
+[--iterations 200] [--backends default jax jax-one-call]``. Logistic regression with P = features + 1
 parameters (``_common.logistic_regression``), mean-field DPADVI with the noise multiplier set by
 hand (no calibration), Poisson batches at ``--rate``. For each N and backend it reports the wall
 time per iteration of ``DPADVI.fit`` after a warm-up fit on the same object (compilation and the
-rows' transfer to the device excluded), with the default noise (the operating system's CSPRNG:
-the Poisson batch costs one secure uniform per row, N per iteration) and with
-``reproducible_noise=True`` (a seeded generator that finds the batch by its gaps, O(qN): the
-mechanism's own cost). d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
+rows' transfer to the device excluded), with the default noise (on the JAX backend the operating
+system's CSPRNG, read in blocks; on the default backend a PCG64 generator seeded from it) and with
+``reproducible_noise=True`` (a seeded generator). ``jax`` runs the iterations in ``lax.scan``
+blocks of ``JaxBackend().scan_iterations``; ``jax-one-call`` one device call per iteration.
+d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from _common import environment, logistic_regression
 
 import pymc_dp as pmdp
 
+BACKENDS = ("default", "jax", "jax-one-call")
+
 
 def per_iteration(model, backend, rate: float, iterations: int, reproducible: bool) -> float:
+    if backend == "jax-one-call":
+        backend = pmdp.JaxBackend(scan_iterations=1)
     fit = pmdp.DPADVI(
         noise_multiplier=1.0,
         delta=1e-6,
@@ -45,7 +50,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--rate", type=float, default=0.01)
     parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--backends", nargs="+", default=["default", "jax"])
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     args = parser.parse_args()
     print(environment())
     try:
@@ -61,7 +66,7 @@ def main() -> None:
         for backend in args.backends:
             for reproducible in (False, True):
                 seconds = per_iteration(model, backend, args.rate, args.iterations, reproducible)
-                noise = "seeded (gaps)" if reproducible else "os.urandom"
+                noise = "seeded" if reproducible else ("PCG64 (OS seed)" if backend == "default" else "os.urandom")
                 print(
                     f"| {n_rows} | {args.features + 1} | {args.rate:g} | {backend} | {noise} | {1e3 * seconds:.2f} |",
                     flush=True,

@@ -14,6 +14,9 @@ compilation excluded (a warm-up run first):
 - the transition alone, ``step.transition`` called in a loop (no ``pm.sample`` bookkeeping);
 - DPPenaltyMH and full-data DPBarkerMH (random walk of scale 0.5/√N, no tuning) with
   ``scan_iterations=K`` and with one call per iteration (``scan_iterations=1``);
+- DPPenaltyMH through ``pm.sample`` with as many tuning iterations as draws (the scale tuned
+  every 100 iterations, the tuning in blocks cut at each interval's end), per iteration of the
+  whole run, with ``scan_iterations=K`` and with one call per iteration;
 - ``pm.HamiltonianMC`` on the host's CPU, for N up to ``--hmc-rows``, and each DP figure as a
   multiple of it;
 - the memory-bandwidth floor: each of the L + 2 releases must read X once
@@ -55,6 +58,29 @@ def _sampled(model, step, iterations: int, backend) -> float:
         return seconds_per_iteration(model, step, iterations)
     finally:
         detach()
+
+
+def _sampled_with_tuning(model, n_rows: int, iterations: int, backend) -> float:
+    """Per iteration of ``pm.sample`` with DPPenaltyMH tuning ``iterations`` then drawing ``iterations``.
+
+    ``pmdp.sample`` tells the step how many tuning iterations to plan for (PyMC 6 does it itself);
+    here ``planned_tune`` is set by hand so that ``pm.sample``'s loop alone is timed (``pmdp.sample``
+    adds its accounting and diagnostics once per run).
+    """
+    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
+    with model:
+        step = pmdp.DPPenaltyMH(proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=3.0, noise_multiplier=50.0)
+    detach = attach_backend(backend, [step])
+    try:
+        with model:
+            step.planned_tune = 5
+            pm.sample(step=step, draws=5, tune=5, **kwargs)  # warm-up (compilation caches)
+            step.planned_tune = iterations
+            start = time.perf_counter()
+            pm.sample(step=step, draws=iterations, tune=iterations, **kwargs)
+    finally:
+        detach()
+    return (time.perf_counter() - start) / (2 * iterations)
 
 
 def _transition_only(model, step, iterations: int, backend) -> float:
@@ -114,6 +140,9 @@ def main() -> None:
             )
         times[f"DPPenaltyMH jax, scan of {args.scan_iterations}"] = _sampled(model, penalty, args.iterations, scan)
         times["DPPenaltyMH jax, one call / iteration"] = _sampled(model, penalty, args.iterations, whole)
+        tuned = max(args.iterations, 200)
+        times[f"DPPenaltyMH tuned, scan of {args.scan_iterations}"] = _sampled_with_tuning(model, n_rows, tuned, scan)
+        times["DPPenaltyMH tuned, one call / iteration"] = _sampled_with_tuning(model, n_rows, tuned, whole)
         with model:
             barker = pmdp.DPBarkerMH(full_data=True, proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=0.01, tune=False)
         times[f"DPBarkerMH jax, scan of {args.scan_iterations}"] = _sampled(model, barker, args.iterations, scan)

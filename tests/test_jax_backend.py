@@ -446,11 +446,11 @@ def _counted_blocks(monkeypatch, builder: str) -> dict:
 def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
     # The penalty step's blocks: proposals and log U from the step's generator, the ratio's normals from the
     # noise source, drawn per block in the one-call order; the same chain as one call per iteration and as
-    # the default backend (with reproducible noise), the same ε, and blocks only after tuning (which here
-    # changes the proposal scale twice).
+    # the default backend (with reproducible noise), the same ε. Tuning (25 iterations, the proposal scale
+    # changed every 10) runs in blocks cut at each interval's end and at the end of tuning.
     calls = _counted_blocks(monkeypatch, "_build_penalty_iterations")
     model, _ = normal_mean
-    run = {**RUN, "tune": 20}
+    run = {**RUN, "tune": 25}
     runs, counts = {}, {}
     for scan in (1, 7, 64, "default"):
         with model:
@@ -462,7 +462,8 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
         assert not step._block_pending
         if scan != "default":
             assert json.loads(runs[scan].posterior.attrs["dp_accountant"])["backend"]["scan_iterations"] == scan
-    assert counts == {1: 0, 7: 2 * 5, 64: 2 * 1, "default": 0}  # ⌈draws / K⌉ blocks per chain
+    # per chain: tuning 7 + 3, 7 + 3, 5 (K = 7) or 10, 10, 5 (K = 64), then ⌈draws / K⌉ blocks
+    assert counts == {1: 0, 7: 2 * (5 + 5), 64: 2 * (3 + 1), "default": 0}
     scales = runs[1].sample_stats["dp_proposal_scale"].values
     assert np.unique(scales[0]).size == 1 and scales[0, 0] != 2.38  # tuned, then fixed for the blocks
     for scan in (7, 64, "default"):
@@ -480,11 +481,12 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
 def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch, test):
     # Barker's blocks: proposals from the step's generator; the batch (subsampled), the release's normal and
     # V_cor from the noise source, per block in the default backend's order: the same chain, statistics and ε
-    # as one call per iteration and as the default backend, after a tuning that changes the proposal scale.
+    # as one call per iteration and as the default backend, tuning included (in blocks cut at each tuning
+    # interval's end and at the end of tuning; the proposal scale changes twice).
     calls = _counted_blocks(monkeypatch, "_build_barker_iterations")
     model, _ = normal_mean
     settings = {"full_data": True} if test == "full data" else {"batch_size": 100, "tempered_size": 30.0}
-    run = {**RUN, "tune": 20}
+    run = {**RUN, "tune": 25}
     if test == "subsampled":  # its ε is set by N, b, T and the iterations
         run.pop("epsilon")
     runs, counts = {}, {}
@@ -496,7 +498,7 @@ def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monk
         runs[scan] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **run)
         counts[scan] = calls["count"] - before
         assert not step._block_pending
-    assert counts == {1: 0, 7: 2 * 5, 64: 2 * 1, "default": 0}
+    assert counts == {1: 0, 7: 2 * (5 + 5), 64: 2 * (3 + 1), "default": 0}  # as for DPPenaltyMH
     scales = runs[1].sample_stats["dp_proposal_scale"].values
     assert np.unique(scales[0]).size == 1 and scales[0, 0] != 2.38  # tuned, then fixed for the blocks
     for scan in (7, 64, "default"):
@@ -800,6 +802,103 @@ def test_dpadvi_on_jax_fits_what_the_default_backend_fits_with_the_same_accounti
     assert record["settings"]["backend"] == {"name": "default"}
     assert device_record["settings"]["backend"]["name"] == "jax"
     assert device_record["settings"]["backend"]["dtype"] == "float64"
+
+
+@pytest.mark.parametrize("approximation", ["meanfield", "fullrank"])
+def test_dpadvi_blocks_use_the_families_draws_jacobians_and_entropy_gradients(approximation):
+    # The block's draw and entropy are written in jax.numpy and differentiated by JAX; the families' NumPy
+    # methods write the Jacobian M and the entropy gradient by hand: the two must agree.
+    from pymc_dp.mechanisms.jax_rows import _family_functions
+    from pymc_dp.variational.families import family_for
+
+    family = family_for(approximation, 3)
+    rng = np.random.default_rng(2)
+    packed, eps = rng.normal(size=family.size), rng.normal(size=3)
+    draw, entropy = _family_functions(family, jax.numpy)
+    with jax.enable_x64(True):
+        np.testing.assert_allclose(draw(packed, eps), family.draws(packed, eps[None])[0], rtol=1e-14, atol=1e-14)
+        np.testing.assert_allclose(
+            jax.jacfwd(draw)(packed, eps), family.parameter_jacobian(packed, eps), rtol=1e-14, atol=1e-14
+        )
+        np.testing.assert_allclose(jax.grad(entropy)(packed), family.entropy_gradient(packed), rtol=1e-14, atol=1e-14)
+
+
+def _dpadvi_fit(backend, n=45, callbacks=None, **settings):
+    options = dict(epsilon=2.0, delta=1e-5, sampling_rate=0.1, grad_clip=2.0, random_seed=7, reproducible_noise=True)
+    dpadvi = pmdp.DPADVI(**{**options, **settings}, backend=backend)
+    approx = dpadvi.fit(n, model=ZOO["glm"], progressbar=False, callbacks=callbacks)
+    return approx, dpadvi
+
+
+@pytest.mark.parametrize(("approximation", "n_mc", "optimizer"), [("meanfield", 1, "adagrad"), ("fullrank", 2, "adam")])
+def test_dpadvi_blocks_in_lax_scan_give_the_one_call_fit(approximation, n_mc, optimizer):
+    # 45 iterations in blocks of 8 (the last block 5 active iterations of 8), then a second fit of 20 on the
+    # same object: the same parameters, optimiser state, iterate averages and accounting as one call per
+    # iteration, with the same reproducible draws.
+    settings = dict(approximation=approximation, n_mc=n_mc, optimizer=optimizer, epsilon=None, noise_multiplier=1.3)
+    fits = {}
+    for scan in (1, 8):
+        approx, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan, chunk_rows=256), **settings)
+        first = dpadvi._packed()
+        dpadvi.fit(20, progressbar=False)
+        fits[scan] = (first, dpadvi._packed(), dpadvi._optimizer_state.state(first), approx)
+    (first_1, second_1, state_1, approx_1), (first_8, second_8, state_8, approx_8) = fits[1], fits[8]
+    np.testing.assert_allclose(first_8, first_1, rtol=RTOL, atol=RTOL)
+    np.testing.assert_allclose(second_8, second_1, rtol=RTOL, atol=RTOL)
+    for a, b in zip(state_8, state_1, strict=True):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=RTOL)
+    np.testing.assert_allclose(approx_8._dp_optimisation_sd, approx_1._dp_optimisation_sd, rtol=1e-8)
+    record_1, record_8 = approx_1._dp_record, approx_8._dp_record
+    assert record_8["epsilon"] == record_1["epsilon"] and record_8["events"] == record_1["events"]
+    assert record_1["settings"]["backend"]["scan_iterations"] == 1
+    assert record_8["settings"]["backend"]["scan_iterations"] == 8
+
+
+def test_dpadvi_blocks_stopped_by_a_callback_keep_the_iteration_it_saw():
+    # A callback stops the fit inside a block: the parameters and the optimiser's state are those of the
+    # iteration the callback saw (the rest of the block is dropped, never used), as with one call each.
+    def stop_at(iteration):
+        def callback(approx, _, i):
+            if i == iteration:
+                raise StopIteration("stopped")
+
+        return callback
+
+    results = []
+    for scan in (1, 16):
+        _, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan), n=60, callbacks=[stop_at(21)], optimizer="adam")
+        results.append((dpadvi._packed(), dpadvi._optimizer_state._t))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL, atol=RTOL)
+    assert results[0][1] == results[1][1] == 21
+
+
+def test_dpadvi_on_jax_draws_its_batches_and_noise_from_os_entropy(monkeypatch):
+    # Without reproducible_noise every release's normals (D per iteration) and its Poisson batch come from
+    # BufferedSecureNoise, in blocks and one call per iteration alike.
+    drawn = {"normal": 0, "geometric": 0}
+    normal, geometric = BufferedSecureNoise.normal, BufferedSecureNoise.geometric
+
+    def counted_normal(self, loc=0.0, scale=1.0, size=None):
+        drawn["normal"] += 1 if size is None else int(np.prod(size))
+        return normal(self, loc, scale, size)
+
+    def counted_geometric(self, p, size=None):
+        drawn["geometric"] += 1
+        return geometric(self, p, size)
+
+    monkeypatch.setattr(BufferedSecureNoise, "normal", counted_normal)
+    monkeypatch.setattr(BufferedSecureNoise, "geometric", counted_geometric)
+    for scan in (1, 8):
+        drawn.update(normal=0, geometric=0)
+        approx, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan), n=20, reproducible_noise=False)
+        size = dpadvi._family.size
+        assert drawn["normal"] == 20 * size and drawn["geometric"] >= 20
+        assert approx._dp_record["settings"]["backend"]["noise"] == "os.urandom (BufferedSecureNoise)"
+
+
+def test_dpadvi_blocks_are_float64_only():
+    approx, _ = _dpadvi_fit(pmdp.JaxBackend(dtype="float32", scan_iterations=8), n=10)
+    assert approx._dp_record["settings"]["backend"]["scan_iterations"] == 1
 
 
 def test_dpadvi_bad_backend_is_refused_by_name():

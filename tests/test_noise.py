@@ -189,3 +189,32 @@ def test_one_posterior_sample_is_not_determined_by_a_public_seed():
     d = pmdp.one_posterior_sample(model, reproducible_noise=True, **kwargs)
     assert c["posterior"]["p"].item() == d["posterior"]["p"].item()
     assert c["posterior"].attrs["dp_reproducible_noise"] is True
+
+
+@pytest.mark.parametrize("p", [0.3, 0.02])
+def test_secure_geometric_gaps_have_the_geometric_distribution(p):
+    # SecureNoise.geometric (the inverse CDF of a 53-bit OS uniform) gives the gaps of Poisson batches:
+    # P(K = k) = (1 − p)^(k−1) p on k ≥ 1. Chi-square over k = 1.. with the tail lumped, and the mean.
+    from scipy import stats
+
+    from pymc_dp.mechanisms import SecureNoise
+
+    draws = SecureNoise().geometric(p, size=40_000)
+    assert draws.dtype == np.int64 and draws.min() >= 1
+    last = int(stats.geom.ppf(0.995, p))
+    observed = np.array([np.sum(draws == k) for k in range(1, last)] + [np.sum(draws >= last)])
+    expected = draws.size * np.append(stats.geom.pmf(np.arange(1, last), p), stats.geom.sf(last - 1, p))
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+    z = (draws.mean() - 1 / p) / (np.sqrt(1 - p) / p / np.sqrt(draws.size))
+    assert abs(z) < 4.4  # a 1e-5 two-sided normal quantile
+
+
+def test_secure_geometric_edge_cases_and_bad_p():
+    from pymc_dp.mechanisms import SecureNoise
+
+    assert SecureNoise().geometric(1.0) == 1
+    np.testing.assert_array_equal(SecureNoise().geometric(1.0, size=3), [1, 1, 1])
+    assert isinstance(SecureNoise().geometric(0.5), int)
+    for bad in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"`p` must be in \(0, 1\]"):
+            SecureNoise().geometric(bad)

@@ -57,7 +57,15 @@ class JaxBackend:
         whole block, in the order one call per iteration draws them: with
         ``reproducible_noise`` the same chain as ``scan_iterations=1`` (tested). A block may
         run past a chain's last draw: those iterations are computed and dropped, never
-        released. Tuning iterations (the tuner reads each decision) run one call each.
+        released. While tuning, DPPenaltyMH and DPBarkerMH (whose proposal scale changes only
+        at the end of each ``tune_interval``) run blocks cut at the interval's end and at the
+        end of tuning, when the number of tuning iterations is known (``pmdp.sample``, or
+        PyMC 6); DPHMC's tuning (its step size adapts on every decision) runs one call each.
+        DPADVI in float64 (``pmdp.DPADVI(..., backend=JaxBackend(...))``): this many
+        iterations per device call, the optimiser's step included (its state carried on the
+        device), each block's Poisson batches and normals drawn on the host first in the
+        release's order; a fit's last block draws for its remaining iterations only, so with
+        ``reproducible_noise`` the fit equals ``scan_iterations=1``'s (tested).
         1: one call per iteration.
 
     Notes

@@ -546,6 +546,96 @@ class JaxRows:
             )
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
 
+    def advi_iterations(self, prior, family, to_rows, optimizer, n_mc: int, iterations: int, batch_rows: int):
+        """``iterations`` DPADVI iterations in one jitted ``lax.scan`` (None in float32).
+
+        Each iteration is :meth:`pymc_dp.DPADVI._gradient` followed by the optimiser's step:
+        θ_s = μ + Lε_s for the host's Monte Carlo draws ε, the reparameterisation's Jacobians
+        M_s (forward-mode derivatives of the draw, :func:`_family_functions`), the batch's
+        clipped sum (:meth:`noisy_batch_gradient_sum`'s, on row indices the host drew) plus
+        the noise (standard normals drawn on the host), divided by q, the exact prior and
+        entropy gradients, and ``optimizer.update`` (its pure-function form, traced). The
+        variational parameters and the optimiser's state are the scan's carry. An iteration
+        whose ``active`` flag is False (the padding of a fit's last block) leaves the carry
+        unchanged and computes nothing. Batches are padded to ``batch_rows`` indices (one
+        compilation per size). Built and compiled on first use; one per (iterations, size).
+        """
+        if self.dtype != "float64":
+            return None
+        if self._f_batch_sum is None:
+            self._build_batch_sum()
+        key = ("advi", id(optimizer), family, int(n_mc), int(iterations), int(batch_rows))
+        if key not in self._fused_hmc:
+            self._fused_hmc[key] = self._build_advi_iterations(
+                prior, family, np.asarray(to_rows), optimizer, int(n_mc), int(iterations), int(batch_rows)
+            )
+        return self._fused_hmc[key]
+
+    def _build_advi_iterations(self, prior, family, to_rows, optimizer, n_mc, iterations, batch_rows):
+        jax, jnp = self._jax, self._jnp
+        lax = jax.lax
+        _, prior_grad = self._prior_functions(prior, gradient=True)
+        draw, entropy = _family_functions(family, jnp)
+        jacobian = jax.jacfwd(draw)  # M_s = ∂θ_s/∂[μ, ·] (P × D), in q's order
+        entropy_gradient = jax.grad(entropy)
+        batch_sum, n_params = self._f_batch_sum, self.n_params
+        chunk = min(batch_rows, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
+        state_zero = optimizer.state(np.zeros(family.size))
+
+        def run(packed, state, eps, index, keep, z, active, scales, data):
+            bound, std, rate = scales
+
+            def iteration(carry, inputs):
+                packed, state = carry
+                eps_k, index_k, keep_k, z_k = inputs
+                draws = jnp.stack([draw(packed, e) for e in eps_k])[:, to_rows]  # the data layer's order
+                maps = jnp.stack([jacobian(packed, e)[to_rows] for e in eps_k])
+                clipped = batch_sum(draws, maps, bound, index_k, keep_k, data)
+                data_part = (clipped + std * z_k) / rate  # as JaxPoissonGradientSum.release
+                prior_part = prior_grad(draws[0]) @ maps[0]
+                for s in range(1, n_mc):
+                    prior_part = prior_part + prior_grad(draws[s]) @ maps[s]
+                gradient = data_part + prior_part / n_mc + entropy_gradient(packed)
+                updated, state = optimizer.update(packed, gradient, state, xp=jnp)
+                traced = (draws.mean(axis=0), data_part[:n_params][to_rows])  # as _GradientTrace.add
+                return (updated, state), (updated, state, *traced)
+
+            _, outputs = lax.scan(_active_only(jax, iteration), (packed, state), (eps, index, keep, z, active))
+            return outputs
+
+        scanned = jax.jit(run)
+        spec = jax.ShapeDtypeStruct
+        index_type = np.int64 if jax.config.jax_enable_x64 else np.int32
+        shapes = (
+            spec((family.size,), np.float64),
+            tuple(spec(np.shape(a), np.float64) for a in state_zero),
+            spec((iterations, n_mc, n_params), np.float64),
+            spec((iterations, batch_rows // chunk, chunk), index_type),
+            spec((iterations, batch_rows // chunk, chunk), np.bool_),
+            spec((iterations, family.size), np.float64),
+            spec((iterations,), np.bool_),
+            spec((3,), np.float64),
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
+            scanned.lower(*shapes, self._data).compile()
+
+        def call(packed, state, eps, index, keep, z, active, scales):
+            outputs = scanned(
+                jnp.asarray(np.asarray(packed, dtype=np.float64)),
+                tuple(jnp.asarray(np.asarray(a, dtype=np.float64)) for a in state),
+                jnp.asarray(eps),
+                jnp.asarray(index.reshape(iterations, batch_rows // chunk, chunk)),
+                jnp.asarray(keep.reshape(iterations, batch_rows // chunk, chunk)),
+                jnp.asarray(z),
+                jnp.asarray(active),
+                jnp.asarray(scales),
+                self._data,
+            )
+            return jax.tree_util.tree_map(np.asarray, outputs)
+
+        return call
+
     # -- DPBarkerMH's subsampled test: a batch of rows given by index ------------------------
     def _build_batch_ratio(self) -> None:
         """The jitted mean and population variance of the clipped log-likelihood ratios of a batch of rows."""
@@ -641,7 +731,9 @@ class JaxRows:
         jax, jnp = self._jax, self._jnp
         transition = self._hmc_transition_function(prior, n_leapfrog)
 
-        def run(theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales, data, mask):
+        def run(
+            theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, scales, data, mask
+        ):
             def body(carry, inputs):
                 point, loglik = carry
                 momentum, step_size, log_uniform, z_grad, z = inputs
@@ -657,8 +749,10 @@ class JaxRows:
                 loglik = jnp.where(accepted, proposed, loglik)
                 return (point, loglik), (point, noisy_llr, accept, accepted)
 
-            inputs = (momenta, step_sizes, log_uniforms, z_grads, z_llr)
-            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(body, (theta, current), inputs)
+            inputs = (momenta, step_sizes, log_uniforms, z_grads, z_llr, active)
+            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(
+                _active_only(jax, body), (theta, current), inputs
+            )
             return points, noisy_llrs, accepts, accepted, loglik
 
         spec = jax.ShapeDtypeStruct
@@ -672,6 +766,7 @@ class JaxRows:
             vector,  # M⁻¹
             spec((iterations, n_leapfrog + 1, self.n_params), np.float64),  # the gradients' normals
             per_iteration,  # the ratios' normals
+            spec((iterations,), np.bool_),  # active
             spec((5,), np.float64),  # bounds, noise scales, temperature
         ]
         return self._compiled_block(run, current, arrays)
@@ -755,7 +850,7 @@ class JaxRows:
             batch_variance = jnp.minimum(scale * scale * jnp.var(ratios) / ratios.shape[0], 1.0)
             return scale * jnp.mean(ratios) + jnp.sqrt(correction_variance - batch_variance) * z, loglik
 
-        def run(theta, current, increments, batches, z, corrections, scales, data, mask):
+        def run(theta, current, increments, batches, z, corrections, active, scales, data, mask):
             def body(carry, inputs):
                 point, loglik = carry
                 increment, batch, z_k, correction = inputs
@@ -767,8 +862,10 @@ class JaxRows:
                 loglik = jnp.where(accepted, proposed, loglik)
                 return (point, loglik), (point, released, log_alpha, accepted)
 
-            inputs = (increments, batches, z, corrections)
-            (_, loglik), (points, released, log_alphas, accepted) = jax.lax.scan(body, (theta, current), inputs)
+            inputs = (increments, batches, z, corrections, active)
+            (_, loglik), (points, released, log_alphas, accepted) = jax.lax.scan(
+                _active_only(jax, body), (theta, current), inputs
+            )
             return points, released, log_alphas, accepted, loglik
 
         spec = jax.ShapeDtypeStruct
@@ -782,6 +879,7 @@ class JaxRows:
             spec((iterations, batch_size if subsampled else 1), index_type),  # the batches' row indices
             per_iteration,  # the releases' normals
             per_iteration,  # V_cor
+            spec((iterations,), np.bool_),  # active
             spec((3,), np.float64),  # bound, t or N₀, C
         ]
         return self._compiled_block(run, current, arrays)
@@ -811,7 +909,7 @@ class JaxRows:
         prior_logp, _ = self._prior_functions(prior, gradient=False)
         ratio_sum, add_noise = self._ratio_sum_fn, self._add_noise_fn
 
-        def run(theta, current, increments, log_uniforms, z_llr, scales, data, mask):
+        def run(theta, current, increments, log_uniforms, z_llr, active, scales, data, mask):
             llr_clip, llr_std_per_distance, temperature = scales
 
             def body(carry, inputs):
@@ -837,7 +935,7 @@ class JaxRows:
                 return (point, loglik), (point, noisy_llr, accept, accepted)
 
             (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(
-                body, (theta, current), (increments, log_uniforms, z_llr)
+                _active_only(jax, body), (theta, current), (increments, log_uniforms, z_llr, active)
             )
             return points, noisy_llrs, accepts, accepted, loglik
 
@@ -849,6 +947,7 @@ class JaxRows:
             spec((iterations, self.n_params), np.float64),  # increments
             per_iteration,  # log U
             per_iteration,  # the ratios' normals
+            spec((iterations,), np.bool_),  # active
             spec((3,), np.float64),  # bound, noise scale per distance, temperature
         ]
         return self._compiled_block(run, current, arrays)
@@ -944,6 +1043,75 @@ class JaxRows:
             )
 
         return call
+
+
+def _active_only(jax, body):
+    """A ``lax.scan`` body that runs ``body`` where the last input (a bool) is True, else computes nothing.
+
+    An inactive iteration (the padding of a block shorter than the compiled length) keeps the
+    carry and outputs zeros of the body's output shapes; the host draws nothing for it.
+    """
+    jnp = jax.numpy
+
+    def skip(carry, inputs):
+        outputs = jax.eval_shape(body, carry, inputs)[1]
+        return carry, jax.tree_util.tree_map(lambda shape: jnp.zeros(shape.shape, shape.dtype), outputs)
+
+    def wrapped(carry, inputs):
+        *inputs, active = inputs
+        return jax.lax.cond(active, body, skip, carry, tuple(inputs))
+
+    return wrapped
+
+
+def _padded(values: np.ndarray, iterations: int) -> np.ndarray:
+    """``values`` (count, ...) padded with zeros to ``iterations`` rows."""
+    values = np.asarray(values, dtype=float)
+    out = np.zeros((iterations, *values.shape[1:]))
+    out[: len(values)] = values
+    return out
+
+
+def _head(tree, count: int):
+    """The first ``count`` rows of every array of a (nested) tuple of NumPy arrays."""
+    if isinstance(tree, tuple | list):
+        return tuple(_head(t, count) for t in tree)
+    return tree[:count]
+
+
+def _family_functions(family, jnp):
+    """The draw θ = μ + Lε of one ε (P,) and the entropy term of q, in ``jax.numpy``, for DPADVI's blocks.
+
+    The same maps as :mod:`pymc_dp.variational.families` (mean-field: L = diag(softplus(ρ));
+    full-rank: the lower triangle in ``numpy.tril_indices`` order with a softplus diagonal);
+    their derivatives (the Jacobian M, the entropy gradient) are taken by JAX and tested
+    against the families' own.
+    """
+    p = family.n_params
+    if family.name == "meanfield":
+
+        def draw(packed, eps):
+            return packed[:p] + jnp.logaddexp(0.0, packed[p:]) * eps
+
+        def entropy(packed):
+            return jnp.sum(jnp.log(jnp.logaddexp(0.0, packed[p:])))
+
+        return draw, entropy
+    rows, cols = np.tril_indices(p)
+    diagonal = rows == cols
+
+    def cholesky(packed):
+        raw = packed[p:]
+        entries = jnp.where(diagonal, jnp.logaddexp(0.0, raw), raw)
+        return jnp.zeros((p, p), dtype=raw.dtype).at[rows, cols].set(entries)
+
+    def draw(packed, eps):
+        return packed[:p] + cholesky(packed) @ eps
+
+    def entropy(packed):
+        return jnp.sum(jnp.where(diagonal, jnp.log(jnp.logaddexp(0.0, packed[p:])), 0.0))
+
+    return draw, entropy
 
 
 @contextlib.contextmanager
@@ -1195,10 +1363,11 @@ class JaxPoissonGradientSum(NoisyPoissonGradientSum):
 
     Releases ĝ = (Σ_{i∈S} clip_C(gᵢ) + ξ) / q, ξ ~ N(0, σ²Δ² I), Δ = 2C (substitute) or C
     (add/remove), exactly as the default mechanism: the Poisson batch S and the standard
-    normals are drawn on the host from the generator DPADVI passes (the operating system's
-    CSPRNG unless ``reproducible_noise=True``), in the same order; the batch's rows are
-    gathered, differentiated, mapped to the variational parameters, clipped and summed on
-    the device, and the noise is added there in float64.
+    normals are drawn on the host, in the default mechanism's order, from ``noise`` (the
+    operating system's CSPRNG, read in blocks) or, where it is None (``reproducible_noise``,
+    testing only), from the generator DPADVI passes — then the default backend's draws; the
+    batch's rows are gathered, differentiated, mapped to the variational parameters, clipped
+    and summed on the device, and the noise is added there in float64.
 
     Parameters
     ----------
@@ -1206,6 +1375,8 @@ class JaxPoissonGradientSum(NoisyPoissonGradientSum):
         The rows on the device.
     grad_clip, noise_multiplier, sampling_rate, neighbouring
         As for :class:`pymc_dp.mechanisms.NoisyPoissonGradientSum`.
+    noise : SecureNoise or None
+        The source of the batches and the noise; None: the generator passed to :meth:`release`.
 
     Notes
     -----
@@ -1220,8 +1391,21 @@ class JaxPoissonGradientSum(NoisyPoissonGradientSum):
        inference for non-conjugate models. UAI, Algorithm 1.
     """
 
+    def __init__(
+        self,
+        rows: JaxRows,
+        grad_clip: float,
+        noise_multiplier: float,
+        sampling_rate: float,
+        neighbouring: str,
+        noise: SecureNoise | None = None,
+    ) -> None:
+        super().__init__(rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+        self._noise = noise
+
     def release(self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: Any) -> np.ndarray:
         """One noisy gradient estimate, shape (D,) (see the parent class)."""
+        rng = _noise_source(self._noise, rng)
         batch = poisson_sample(rng, self._rows.n_rows, self.sampling_rate)
         jacobians = np.stack([np.asarray(m, dtype=float) for m in parameter_jacobians])
         z = rng.normal(0.0, 1.0, size=jacobians.shape[2])
@@ -1300,7 +1484,59 @@ class JaxRowMechanisms(RowMechanisms):
         self, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
     ) -> JaxPoissonGradientSum:
         """A :class:`JaxPoissonGradientSum` on Poisson batches of the rows (DPADVI's release)."""
-        return JaxPoissonGradientSum(self.device_rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+        return JaxPoissonGradientSum(
+            self.device_rows, grad_clip, noise_multiplier, sampling_rate, neighbouring, self._noise
+        )
+
+    def fused_advi_iterations(self, mechanism, prior, family, to_rows, optimizer, n_mc: int):
+        """DPADVI's iterations, ``scan_iterations`` per device call (``lax.scan``), or None where that does not apply.
+
+        Each iteration releases what ``mechanism.release`` releases (the Poisson batch's
+        clipped gradient sum in the variational parameters plus N(0, σ²Δ² I), divided by q:
+        the same sensitivity, noise scale and accounting) and takes the optimiser's step on
+        the device (:meth:`JaxRows.advi_iterations`). The block's Poisson batches and normals
+        are drawn on the host first, iteration by iteration in the release's order (batch,
+        then normals), from the same source, and sent as row indices and arrays, so with
+        ``reproducible_noise`` a block gives one call per iteration's fit (tested). A block of
+        fewer than ``scan_iterations`` iterations (a fit's last) draws for those only; the
+        rest of the scan is inactive. None unless ``scan_iterations`` > 1, the dtype is float64
+        and ``mechanism`` was built here.
+
+        Returns
+        -------
+        callable or None
+            ``f(packed, state, eps, count, rng)`` → (parameters, optimiser states, draws'
+            means, released μ-gradients), one row per iteration, ``count`` rows; ``eps``
+            holds the Monte Carlo draws of those ``count`` iterations.
+        """
+        if self.scan_iterations <= 1 or self.dtype != "float64":
+            return None
+        if not isinstance(mechanism, JaxPoissonGradientSum) or mechanism._rows is not self.device_rows:
+            return None
+        iterations, rows = self.scan_iterations, self.device_rows
+        scales = np.array([float(rows._bound(mechanism.grad_clip)), mechanism.std, mechanism.sampling_rate])
+        size = family.size
+
+        def block(packed, state, eps, count, rng):
+            noise = _noise_source(mechanism._noise, rng)
+            batches, z = [], np.zeros((iterations, size))
+            for k in range(count):  # the release's order: the batch, then its normals
+                batches.append(poisson_sample(noise, rows.n_rows, mechanism.sampling_rate))
+                z[k] = noise.normal(0.0, 1.0, size=size)
+            longest = max(len(b) for b in batches)
+            batch_rows = max(64, 1 << max(longest - 1, 0).bit_length())  # as noisy_batch_gradient_sum
+            index = np.zeros((iterations, batch_rows), dtype=np.int64)
+            keep = np.zeros((iterations, batch_rows), dtype=bool)
+            for k, batch in enumerate(batches):
+                index[k, : len(batch)], keep[k, : len(batch)] = batch, True
+            draws = np.zeros((iterations, n_mc, rows.n_params))
+            draws[:count] = eps
+            device = rows.advi_iterations(prior, family, to_rows, optimizer, n_mc, iterations, batch_rows)
+            active = np.arange(iterations) < count
+            outputs = device(packed, state, draws, index, keep, z, active, scales)
+            return _head(outputs, count)
+
+        return block
 
     def check_batch_gradient(self) -> None:
         """Compile the batch release now (raises if JAX cannot run it); releases nothing."""
@@ -1380,7 +1616,9 @@ class JaxRowMechanisms(RowMechanisms):
         -------
         callable or None
             ``f(theta, increments, rng)`` → (points, released z, log α = z + log prior ratio,
-            decisions), one row per iteration.
+            decisions), one row per row of ``increments``: ``scan_iterations`` rows or fewer
+            (a tuning interval's last iterations: the host draws for those only, and the rest
+            of the scan is inactive).
         """
         if self.scan_iterations <= 1 or not self.whole_transition:
             return None
@@ -1398,19 +1636,20 @@ class JaxRowMechanisms(RowMechanisms):
 
         def block(theta, increments, rng):
             noise = _noise_source(self._noise, rng)
+            count = len(increments)
             batches = np.zeros((iterations, 1 if full else batch_size), dtype=np.int64)
-            z = np.empty(iterations)
-            corrections = np.empty(iterations)
-            for k in range(iterations):  # the default backend's order: batch, the release's normal, V_cor
+            z = np.zeros(iterations)
+            corrections = np.zeros(iterations)
+            for k in range(count):  # the default backend's order: batch, the release's normal, V_cor
                 if not full:
                     batches[k] = sample_without_replacement(noise, n_rows, batch_size)
                 z[k] = noise.normal(0.0, 1.0)
                 corrections[k] = correction.sample(noise)
             theta = np.asarray(theta, dtype=float)
             current = mechanism._loglik(theta) if full else np.float64(0.0)
-            points, released, log_alphas, accepted, loglik = device(
-                theta, current, increments, batches, z, corrections, scales
-            )
+            active = np.arange(iterations) < count
+            outputs = device(theta, current, _padded(increments, iterations), batches, z, corrections, active, scales)
+            points, released, log_alphas, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
             if full:
                 mechanism._cached = {points[-1].tobytes(): loglik}
             return points, released, log_alphas, accepted
@@ -1433,8 +1672,9 @@ class JaxRowMechanisms(RowMechanisms):
         -------
         callable or None
             ``f(theta, increments, log_uniforms, temperature, rng)`` → (points, λ̂s,
-            acceptance probabilities, decisions), one row per iteration; ``llr_mechanism``'s
-            cache then holds the last point.
+            acceptance probabilities, decisions), one row per row of ``increments``
+            (``scan_iterations`` or fewer: the host draws for those only, the rest of the scan
+            is inactive); ``llr_mechanism``'s cache then holds the last point.
         """
         if self.scan_iterations <= 1 or not self.whole_transition:
             return None
@@ -1448,13 +1688,16 @@ class JaxRowMechanisms(RowMechanisms):
 
         def block(theta, increments, log_uniforms, temperature, rng):
             noise = _noise_source(self._noise, rng)
-            z_llr = np.array([noise.normal(0.0, 1.0) for _ in range(iterations)])  # one per release, in order
+            count = len(increments)
+            z_llr = np.zeros(iterations)
+            z_llr[:count] = [noise.normal(0.0, 1.0) for _ in range(count)]  # one per release, in order
             scales = np.array([llr_mechanism.llr_clip, llr_mechanism.noise_multiplier * per_distance, temperature])
             theta = np.asarray(theta, dtype=float)
             current = llr_mechanism._loglik(theta)
-            points, noisy_llrs, accepts, accepted, loglik = device(
-                theta, current, increments, log_uniforms, z_llr, scales
-            )
+            active = np.arange(iterations) < count
+            increments, log_uniforms = _padded(increments, iterations), _padded(log_uniforms, iterations)
+            outputs = device(theta, current, increments, log_uniforms, z_llr, active, scales)
+            points, noisy_llrs, accepts, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
             llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
             llr_mechanism._pending = None
             return points, noisy_llrs, accepts, accepted
@@ -1497,9 +1740,10 @@ class JaxRowMechanisms(RowMechanisms):
 
         def block(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng):
             noise = _noise_source(self._noise, rng)
-            z_grads = np.empty((iterations, n_leapfrog + 1, n_params))
-            z_llr = np.empty(iterations)
-            for k in range(iterations):  # the one-call transition's order, iteration by iteration
+            count = len(momenta)
+            z_grads = np.zeros((iterations, n_leapfrog + 1, n_params))
+            z_llr = np.zeros(iterations)
+            for k in range(count):  # the one-call transition's order, iteration by iteration
                 z_grads[k] = noise.normal(0.0, 1.0, size=(n_leapfrog + 1, n_params))
                 z_llr[k] = noise.normal(0.0, 1.0)
             scales = np.array(
@@ -1513,9 +1757,13 @@ class JaxRowMechanisms(RowMechanisms):
             )
             theta = np.asarray(theta, dtype=float)
             current = llr_mechanism._loglik(theta)
-            points, noisy_llrs, accepts, accepted, loglik = device(
-                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, scales
+            active = np.arange(iterations) < count
+            momenta, step_sizes = _padded(momenta, iterations), _padded(step_sizes, iterations)
+            log_uniforms = _padded(log_uniforms, iterations)
+            outputs = device(
+                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, scales
             )
+            points, noisy_llrs, accepts, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
             llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
             llr_mechanism._pending = None
             return points, noisy_llrs, accepts, accepted

@@ -28,17 +28,16 @@ def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling
     """Poisson sampling: every row of ``n_rows`` joins the batch independently with probability q.
 
     The batch size is random (Binomial(N, q)); this is the sampling that the Poisson
-    subsampled-Gaussian accountant assumes. With a NumPy generator the included rows are
-    found by their gaps, which in a sequence of independent Bernoulli(q) trials are
-    independent Geometric(q) variables: exactly the same distribution at O(qN) cost.
-    :class:`SecureNoise` draws one uniform per row. The batch is secret: draw it from the
-    mechanism-noise generator. Returns the sorted row indices.
+    subsampled-Gaussian accountant assumes. The included rows are found by their gaps, which
+    in a sequence of independent Bernoulli(q) trials are independent Geometric(q) variables:
+    the same distribution at O(qN) cost, from a NumPy generator or from
+    :class:`SecureNoise` (``SecureNoise.geometric``: the inverse CDF of a 53-bit uniform, as
+    NumPy's). The batch is secret: draw it from the mechanism-noise generator. Returns the
+    sorted row indices.
     """
     q = check_sampling_rate("sampling_rate", sampling_rate)
     if q == 1.0:
         return np.arange(n_rows, dtype=np.int64)
-    if isinstance(rng, SecureNoise):
-        return np.flatnonzero(rng.uniform(size=n_rows) < q).astype(np.int64)
     expected = n_rows * q
     chunk = int(expected + 6.0 * math.sqrt(expected) + 8)
     positions = np.cumsum(rng.geometric(q, size=chunk)) - 1  # index of each included row

@@ -399,8 +399,8 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def _run_block(self, theta: np.ndarray, block) -> Any:
-        size = self._row_mechanisms.scan_iterations
+    def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
+        size = length
         increments = np.empty((size, theta.size))
         for k in range(size):  # the step's generator in the order transition() draws from it
             increments[k] = self.rng.normal(size=theta.shape) * self.proposal_scale

@@ -254,17 +254,23 @@ class DPStep(ArrayStepShared):
         return RaveledVars(theta, q0.point_map_info), [self._statistics(info, tuning)]
 
     def _block_iteration(self, theta: np.ndarray, builder: str, *args: Any) -> tuple[np.ndarray, TransitionInfo] | None:
-        """After tuning, the next iteration from the backend's block of iterations; None where it runs none.
+        """The next iteration from the backend's block of iterations; None where it runs none.
 
         ``builder`` names the method of the step's row mechanisms that builds a block (the JAX
         backend's ``fused_*_iterations``; other backends have none), called with ``args``;
         the block is kept until one of ``args`` changes. The step's :meth:`_run_block` draws
-        its randomness and runs a block.
+        its randomness and runs a block. After tuning a block has the backend's length; while
+        tuning, only steps whose settings stay fixed for a known number of iterations run
+        blocks, no longer than that (:meth:`_tuning_block_length`).
         """
-        if (self.tune and self._tune_initial) or self.shared:
+        if self.shared:
             return None
         build = getattr(self._row_mechanisms, builder, None)
         if build is None:
+            return None
+        tuning = bool(self.tune and self._tune_initial)
+        length = self._tuning_block_length() if tuning else None
+        if tuning and length is None:
             return None
         cached = getattr(self, "_block_cache", None)
         if cached is None or len(cached[0]) != len(args) or not all(a is b or a == b for a, b in zip(cached[0], args)):
@@ -272,24 +278,34 @@ class DPStep(ArrayStepShared):
         block = cached[1]
         if block is None:
             return None
-        return self._next_from_block(np.asarray(theta, dtype=float), lambda start: self._run_block(start, block))
+        if length is None:
+            length = self._row_mechanisms.scan_iterations
+        return self._next_from_block(
+            np.asarray(theta, dtype=float), lambda start: self._run_block(start, block, length), tuning
+        )
 
-    def _run_block(self, theta: np.ndarray, block: Callable[..., Any]) -> collections.deque:
-        """Draw a block's randomness in :meth:`transition`'s order, run it from θ: a :func:`pending_block`."""
+    def _tuning_block_length(self) -> int | None:
+        """While tuning: the iterations a block may run with the current tuned settings (None: none, one call each)."""
+        return None
+
+    def _run_block(self, theta: np.ndarray, block: Callable[..., Any], length: int) -> collections.deque:
+        """Draw ``length`` iterations' randomness in transition()'s order, run them from θ: a :func:`pending_block`."""
         raise NotImplementedError
 
     def _next_from_block(
-        self, theta: np.ndarray, run_block: Callable[[np.ndarray], collections.deque]
+        self, theta: np.ndarray, run_block: Callable[[np.ndarray], collections.deque], tuning: bool = False
     ) -> tuple[np.ndarray, TransitionInfo]:
         """The next iteration of the pending block (a backend's ``lax.scan``), running a new block from θ if none.
 
-        Blocks run only after tuning (the tuned settings are fixed). A θ other than the one
-        the next iteration starts from (another step moved the chain) drops the rest of the
-        block, which was never released, and runs a new block from θ.
+        Blocks run after tuning (the tuned settings are fixed) and, for the steps that allow it,
+        within a tuning interval. A θ other than the one the next iteration starts from
+        (another step moved the chain), or a block run in the other phase (tuning or not),
+        drops the rest of the block, which was never released, and runs a new block from θ.
         """
         pending = getattr(self, "_block_pending", None)
-        if not pending or pending[0][0] != theta.tobytes():
+        if not pending or pending[0][0] != theta.tobytes() or getattr(self, "_block_tuning", tuning) != tuning:
             pending = self._block_pending = run_block(theta)
+            self._block_tuning = tuning
         _, point, info = pending.popleft()
         return point, info
 
@@ -533,6 +549,18 @@ class RandomWalkTuning:
 
     def _tuned_statistics(self) -> dict[str, Any]:
         return {"dp_proposal_scale": float(np.mean(self.proposal_scale))}
+
+    def _tuning_block_length(self) -> int | None:
+        """The rest of the tuning interval (the scale is fixed there), within the run's planned tuning.
+
+        None where the planned number of tuning iterations is unknown (a plain ``pm.sample``
+        on PyMC 5): tuning then runs one call per iteration.
+        """
+        if self.planned_tune is None:
+            return None
+        left = self.planned_tune - self._tuning_iterations
+        length = min(self._row_mechanisms.scan_iterations, self._steps_until_tune, left)
+        return length if length >= 1 else None
 
     def _propose(self, theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """θ′ = θ + s·z, z ~ N(0, I) from the data-free ``rng``."""

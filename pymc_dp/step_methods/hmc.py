@@ -463,8 +463,8 @@ class DPHMC(DPStep):
         self._fused_cache = (*key, fused)
         return fused
 
-    def _run_block(self, theta: np.ndarray, block) -> Any:
-        size = self._row_mechanisms.scan_iterations
+    def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
+        size = length  # the backend's block length: DPHMC runs no blocks while tuning (its step size adapts)
         step_sizes = np.empty(size)
         momenta = np.empty((size, theta.size))
         log_uniforms = np.empty(size)

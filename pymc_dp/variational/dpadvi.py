@@ -588,9 +588,13 @@ class DPADVI(Inference):
         (``vmap(grad(row_loglik))`` or the batch's forward Jacobian), mapped to the variational
         parameters, clipped, summed and noised there (:class:`pymc_dp.mechanisms.jax_rows.
         JaxPoissonGradientSum`): the same release, noise draws and accounting as the default
-        backend (tested to 1e-10 in float64). ``JaxBackend(dtype="float32")`` computes the
-        per-row values in 32 bits. Refused with an ImportError naming ``backend`` when JAX is
-        not installed; a model JAX cannot run is refused at the first fit, before the charge.
+        backend (tested to 1e-10 in float64), the batches and noise drawn from the operating
+        system's CSPRNG (``os.urandom``) unless ``reproducible_noise``. In float64 the
+        iterations run in ``lax.scan`` blocks of ``JaxBackend(scan_iterations=...)`` (default
+        64), the optimiser's step on the device: the same fit as one call per iteration
+        (tested). ``JaxBackend(dtype="float32")`` computes the per-row values in 32 bits.
+        Refused with an ImportError naming ``backend`` when JAX is not installed; a model JAX
+        cannot run is refused at the first fit, before the charge.
     average_iterates : bool, default True
         End each fit at the average of its second half of iterates (Polyak–Ruppert), which
         damps the gradient noise the last iterate carries. The iterates' spread is kept as
@@ -825,6 +829,7 @@ class DPADVI(Inference):
                 dtype=self._backend.dtype,
                 chunk_rows=self._backend.chunk_rows,
                 whole_transition=False,
+                scan_iterations=self._backend.scan_iterations,
             )
             mechanisms.check_batch_gradient()
         approx_class = _APPROXIMATIONS[self.approximation]
@@ -849,11 +854,37 @@ class DPADVI(Inference):
         self._family = family_for(self.approximation, prior.n_params)
         self._params = [group.params_dict[k] for k in ("mu", "rho" if self.approximation == "meanfield" else "L_tril")]
         self._optimizer_state = make_optimizer(self.optimizer, self.learning_rate)
+        if self._backend is not None:
+            self._compile_blocks(mechanisms, prior)
         seed_sequence = np.random.SeedSequence(random_seed)
         mc_seed, noise_seed = seed_sequence.spawn(2)
         self._mc_rng = np.random.default_rng(mc_seed)
         self._noise_rng = mechanism_rng(np.random.default_rng(noise_seed), self.reproducible_noise)
         self._approx = approx
+
+    def _compile_blocks(self, mechanisms: Any, prior: Any) -> None:
+        """Compile the JAX backend's ``lax.scan`` block for the expected batch, before the charge.
+
+        Where it cannot be built (a prior JAX cannot run; float32) the fit runs one device call
+        per iteration, recorded as ``scan_iterations`` 1 in the backend record.
+        """
+        if mechanisms.scan_iterations <= 1 or mechanisms.dtype != "float64":
+            mechanisms.scan_iterations = 1
+            return
+        expected = math.ceil(self.sampling_rate * prior.n_rows)
+        batch_rows = max(64, 1 << max(expected - 1, 0).bit_length())
+        try:
+            mechanisms.device_rows.advi_iterations(
+                prior,
+                self._family,
+                self._to_rows,
+                self._optimizer_state,
+                self.n_mc,
+                mechanisms.scan_iterations,
+                batch_rows,
+            )
+        except Exception:  # no JAX form of a piece the block adds (the prior): one call per iteration
+            mechanisms.scan_iterations = 1
 
     def _packed(self) -> np.ndarray:
         return np.concatenate([np.asarray(p.get_value(), dtype=float) for p in self._params])
@@ -883,7 +914,7 @@ class DPADVI(Inference):
         prior_part = sum(self._prior.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
         return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
 
-    def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail, trace: _GradientTrace):
+    def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail, trace: _GradientTrace, n: int):
         def step() -> None:
             packed = self._packed()
             eps = self._mc_rng.standard_normal((self.n_mc, self._prior.n_params))
@@ -891,7 +922,43 @@ class DPADVI(Inference):
             tail.add(updated)
             self._unpack(updated)
 
-        return step
+        block = self._block(mechanism)
+        if block is None:
+            return step
+        size = self._row_mechanisms.scan_iterations
+        pending: list[tuple] = []
+        remaining = [n]
+
+        def block_step() -> None:
+            # Iterations come from blocks of `size`, run on the device from where the last one left the
+            # parameters; anything else moved them (a callback): the rest of the block is dropped, never used.
+            packed = self._packed()
+            if pending and pending[0][0].tobytes() != packed.tobytes():
+                pending.clear()
+            if not pending:
+                count = min(size, remaining[0])
+                eps = self._mc_rng.standard_normal((count, self.n_mc, self._prior.n_params))
+                state = self._optimizer_state.state(packed)
+                updated, states, means, released = block(packed, state, eps, count, self._noise_rng)
+                starts = [packed, *updated[:-1]]
+                pending.extend(
+                    (starts[k], updated[k], tuple(a[k] for a in states), means[k], released[k]) for k in range(count)
+                )
+            _, updated, state, mean, released = pending.pop(0)
+            remaining[0] -= 1
+            trace.add(mean, released)
+            self._optimizer_state.set_state(state)
+            tail.add(updated)
+            self._unpack(updated)
+
+        return block_step
+
+    def _block(self, mechanism: NoisyPoissonGradientSum):
+        """The JAX backend's iterations in ``lax.scan`` blocks for this fit (None: one call per iteration)."""
+        fused = getattr(self._row_mechanisms, "fused_advi_iterations", None)
+        if fused is None:
+            return None
+        return fused(mechanism, self._prior, self._family, self._to_rows, self._optimizer_state, self.n_mc)
 
     def fit(
         self,
@@ -1010,7 +1077,7 @@ class DPADVI(Inference):
             tail = _IterateTail(start=n - max(1, n // 2))  # the second half of this fit's iterates
             trace = _GradientTrace(start=n - max(1, n // 2))  # and the gradients released there
             self.state = self._iterate_without_loss(
-                0, n, self._make_step(mechanism, tail, trace), progressbar, progressbar_theme, list(callbacks or [])
+                0, n, self._make_step(mechanism, tail, trace, n), progressbar, progressbar_theme, list(callbacks or [])
             )
             # Post-processing of the released gradients: iterate averaging.
             if tail.count >= 2 and self.average_iterates:
@@ -1077,5 +1144,9 @@ class DPADVI(Inference):
             "dtype": self._backend.dtype,
             "device": jax.devices()[0].platform,
             "jax_version": jax.__version__,
-            "noise": "reproducible (seeded)" if self.reproducible_noise else "os.urandom (SecureNoise)",
+            "noise": "reproducible (seeded)" if self.reproducible_noise else "os.urandom (BufferedSecureNoise)",
+            "scan_iterations": int(
+                getattr(getattr(self, "_row_mechanisms", None), "scan_iterations", None)
+                or self._backend.scan_iterations
+            ),
         }

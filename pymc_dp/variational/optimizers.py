@@ -29,12 +29,25 @@ class AdaGrad:
         self.epsilon = check_finite_positive("epsilon", epsilon)
         self._accumulator: np.ndarray | None = None
 
+    def state(self, params: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The optimiser's state as arrays (zeros before the first step): (accumulator,)."""
+        return (np.zeros_like(params) if self._accumulator is None else self._accumulator,)
+
+    def set_state(self, state: tuple[np.ndarray, ...]) -> None:
+        """Take the state :meth:`update` returned."""
+        (self._accumulator,) = (np.asarray(a, dtype=float) for a in state)
+
+    def update(self, params, gradient, state, xp=np):
+        """One ascent step as a pure function: (parameters, state) after it; ``xp``: NumPy or ``jax.numpy``."""
+        (accumulator,) = state
+        accumulator = accumulator + gradient**2
+        return params + self.learning_rate * gradient / xp.sqrt(accumulator + self.epsilon), (accumulator,)
+
     def step(self, params: np.ndarray, gradient: np.ndarray) -> np.ndarray:
         """Return the parameters after one ascent step along ``gradient``."""
-        if self._accumulator is None:
-            self._accumulator = np.zeros_like(params)
-        self._accumulator = self._accumulator + gradient**2
-        return params + self.learning_rate * gradient / np.sqrt(self._accumulator + self.epsilon)
+        updated, state = self.update(params, gradient, self.state(params))
+        self.set_state(state)
+        return updated
 
 
 class Adam:
@@ -56,15 +69,31 @@ class Adam:
         self._v: np.ndarray | None = None
         self._t = 0
 
+    def state(self, params: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The optimiser's state as arrays (zeros before the first step): (m, v, t)."""
+        if self._m is None:
+            return np.zeros_like(params), np.zeros_like(params), np.float64(0.0)
+        return self._m, self._v, np.float64(self._t)
+
+    def set_state(self, state: tuple[np.ndarray, ...]) -> None:
+        """Take the state :meth:`update` returned."""
+        m, v, t = state
+        self._m, self._v, self._t = np.asarray(m, dtype=float), np.asarray(v, dtype=float), int(t)
+
+    def update(self, params, gradient, state, xp=np):
+        """One ascent step as a pure function: (parameters, state) after it; ``xp``: NumPy or ``jax.numpy``."""
+        m, v, t = state
+        t = t + 1.0
+        m = self.beta1 * m + (1.0 - self.beta1) * gradient
+        v = self.beta2 * v + (1.0 - self.beta2) * gradient**2
+        step = self.learning_rate * xp.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
+        return params + step * m / (xp.sqrt(v) + self.epsilon), (m, v, t)
+
     def step(self, params: np.ndarray, gradient: np.ndarray) -> np.ndarray:
         """Return the parameters after one ascent step along ``gradient``."""
-        if self._m is None:
-            self._m, self._v = np.zeros_like(params), np.zeros_like(params)
-        self._t += 1
-        self._m = self.beta1 * self._m + (1.0 - self.beta1) * gradient
-        self._v = self.beta2 * self._v + (1.0 - self.beta2) * gradient**2
-        step = self.learning_rate * np.sqrt(1.0 - self.beta2**self._t) / (1.0 - self.beta1**self._t)
-        return params + step * self._m / (np.sqrt(self._v) + self.epsilon)
+        updated, state = self.update(params, gradient, self.state(params))
+        self.set_state(state)
+        return updated
 
 
 OPTIMIZERS = {"adagrad": AdaGrad, "adam": Adam}
