@@ -14,9 +14,10 @@ compilation excluded (a warm-up run first):
 - the transition alone, ``step.transition`` called in a loop (no ``pm.sample`` bookkeeping);
 - DPPenaltyMH and full-data DPBarkerMH (random walk of scale 0.5/√N, no tuning) with
   ``scan_iterations=K`` and with one call per iteration (``scan_iterations=1``);
-- DPPenaltyMH through ``pm.sample`` with as many tuning iterations as draws (the scale tuned
-  every 100 iterations, the tuning in blocks cut at each interval's end), per iteration of the
-  whole run, with ``scan_iterations=K`` and with one call per iteration;
+- DPPenaltyMH and DPHMC through ``pm.sample`` with as many tuning iterations as draws (at least
+  200; the scale tuned every 100 iterations, or η by dual averaging and M in windows of 100, 200,
+  ...: tuning in blocks cut at each interval's or window's end), per iteration of the whole run,
+  with ``scan_iterations=K`` and with one call per iteration;
 - ``pm.HamiltonianMC`` on the host's CPU, for N up to ``--hmc-rows``, and each DP figure as a
   multiple of it;
 - the memory-bandwidth floor: each of the L + 2 releases must read X once
@@ -60,8 +61,8 @@ def _sampled(model, step, iterations: int, backend) -> float:
         detach()
 
 
-def _sampled_with_tuning(model, n_rows: int, iterations: int, backend) -> float:
-    """Per iteration of ``pm.sample`` with DPPenaltyMH tuning ``iterations`` then drawing ``iterations``.
+def _sampled_with_tuning(model, make_step, iterations: int, backend) -> float:
+    """Per iteration of ``pm.sample`` with ``make_step()`` tuning ``iterations`` then drawing ``iterations``.
 
     ``pmdp.sample`` tells the step how many tuning iterations to plan for (PyMC 6 does it itself);
     here ``planned_tune`` is set by hand so that ``pm.sample``'s loop alone is timed (``pmdp.sample``
@@ -69,7 +70,7 @@ def _sampled_with_tuning(model, n_rows: int, iterations: int, backend) -> float:
     """
     kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
     with model:
-        step = pmdp.DPPenaltyMH(proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=3.0, noise_multiplier=50.0)
+        step = make_step()
     detach = attach_backend(backend, [step])
     try:
         with model:
@@ -141,8 +142,23 @@ def main() -> None:
         times[f"DPPenaltyMH jax, scan of {args.scan_iterations}"] = _sampled(model, penalty, args.iterations, scan)
         times["DPPenaltyMH jax, one call / iteration"] = _sampled(model, penalty, args.iterations, whole)
         tuned = max(args.iterations, 200)
-        times[f"DPPenaltyMH tuned, scan of {args.scan_iterations}"] = _sampled_with_tuning(model, n_rows, tuned, scan)
-        times["DPPenaltyMH tuned, one call / iteration"] = _sampled_with_tuning(model, n_rows, tuned, whole)
+
+        def tuned_penalty(n_rows=n_rows):
+            return pmdp.DPPenaltyMH(proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=3.0, noise_multiplier=50.0)
+
+        def tuned_hmc(n_rows=n_rows):
+            return pmdp.DPHMC(
+                step_size=0.5 / np.sqrt(n_rows),
+                n_leapfrog=args.leapfrog,
+                grad_clip=3.0,
+                llr_clip=3.0,
+                grad_noise_multiplier=50.0,
+                llr_noise_multiplier=50.0,
+            )
+
+        for name, make_step in (("DPPenaltyMH", tuned_penalty), ("DPHMC", tuned_hmc)):
+            times[f"{name} tuned, scan of {args.scan_iterations}"] = _sampled_with_tuning(model, make_step, tuned, scan)
+            times[f"{name} tuned, one call / iteration"] = _sampled_with_tuning(model, make_step, tuned, whole)
         with model:
             barker = pmdp.DPBarkerMH(full_data=True, proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=0.01, tune=False)
         times[f"DPBarkerMH jax, scan of {args.scan_iterations}"] = _sampled(model, barker, args.iterations, scan)

@@ -368,3 +368,18 @@ def test_a_trajectory_whose_move_overflows_is_rejected_without_a_release(monkeyp
     )
     theta, info = step.transition(np.zeros(2))
     assert np.array_equal(theta, np.zeros(2)) and not info.accepted and np.isnan(info.noisy_llr)
+
+
+def test_dual_averaging_is_pymcs_rule():
+    # DPHMC's own dual averaging (one plain function, also run on the JAX backend's device) against PyMC's
+    # DualAverageAdaptation with the constants DPHMC used: the same η iterates and averages, bit for bit.
+    from pymc.step_methods.step_sizes import DualAverageAdaptation
+
+    from pymc_dp.step_methods.hmc import DualAveraging
+
+    ours, pymcs = DualAveraging(0.37, 0.8), DualAverageAdaptation(0.37, 0.8, 0.05, 0.75, 10)
+    for accept in np.random.default_rng(3).uniform(size=300):
+        assert ours.current(True) == pymcs.current(True) and ours.current(False) == pymcs.current(False)
+        ours.update(accept)
+        pymcs.update(accept, True)
+    assert ours.current(True) == pymcs.current(True) and ours.current(False) == pymcs.current(False)

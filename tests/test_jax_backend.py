@@ -382,19 +382,22 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
 
 
 def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
-    # After tuning, blocks of K iterations (accept/reject on the device) draw the step's generator and the
-    # noise in the one-call transition's order: with reproducible noise, the same chain, statistics and ε,
-    # for blocks that divide the draws and blocks that run past them.
+    # Blocks of K iterations (accept/reject on the device) draw the step's generator and the noise in the
+    # one-call transition's order: with reproducible noise, the same chain, statistics and ε, for blocks that
+    # divide the draws and blocks that run past them. Tuning (25 iterations, mass-matrix windows of 10 and
+    # then 20) runs in blocks cut at each window's end and at the end of tuning, the dual averaging of η on
+    # the device; the host replays it from the returned acceptance probabilities.
     from pymc_dp.mechanisms.jax_rows import JaxRows
 
-    calls = {"count": 0}
+    calls = {"count": 0, "tuning": 0}
     build = JaxRows._build_hmc_iterations
 
-    def counted(self, prior, n_leapfrog, iterations):
-        device = build(self, prior, n_leapfrog, iterations)
+    def counted(self, prior, n_leapfrog, iterations, adapt=False):
+        device = build(self, prior, n_leapfrog, iterations, adapt)
 
         def call(*args):
             calls["count"] += 1
+            calls["tuning"] += int(adapt)
             return device(*args)
 
         return call
@@ -404,22 +407,36 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
     runs, counts = {}, {}
     for scan in (1, 7, 30, 64):
         with model:
-            step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=3, step_size_jitter=0.3, reproducible_noise=True)
-        before = calls["count"]
+            step = pmdp.DPHMC(
+                grad_clip=3.0,
+                llr_clip=3.0,
+                n_leapfrog=3,
+                step_size_jitter=0.3,
+                adapt_mass_window=10,
+                reproducible_noise=True,
+            )
+        before = dict(calls)
         runs[scan] = pmdp.sample(
-            step=step, backend=pmdp.JaxBackend(scan_iterations=scan), model=model, init="prior", **RUN
+            step=step, backend=pmdp.JaxBackend(scan_iterations=scan), model=model, init="prior", **{**RUN, "tune": 25}
         )
-        counts[scan] = calls["count"] - before
+        counts[scan] = (calls["count"] - before["count"], calls["tuning"] - before["tuning"])
         assert not step._block_pending  # the unused end of the last block is dropped with the run
         record = json.loads(runs[scan].posterior.attrs["dp_accountant"])
         assert record["backend"]["scan_iterations"] == scan
-    # Blocks per chain: ⌈draws / K⌉ (tuning runs one call per iteration).
-    assert counts == {1: 0, 7: 2 * 5, 30: 2 * 1, 64: 2 * 1}
+    # Blocks per chain (all, tuning): tuning 7 + 3 and 7 + 7 + 1 (K = 7) or 10 and 15, then ⌈draws / K⌉.
+    assert counts == {1: (0, 0), 7: (2 * 10, 2 * 5), 30: (2 * 3, 2 * 2), 64: (2 * 3, 2 * 2)}
+    tuned = runs[1].sample_stats["dp_step_size"].values
+    assert np.unique(tuned[0]).size > 1  # jittered around the tuned η
     for scan in (7, 30, 64):
-        np.testing.assert_array_equal(runs[scan].posterior["m"].values, runs[1].posterior["m"].values)
-        for stat in ("dp_accepted", "dp_noisy_llr", "dp_step_size", "dp_mu_cumulative"):
-            np.testing.assert_array_equal(runs[scan].sample_stats[stat], runs[1].sample_stats[stat])
-        np.testing.assert_allclose(runs[scan].sample_stats["dp_accept"], runs[1].sample_stats["dp_accept"], atol=1e-15)
+        np.testing.assert_allclose(runs[scan].posterior["m"].values, runs[1].posterior["m"].values, rtol=1e-10)
+        np.testing.assert_array_equal(runs[scan].sample_stats["dp_accepted"], runs[1].sample_stats["dp_accepted"])
+        for stat in ("dp_noisy_llr", "dp_step_size", "dp_accept"):
+            np.testing.assert_allclose(
+                runs[scan].sample_stats[stat], runs[1].sample_stats[stat], rtol=1e-10, atol=1e-12
+            )
+        np.testing.assert_array_equal(
+            runs[scan].sample_stats["dp_mu_cumulative"], runs[1].sample_stats["dp_mu_cumulative"]
+        )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
 
 
@@ -870,6 +887,21 @@ def test_dpadvi_blocks_stopped_by_a_callback_keep_the_iteration_it_saw():
         results.append((dpadvi._packed(), dpadvi._optimizer_state._t))
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL, atol=RTOL)
     assert results[0][1] == results[1][1] == 21
+
+
+def test_dpadvi_block_is_dropped_when_a_callback_moves_the_parameters(monkeypatch):
+    # A callback that moves q's parameters (iterations 4 and 6 of 40): the rest of the pending block is dropped
+    # (never used) and a new block runs from the moved point: blocks at 1, 5, 7, 23 and 39 (K = 16), not 3.
+    calls = _counted_blocks(monkeypatch, "_build_advi_iterations")
+
+    def nudge(approx, _, i):
+        if i in (4, 6):
+            approx.params[0].set_value(approx.params[0].get_value() + 0.01)
+
+    _dpadvi_fit(pmdp.JaxBackend(scan_iterations=16), n=40)
+    assert calls["count"] == 3
+    _dpadvi_fit(pmdp.JaxBackend(scan_iterations=16), n=40, callbacks=[nudge])
+    assert calls["count"] == 3 + 5
 
 
 def test_dpadvi_on_jax_draws_its_batches_and_noise_from_os_entropy(monkeypatch):

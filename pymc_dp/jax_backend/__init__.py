@@ -60,7 +60,8 @@ class JaxBackend:
         released. While tuning, DPPenaltyMH and DPBarkerMH (whose proposal scale changes only
         at the end of each ``tune_interval``) run blocks cut at the interval's end and at the
         end of tuning, when the number of tuning iterations is known (``pmdp.sample``, or
-        PyMC 6); DPHMC's tuning (its step size adapts on every decision) runs one call each.
+        PyMC 6); DPHMC's within each mass-matrix window, its dual averaging of the step size
+        run on the device and replayed on the host from the returned acceptance probabilities.
         DPADVI in float64 (``pmdp.DPADVI(..., backend=JaxBackend(...))``): this many
         iterations per device call, the optimiser's step included (its state carried on the
         device), each block's Poisson batches and normals drawn on the host first in the
@@ -189,6 +190,8 @@ def _compile_transitions(step: Any, mechanisms: JaxRowMechanisms, backend: JaxBa
             rows.hmc_transition(step._prior, step.n_leapfrog)
             if blocks:
                 rows.hmc_iterations(step._prior, step.n_leapfrog, mechanisms.scan_iterations)
+                if step._tune_initial:  # the tuning blocks' variant (the dual averaging on the device)
+                    rows.hmc_iterations(step._prior, step.n_leapfrog, mechanisms.scan_iterations, adapt=True)
         except Exception:  # the prior has no JAX form
             mechanisms.whole_transition = False
             mechanisms.scan_iterations = 1

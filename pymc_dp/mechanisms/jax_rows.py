@@ -711,32 +711,53 @@ class JaxRows:
         self._fused_hmc[key] = self._build_hmc_transition(prior, key)
         return self._fused_hmc[key]
 
-    def hmc_iterations(self, prior, n_leapfrog: int, iterations: int):
+    def hmc_iterations(self, prior, n_leapfrog: int, iterations: int, adapt: bool = False):
         """``iterations`` DPHMC transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
 
         The body is :meth:`hmc_transition`'s function followed by the penalty test's decision
         (log U < log α̂, with log U computed on the host from the step's generator); the
         current point and its per-row log-likelihoods are the scan's carry and never leave
-        the device. Built and compiled on first use (the backend builds it when the run starts,
-        before the charge); one compilation per (L, iterations).
+        the device. With ``adapt`` (tuning) each iteration's η is exp(log η) of the dual
+        averaging times the host's jitter factor, and the dual averaging
+        (:func:`pymc_dp.step_methods.hmc.dual_averaging_update`) steps on the iteration's
+        acceptance probability, its state in the carry. Built and compiled on first use (the
+        backend builds it when the run starts, before the charge); one compilation per (L,
+        iterations, adapt).
         """
         if self.dtype != "float64":
             return None
-        key = (int(n_leapfrog), int(iterations))
+        key = (int(n_leapfrog), int(iterations), bool(adapt))
         if key not in self._fused_hmc:
             self._fused_hmc[key] = self._build_hmc_iterations(prior, *key)
         return self._fused_hmc[key]
 
-    def _build_hmc_iterations(self, prior, n_leapfrog: int, iterations: int):
+    def _build_hmc_iterations(self, prior, n_leapfrog: int, iterations: int, adapt: bool = False):
+        from pymc_dp.step_methods.hmc import dual_averaging_update  # plain arithmetic: traceable
+
         jax, jnp = self._jax, self._jnp
         transition = self._hmc_transition_function(prior, n_leapfrog)
 
         def run(
-            theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, scales, data, mask
+            theta,
+            current,
+            momenta,
+            step_sizes,
+            log_uniforms,
+            inv_mass,
+            z_grads,
+            z_llr,
+            active,
+            adaptation,
+            scales,
+            data,
+            mask,
         ):
+            mu, target, gamma, k, t0 = (adaptation[i] for i in range(4, 9))
+
             def body(carry, inputs):
-                point, loglik = carry
-                momentum, step_size, log_uniform, z_grad, z = inputs
+                point, loglik, averaging = carry
+                momentum, step_factor, log_uniform, z_grad, z = inputs
+                step_size = jnp.exp(averaging[0]) * step_factor if adapt else step_factor
                 proposal, _, noisy_llr, _, log_alpha, finite, proposed = transition(
                     point, loglik, momentum, step_size, inv_mass, z_grad, z, scales, data, mask
                 )
@@ -747,13 +768,16 @@ class JaxRows:
                 accepted, accept = _metropolis_decision(jnp, log_alpha, log_uniform)
                 point = jnp.where(accepted, proposal, point)
                 loglik = jnp.where(accepted, proposed, loglik)
-                return (point, loglik), (point, noisy_llr, accept, accepted)
+                if adapt:
+                    averaging = dual_averaging_update(averaging, accept, mu, target, gamma, k, t0, xp=jnp)
+                return (point, loglik, averaging), (point, noisy_llr, accept, accepted, step_size)
 
             inputs = (momenta, step_sizes, log_uniforms, z_grads, z_llr, active)
-            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(
-                _active_only(jax, body), (theta, current), inputs
+            averaging = tuple(adaptation[i] for i in range(4))
+            (_, loglik, _), (points, noisy_llrs, accepts, accepted, used) = jax.lax.scan(
+                _active_only(jax, body), (theta, current, averaging), inputs
             )
-            return points, noisy_llrs, accepts, accepted, loglik
+            return points, noisy_llrs, accepts, accepted, used, loglik
 
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
@@ -761,12 +785,13 @@ class JaxRows:
         current = jax.eval_shape(self._f_loglik, vector, self._data)
         arrays = [
             spec((iterations, self.n_params), np.float64),  # momenta
-            per_iteration,  # step sizes
+            per_iteration,  # step sizes (after tuning) or jitter factors (tuning)
             per_iteration,  # log U
             vector,  # M⁻¹
             spec((iterations, n_leapfrog + 1, self.n_params), np.float64),  # the gradients' normals
             per_iteration,  # the ratios' normals
             spec((iterations,), np.bool_),  # active
+            spec((9,), np.float64),  # the dual averaging's state and constants (tuning)
             spec((5,), np.float64),  # bounds, noise scales, temperature
         ]
         return self._compiled_block(run, current, arrays)
@@ -1738,9 +1763,11 @@ class JaxRowMechanisms(RowMechanisms):
         per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
         n_params = self.device_rows.n_params
 
-        def block(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng):
+        def block(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng, adaptation=None):
             noise = _noise_source(self._noise, rng)
             count = len(momenta)
+            tuning = adaptation is not None
+            run = self.device_rows.hmc_iterations(prior, n_leapfrog, iterations, adapt=True) if tuning else device
             z_grads = np.zeros((iterations, n_leapfrog + 1, n_params))
             z_llr = np.zeros(iterations)
             for k in range(count):  # the one-call transition's order, iteration by iteration
@@ -1760,12 +1787,13 @@ class JaxRowMechanisms(RowMechanisms):
             active = np.arange(iterations) < count
             momenta, step_sizes = _padded(momenta, iterations), _padded(step_sizes, iterations)
             log_uniforms = _padded(log_uniforms, iterations)
-            outputs = device(
-                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, scales
+            averaging = adaptation if tuning else np.zeros(9)
+            outputs = run(
+                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, averaging, scales
             )
-            points, noisy_llrs, accepts, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
+            points, noisy_llrs, accepts, accepted, used, loglik = (*_head(outputs[:-1], count), outputs[-1])
             llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
             llr_mechanism._pending = None
-            return points, noisy_llrs, accepts, accepted
+            return points, noisy_llrs, accepts, accepted, used
 
         return block

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_dp._errors import _raised_in_package
 from pymc_dp._validation import (
@@ -26,7 +25,59 @@ from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject, pending_block
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
-__all__ = ["DPHMC", "kinetic_energy", "leapfrog"]
+__all__ = ["DPHMC", "DualAveraging", "dual_averaging_update", "kinetic_energy", "leapfrog"]
+
+
+def dual_averaging_update(state, accept, mu, target: float, gamma: float, k: float, t0: float, xp=np):
+    """One step of Nesterov's dual averaging of log η on an acceptance statistic.
+
+    ``state`` = (log η, log η̄, H̄, m) with m the step count (from 1); returns the next state:
+    H̄ ← (1 − w) H̄ + w (δ − a) with w = 1/(m + t₀), log η ← μ − √m H̄ / γ, log η̄ ← m^(−κ) log η +
+    (1 − m^(−κ)) log η̄, m ← m + 1. Plain arithmetic (``xp``: NumPy or ``jax.numpy``), so the JAX
+    backend's tuning blocks run it on the device.
+
+    References
+    ----------
+    .. [1] Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15, §3.2.1,
+       eq. (6) and Algorithm 5; the rule of PyMC's ``DualAverageAdaptation``.
+    """
+    log_step, log_bar, hbar, count = state
+    w = 1.0 / (count + t0)
+    hbar = (1 - w) * hbar + w * (target - accept)
+    log_step = mu - hbar * xp.sqrt(count) / gamma
+    mk = count**-k
+    log_bar = mk * log_step + (1 - mk) * log_bar
+    return log_step, log_bar, hbar, count + 1
+
+
+class DualAveraging:
+    """Dual averaging of DPHMC's step size η on the released acceptance probabilities.
+
+    PyMC's ``DualAverageAdaptation`` rule (tested equal to it), with its constants γ = 0.05,
+    κ = 0.75, t₀ = 10 and μ = log(10 η₀), written on :func:`dual_averaging_update` so that the
+    same arithmetic runs on the host and in the JAX backend's tuning blocks. It reads only
+    released values (the acceptance probabilities): no privacy cost.
+    """
+
+    gamma, k, t0 = 0.05, 0.75, 10
+
+    def __init__(self, initial_step: float, target: float) -> None:
+        self.target = float(target)
+        self.mu = float(np.log(10 * initial_step))
+        log_step = np.log(initial_step)
+        self.state = (log_step, log_step, 0.0, 1)
+
+    def current(self, tune: bool) -> float:
+        """η while tuning (the iterate), else the average η̄ (what tuning ends with)."""
+        return float(np.exp(self.state[0] if tune else self.state[1]))
+
+    def update(self, accept: float) -> None:
+        """One step on the acceptance probability of the last iteration."""
+        self.state = dual_averaging_update(self.state, accept, self.mu, self.target, self.gamma, self.k, self.t0)
+
+    def settings(self) -> np.ndarray:
+        """(log η, log η̄, H̄, m, μ, δ, γ, κ, t₀) as floats, for a tuning block."""
+        return np.array([*self.state, self.mu, self.target, self.gamma, self.k, self.t0], dtype=float)
 
 
 def leapfrog(
@@ -396,7 +447,7 @@ class DPHMC(DPStep):
         """Return η, M and the adaptation windows to their initial state."""
         self.inv_mass = np.ones(self._size)
         self.step_size = self._step_size_initial
-        self._adaptation = DualAverageAdaptation(self._step_size_initial, self.target_accept, 0.05, 0.75, 10)
+        self._adaptation = DualAveraging(self._step_size_initial, self.target_accept)
         self._window: list[np.ndarray] = []
         self._window_length = self.adapt_mass_window
 
@@ -407,7 +458,7 @@ class DPHMC(DPStep):
     def _tuning_after(self, tuning: bool, theta: np.ndarray, info: TransitionInfo) -> None:
         if not tuning:
             return
-        self._adaptation.update(info.accept, True)
+        self._adaptation.update(info.accept)
         if self.adapt_mass_window:
             self._window.append(theta.copy())
             if len(self._window) == self._window_length:
@@ -434,7 +485,21 @@ class DPHMC(DPStep):
         scale = math.sqrt(float(np.mean(self.inv_mass / new_inv_mass)))
         self.inv_mass = new_inv_mass
         current = float(self._adaptation.current(True)) * scale
-        self._adaptation = DualAverageAdaptation(current, self.target_accept, 0.05, 0.75, 10)
+        self._adaptation = DualAveraging(current, self.target_accept)
+
+    def _tuning_block_length(self) -> int | None:
+        """While tuning: the rest of the mass-matrix window (M is fixed there), within the planned tuning.
+
+        The step size adapts on every decision: a tuning block runs the dual averaging on the
+        device from the host's state, and the host replays it from the returned acceptance
+        probabilities. None where the planned number of tuning iterations is unknown.
+        """
+        if self.planned_tune is None:
+            return None
+        length = min(self._row_mechanisms.scan_iterations, self.planned_tune - self._tuning_iterations)
+        if self.adapt_mass_window:
+            length = min(length, self._window_length - len(self._window))
+        return length if length >= 1 else None
 
     def stop_tuning(self) -> None:
         """Fix η at the dual-averaging average when tuning ends (PyMC calls this)."""
@@ -464,18 +529,21 @@ class DPHMC(DPStep):
         return fused
 
     def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
-        size = length  # the backend's block length: DPHMC runs no blocks while tuning (its step size adapts)
-        step_sizes = np.empty(size)
+        size = length
+        tuning = bool(self.tune and self._tune_initial)
+        # After tuning each iteration's η (jitter included); while tuning its jitter factor, η coming from the
+        # dual averaging the block runs on the device.
+        step_sizes = np.full(size, 1.0 if tuning else self.step_size)
         momenta = np.empty((size, theta.size))
         log_uniforms = np.empty(size)
         for k in range(size):  # the step's generator in the order transition() draws from it
-            step_sizes[k] = self.step_size
             if self.step_size_jitter:
                 step_sizes[k] *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
             momenta[k] = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
             log_uniforms[k] = np.log(self.rng.uniform())
-        points, noisy_llrs, accepts, accepted = block(
-            theta, momenta, step_sizes, log_uniforms, self.inv_mass, self.temperature, self.noise_rng
+        adaptation = self._adaptation.settings() if tuning else None
+        points, noisy_llrs, accepts, accepted, step_sizes = block(
+            theta, momenta, step_sizes, log_uniforms, self.inv_mass, self.temperature, self.noise_rng, adaptation
         )
         infos = [
             HMCInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k]), float(step_sizes[k]))

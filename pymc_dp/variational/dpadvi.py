@@ -927,29 +927,27 @@ class DPADVI(Inference):
             return step
         size = self._row_mechanisms.scan_iterations
         pending: list[tuple] = []
-        remaining = [n]
+        remaining, left_at = [n], [b""]
 
         def block_step() -> None:
             # Iterations come from blocks of `size`, run on the device from where the last one left the
             # parameters; anything else moved them (a callback): the rest of the block is dropped, never used.
             packed = self._packed()
-            if pending and pending[0][0].tobytes() != packed.tobytes():
+            if pending and packed.tobytes() != left_at[0]:
                 pending.clear()
             if not pending:
                 count = min(size, remaining[0])
                 eps = self._mc_rng.standard_normal((count, self.n_mc, self._prior.n_params))
                 state = self._optimizer_state.state(packed)
                 updated, states, means, released = block(packed, state, eps, count, self._noise_rng)
-                starts = [packed, *updated[:-1]]
-                pending.extend(
-                    (starts[k], updated[k], tuple(a[k] for a in states), means[k], released[k]) for k in range(count)
-                )
-            _, updated, state, mean, released = pending.pop(0)
+                pending.extend((updated[k], tuple(a[k] for a in states), means[k], released[k]) for k in range(count))
+            updated, state, mean, released = pending.pop(0)
             remaining[0] -= 1
             trace.add(mean, released)
             self._optimizer_state.set_state(state)
             tail.add(updated)
             self._unpack(updated)
+            left_at[0] = self._packed().tobytes()  # as the parameters hold it (their dtype), for the check above
 
         return block_step
 
