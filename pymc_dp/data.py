@@ -1216,11 +1216,21 @@ class RowLikelihood:
         with np.errstate(all="ignore"):
             for [theta] in _probe_points([self._theta_initial]):
                 theta = np.asarray(theta, dtype=np.float64)
-                full = np.asarray(self._f_lik(theta))
+                try:
+                    full = np.asarray(self._f_lik(theta))
+                except Exception as error:  # e.g. a type PyTensor's check refuses: its text may print the rows
+                    raise ModelStructureError(
+                        f"The per-row log-likelihood cannot be evaluated ({type(error).__name__}; its message is "
+                        "withheld, it may hold data values)."
+                    ) from None
                 try:
                     subset = np.asarray(f_idx(theta, probe))
                 except (AssertionError, ValueError):  # the documented case, if all rows evaluate (below)
                     fixed_length, subset = True, full[probe]
+                except Exception as error:  # not the documented case: refused, text withheld
+                    if lenient:
+                        return
+                    raise self._not_indexable(error) from None
                 try:
                     all_rows = np.asarray(f_idx(theta, everything))
                 except Exception as error:  # not the documented case: refused, text withheld

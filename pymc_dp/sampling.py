@@ -802,6 +802,7 @@ def _set_noise(step: DPStep, values: dict[str, Any]) -> None:
 def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int):
     """Set the planned noise on the steps for one run; return the function that undoes it."""
     saved = []
+    tunes = [(real, real.planned_tune) for real in steps]
     for real, plan in zip(steps, planned, strict=True):
         if real.needs_calibration:
             saved.append((real, {name: getattr(real, name) for name in real.noise_attributes}))
@@ -811,6 +812,8 @@ def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int):
     def restore() -> None:
         for real, values in saved:
             _set_noise(real, values)
+        for real, planned_tune in tunes:  # a later plain pm.sample must not plan with this run's tuning length
+            real.planned_tune = planned_tune
 
     return restore
 

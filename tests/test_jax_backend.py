@@ -417,7 +417,12 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
             )
         before = dict(calls)
         runs[scan] = pmdp.sample(
-            step=step, backend=pmdp.JaxBackend(scan_iterations=scan), model=model, init="prior", **{**RUN, "tune": 25}
+            step=step,
+            backend=pmdp.JaxBackend(scan_iterations=scan),
+            model=model,
+            init="prior",
+            discard_tuned_samples=False,
+            **{**RUN, "tune": 25},
         )
         counts[scan] = (calls["count"] - before["count"], calls["tuning"] - before["tuning"])
         assert not step._block_pending  # the unused end of the last block is dropped with the run
@@ -438,6 +443,17 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
             runs[scan].sample_stats["dp_mu_cumulative"], runs[1].sample_stats["dp_mu_cumulative"]
         )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+        _assert_same_tuning(runs[scan], runs[1], ("dp_noisy_llr", "dp_step_size", "dp_accept"), rtol=1e-10)
+
+
+def _assert_same_tuning(run, reference, stats, rtol: float):
+    """The tuning iterations (kept with ``discard_tuned_samples=False``) of ``run`` are ``reference``'s."""
+    np.testing.assert_allclose(run.warmup_posterior["m"].values, reference.warmup_posterior["m"].values, rtol=rtol)
+    np.testing.assert_array_equal(run.warmup_sample_stats["dp_accepted"], reference.warmup_sample_stats["dp_accepted"])
+    for stat in stats:
+        np.testing.assert_allclose(
+            run.warmup_sample_stats[stat], reference.warmup_sample_stats[stat], rtol=rtol, atol=1e-10
+        )
 
 
 def _counted_blocks(monkeypatch, builder: str) -> dict:
@@ -467,7 +483,7 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
     # changed every 10) runs in blocks cut at each interval's end and at the end of tuning.
     calls = _counted_blocks(monkeypatch, "_build_penalty_iterations")
     model, _ = normal_mean
-    run = {**RUN, "tune": 25}
+    run = {**RUN, "tune": 25, "discard_tuned_samples": False}
     runs, counts = {}, {}
     for scan in (1, 7, 64, "default"):
         with model:
@@ -491,6 +507,7 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
             runs[scan].sample_stats["dp_noisy_llr"], runs[1].sample_stats["dp_noisy_llr"], rtol=1e-10, atol=1e-10
         )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+        _assert_same_tuning(runs[scan], runs[1], ("dp_noisy_llr", "dp_proposal_scale"), rtol=1e-10)
     assert runs[1].sample_stats["dp_accepted"].values.any()
 
 
@@ -503,7 +520,7 @@ def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monk
     calls = _counted_blocks(monkeypatch, "_build_barker_iterations")
     model, _ = normal_mean
     settings = {"full_data": True} if test == "full data" else {"batch_size": 100, "tempered_size": 30.0}
-    run = {**RUN, "tune": 25}
+    run = {**RUN, "tune": 25, "discard_tuned_samples": False}
     if test == "subsampled":  # its ε is set by N, b, T and the iterations
         run.pop("epsilon")
     runs, counts = {}, {}
@@ -526,6 +543,7 @@ def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monk
                 runs[scan].sample_stats[stat], runs[1].sample_stats[stat], rtol=1e-10, atol=1e-12
             )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
+        _assert_same_tuning(runs[scan], runs[1], ("dp_noisy_llr", "dp_accept", "dp_proposal_scale"), rtol=1e-10)
     assert 0 < runs[1].sample_stats["dp_accepted"].values.mean() < 1
 
 
@@ -885,6 +903,10 @@ def test_dpadvi_blocks_stopped_by_a_callback_keep_the_iteration_it_saw():
     for scan in (1, 16):
         _, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan), n=60, callbacks=[stop_at(21)], optimizer="adam")
         results.append((dpadvi._packed(), dpadvi._optimizer_state._t))
+        # the iterations computed after the stop are not kept (PyMC keeps the step function in dpadvi.state)
+        step = dpadvi.state.step
+        kept = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__ or ()), strict=True))
+        assert ("pending" in kept) == (scan > 1) and not kept.get("pending")
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=RTOL, atol=RTOL)
     assert results[0][1] == results[1][1] == 21
 
@@ -905,8 +927,8 @@ def test_dpadvi_block_is_dropped_when_a_callback_moves_the_parameters(monkeypatc
 
 
 def test_dpadvi_on_jax_draws_its_batches_and_noise_from_os_entropy(monkeypatch):
-    # Without reproducible_noise every release's normals (D per iteration) and its Poisson batch come from
-    # BufferedSecureNoise, in blocks and one call per iteration alike.
+    # Without reproducible_noise every release's normals (D per iteration), its Poisson batch and the clipping
+    # check's histogram come from BufferedSecureNoise, in blocks and one call per iteration alike.
     drawn = {"normal": 0, "geometric": 0}
     normal, geometric = BufferedSecureNoise.normal, BufferedSecureNoise.geometric
 
@@ -918,13 +940,22 @@ def test_dpadvi_on_jax_draws_its_batches_and_noise_from_os_entropy(monkeypatch):
         drawn["geometric"] += 1
         return geometric(self, p, size)
 
+    class Untouchable:  # DPADVI's own (OS-seeded PCG64) generator: no release may draw from it on this backend
+        def __getattr__(self, name):
+            raise AssertionError(f"a release drew from DPADVI's generator ({name})")
+
+    from pymc_dp.variational import dpadvi as dpadvi_module
+
+    monkeypatch.setattr(dpadvi_module, "mechanism_rng", lambda seed_source, reproducible: Untouchable())
     monkeypatch.setattr(BufferedSecureNoise, "normal", counted_normal)
     monkeypatch.setattr(BufferedSecureNoise, "geometric", counted_geometric)
     for scan in (1, 8):
         drawn.update(normal=0, geometric=0)
         approx, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan), n=20, reproducible_noise=False)
         size = dpadvi._family.size
-        assert drawn["normal"] == 20 * size and drawn["geometric"] >= 20
+        # D normals per iteration, then the clipping check's histogram (one normal per bin)
+        assert drawn["normal"] > 20 * size and drawn["geometric"] >= 20
+        assert "clipping_check" in approx._dp_record
         assert approx._dp_record["settings"]["backend"]["noise"] == "os.urandom (BufferedSecureNoise)"
 
 

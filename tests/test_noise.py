@@ -218,3 +218,16 @@ def test_secure_geometric_edge_cases_and_bad_p():
     for bad in (0.0, -0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match=r"`p` must be in \(0, 1\]"):
             SecureNoise().geometric(bad)
+
+
+def test_poisson_batches_stay_in_range_at_tiny_sampling_rates():
+    # At q ~ 1e-19 a geometric gap exceeds int64: gaps are held (SecureNoise) and capped at N + 1 (both sources),
+    # so every index is a row (an overflowed gap once gave negative indices).
+    from pymc_dp.mechanisms import SecureNoise, poisson_sample
+
+    gaps = SecureNoise().geometric(1e-19, size=1000)
+    assert gaps.dtype == np.int64 and gaps.min() >= 1 and gaps.max() == 2**62  # held there (P ≈ 0.63 each)
+    for source in (SecureNoise(), np.random.default_rng(0)):
+        for _ in range(20):
+            batch = poisson_sample(source, 10, 1e-19)
+            assert batch.size == 0 or (batch.min() >= 0 and batch.max() < 10)

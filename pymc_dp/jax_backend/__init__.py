@@ -59,9 +59,9 @@ class JaxBackend:
         run past a chain's last draw: those iterations are computed and dropped, never
         released. While tuning, DPPenaltyMH and DPBarkerMH (whose proposal scale changes only
         at the end of each ``tune_interval``) run blocks cut at the interval's end and at the
-        end of tuning, when the number of tuning iterations is known (``pmdp.sample``, or
-        PyMC 6); DPHMC's within each mass-matrix window, its dual averaging of the step size
-        run on the device and replayed on the host from the returned acceptance probabilities.
+        end of tuning; DPHMC within each mass-matrix window, its dual averaging of the step
+        size run on the device and replayed on the host from the returned acceptance
+        probabilities. On a CPU, DPHMC measured no faster in blocks (docs/jax.md): set 1 there.
         DPADVI in float64 (``pmdp.DPADVI(..., backend=JaxBackend(...))``): this many
         iterations per device call, the optimiser's step included (its state carried on the
         device), each block's Poisson batches and normals drawn on the host first in the

@@ -1070,6 +1070,21 @@ class JaxRows:
         return call
 
 
+def _power_of_two(count: int) -> int:
+    """The smallest power of two ≥ ``count``, at least 64 (the batch paddings' sizes)."""
+    return max(64, 1 << max(int(count) - 1, 0).bit_length())
+
+
+def advi_batch_rows(n_rows: int, sampling_rate: float) -> int:
+    """Rows a DPADVI block pads its Poisson batches to: above qN + 6√(qN(1 − q)) + 8, so nearly every block has it.
+
+    A public function of N and q; the block compiled before the charge has this size, and a
+    block whose longest batch exceeds it (probability below 10⁻⁸ per batch) compiles another.
+    """
+    expected = n_rows * sampling_rate
+    return _power_of_two(math.ceil(expected + 6.0 * math.sqrt(expected * (1.0 - sampling_rate)) + 8.0))
+
+
 def _active_only(jax, body):
     """A ``lax.scan`` body that runs ``body`` where the last input (a bool) is True, else computes nothing.
 
@@ -1463,9 +1478,11 @@ class JaxRowMechanisms(RowMechanisms):
     whole_transition : bool
         Whether :meth:`fused_hmc_transition` offers DPHMC its one-call transition.
     scan_iterations : int, default 1
-        DPHMC's and DPPenaltyMH's iterations after tuning per device call
-        (:meth:`fused_hmc_iterations`, :meth:`fused_penalty_iterations`); 1: none in blocks.
-        Needs ``whole_transition``.
+        Iterations per device call of the samplers' blocks (:meth:`fused_hmc_iterations`,
+        :meth:`fused_penalty_iterations`, :meth:`fused_barker_iterations`: after tuning, and
+        within a tuning interval or mass-matrix window) and of DPADVI's
+        (:meth:`fused_advi_iterations`); 1: none in blocks. The samplers' need
+        ``whole_transition``.
 
     Notes
     -----
@@ -1491,6 +1508,10 @@ class JaxRowMechanisms(RowMechanisms):
         self.whole_transition = bool(whole_transition)
         self.scan_iterations = int(scan_iterations)
         self._noise = None if reproducible_noise else BufferedSecureNoise()
+
+    def noise_source(self, rng: Any) -> Any:
+        """Where this backend's releases draw their noise: OS entropy, or ``rng`` with ``reproducible_noise``."""
+        return _noise_source(self._noise, rng)
 
     def log_likelihood_ratio(self, llr_clip: float, noise_multiplier: float, neighbouring: str):
         """A :class:`JaxLogLikelihoodRatio` on every row."""
@@ -1549,7 +1570,7 @@ class JaxRowMechanisms(RowMechanisms):
                 batches.append(poisson_sample(noise, rows.n_rows, mechanism.sampling_rate))
                 z[k] = noise.normal(0.0, 1.0, size=size)
             longest = max(len(b) for b in batches)
-            batch_rows = max(64, 1 << max(longest - 1, 0).bit_length())  # as noisy_batch_gradient_sum
+            batch_rows = max(advi_batch_rows(rows.n_rows, mechanism.sampling_rate), _power_of_two(longest))
             index = np.zeros((iterations, batch_rows), dtype=np.int64)
             keep = np.zeros((iterations, batch_rows), dtype=bool)
             for k, batch in enumerate(batches):

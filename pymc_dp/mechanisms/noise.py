@@ -121,7 +121,8 @@ class SecureNoise:
         """Geometric(p) variates on {1, 2, ...} (trials up to the first success), by the inverse CDF.
 
         K = ⌈log U / log(1 − p)⌉ with U uniform on (0, 1): P(K > k) = P(U < (1 − p)ᵏ) = (1 − p)ᵏ,
-        the rule NumPy's generators use for small p, here on 53-bit uniforms from the OS.
+        the rule NumPy's generators use for small p, here on 53-bit uniforms from the OS. Values
+        are held at 2⁶² (reached only for p below about 10⁻¹⁷), so they stay int64.
         """
         if not 0.0 < float(p) <= 1.0:
             raise ValueError(f"`p` must be in (0, 1]. Found {p!r}.")
@@ -129,7 +130,8 @@ class SecureNoise:
         if float(p) == 1.0:
             out = np.ones(count, dtype=np.int64)
         else:
-            out = np.maximum(np.ceil(np.log(self._uniform(count)) / np.log1p(-float(p))), 1.0).astype(np.int64)
+            gaps = np.ceil(np.log(self._uniform(count)) / np.log1p(-float(p)))
+            out = np.clip(gaps, 1.0, 2.0**62).astype(np.int64)  # p below ~1e-17: gaps past int64, held at 2⁶²
         return int(out[0]) if size is None else out.reshape(size)
 
     def choice(self, n: int, size: int, replace: bool = False) -> np.ndarray:

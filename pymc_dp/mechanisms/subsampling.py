@@ -40,7 +40,9 @@ def poisson_sample(rng: np.random.Generator | SecureNoise, n_rows: int, sampling
         return np.arange(n_rows, dtype=np.int64)
     expected = n_rows * q
     chunk = int(expected + 6.0 * math.sqrt(expected) + 8)
-    positions = np.cumsum(rng.geometric(q, size=chunk)) - 1  # index of each included row
+    # A gap past the last row ends the batch whatever its length: held at N + 1, so the sums cannot overflow.
+    positions = np.cumsum(np.minimum(rng.geometric(q, size=chunk), n_rows + 1)) - 1  # index of each included row
     while positions[-1] < n_rows:  # rarely: more gaps are needed to pass the last row
-        positions = np.concatenate([positions, positions[-1] + np.cumsum(rng.geometric(q, size=chunk))])
+        gaps = np.minimum(rng.geometric(q, size=chunk), n_rows + 1)
+        positions = np.concatenate([positions, positions[-1] + np.cumsum(gaps)])
     return positions[: np.searchsorted(positions, n_rows)].astype(np.int64, copy=False)

@@ -871,8 +871,8 @@ class DPADVI(Inference):
         if mechanisms.scan_iterations <= 1 or mechanisms.dtype != "float64":
             mechanisms.scan_iterations = 1
             return
-        expected = math.ceil(self.sampling_rate * prior.n_rows)
-        batch_rows = max(64, 1 << max(expected - 1, 0).bit_length())
+        from pymc_dp.mechanisms.jax_rows import advi_batch_rows
+
         try:
             mechanisms.device_rows.advi_iterations(
                 prior,
@@ -881,9 +881,15 @@ class DPADVI(Inference):
                 self._optimizer_state,
                 self.n_mc,
                 mechanisms.scan_iterations,
-                batch_rows,
+                advi_batch_rows(prior.n_rows, self.sampling_rate),
             )
-        except Exception:  # no JAX form of a piece the block adds (the prior): one call per iteration
+        except Exception as error:  # a piece the block adds (the prior) has no JAX form: one call per iteration
+            warnings.warn(
+                f"DPADVI's lax.scan block could not be compiled ({type(error).__name__}; its message is withheld, it "
+                "may hold data values): the fit runs one device call per iteration (recorded as scan_iterations 1).",
+                UserWarning,
+                stacklevel=4,
+            )
             mechanisms.scan_iterations = 1
 
     def _packed(self) -> np.ndarray:
@@ -949,6 +955,7 @@ class DPADVI(Inference):
             self._unpack(updated)
             left_at[0] = self._packed().tobytes()  # as the parameters hold it (their dtype), for the check above
 
+        block_step.drop = pending.clear  # after the fit: iterations computed and never used are not kept
         return block_step
 
     def _block(self, mechanism: NoisyPoissonGradientSum):
@@ -1074,9 +1081,13 @@ class DPADVI(Inference):
                 from pymc.progress_bar import default_progress_theme as progressbar_theme
             tail = _IterateTail(start=n - max(1, n // 2))  # the second half of this fit's iterates
             trace = _GradientTrace(start=n - max(1, n // 2))  # and the gradients released there
-            self.state = self._iterate_without_loss(
-                0, n, self._make_step(mechanism, tail, trace, n), progressbar, progressbar_theme, list(callbacks or [])
-            )
+            step = self._make_step(mechanism, tail, trace, n)
+            try:
+                self.state = self._iterate_without_loss(
+                    0, n, step, progressbar, progressbar_theme, list(callbacks or [])
+                )
+            finally:
+                getattr(step, "drop", lambda: None)()
             # Post-processing of the released gradients: iterate averaging.
             if tail.count >= 2 and self.average_iterates:
                 self._unpack(tail.mean)
@@ -1100,8 +1111,10 @@ class DPADVI(Inference):
     def _clipping_check(self) -> dict[str, Any]:
         """One release: the noisy share of rows whose score norm at the fitted mean exceeds ``grad_clip``."""
         mean = self._family.mean_std(self._packed())[0][self._to_rows]  # the data layer's order
+        # On the JAX backend from OS entropy, as its other releases (noise_source); else DPADVI's generator.
+        noise = getattr(self._row_mechanisms, "noise_source", lambda rng: rng)(self._noise_rng)
         noisy = self._row_mechanisms.score_norm_histogram(self._clip_check_noise, self.neighbouring).release_counts(
-            mean, self._noise_rng
+            mean, noise
         )
         n_rows = self._prior.n_rows if self.neighbouring == "substitute" else None  # N public only then
         noise_std = self._clip_check_noise * histogram_sensitivity(self.neighbouring)
