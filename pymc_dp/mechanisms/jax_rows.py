@@ -529,11 +529,9 @@ class JaxRows:
         if self._f_batch_sum is None:
             self._build_batch_sum()
         batch = np.asarray(batch, dtype=np.int64)
-        size = max(64, 1 << max(len(batch) - 1, 0).bit_length())
-        chunk = min(size, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
-        index = np.zeros(size, dtype=np.int64)
-        index[: len(batch)] = batch
-        keep = np.arange(size) < len(batch)
+        size = _power_of_two(len(batch))
+        chunk = self._batch_chunk(size)
+        index, keep = _padded_batches([batch], size)
         with self._trace_low():
             index_device = self._jnp.asarray(index.reshape(size // chunk, chunk))
             clipped = self._f_batch_sum(
@@ -545,6 +543,10 @@ class JaxRows:
                 self._data,
             )
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
+
+    def _batch_chunk(self, batch_rows: int) -> int:
+        """Rows per chunk of a padded batch of ``batch_rows`` (a power of two): at most :attr:`chunk_rows`."""
+        return min(batch_rows, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
 
     def advi_iterations(self, prior, family, to_rows, optimizer, n_mc: int, iterations: int, batch_rows: int):
         """``iterations`` DPADVI iterations in one jitted ``lax.scan`` (None in float32).
@@ -579,7 +581,7 @@ class JaxRows:
         jacobian = jax.jacfwd(draw)  # M_s = ∂θ_s/∂[μ, ·] (P × D), in q's order
         entropy_gradient = jax.grad(entropy)
         batch_sum, n_params = self._f_batch_sum, self.n_params
-        chunk = min(batch_rows, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
+        chunk = self._batch_chunk(batch_rows)
         state_zero = optimizer.state(np.zeros(family.size))
 
         def run(packed, state, eps, index, keep, z, active, scales, data):
@@ -1112,6 +1114,19 @@ def _padded(values: np.ndarray, iterations: int) -> np.ndarray:
     return out
 
 
+def _padded_batches(batches: list[np.ndarray], size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of each batch padded with row 0 to ``size``, and the mask of the real ones.
+
+    Shape (``count``, size) each (default: one row per batch; rows past the batches are all padding).
+    """
+    count = len(batches) if count is None else count
+    index = np.zeros((count, size), dtype=np.int64)
+    keep = np.zeros((count, size), dtype=bool)
+    for k, batch in enumerate(batches):
+        index[k, : len(batch)], keep[k, : len(batch)] = batch, True
+    return index, keep
+
+
 def _head(tree, count: int):
     """The first ``count`` rows of every array of a (nested) tuple of NumPy arrays."""
     if isinstance(tree, tuple | list):
@@ -1571,15 +1586,10 @@ class JaxRowMechanisms(RowMechanisms):
                 z[k] = noise.normal(0.0, 1.0, size=size)
             longest = max(len(b) for b in batches)
             batch_rows = max(advi_batch_rows(rows.n_rows, mechanism.sampling_rate), _power_of_two(longest))
-            index = np.zeros((iterations, batch_rows), dtype=np.int64)
-            keep = np.zeros((iterations, batch_rows), dtype=bool)
-            for k, batch in enumerate(batches):
-                index[k, : len(batch)], keep[k, : len(batch)] = batch, True
-            draws = np.zeros((iterations, n_mc, rows.n_params))
-            draws[:count] = eps
+            index, keep = _padded_batches(batches, batch_rows, iterations)
             device = rows.advi_iterations(prior, family, to_rows, optimizer, n_mc, iterations, batch_rows)
             active = np.arange(iterations) < count
-            outputs = device(packed, state, draws, index, keep, z, active, scales)
+            outputs = device(packed, state, _padded(eps, iterations), index, keep, z, active, scales)
             return _head(outputs, count)
 
         return block

@@ -285,7 +285,23 @@ class DPStep(ArrayStepShared):
         )
 
     def _tuning_block_length(self) -> int | None:
-        """While tuning: the iterations a block may run with the current tuned settings (None: none, one call each)."""
+        """While tuning: the iterations a block may run with the current tuned settings (None: none, one call each).
+
+        At most the backend's block length, the tuning iterations left in the run (known only
+        when ``pmdp.sample`` planned it) and :meth:`_tuned_settings_fixed_for`.
+        """
+        fixed = self._tuned_settings_fixed_for()
+        if fixed is None or self.planned_tune is None:
+            return None
+        length = min(self._row_mechanisms.scan_iterations, self.planned_tune - self._tuning_iterations, fixed)
+        return length if length >= 1 else None
+
+    def _tuned_settings_fixed_for(self) -> int | float | None:
+        """Tuning iterations, this one included, before the host next changes a setting a block holds fixed.
+
+        None (the default): a setting changes after every decision the block cannot replay, so
+        tuning runs one call per iteration.
+        """
         return None
 
     def _run_block(self, theta: np.ndarray, block: Callable[..., Any], length: int) -> collections.deque:
@@ -550,17 +566,9 @@ class RandomWalkTuning:
     def _tuned_statistics(self) -> dict[str, Any]:
         return {"dp_proposal_scale": float(np.mean(self.proposal_scale))}
 
-    def _tuning_block_length(self) -> int | None:
-        """The rest of the tuning interval (the scale is fixed there), within the run's planned tuning.
-
-        None where the planned number of tuning iterations is unknown (a plain ``pm.sample``
-        on PyMC 5): tuning then runs one call per iteration.
-        """
-        if self.planned_tune is None:
-            return None
-        left = self.planned_tune - self._tuning_iterations
-        length = min(self._row_mechanisms.scan_iterations, self._steps_until_tune, left)
-        return length if length >= 1 else None
+    def _tuned_settings_fixed_for(self) -> int:
+        """The rest of the tuning interval: the proposal scale changes only at its end."""
+        return self._steps_until_tune
 
     def _propose(self, theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """θ′ = θ + s·z, z ~ N(0, I) from the data-free ``rng``."""

@@ -487,19 +487,14 @@ class DPHMC(DPStep):
         current = float(self._adaptation.current(True)) * scale
         self._adaptation = DualAveraging(current, self.target_accept)
 
-    def _tuning_block_length(self) -> int | None:
-        """While tuning: the rest of the mass-matrix window (M is fixed there), within the planned tuning.
+    def _tuned_settings_fixed_for(self) -> int | float:
+        """The rest of the mass-matrix window (M changes only at its end; none: never).
 
         The step size adapts on every decision: a tuning block runs the dual averaging on the
         device from the host's state, and the host replays it from the returned acceptance
-        probabilities. None where the planned number of tuning iterations is unknown.
+        probabilities.
         """
-        if self.planned_tune is None:
-            return None
-        length = min(self._row_mechanisms.scan_iterations, self.planned_tune - self._tuning_iterations)
-        if self.adapt_mass_window:
-            length = min(length, self._window_length - len(self._window))
-        return length if length >= 1 else None
+        return self._window_length - len(self._window) if self.adapt_mass_window else math.inf
 
     def stop_tuning(self) -> None:
         """Fix η at the dual-averaging average when tuning ends (PyMC calls this)."""

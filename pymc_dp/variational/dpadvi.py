@@ -1156,8 +1156,5 @@ class DPADVI(Inference):
             "device": jax.devices()[0].platform,
             "jax_version": jax.__version__,
             "noise": "reproducible (seeded)" if self.reproducible_noise else "os.urandom (BufferedSecureNoise)",
-            "scan_iterations": int(
-                getattr(getattr(self, "_row_mechanisms", None), "scan_iterations", None)
-                or self._backend.scan_iterations
-            ),
+            "scan_iterations": int(self._row_mechanisms.scan_iterations),  # as the fit runs (set up before a record)
         }
