@@ -1,15 +1,15 @@
 """DPADVI per iteration on the default backend and on the JAX backend (CPU or GPU).
 
 Run: ``python benchmarks/bench_dpadvi_jax.py [--rows 100000 1000000] [--features 20] [--rate 0.01]
-[--iterations 200] [--backends default jax jax-one-call]``. Logistic regression with P = features + 1
-parameters (``_common.logistic_regression``), mean-field DPADVI with the noise multiplier set by
-hand (no calibration), Poisson batches at ``--rate``. For each N and backend it reports the wall
-time per iteration of ``DPADVI.fit`` after a warm-up fit on the same object (compilation and the
-rows' transfer to the device excluded), with the default noise (on the JAX backend the operating
-system's CSPRNG, read in blocks; on the default backend a PCG64 generator seeded from it) and with
-``reproducible_noise=True`` (a seeded generator). ``jax`` runs the iterations in ``lax.scan``
-blocks of ``JaxBackend().scan_iterations``; ``jax-one-call`` one device call per iteration.
-d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
+[--iterations 200] [--backends default jax jax-one-call] [--noise default seeded]``. Logistic
+regression with P = features + 1 parameters (``_common.logistic_regression``), mean-field DPADVI
+with the noise multiplier set by hand (no calibration), Poisson batches at ``--rate``. For each N
+and backend it reports the wall time per iteration of ``DPADVI.fit`` after a warm-up fit on the same
+object (compilation and the rows' transfer to the device excluded), with the default noise (on the
+JAX backend the operating system's CSPRNG, read in blocks; on the default backend a PCG64 generator
+seeded from it) and with ``reproducible_noise=True`` (a seeded generator). ``jax`` runs the
+iterations in ``lax.scan`` blocks of ``JaxBackend().scan_iterations``; ``jax-one-call`` one device
+call per iteration. d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.01)
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    parser.add_argument(
+        "--noise",
+        nargs="+",
+        default=["default", "seeded"],
+        choices=["default", "seeded"],
+        help="the default noise source and/or reproducible_noise=True",
+    )
     args = parser.parse_args()
     print(environment())
     try:
@@ -64,7 +71,7 @@ def main() -> None:
     for n_rows in args.rows:
         model = logistic_regression(n_rows, args.features)
         for backend in args.backends:
-            for reproducible in (False, True):
+            for reproducible in [mode == "seeded" for mode in args.noise]:
                 seconds = per_iteration(model, backend, args.rate, args.iterations, reproducible)
                 noise = "seeded" if reproducible else ("PCG64 (OS seed)" if backend == "default" else "os.urandom")
                 print(

@@ -1,7 +1,7 @@
 """DPHMC per iteration on the JAX backend: the whole transition in one device call vs one call per release.
 
 Run: ``python benchmarks/bench_jax_transition.py [--rows 1000000 10000000] [--features 20] [--leapfrog 10]
-[--iterations 200] [--hmc-rows 1000000]``. Logistic regression with P = features + 1 parameters
+[--iterations 200] [--hmc-rows 1000000] [--skip NAME ...]``. Logistic regression with P = features + 1 parameters
 (``_common.logistic_regression``), DPHMC and ``pm.HamiltonianMC`` matched as in
 ``bench_jax_backend.py`` (same L, η, unit mass; the DP step's noise set by hand, no tuning).
 For each N it reports, in milliseconds per iteration, with the data already on the device and
@@ -110,7 +110,14 @@ def main() -> None:
     parser.add_argument("--hmc-rows", type=int, default=1_000_000, help="largest N at which pm.HamiltonianMC runs")
     parser.add_argument("--chunk-rows", type=int, default=None, help="JaxBackend(chunk_rows=...); 0: all rows in one")
     parser.add_argument("--scan-iterations", type=int, default=64, help="K of the scan row")
+    parser.add_argument(
+        "--skip", nargs="*", default=[], help="leave out the rows whose name contains any of these (e.g. 'per release')"
+    )
     args = parser.parse_args()
+
+    def wanted(name: str) -> bool:
+        return not any(part in name for part in args.skip)
+
     jax = import_jax()
     jax.config.update("jax_enable_x64", True)
     device = jax.devices()[0]
@@ -129,18 +136,22 @@ def main() -> None:
             pmdp.JaxBackend(chunk_rows=chunk, scan_iterations=1),
             pmdp.JaxBackend(chunk_rows=chunk, whole_transition=False),
         )
-        times = {
-            f"DPHMC jax, scan of {args.scan_iterations}": _sampled(model, dp_hmc, args.iterations, scan),
-            "DPHMC jax, whole transition": _sampled(model, dp_hmc, args.iterations, whole),
-            "DPHMC jax, per release": _sampled(model, dp_hmc, max(args.iterations // 4, 5), per_release),
-            "DPHMC jax, transition only": _transition_only(model, dp_hmc, args.iterations, whole),
-        }
+        # (name, function, arguments): each run only if not skipped
+        runs = [
+            (f"DPHMC jax, scan of {args.scan_iterations}", _sampled, (model, dp_hmc, args.iterations, scan)),
+            ("DPHMC jax, whole transition", _sampled, (model, dp_hmc, args.iterations, whole)),
+            ("DPHMC jax, per release", _sampled, (model, dp_hmc, max(args.iterations // 4, 5), per_release)),
+            ("DPHMC jax, transition only", _transition_only, (model, dp_hmc, args.iterations, whole)),
+        ]
         with model:
             penalty = pmdp.DPPenaltyMH(
                 proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=3.0, noise_multiplier=50.0, tune=False
             )
-        times[f"DPPenaltyMH jax, scan of {args.scan_iterations}"] = _sampled(model, penalty, args.iterations, scan)
-        times["DPPenaltyMH jax, one call / iteration"] = _sampled(model, penalty, args.iterations, whole)
+            barker = pmdp.DPBarkerMH(full_data=True, proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=0.01, tune=False)
+        runs += [
+            (f"DPPenaltyMH jax, scan of {args.scan_iterations}", _sampled, (model, penalty, args.iterations, scan)),
+            ("DPPenaltyMH jax, one call / iteration", _sampled, (model, penalty, args.iterations, whole)),
+        ]
         tuned = max(args.iterations, 200)
 
         def tuned_penalty(n_rows=n_rows):
@@ -157,13 +168,20 @@ def main() -> None:
             )
 
         for name, make_step in (("DPPenaltyMH", tuned_penalty), ("DPHMC", tuned_hmc)):
-            times[f"{name} tuned, scan of {args.scan_iterations}"] = _sampled_with_tuning(model, make_step, tuned, scan)
-            times[f"{name} tuned, one call / iteration"] = _sampled_with_tuning(model, make_step, tuned, whole)
-        with model:
-            barker = pmdp.DPBarkerMH(full_data=True, proposal_scale=0.5 / np.sqrt(n_rows), llr_clip=0.01, tune=False)
-        times[f"DPBarkerMH jax, scan of {args.scan_iterations}"] = _sampled(model, barker, args.iterations, scan)
-        times["DPBarkerMH jax, one call / iteration"] = _sampled(model, barker, args.iterations, whole)
-        if n_rows <= args.hmc_rows:
+            runs += [
+                (
+                    f"{name} tuned, scan of {args.scan_iterations}",
+                    _sampled_with_tuning,
+                    (model, make_step, tuned, scan),
+                ),
+                (f"{name} tuned, one call / iteration", _sampled_with_tuning, (model, make_step, tuned, whole)),
+            ]
+        runs += [
+            (f"DPBarkerMH jax, scan of {args.scan_iterations}", _sampled, (model, barker, args.iterations, scan)),
+            ("DPBarkerMH jax, one call / iteration", _sampled, (model, barker, args.iterations, whole)),
+        ]
+        times = {name: run(*arguments) for name, run, arguments in runs if wanted(name)}
+        if n_rows <= args.hmc_rows and wanted("pm.HamiltonianMC (CPU)"):
             times["pm.HamiltonianMC (CPU)"] = seconds_per_iteration(model, hmc, 5)
         base = times.get("pm.HamiltonianMC (CPU)")
         print(
