@@ -151,13 +151,11 @@ def main() -> None:
             raise
         install_refusing_chacha()
     if not hasattr(jax.lib, "xla_bridge"):
-        # d3p 0.2.0's __init__ probes jax.lib.xla_bridge.get_backend("gpu"), gone from JAX >= 0.5;
-        # JAX places arrays on its default device (the GPU where there is one) without it.
+        # d3p 0.2.0's __init__ probes jax.lib.xla_bridge.get_backend("gpu") (gone from JAX >= 0.5) and then
+        # calls numpyro.set_platform("gpu") (refused by NumPyro >= 0.16, which says "cuda"): answer its probe
+        # with the RuntimeError it catches. JAX places the arrays on its default device, the GPU where there is one.
         def get_backend(platform_name):
-            try:
-                return jax.devices(platform_name)[0].client
-            except Exception as error:  # JAX raises RuntimeError or ValueError for an absent platform
-                raise RuntimeError(str(error)) from error
+            raise RuntimeError("no jax.lib.xla_bridge: JAX's default device is used")
 
         jax.lib.xla_bridge = types.SimpleNamespace(get_backend=get_backend)
     import d3p
@@ -165,7 +163,7 @@ def main() -> None:
 
     jax.config.update("jax_enable_x64", True)  # float64, as DPADVI
     print(
-        f"python {platform.python_version()} | jax {jax.__version__} on {jax.devices()[0].platform} | "
+        f"python {platform.python_version()} | jax {jax.__version__} on {jax.devices()[0].device_kind} | "
         f"numpyro {numpyro.__version__} | d3p {getattr(d3p, '__version__', '?')} | rng suite {args.rng_suite}"
     )
     for n_rows in args.rows:

@@ -180,15 +180,19 @@ def main() -> None:
             (f"DPBarkerMH jax, scan of {args.scan_iterations}", _sampled, (model, barker, args.iterations, scan)),
             ("DPBarkerMH jax, one call / iteration", _sampled, (model, barker, args.iterations, whole)),
         ]
-        times = {name: run(*arguments) for name, run, arguments in runs if wanted(name)}
-        if n_rows <= args.hmc_rows and wanted("pm.HamiltonianMC (CPU)"):
-            times["pm.HamiltonianMC (CPU)"] = seconds_per_iteration(model, hmc, 5)
-        base = times.get("pm.HamiltonianMC (CPU)")
         print(
             f"\nN = {n_rows}, P = {n_params}, L = {args.leapfrog}, float64, chunk_rows {chunk or 'default'}; "
-            f"floor {1e3 * floor:.3f} ms / iteration"
+            f"floor {1e3 * floor:.3f} ms / iteration",
+            flush=True,
         )
-        for name, seconds in times.items():
+        base = None
+        if n_rows <= args.hmc_rows and wanted("pm.HamiltonianMC (CPU)"):
+            base = seconds_per_iteration(model, hmc, 5)
+            runs.insert(0, ("pm.HamiltonianMC (CPU)", lambda seconds: seconds, (base,)))
+        for name, run, arguments in runs:  # each row printed as it is measured
+            if not wanted(name):
+                continue
+            seconds = run(*arguments)
             ratio = f"{seconds / base:7.3f} x pm.HamiltonianMC" if base else ""
             # DPPenaltyMH and DPBarkerMH make one release per iteration: their floor is one read of X.
             own_floor = floor / (args.leapfrog + 2) if name.startswith(("DPPenaltyMH", "DPBarkerMH")) else floor

@@ -8,7 +8,8 @@
 # against one call per iteration), DPADVI against d3p (d3p on JAX's threefry: see bench_d3p.py),
 # the same at N = 10^7, then the GPU and block tests. Wheels in .whl/ (PyMC and what it needs
 # where they are not installed; d3p for its comparison) are installed first into /tmp/site.
-# SMALL=1 runs the same parts on small N (a dry run on a CPU); PYTHON picks the interpreter.
+# SMALL=1 runs the same parts on small N (a dry run on a CPU); PYTHON picks the interpreter;
+# PARTS="d3p tests" runs only the parts named; TESTS narrows the tests' -k expression.
 set -u
 out=${1:-${OUT:-/tmp/gpu_figures}}
 mkdir -p "$out"
@@ -27,6 +28,7 @@ fi
 part() {  # part NAME SECONDS COMMAND...: run with a time limit, log to OUT_DIR/NAME.log
     local name=$1 limit=$2
     shift 2
+    [ -z "${PARTS:-}" ] || [[ " $PARTS " == *" $name "* ]] || return 0
     echo "== $name ($(date +%T), limit ${limit} s)"
     timeout "$limit" "$@" >"$out/$name.log" 2>&1
     echo "   exit $? at $(date +%T)"
@@ -42,6 +44,7 @@ part dpadvi 90 "$python" benchmarks/bench_dpadvi_jax.py --rows $medium $large --
 part d3p 80 "$python" benchmarks/bench_d3p.py --rows $medium $large $huge --iterations $iterations --rng-suite threefry
 part dpadvi_huge 50 "$python" benchmarks/bench_dpadvi_jax.py --rows $huge --iterations $iterations --backends jax \
     --noise default
-part transition_huge 110 "$python" benchmarks/bench_jax_transition.py --rows $huge --iterations $iterations \
+part transition_huge 170 "$python" benchmarks/bench_jax_transition.py --rows $huge --iterations $iterations \
     --hmc-rows 0 --skip "per release" "tuned" "DPBarkerMH"
-part tests 60 "$python" -m pytest -q -p no:cacheprovider tests/test_jax_backend.py -k "blocks or gpu or whole_transition or linear"
+part tests 90 "$python" -m pytest -q -p no:cacheprovider tests/test_jax_backend.py \
+    -k "${TESTS:-blocks or gpu or whole_transition or linear}"
