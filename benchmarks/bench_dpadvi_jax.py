@@ -7,9 +7,12 @@ with the noise multiplier set by hand (no calibration), Poisson batches at ``--r
 and backend it reports the wall time per iteration of ``DPADVI.fit`` after a warm-up fit on the same
 object (compilation and the rows' transfer to the device excluded), with the default noise (on the
 JAX backend the operating system's CSPRNG, read in blocks; on the default backend a PCG64 generator
-seeded from it) and with ``reproducible_noise=True`` (a seeded generator). ``jax`` runs the
-iterations in ``lax.scan`` blocks of ``JaxBackend().scan_iterations``; ``jax-one-call`` one device
-call per iteration. d3p's figure on the same settings: ``bench_d3p.py``, in its own environment.
+seeded from it) and with ``reproducible_noise=True`` (a seeded generator): the whole call, and
+inside its loop (callback time stamps from the end of the first 64 iterations to the last: the
+iterations without the fit's fixed costs, its pricing before and its record after, which the third
+column gives per fit). ``jax`` runs the iterations in ``lax.scan`` blocks of
+``JaxBackend().scan_iterations``; ``jax-one-call`` one device call per iteration. d3p's figure on
+the same settings: ``bench_d3p.py``, in its own environment.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import pymc_dp as pmdp
 BACKENDS = ("default", "jax", "jax-one-call")
 
 
-def per_iteration(model, backend, rate: float, iterations: int, reproducible: bool) -> float:
+def per_iteration(model, backend, rate: float, iterations: int, reproducible: bool) -> tuple[float, float]:
+    """Seconds per iteration of the whole ``fit`` call, and inside its loop (after its first 64 iterations)."""
     if backend == "jax-one-call":
         backend = pmdp.JaxBackend(scan_iterations=1)
     fit = pmdp.DPADVI(
@@ -39,9 +43,13 @@ def per_iteration(model, backend, rate: float, iterations: int, reproducible: bo
         backend=backend,
     )
     fit.fit(10, model=model, progressbar=False)  # warm-up: compilation, rows on the device
+    stamps: list[float] = []
     start = time.perf_counter()
-    fit.fit(iterations, model=model, progressbar=False)
-    return (time.perf_counter() - start) / iterations
+    fit.fit(iterations, model=model, progressbar=False, callbacks=[lambda *_: stamps.append(time.perf_counter())])
+    whole = (time.perf_counter() - start) / iterations
+    # From the end of the first block of 64 (the default scan_iterations): whole blocks, each with its device call.
+    skip = min(64, iterations // 4)
+    return whole, (stamps[-1] - stamps[skip - 1]) / (iterations - skip)
 
 
 def main() -> None:
@@ -66,16 +74,18 @@ def main() -> None:
         print(f"jax {jax.__version__}, device {jax.devices()[0]}")
     except ImportError:
         print("jax not installed")
-    print("| N | P | q | backend | noise | ms per iteration |")
-    print("|---|---|---|---|---|---|")
+    print("| N | P | q | backend | noise | ms per iteration of fit | ms per iteration in its loop | fixed ms per fit |")
+    print("|---|---|---|---|---|---:|---:|---:|")
     for n_rows in args.rows:
         model = logistic_regression(n_rows, args.features)
         for backend in args.backends:
             for reproducible in [mode == "seeded" for mode in args.noise]:
-                seconds = per_iteration(model, backend, args.rate, args.iterations, reproducible)
+                whole, loop = per_iteration(model, backend, args.rate, args.iterations, reproducible)
+                fixed = (whole - loop) * args.iterations
                 noise = "seeded" if reproducible else ("PCG64 (OS seed)" if backend == "default" else "os.urandom")
                 print(
-                    f"| {n_rows} | {args.features + 1} | {args.rate:g} | {backend} | {noise} | {1e3 * seconds:.2f} |",
+                    f"| {n_rows} | {args.features + 1} | {args.rate:g} | {backend} | {noise} | {1e3 * whole:.3f} | "
+                    f"{1e3 * loop:.3f} | {1e3 * fixed:.0f} |",
                     flush=True,
                 )
 

@@ -638,7 +638,7 @@ def sample(
     # however it ends; a run that PyMC aborts after the charge stays charged.
     detach = attach_backend(device, steps)  # compiled before the charge: a failure here charges nothing
     backend_details = {"backend": backend_record(device, steps)} if device is not None else {}
-    restore = _commit_calibration(steps, planned, tune)
+    restore = _commit_calibration(steps, planned, tune, draws)
     for s in steps:
         s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
     clip_record = None
@@ -799,21 +799,21 @@ def _set_noise(step: DPStep, values: dict[str, Any]) -> None:
         noise_changed()
 
 
-def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int):
-    """Set the planned noise on the steps for one run; return the function that undoes it."""
+def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int, draws: int):
+    """Set the planned noise and the run's length on the steps for one run; return the function that undoes it."""
     saved = []
-    tunes = [(real, real.planned_tune) for real in steps]
+    lengths = [(real, real.planned_tune, real.planned_draws) for real in steps]
     for real, plan in zip(steps, planned, strict=True):
         if real.needs_calibration:
             saved.append((real, {name: getattr(real, name) for name in real.noise_attributes}))
             _set_noise(real, {name: getattr(plan, name) for name in real.noise_attributes})
-        real.planned_tune = tune
+        real.planned_tune, real.planned_draws = tune, draws
 
     def restore() -> None:
         for real, values in saved:
             _set_noise(real, values)
-        for real, planned_tune in tunes:  # a later plain pm.sample must not plan with this run's tuning length
-            real.planned_tune = planned_tune
+        for real, planned_tune, planned_draws in lengths:  # a later plain pm.sample must not plan with this run's
+            real.planned_tune, real.planned_draws = planned_tune, planned_draws
 
     return restore
 

@@ -166,6 +166,26 @@ def test_gaussian_and_poisson_gaussian_compose_as_one_pld():
     assert eps <= compose_epsilon([gaussian, subsampled], 1e-5)[0] + 1e-12  # deterministic
 
 
+def test_a_repeated_composition_comes_from_the_cache_and_equals_the_uncached_one():
+    # PrivateRun prices its events before the run and records the same events after it: composed once.
+    from pymc_dp.accounting.events import _cached_composition, _composition
+
+    events = (GaussianReleases(30.0, 1000), PoissonGaussianReleases(2.0, 0.05, 1000, "substitute"))
+    _cached_composition.cache_clear()
+    first = compose_epsilon(list(events), 1e-5)
+    assert compose_epsilon(events, 1e-5) == first == _composition(events, 1e-5)
+    assert _cached_composition.cache_info().hits == 1
+    # 0, 0.0 and False are cached apart: pure releases hold at δ = 0, but a bool δ is still refused
+    pure = (PureDPReleases(0.5, 2),)
+    assert compose_epsilon(pure, 0)[0] == compose_epsilon(pure, 0.0)[0] == 1.0
+    with pytest.raises(TypeError, match="delta"):
+        compose_epsilon(pure, False)
+    with pytest.raises(ValueError, match="delta"):  # an invalid δ raises every time (errors are not cached)
+        compose_epsilon(events, 1.5)
+    with pytest.raises(ValueError, match="delta"):
+        compose_epsilon(events, 1.5)
+
+
 @pytest.mark.parametrize(("count", "expected_method"), [(1, "pld+rdp"), (100, "rdp")])
 def test_rdp_events_compose_by_the_tighter_of_all_rdp_and_a_delta_split(count, expected_method):
     # A small RDP event beside a large subsampled one: the δ split wins (the PLD part is much tighter

@@ -386,7 +386,9 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
     # one-call transition's order: with reproducible noise, the same chain, statistics and ε, for blocks that
     # divide the draws and blocks that run past them. Tuning (25 iterations, mass-matrix windows of 10 and
     # then 20) runs in blocks cut at each window's end and at the end of tuning, the dual averaging of η on
-    # the device; the host replays it from the returned acceptance probabilities.
+    # the device; the host replays it from the returned acceptance probabilities. The last block stops at the
+    # run's last draw (pmdp.sample tells the step the run's length): it draws nothing past it, so the chain's
+    # generator ends where one call per iteration leaves it.
     from pymc_dp.mechanisms.jax_rows import JaxRows
 
     calls = {"count": 0, "tuning": 0}
@@ -404,7 +406,7 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
 
     monkeypatch.setattr(JaxRows, "_build_hmc_iterations", counted)
     model, _ = normal_mean
-    runs, counts = {}, {}
+    runs, counts, generators = {}, {}, {}
     for scan in (1, 7, 30, 64):
         with model:
             step = pmdp.DPHMC(
@@ -425,7 +427,9 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
             **{**RUN, "tune": 25},
         )
         counts[scan] = (calls["count"] - before["count"], calls["tuning"] - before["tuning"])
+        generators[scan] = (step.rng.bit_generator.state, step.noise_rng.bit_generator.state)
         assert not step._block_pending  # the unused end of the last block is dropped with the run
+        assert step.planned_tune is None and step.planned_draws is None  # the run's length is not kept
         record = json.loads(runs[scan].posterior.attrs["dp_accountant"])
         assert record["backend"]["scan_iterations"] == scan
     # Blocks per chain (all, tuning): tuning 7 + 3 and 7 + 7 + 1 (K = 7) or 10 and 15, then ⌈draws / K⌉.
@@ -444,6 +448,7 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
         )
         assert runs[scan].posterior.attrs["dp_epsilon"] == runs[1].posterior.attrs["dp_epsilon"]
         _assert_same_tuning(runs[scan], runs[1], ("dp_noisy_llr", "dp_step_size", "dp_accept"), rtol=1e-10)
+        assert generators[scan] == generators[1]  # nothing drawn for iterations past the last draw
 
 
 def _assert_same_tuning(run, reference, stats, rtol: float):
@@ -633,8 +638,8 @@ def test_blocks_draw_their_noise_from_os_entropy(normal_mean, monkeypatch):
         )
     run = dict(draws=40, tune=0, chains=1, random_seed=3, progressbar=False, on_poor_mixing="ignore", delta=1e-6)
     pmdp.sample(step=step, backend=pmdp.JaxBackend(scan_iterations=16), model=model, init="prior", **run)
-    assert calls["count"] == 3  # ⌈40 / 16⌉ blocks
-    assert drawn["count"] == 3 * 16 * ((3 + 1) * 1 + 1)  # every block iteration's normals, from OS entropy
+    assert calls["count"] == 3  # ⌈40 / 16⌉ blocks, the last one of 8 iterations (it stops at the last draw)
+    assert drawn["count"] == 40 * ((3 + 1) * 1 + 1)  # every iteration's normals, from OS entropy
 
 
 def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):

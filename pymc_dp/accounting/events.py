@@ -7,6 +7,7 @@ that a result object carries everything needed to recompute its ε.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -307,6 +308,11 @@ def compose_epsilon(
 ) -> tuple[float, str, float | None]:
     """ε at ``delta`` of the composition of ``events``.
 
+    A pure function of public settings (the events are frozen), so the last results are kept:
+    a run that prices its events before it reads data and records the same events after it
+    (``PrivateRun.plan`` then ``record``) composes them once. A PLD composition of
+    Poisson-subsampled releases takes about 0.1 s.
+
     All-Gaussian compositions use the exact closed form (μ adds). Pure ε-DP releases alone
     add (``delta`` may then be 0). Anything with an RDP curve is composed in RDP on
     :data:`DEFAULT_ORDERS` together with the orders of the curves, the Gaussian parts
@@ -319,6 +325,20 @@ def compose_epsilon(
     (epsilon, method, mu)
     """
     events = tuple(events)
+    try:
+        return _cached_composition(events, delta)
+    except TypeError:  # an unhashable delta (an array, say): composed without the cache, which checks it
+        return _composition(events, delta)
+
+
+@functools.lru_cache(maxsize=32, typed=True)  # typed: 0, 0.0 and False are checked apart
+def _cached_composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
+    return _composition(events, delta)
+
+
+def _composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
+    """:func:`compose_epsilon` without its cache."""
+    events = tuple(events)
     pure = [e for e in events if isinstance(e, PureDPReleases)]
     rest = [e for e in events if not isinstance(e, PureDPReleases)]
     pure_eps = sum(e.total_epsilon for e in pure)
@@ -330,7 +350,7 @@ def compose_epsilon(
     if all(isinstance(e, GaussianReleases) for e in events):
         mu = sum(e.mu for e in events)
         return gaussian_epsilon(delta, mu), "gaussian_closed_form", mu
-    rest_eps, rest_method, _ = compose_epsilon(rest, delta) if (pure and rest) else (0.0, "", None)
+    rest_eps, rest_method, _ = _composition(tuple(rest), delta) if (pure and rest) else (0.0, "", None)
     if not pure and all(isinstance(e, GaussianReleases | PoissonGaussianReleases) for e in events):
         return _pld_composition(events, delta)
     # The default grid plus every order an RDP curve was computed at (e.g. all integers up to b/5 − 1).

@@ -152,6 +152,8 @@ class DPStep(ArrayStepShared):
     noise_attributes: ClassVar[tuple[str, ...]] = ()
     #: Number of tuning iterations of the current run when known (None: unknown).
     planned_tune: int | None = None
+    #: Number of draws of the current run when known (None: unknown): a backend's last block stops there.
+    planned_draws: int | None = None
     #: Names of the clip-bound attributes that may be ``"auto"`` (chosen privately by :func:`pymc_dp.sample`).
     clip_attributes: ClassVar[tuple[str, ...]] = ()
 
@@ -195,13 +197,15 @@ class DPStep(ArrayStepShared):
         self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)  # replaced per chain by PyMC's hook
 
     # -- per-chain hooks ------------------------------------------------------------------
-    def _new_chain(self, rng: Any, tune: int | None = None) -> None:
+    def _new_chain(self, rng: Any, tune: int | None = None, draws: int | None = None) -> None:
         self._check_ready()
         self._check_clip_bounds()
         self.rng = get_random_generator(rng, copy=False)
         self.noise_rng = mechanism_rng(self.rng, self.reproducible_noise)
-        if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets it
+        if tune is not None:  # PyMC 6 tells the step; with PyMC 5, pymc_dp.sample sets them
             self.planned_tune = int(tune)
+        if draws is not None:
+            self.planned_draws = int(draws)
         self.tune = self._tune_initial if tune is None else (self._tune_initial and tune > 0)
         self._iterations_chain, self._mu_spent_chain = 0, 0.0
         self.reset_tuning()
@@ -212,7 +216,7 @@ class DPStep(ArrayStepShared):
         self._new_chain(rng)
 
     def setup_chain(self, rng: Any, tune: int, draws: int) -> None:  # PyMC 6
-        self._new_chain(rng, tune)
+        self._new_chain(rng, tune, draws)
 
     def _reset_chain_state(self) -> None:
         """Drop caches that must not carry over between chains (counts and tuning are reset by the base)."""
@@ -261,7 +265,8 @@ class DPStep(ArrayStepShared):
         the block is kept until one of ``args`` changes. The step's :meth:`_run_block` draws
         its randomness and runs a block. After tuning a block has the backend's length; while
         tuning, only steps whose settings stay fixed for a known number of iterations run
-        blocks, no longer than that (:meth:`_tuning_block_length`).
+        blocks, no longer than that (:meth:`_tuning_block_length`). The last block of a run
+        whose length is known stops at its last draw (:meth:`_draws_block_length`).
         """
         if self.shared:
             return None
@@ -279,7 +284,7 @@ class DPStep(ArrayStepShared):
         if block is None:
             return None
         if length is None:
-            length = self._row_mechanisms.scan_iterations
+            length = self._draws_block_length()
         return self._next_from_block(
             np.asarray(theta, dtype=float), lambda start: self._run_block(start, block, length), tuning
         )
@@ -295,6 +300,18 @@ class DPStep(ArrayStepShared):
             return None
         length = min(self._row_mechanisms.scan_iterations, self.planned_tune - self._tuning_iterations, fixed)
         return length if length >= 1 else None
+
+    def _draws_block_length(self) -> int:
+        """After tuning: the backend's block length, cut at the run's last iteration when the run's length is known.
+
+        Known from ``pmdp.sample`` (and from PyMC 6, which tells the step); a block that would run
+        past the last draw computed iterations that were dropped, never released.
+        """
+        length = self._row_mechanisms.scan_iterations
+        if self.planned_tune is None or self.planned_draws is None:
+            return length
+        left = self.planned_tune + self.planned_draws - self._iterations_chain
+        return min(length, left) if left >= 1 else length
 
     def _tuned_settings_fixed_for(self) -> int | float | None:
         """Tuning iterations, this one included, before the host next changes a setting a block holds fixed.
