@@ -32,6 +32,21 @@ def logistic_regression(n_rows: int = 100_000, n_features: int = 10, seed: int =
     return model
 
 
+def correlated_gaussian(n_rows: int = 100_000, dim: int = 10, seed: int = 0) -> pm.Model:
+    """Räisä et al.'s 10-d Gaussian (DP-HMC paper, §4): x ~ N(θ, Σ), Σ = Q diag(Gamma(0.5)) Qᵀ, θ ~ N(0, 100² I).
+
+    The model of ``examples/dp_hmc_experiments.py`` without its reference posterior; P = ``dim``.
+    """
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.uniform(size=(dim, dim)))
+    cov = q @ np.diag(rng.gamma(0.5, size=dim)) @ q.T
+    x = rng.multivariate_normal(np.eye(dim)[1] * 3.0, cov, size=n_rows)
+    with pm.Model(coords={"obs": np.arange(n_rows), "dim": np.arange(dim)}) as model:
+        theta = pm.Normal("theta", 0, 100, dims="dim")
+        pm.MvNormal("y", theta, cov=cov, observed=pm.Data("x", x, dims=("obs", "dim")), dims=("obs", "dim"))
+    return model
+
+
 def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 5) -> float:
     """Median over ``repeats`` rounds of the mean time of ``number`` calls (after one warm-up call)."""
     fn()

@@ -1,10 +1,12 @@
-"""DPHMC vs pm.HamiltonianMC per iteration, same L, η and model (logistic regression).
+"""DPHMC vs pm.HamiltonianMC per iteration, same L, η and model (logistic regression or the 10-d Gaussian).
 
-Run: ``python benchmarks/bench_hmc.py [--rows 100000] [--features 10] [--leapfrog 10] [--iterations 40]
-[--repeats 5]``. Both samplers use L leapfrog steps of the same size and a unit mass matrix;
-HMC's cost is L + 1 full-data log-density gradients per iteration, DPHMC's L + 1 clipped
-gradient sums (each one compiled pass per row chunk, see ``RowLikelihood.clipped_sum_mode``)
-plus one per-row log-likelihood vector. Target ratio ≤ 1.2.
+Run: ``python benchmarks/bench_hmc.py [--model logistic] [--rows 100000] [--features 10] [--leapfrog
+10] [--iterations 40] [--repeats 5]``. ``--model gaussian``: the DP-HMC paper's 10-d correlated
+Gaussian with an unknown mean (``_common.correlated_gaussian``, P = 10; ``--features`` ignored),
+whose clipped sums need per-row gradients (no linear predictor). Both samplers use L leapfrog steps
+of the same size and a unit mass matrix; HMC's cost is L + 1 full-data log-density gradients per
+iteration, DPHMC's L + 1 clipped gradient sums (each one compiled pass per row chunk, see
+``RowLikelihood.clipped_sum_mode``) plus one per-row log-likelihood vector. Target ratio ≤ 1.2.
 
 The two samplers are timed alternately ``--repeats`` times in the same process; the ratio is
 reported from the fastest round of each (wall clock, and CPU time of this process, which a
@@ -20,7 +22,7 @@ import time
 
 import numpy as np
 import pymc as pm
-from _common import environment, logistic_regression, matched_hmc_steps
+from _common import correlated_gaussian, environment, logistic_regression, matched_hmc_steps
 
 
 def _seconds_per_iteration(model: pm.Model, step, iterations: int) -> tuple[float, float]:
@@ -35,6 +37,7 @@ def _seconds_per_iteration(model: pm.Model, step, iterations: int) -> tuple[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("logistic", "gaussian"), default="logistic")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=10)
     parser.add_argument("--leapfrog", type=int, default=10)
@@ -43,8 +46,10 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="PyTensor compile mode for pymc-dp, e.g. NUMBA")
     args = parser.parse_args()
     logging.getLogger("pymc").setLevel(logging.ERROR)  # one line per pm.sample call otherwise
-    model = logistic_regression(args.rows, args.features)
-    n_params = args.features + 1
+    if args.model == "gaussian":
+        model, n_params = correlated_gaussian(args.rows), 10
+    else:
+        model, n_params = logistic_regression(args.rows, args.features), args.features + 1
 
     with model:
         hmc, dp_hmc = matched_hmc_steps(
@@ -57,7 +62,7 @@ def main() -> None:
     hmc_t, dp_t = np.array(rounds["hmc"]), np.array(rounds["dp"])
     print(environment())
     print(
-        f"rows N = {args.rows}, parameters P = {n_params}, leapfrog L = {args.leapfrog}, "
+        f"{args.model}: rows N = {args.rows}, parameters P = {n_params}, leapfrog L = {args.leapfrog}, "
         f"iterations = {args.iterations} x {args.repeats} rounds"
     )
     print("                    wall min   wall median   cpu min   cpu median   (ms / iteration)")
