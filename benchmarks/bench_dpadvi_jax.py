@@ -8,7 +8,7 @@ and backend it reports the wall time per iteration of ``DPADVI.fit`` after a war
 object (compilation and the rows' transfer to the device excluded), with the default noise (on the
 JAX backend the operating system's CSPRNG, read in blocks; on the default backend a PCG64 generator
 seeded from it) and with ``reproducible_noise=True`` (a seeded generator): the whole call, and
-inside its loop (callback time stamps from the end of the first 64 iterations to the last: the
+inside its loop (callback time stamps from the end of the first block, 64 iterations, to the last: the
 iterations without the fit's fixed costs, its pricing before and its record after, which the third
 column gives per fit). ``jax`` runs the iterations in ``lax.scan`` blocks of
 ``JaxBackend().scan_iterations``; ``jax-one-call`` one device call per iteration. d3p's figure on
@@ -28,9 +28,14 @@ BACKENDS = ("default", "jax", "jax-one-call")
 
 
 def per_iteration(model, backend, rate: float, iterations: int, reproducible: bool) -> tuple[float, float]:
-    """Seconds per iteration of the whole ``fit`` call, and inside its loop (after its first 64 iterations)."""
+    """Seconds per iteration of the whole ``fit`` call, and inside its loop (after its first block)."""
     if backend == "jax-one-call":
         backend = pmdp.JaxBackend(scan_iterations=1)
+    # From the end of the first block (the JAX backend's scan_iterations; 64 elsewhere): whole blocks, each with
+    # its device call, so the loop's figure counts every block's call.
+    skip = backend.scan_iterations if isinstance(backend, pmdp.JaxBackend) else pmdp.JaxBackend().scan_iterations
+    if iterations < 2 * skip:
+        raise ValueError(f"`--iterations` must be at least {2 * skip} to time the loop. Found {iterations}.")
     fit = pmdp.DPADVI(
         noise_multiplier=1.0,
         delta=1e-6,
@@ -47,8 +52,6 @@ def per_iteration(model, backend, rate: float, iterations: int, reproducible: bo
     start = time.perf_counter()
     fit.fit(iterations, model=model, progressbar=False, callbacks=[lambda *_: stamps.append(time.perf_counter())])
     whole = (time.perf_counter() - start) / iterations
-    # From the end of the first block of 64 (the default scan_iterations): whole blocks, each with its device call.
-    skip = min(64, iterations // 4)
     return whole, (stamps[-1] - stamps[skip - 1]) / (iterations - skip)
 
 
@@ -57,7 +60,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--rate", type=float, default=0.01)
-    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--iterations", type=int, default=256)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     parser.add_argument(
         "--noise",

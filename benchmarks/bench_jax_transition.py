@@ -5,7 +5,9 @@ Run: ``python benchmarks/bench_jax_transition.py [--rows 1000000 10000000] [--fe
 (``_common.logistic_regression``), DPHMC and ``pm.HamiltonianMC`` matched as in
 ``bench_jax_backend.py`` (same L, η, unit mass; the DP step's noise set by hand, no tuning).
 For each N it reports, in milliseconds per iteration, with the data already on the device and
-compilation excluded (a warm-up run first):
+compilation excluded (a warm-up run first), each ``pm.sample`` row per iteration of the whole call
+and inside its loop (``pm.sample``'s callback time stamps from the end of the first block to the
+last iteration: without the call's fixed costs):
 
 - ``pm.sample`` with ``JaxBackend(scan_iterations=K)`` (``--scan-iterations``, default 64: K
   iterations, accept/reject included, in one ``lax.scan`` per device call);
@@ -53,20 +55,42 @@ def device_bandwidth(jax) -> float:
     return 2 * x.nbytes * 10 / (time.perf_counter() - start)
 
 
-def _sampled(model, step, iterations: int, backend) -> float:
+def _timed_sample(model, step, draws: int, tune: int, skip: int) -> tuple[float, float]:
+    """Seconds per iteration of one ``pm.sample`` call, whole and inside its loop.
+
+    Inside the loop: ``pm.sample``'s callback time stamps, from the end of the first ``skip``
+    iterations (a whole first block) to the last iteration, so PyMC's fixed costs per call (its
+    setup, the trace, the InferenceData) are left out.
+    """
+    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
+    stamps: list[float] = []
+    with model:
+        start = time.perf_counter()
+        pm.sample(step=step, draws=draws, tune=tune, callback=lambda **_: stamps.append(time.perf_counter()), **kwargs)
+    whole = (time.perf_counter() - start) / (draws + tune)
+    if len(stamps) < 2 * skip:
+        raise ValueError(f"`--iterations` must be at least {2 * skip} to time the loop. Found {draws}.")
+    return whole, (stamps[-1] - stamps[skip - 1]) / (len(stamps) - skip)
+
+
+def _sampled(model, step, iterations: int, backend) -> tuple[float, float]:
+    """Per iteration of ``pm.sample`` drawing ``iterations`` (whole call, in its loop), after a warm-up call."""
     detach = attach_backend(backend, [step])
     try:
-        return seconds_per_iteration(model, step, iterations)
+        with model:
+            kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
+            pm.sample(step=step, draws=5, tune=0, **kwargs)  # warm-up (compilation caches)
+        return _timed_sample(model, step, iterations, 0, min(backend.scan_iterations, iterations // 2))
     finally:
         detach()
 
 
-def _sampled_with_tuning(model, make_step, iterations: int, backend) -> float:
+def _sampled_with_tuning(model, make_step, iterations: int, backend) -> tuple[float, float]:
     """Per iteration of ``pm.sample`` with ``make_step()`` tuning ``iterations`` then drawing ``iterations``.
 
-    ``pmdp.sample`` tells the step how many tuning iterations to plan for (PyMC 6 does it itself);
-    here ``planned_tune`` is set by hand so that ``pm.sample``'s loop alone is timed (``pmdp.sample``
-    adds its accounting and diagnostics once per run).
+    ``pmdp.sample`` tells the step how long the run is (PyMC 6 does it itself); here
+    ``planned_tune`` and ``planned_draws`` are set by hand so that ``pm.sample``'s loop alone is
+    timed (``pmdp.sample`` adds its accounting and diagnostics once per run).
     """
     kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
     with model:
@@ -74,14 +98,12 @@ def _sampled_with_tuning(model, make_step, iterations: int, backend) -> float:
     detach = attach_backend(backend, [step])
     try:
         with model:
-            step.planned_tune = 5
+            step.planned_tune, step.planned_draws = 5, 5
             pm.sample(step=step, draws=5, tune=5, **kwargs)  # warm-up (compilation caches)
-            step.planned_tune = iterations
-            start = time.perf_counter()
-            pm.sample(step=step, draws=iterations, tune=iterations, **kwargs)
+        step.planned_tune, step.planned_draws = iterations, iterations
+        return _timed_sample(model, step, iterations, iterations, min(backend.scan_iterations, iterations))
     finally:
         detach()
-    return (time.perf_counter() - start) / (2 * iterations)
 
 
 def _transition_only(model, step, iterations: int, backend) -> float:
@@ -96,7 +118,7 @@ def _transition_only(model, step, iterations: int, backend) -> float:
         start = time.perf_counter()
         for _ in range(iterations):
             theta, _ = step.transition(theta)
-        return (time.perf_counter() - start) / iterations
+        return (time.perf_counter() - start) / iterations, None
     finally:
         detach()
 
@@ -188,15 +210,20 @@ def main() -> None:
         base = None
         if n_rows <= args.hmc_rows and wanted("pm.HamiltonianMC (CPU)"):
             base = seconds_per_iteration(model, hmc, 5)
-            runs.insert(0, ("pm.HamiltonianMC (CPU)", lambda seconds: seconds, (base,)))
+            runs.insert(0, ("pm.HamiltonianMC (CPU)", lambda seconds: (seconds, None), (base,)))
         for name, run, arguments in runs:  # each row printed as it is measured
             if not wanted(name):
                 continue
-            seconds = run(*arguments)
+            seconds, in_loop = run(*arguments)
             ratio = f"{seconds / base:7.3f} x pm.HamiltonianMC" if base else ""
             # DPPenaltyMH and DPBarkerMH make one release per iteration: their floor is one read of X.
             own_floor = floor / (args.leapfrog + 2) if name.startswith(("DPPenaltyMH", "DPBarkerMH")) else floor
-            line = f"  {name:38s} {1e3 * seconds:9.3f} ms / iteration  {seconds / own_floor:7.1f} x floor  {ratio}"
+            loop = (
+                "" if in_loop is None else f"; in the loop {1e3 * in_loop:9.3f} ms ({in_loop / own_floor:5.1f} x floor)"
+            )
+            line = (
+                f"  {name:38s} {1e3 * seconds:9.3f} ms / iteration ({seconds / own_floor:5.1f} x floor){loop}  {ratio}"
+            )
             print(line, flush=True)
 
 

@@ -384,7 +384,7 @@ def test_steps_the_backend_does_not_run_are_refused(normal_mean):
 def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypatch):
     # Blocks of K iterations (accept/reject on the device) draw the step's generator and the noise in the
     # one-call transition's order: with reproducible noise, the same chain, statistics and ε, for blocks that
-    # divide the draws and blocks that run past them. Tuning (25 iterations, mass-matrix windows of 10 and
+    # divide the draws and blocks longer than the draws left. Tuning (25 iterations, mass-matrix windows of 10 and
     # then 20) runs in blocks cut at each window's end and at the end of tuning, the dual averaging of η on
     # the device; the host replays it from the returned acceptance probabilities. The last block stops at the
     # run's last draw (pmdp.sample tells the step the run's length): it draws nothing past it, so the chain's

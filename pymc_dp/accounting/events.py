@@ -326,9 +326,10 @@ def compose_epsilon(
     """
     events = tuple(events)
     try:
-        return _cached_composition(events, delta)
-    except TypeError:  # an unhashable delta (an array, say): composed without the cache, which checks it
+        hash((events, delta))
+    except TypeError:  # an unhashable delta or event field (an array, say): composed without the cache
         return _composition(events, delta)
+    return _cached_composition(events, delta)
 
 
 @functools.lru_cache(maxsize=32, typed=True)  # typed: 0, 0.0 and False are checked apart
