@@ -55,6 +55,10 @@ def device_bandwidth(jax) -> float:
     return 2 * x.nbytes * 10 / (time.perf_counter() - start)
 
 
+#: ``pm.sample``'s settings for every timed call here: one chain, no progress bar, no convergence checks.
+ONE_CHAIN = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
+
+
 def _timed_sample(model, step, draws: int, tune: int, skip: int) -> tuple[float, float]:
     """Seconds per iteration of one ``pm.sample`` call, whole and inside its loop.
 
@@ -62,11 +66,11 @@ def _timed_sample(model, step, draws: int, tune: int, skip: int) -> tuple[float,
     iterations (a whole first block) to the last iteration, so PyMC's fixed costs per call (its
     setup, the trace, the InferenceData) are left out.
     """
-    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
     stamps: list[float] = []
     with model:
         start = time.perf_counter()
-        pm.sample(step=step, draws=draws, tune=tune, callback=lambda **_: stamps.append(time.perf_counter()), **kwargs)
+        stamp = lambda **_: stamps.append(time.perf_counter())  # noqa: E731  (pm.sample's callback, every iteration)
+        pm.sample(step=step, draws=draws, tune=tune, callback=stamp, **ONE_CHAIN)
     whole = (time.perf_counter() - start) / (draws + tune)
     if len(stamps) < 2 * skip:
         raise ValueError(f"`--iterations` must be at least {2 * skip} to time the loop. Found {draws}.")
@@ -78,8 +82,7 @@ def _sampled(model, step, iterations: int, backend) -> tuple[float, float]:
     detach = attach_backend(backend, [step])
     try:
         with model:
-            kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
-            pm.sample(step=step, draws=5, tune=0, **kwargs)  # warm-up (compilation caches)
+            pm.sample(step=step, draws=5, tune=0, **ONE_CHAIN)  # warm-up (compilation caches)
         return _timed_sample(model, step, iterations, 0, min(backend.scan_iterations, iterations // 2))
     finally:
         detach()
@@ -92,14 +95,13 @@ def _sampled_with_tuning(model, make_step, iterations: int, backend) -> tuple[fl
     ``planned_tune`` and ``planned_draws`` are set by hand so that ``pm.sample``'s loop alone is
     timed (``pmdp.sample`` adds its accounting and diagnostics once per run).
     """
-    kwargs = dict(chains=1, cores=1, random_seed=3, progressbar=False, compute_convergence_checks=False)
     with model:
         step = make_step()
     detach = attach_backend(backend, [step])
     try:
         with model:
             step.planned_tune, step.planned_draws = 5, 5
-            pm.sample(step=step, draws=5, tune=5, **kwargs)  # warm-up (compilation caches)
+            pm.sample(step=step, draws=5, tune=5, **ONE_CHAIN)  # warm-up (compilation caches)
         step.planned_tune, step.planned_draws = iterations, iterations
         return _timed_sample(model, step, iterations, iterations, min(backend.scan_iterations, iterations))
     finally:
@@ -111,8 +113,7 @@ def _transition_only(model, step, iterations: int, backend) -> float:
     detach = attach_backend(backend, [step])
     try:
         with model:
-            kwargs = dict(chains=1, cores=1, progressbar=False, compute_convergence_checks=False)
-            pm.sample(step=step, draws=3, tune=0, **kwargs)
+            pm.sample(step=step, draws=3, tune=0, **ONE_CHAIN)
         theta = np.array(step._prior.initial_theta)
         step.transition(theta)
         start = time.perf_counter()

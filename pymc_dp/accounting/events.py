@@ -338,8 +338,7 @@ def _cached_composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple
 
 
 def _composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
-    """:func:`compose_epsilon` without its cache."""
-    events = tuple(events)
+    """:func:`compose_epsilon` without its cache (``events`` a tuple)."""
     pure = [e for e in events if isinstance(e, PureDPReleases)]
     rest = [e for e in events if not isinstance(e, PureDPReleases)]
     pure_eps = sum(e.total_epsilon for e in pure)
