@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 from pymc.model import modelcontext
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_unit_interval_open
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases
 from pymc_dp.results import (
+    check_cumulative_statistic,
+    check_integrity,
     finalize_result,
     group,
     posterior_attrs,
@@ -35,6 +38,7 @@ UNRECORDED_START = {
 }
 
 
+@withholds_chains
 def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: Any = None) -> Any:
     """Turn the result of a plain ``pm.sample(step=...)`` run with DP steps into a publishable one.
 
@@ -75,6 +79,11 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     ValueError
         When ``delta`` is missing or not in (0, 1); when ``sample_stats`` holds statistics of
         a non-DP sampler; when ``step`` does not match the result.
+    pymc_dp.results.AlteredResultError
+        When a result that carries a record is not the object the record priced (results
+        joined along chains or draws, draws or record edited: :func:`pymc_dp.results.check_integrity`),
+        or when a plain result's cumulative statistics show runs joined along ``draw``.
+        Nothing is changed.
 
     Notes
     -----
@@ -94,6 +103,7 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     model = modelcontext(model)
     attrs = posterior_attrs(idata)
     if "dp_accountant" in attrs:
+        check_integrity(idata)  # the object its record priced, before anything is stripped
         strip_private_groups(idata, model)
         privacy_spent(idata, delta, model=model)  # checks what is left
         return idata
@@ -143,6 +153,7 @@ def _publish_record(
 def _chain_total(idata: Any, statistic: str, over_steps: str) -> float:
     """Σ over chains of a cumulative statistic at the chain's last stored draw (steps combined by ``over_steps``)."""
     values = group(idata, "sample_stats")[statistic]
+    check_cumulative_statistic(values, statistic)  # runs joined along `draw` would be priced as the last one
     extra = [d for d in values.dims if d not in ("chain", "draw")]
     if extra:
         values = values.sum(dim=extra) if over_steps == "sum" else values.max(dim=extra)

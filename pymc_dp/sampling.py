@@ -39,6 +39,7 @@ from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import (
     PrivateStart,
+    check_cumulative_statistic,
     check_publishable,
     group,
     group_names,
@@ -638,6 +639,8 @@ def sample(
     # however it ends; a run that PyMC aborts after the charge stays charged.
     detach = attach_backend(device, steps)  # compiled before the charge: a failure here charges nothing
     backend_details = {"backend": backend_record(device, steps)} if device is not None else {}
+    if dask_backend is not None:
+        backend_details = {"backend": _dask_record(dask_backend)}
     restore = _commit_calibration(steps, planned, tune, draws)
     for s in steps:
         s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
@@ -708,6 +711,19 @@ def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, A
         )
     kwargs.setdefault("cores", 1)
     return backend
+
+
+def _dask_record(backend: Any) -> dict[str, Any]:
+    """The public description of a :class:`pymc_dp.DaskBackend` written in ``dp_accountant["backend"]`` (no data)."""
+    import distributed
+
+    return {
+        "name": "dask",
+        "partitions": backend.partitions,  # None: one per worker at the start of the run
+        "workers": len(backend.client.scheduler_info()["workers"]),
+        "timeout": backend.timeout,
+        "distributed_version": distributed.__version__,
+    }
 
 
 def _start_seed(random_seed: Any) -> Any:
@@ -853,12 +869,20 @@ def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) 
     pymc_dp.results.UnpublishableResultError
         When the result holds what reads the data (``observed_data``, a posterior
         predictive group, a deterministic reading data, ...).
+    pymc_dp.results.AlteredResultError
+        When the result is not the object its record priced (:func:`pymc_dp.results.check_integrity`:
+        results joined along chains or draws, draws or the record edited, events deleted,
+        ``dp_integrity`` missing), or, for a plain result, when a chain's ``dp_mu_cumulative``
+        (``dp_iterations``) does not grow by one amount per stored draw (runs joined along
+        ``draw``, which would be priced as the last run alone).
 
     Notes
     -----
     Neighbouring relation: the one the steps were built for (``"unknown"`` is reported for a
     plain ``pm.sample`` result, whose statistics do not record it). A result with statistics
-    of non-DP samplers is refused.
+    of non-DP samplers is refused. The record is checked against the object, not trusted:
+    its digest (``dp_integrity``) binds it to the draws it was written for. The digest has no
+    secret key; it catches mistakes (two results joined and priced as one), not a forger.
     """
     attrs = posterior_attrs(idata)
     if "dp_accountant" in attrs:
@@ -886,6 +910,9 @@ def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) 
     if "sample_stats" not in group_names(idata):
         raise ValueError("`idata` has no sample_stats: it is not the result of sampling with pymc_dp steps.")
     stats = group(idata, "sample_stats")
+    for name in ("dp_iterations", "dp_mu_cumulative"):  # draws of several runs joined along `draw` are refused
+        if name in stats:
+            check_cumulative_statistic(stats[name], name)
     # -- a subsampled DPBarkerMH: priced in RDP from the N, b and iteration counts its statistics record --
     barker = recorded_barker_releases(stats)
     if barker is not None:
