@@ -137,6 +137,30 @@ class ExponentialFamily:
         lo, hi = self.intervals()
         return float(np.sqrt(np.sum((hi - lo) ** 2)))
 
+    def grid_intervals(self, exponent: int) -> tuple[list[int], list[int]]:
+        """(Lⱼ, Uⱼ): the interval of every coordinate in units of the grid 2^``exponent``, rounded to nearest.
+
+        A row statistic clipped to [loⱼ, hiⱼ] and rounded to the grid (round half to even, exact
+        after the scaling by a power of two) lies in [Lⱼ, Uⱼ]: rounding is monotone.
+        """
+        lo, hi = self.intervals()
+        return (
+            [int(v) for v in np.rint(np.ldexp(lo, -exponent))],
+            [int(v) for v in np.rint(np.ldexp(hi, -exponent))],
+        )
+
+    def grid_sensitivities(self, exponent: int) -> tuple[int, int]:
+        """(Δ₁, Δ₂²) of the statistics rounded row by row to the grid 2^``exponent``, in grid units (exact integers).
+
+        Every coordinate of a rounded row lies in [Lⱼ, Uⱼ] (:meth:`grid_intervals`), so replacing
+        one row moves the integer sum by at most Uⱼ − Lⱼ in coordinate j: Δ₁ = Σ (Uⱼ − Lⱼ),
+        Δ₂² = Σ (Uⱼ − Lⱼ)². Rounding can add at most one unit per coordinate to the exact
+        widths; for bounds on the grid (integers, dyadic fractions) it adds nothing.
+        """
+        lower, upper = self.grid_intervals(exponent)
+        widths = [u - v for v, u in zip(lower, upper, strict=True)]
+        return sum(widths), sum(w * w for w in widths)
+
     def settings(self) -> dict[str, Any]:
         """Public settings, for the accountant record."""
         return {"family": self.name}
@@ -322,6 +346,11 @@ class Categorical(ExponentialFamily):
 
     def l2_sensitivity(self) -> float:
         return math.sqrt(2.0)
+
+    def grid_sensitivities(self, exponent: int) -> tuple[int, int]:
+        """One-hot rows rounded to the grid stay one-hot with entry u = round(2^−exponent): Δ₁ = 2u, Δ₂² = 2u²."""
+        unit = self.grid_intervals(exponent)[1][0]
+        return 2 * unit, 2 * unit * unit
 
     def settings(self) -> dict[str, Any]:
         return {"family": self.name, "n_categories": self.n_categories}

@@ -12,6 +12,7 @@ import numpy as np
 import pymc as pm
 from pymc.model import modelcontext
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
     check_bool,
     check_finite_positive,
@@ -96,12 +97,15 @@ class CovariateAnchor:
         Its noise's Laplace scale b or Gaussian standard deviation σ.
     noise_variance : float
         2b² or σ² per coordinate.
+    grid : float or None
+        γ of a discrete-noise anchor (its ``noisy_statistics`` lie on γℤ); None for continuous noise.
     """
 
     anchor: np.ndarray
     noisy_statistics: np.ndarray
     scale: float
     noise_variance: float
+    grid: float | None = None
 
     @property
     def value(self) -> np.ndarray:
@@ -159,6 +163,11 @@ class ReleasedStatistics:
     covariate_anchors : tuple of CovariateAnchor
         Logistic regression released with ``covariate_anchors=k``: the k anchors, in the
         order they were released (``epsilon``, ``delta`` and ``events`` include them).
+    noise : {"discrete", "continuous"}
+        The noise sampler: exact discrete Laplace or Gaussian noise on a grid (the default of
+        :func:`release_statistics`), or NumPy's float64 samplers (a release built by hand).
+    grid : float or None
+        γ, the grid spacing of a discrete-noise release: ``noisy_statistics`` lie on γℤ.
 
     Notes
     -----
@@ -182,10 +191,17 @@ class ReleasedStatistics:
     delta: float = 0.0
     l2_sensitivity: float | None = None
     covariate_anchors: tuple[CovariateAnchor, ...] = field(default=(), repr=False)
+    noise: str = "continuous"
+    grid: float | None = None
 
     @property
     def noise_variance(self) -> float:
-        """The variance of each coordinate's noise: 2b² (Laplace) or σ² (Gaussian)."""
+        """The variance of each coordinate's noise: 2b² (Laplace) or σ² (Gaussian).
+
+        For discrete noise these are the continuous distributions' variances at the same scale:
+        the discrete Laplace's is 2b² − γ²/6 + O(γ⁴/b²), the discrete Gaussian's σ² up to a
+        relative e^{−2π²(σ/γ)²}; with b, σ ≥ 2²⁰γ the difference is below 10⁻¹³ of the variance.
+        """
         return 2.0 * self.scale**2 if self.mechanism == "laplace" else self.scale**2
 
     def likelihood(self, name: str, *, noise_aware: bool = True, covariates: str | None = None, **params: Any):
@@ -308,6 +324,20 @@ class ReleasedStatistics:
             noise = {"noise": "gaussian", "l2_sensitivity": self.l2_sensitivity, "gaussian_std": self.scale}
         if self.covariate_anchors:
             method += f", and {len(self.covariate_anchors)} covariate anchors"
+        if self.noise == "discrete":
+            sampler = {
+                "noise_sampler": "discrete",
+                "noise_sampler_note": (
+                    "rows rounded to the grid, summed exactly, exact integer "
+                    + ("discrete Laplace" if self.mechanism == "laplace" else "discrete Gaussian")
+                    + " noise from "
+                    + ("the seeded generator (testing only)" if self.reproducible_noise else "OS entropy (secrets)")
+                    + " (Canonne, Kamath and Steinke 2020)"
+                ),
+                "grid_spacing": self.grid,
+            }
+        else:
+            sampler = {"noise_sampler": "continuous", "noise_sampler_note": "NumPy float64 samplers (Mironov 2012)"}
         return AccountantRecord.priced(
             method,
             self.events,
@@ -318,6 +348,7 @@ class ReleasedStatistics:
             details={
                 "family": self.family.settings(),
                 **noise,
+                **sampler,
                 "released_statistics": [float(v) for v in self.statistics],
                 **(
                     {}
@@ -344,6 +375,7 @@ class ReleasedStatistics:
         """
         return annotate_releases(idata, [self], model=model)
 
+    @withholds_chains
     def sample(self, model: Any = None, on_poor_mixing: str = "warn", **kwargs: Any) -> Any:
         """``pm.sample(**kwargs)`` on a model that reads the data only through this release; annotated result.
 
@@ -360,6 +392,7 @@ def _anchor_record(anchor: CovariateAnchor, mechanism: str) -> dict[str, Any]:
         "anchor": [float(v) for v in anchor.anchor],
         "unprojected_statistics": [float(v) for v in anchor.noisy_statistics],
         noise: anchor.scale,
+        **({} if anchor.grid is None else {"grid_spacing": anchor.grid}),
     }
 
 
@@ -512,6 +545,7 @@ def _has_covariate_moments(model: Any, releases: list[ReleasedStatistics]) -> bo
     return any(rv.name.endswith("_x_mean_std") for rv in model.free_RVs)
 
 
+@withholds_chains
 def release_statistics(
     family: str | ExponentialFamily,
     data: Any,
@@ -525,6 +559,7 @@ def release_statistics(
     mechanism: str = "laplace",
     delta: float | None = None,
     covariate_anchors: int = 0,
+    noise: str = "discrete",
     **family_settings: Any,
 ) -> ReleasedStatistics:
     """Release the aggregate sufficient statistics of ``data`` once with the Laplace (or Gaussian) mechanism.
@@ -573,6 +608,15 @@ def release_statistics(
         :data:`ANCHOR_SHARE` = 40 % of the budget (of ε, or of ρ for Gaussian noise), inside
         the same ``epsilon`` and ``delta``, three quarters of it for the last anchor
         (:func:`anchor_shares`). Recommended: 2.
+    noise : {"discrete", "continuous"}, default "discrete"
+        ``"discrete"``: each row's statistic is rounded to a grid γℤ (γ = 2^e, at most 2⁻²⁰ of
+        the noise scale over N: :func:`pymc_dp.mechanisms.sufficient_statistics.grid_exponent`),
+        the integers are summed exactly and exact discrete Laplace (or discrete Gaussian) noise
+        is added in grid units (Canonne, Kamath and Steinke 2020), with uniform integers from
+        the OS (:mod:`secrets`) unless ``reproducible_noise``. The guarantee then does not rest
+        on floating-point noise: every output is reachable from every neighbouring data set.
+        ``"continuous"``: the earlier release, S + NumPy float64 Laplace (or Gaussian) noise,
+        open to precision attacks (Mironov 2012). See ``docs/privacy.md``, "Noise generation".
     out_of_bounds : {"clamp", "raise"}, default "clamp"
         ``"clamp"`` maps every row, on its own, to the nearest admissible row (numbers clipped
         to the bounds, counts and labels rounded into range, NaN to the lower bound) and
@@ -601,6 +645,20 @@ def release_statistics(
     interval of every entry of zzᵀ (z = (x, y)) for linear regression. Δ₂ (Gaussian) = the L2
     norm of those widths: each coordinate moves by at most its interval's width.
 
+    **Discrete noise (the default).** The mechanism's output is γ·(K + Z) with K the exact
+    integer sum of the rows' statistics clipped to the family's intervals and rounded to γℤ
+    (each row on its own), and Z integer noise: discrete Laplace of scale Δ₁ᵍ/ε, or discrete
+    Gaussian of variance τ²Δ₂ᵍ², where Δ₁ᵍ and Δ₂ᵍ are the sensitivities of K in grid units
+    (:meth:`~pymc_dp.exponential_family.ExponentialFamily.grid_sensitivities`, exact integers
+    that include the rounding: at most one unit per coordinate above Δ/γ, none for bounds on
+    the grid). The Laplace release is then exactly (ε, 0)-DP; the Gaussian one is exactly
+    1/(2τ²)-zCDP, the same ρ as the continuous Gaussian (Canonne, Kamath and Steinke 2020),
+    and its (ε, δ) is computed by the accountant as for the continuous Gaussian, whose curve
+    the discrete one matches up to terms of order e^{−2π²(σ/γ)²} (σ/γ ≥ 2²⁰ here). The
+    rounding moves each coordinate of S by at most N·γ/2 ≤ 2⁻²¹ of the noise scale, and the
+    noise's variance differs from 2b² (σ²) by O(γ²): the noise-aware likelihoods, which model
+    the continuous noise at ``scale``, are off by less than 10⁻⁶ of a noise sd.
+
     **What ε covers.** The single release Ŝ = Proj(S + Laplace(Δ₁/ε)^d) of the clamped rows
     is (ε, 0)-DP (clamping is row-wise, so Δ₁ holds for any raw row); the
     projection onto the feasible set (non-negative counts, counts summing to N, a
@@ -622,11 +680,16 @@ def release_statistics(
        practice of privacy-preserving Bayesian data analysis. UAI, §3.2, eq. (16)–(17), §4.2.
     .. [2] Dwork, C., McSherry, F., Nissim, K. and Smith, A. (2006). Calibrating noise to
        sensitivity in private data analysis. TCC.
+    .. [3] Canonne, C. L., Kamath, G. and Steinke, T. (2020). The discrete Gaussian for
+       differential privacy. NeurIPS.
+    .. [4] Mironov, I. (2012). On significance of the least significant bits for differential
+       privacy. CCS.
     """
     fam = get_family(family, **family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
     out_of_bounds = check_out_of_bounds(out_of_bounds)
     delta = _check_mechanism(fam, mechanism, delta)
+    noise = _check_noise(noise)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     if check_neighbouring("neighbouring", neighbouring) != "substitute":
         raise ValueError(
@@ -663,17 +726,18 @@ def release_statistics(
             e for value in anchor_settings for e in PrivateSufficientStatistics.gaussian_events(value, anchor_label)
         )
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
-    private = PrivateSufficientStatistics(fam, data, out_of_bounds)
+    private = PrivateSufficientStatistics(
+        fam, data, out_of_bounds, grid_scale=_grid_scale(fam, mechanism, noise_setting) if noise == "discrete" else None
+    )
     run = PrivateRun("release_statistics", delta=delta, neighbouring="substitute", n_rows=private.n_rows, budget=budget)
     run.plan(events, advice="use a smaller ε for this release.")
     with run.releasing(label=label):
         rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
-        if mechanism == "laplace":
-            noisy, scale = private.laplace_noisy(noise_setting, rng)
-        else:
-            noisy, scale = private.gaussian_noisy(noise_setting, rng)
+        # Discrete noise reads its uniform integers from the OS (secrets) unless the noise is reproducible.
+        source = rng if reproducible_noise or noise == "continuous" else None
+        noisy, scale = _noisy(private, mechanism, noise, noise_setting, source)
         released_anchors = _release_anchors(
-            fam, data, out_of_bounds, noisy, private.n_rows, anchor_settings, mechanism, rng
+            fam, data, out_of_bounds, noisy, private.n_rows, anchor_settings, mechanism, source, noise
         )
     statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
     n_rows = private.n_rows
@@ -693,7 +757,41 @@ def release_statistics(
         delta=delta,
         l2_sensitivity=fam.l2_sensitivity() if mechanism == "gaussian" else None,
         covariate_anchors=released_anchors,
+        noise=noise,
+        grid=private.grid,
     )
+
+
+NOISE_SAMPLERS = ("discrete", "continuous")
+
+
+def _check_noise(noise: Any) -> str:
+    if not isinstance(noise, str) or noise not in NOISE_SAMPLERS:
+        raise ValueError(f"`noise` must be one of {list(NOISE_SAMPLERS)}. Found {noise!r}.")
+    return noise
+
+
+def _grid_scale(family: ExponentialFamily, mechanism: str, setting: float) -> float | None:
+    """The noise scale a discrete release's grid is built for (public): Δ₁/ε or τΔ₂; None when it is 0."""
+    scale = family.l1_sensitivity() / setting if mechanism == "laplace" else setting * family.l2_sensitivity()
+    return scale if scale > 0.0 else None
+
+
+def _noisy(
+    private: PrivateSufficientStatistics, mechanism: str, noise: str, setting: float, source: Any
+) -> tuple[np.ndarray, float]:
+    """One release of ``private`` at ``setting`` (ε or τ) with the chosen mechanism and sampler."""
+    if noise == "continuous":
+        return (
+            private.laplace_noisy(setting, source)
+            if mechanism == "laplace"
+            else private.gaussian_noisy(setting, source)
+        )
+    if private.grid is None:  # zero sensitivity: the statistics are public
+        return private._exact_statistics.copy(), 0.0
+    if mechanism == "laplace":
+        return private.discrete_laplace_noisy(setting, source)
+    return private.discrete_gaussian_noisy(setting, source)
 
 
 def anchor_shares(count: int) -> list[float]:
@@ -739,6 +837,7 @@ def _release_anchors(
     settings: list[float],
     mechanism: str,
     rng: Any,
+    noise: str = "continuous",
 ) -> tuple[CovariateAnchor, ...]:
     """Release one covariate anchor per entry of ``settings`` (its ε or τ), each at the estimate from the releases
     before it (inside the run)."""
@@ -747,14 +846,13 @@ def _release_anchors(
         previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
         point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
         anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
-        private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds)
-        if mechanism == "laplace":
-            values, scale = private.laplace_noisy(setting, rng)
-            variance = 2.0 * scale**2
-        else:
-            values, scale = private.gaussian_noisy(setting, rng)
-            variance = scale**2
-        released.append(CovariateAnchor(np.asarray(point, dtype=float), values, float(scale), float(variance)))
+        grid_scale = _grid_scale(anchor_family, mechanism, setting) if noise == "discrete" else None
+        private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds, grid_scale=grid_scale)
+        values, scale = _noisy(private, mechanism, noise, setting, rng)
+        variance = 2.0 * scale**2 if mechanism == "laplace" else scale**2
+        released.append(
+            CovariateAnchor(np.asarray(point, dtype=float), values, float(scale), float(variance), private.grid)
+        )
     return tuple(released)
 
 

@@ -1,5 +1,10 @@
 """Releases of an exponential family's aggregate sufficient statistics (Laplace once, or Gaussian per iteration).
 
+``release_statistics`` adds exact integer noise by default: each row's statistic is rounded to a
+grid of spacing γ = 2^e, the integers are summed exactly, and discrete Laplace or discrete
+Gaussian noise is added (Canonne, Kamath and Steinke 2020), so the release's guarantee does not
+rest on floating-point noise (Mironov 2012).
+
 The rows of a sufficient-statistics release are read here and nowhere else:
 :class:`PrivateSufficientStatistics` checks them against the family's public bounds (or clamps
 them into the bounds), sums the per-row statistics and keeps only that sum; the step and
@@ -9,14 +14,83 @@ them into the bounds), sums the per-row statistics and keeps only that sum; the 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PureDPReleases
-from pymc_dp.mechanisms.noise import SecureNoise
+from pymc_dp.mechanisms.noise import SecureNoise, discrete_gaussian_noise, discrete_laplace_noise
 
-__all__ = ["NoisySufficientStatistics", "PrivateSufficientStatistics", "laplace_sufficient_statistics"]
+__all__ = [
+    "GRID_BITS",
+    "NoisySufficientStatistics",
+    "PrivateSufficientStatistics",
+    "grid_exponent",
+    "laplace_sufficient_statistics",
+]
+
+#: The discrete noise's grid γ = 2^e is the largest power of two with N·γ ≤ scale·2^−GRID_BITS and
+#: γ ≤ (narrowest non-zero coordinate width)·2^−GRID_BITS: the rounding of all N rows together moves a
+#: coordinate by at most N·γ/2 ≤ 2^−21 of the noise scale, and the noise spans ≥ N·2^20 grid units.
+GRID_BITS = 20
+
+def grid_exponent(family, scale: float, n_rows: int) -> int:
+    """e of the grid γ = 2^e of a discrete-noise release with noise scale ``scale`` (public settings only).
+
+    The largest e with N·2^e ≤ scale·2^−:data:`GRID_BITS` and 2^e ≤ w·2^−:data:`GRID_BITS`, w the
+    narrowest non-zero width of the family's coordinate intervals — raised, if needed, until
+    every bound lies within 2⁶² grid units (int64 rows), which happens only when the bounds
+    reach about 2⁴⁰·N times beyond the noise scale (ε of order 10¹⁰ and above); the rounding of
+    the N rows then moves S by more than 2⁻²¹ of the scale, while the privacy guarantee is
+    unchanged (it never depends on γ).
+
+    Raises
+    ------
+    ValueError
+        When even that grid would leave less than 2^:data:`GRID_BITS` grid units in the noise
+        scale (release with ``noise="continuous"`` or bounds nearer zero). The check reads
+        public settings only.
+    """
+    scale = check_finite_positive("scale", scale)
+    lo, hi = family.intervals()
+    widths = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
+    widths = widths[widths > 0]
+    limit = min([scale / max(int(n_rows), 1), *widths.tolist()])
+    exponent = math.frexp(limit)[1] - 1 - GRID_BITS  # 2^(frexp − 1) ≤ limit < 2^frexp
+    reach = float(max(np.max(np.abs(lo)), np.max(np.abs(hi)))) if len(lo) else 0.0
+    if reach > 0.0:
+        exponent = max(exponent, math.frexp(reach)[1] - 61)  # reach < 2^frexp ≤ 2^61·γ: |units| ≤ 2^61
+    if math.ldexp(scale, -exponent) < 2**GRID_BITS:
+        raise ValueError(
+            f"`noise`='discrete' needs the noise scale to span at least 2^{GRID_BITS} units of a grid on which the "
+            f"family's bounds stay below 2^62 units. Found bounds reaching {reach!r} and a noise scale of "
+            f"{scale!r}; use noise='continuous' or bounds nearer zero."
+        )
+    return exponent
+
+
+def _grid_sum(row_statistics: np.ndarray, family, exponent: int) -> list[int]:
+    """Σᵢ round(clip(S(xᵢ))/2^e) per coordinate, exactly, as Python integers.
+
+    Each row's statistic is clipped to the family's intervals (a no-op for admissible rows; NaN
+    taken as the lower bound), scaled by 2^−e (exact) and rounded half to even; sums run in int64
+    over chunks short enough never to overflow (a length from public bounds only), then in
+    Python integers.
+    """
+    lo, hi = (np.asarray(v, dtype=float) for v in family.intervals())
+    rows = np.asarray(row_statistics, dtype=float).reshape(-1, lo.size)
+    rows = np.clip(np.where(np.isnan(rows), lo, rows), lo, hi)
+    units = np.rint(np.ldexp(rows, -exponent)).astype(np.int64)
+    lower, upper = family.grid_intervals(exponent)
+    units = np.clip(units, np.array(lower, dtype=np.int64), np.array(upper, dtype=np.int64))
+    largest = max(1, *(abs(v) for v in lower), *(abs(v) for v in upper))
+    chunk = max(1, (2**63 - 1) // largest)
+    totals = [0] * lo.size
+    for start in range(0, units.shape[0], chunk):
+        part = units[start : start + chunk].sum(axis=0, dtype=np.int64)
+        totals = [t + int(v) for t, v in zip(totals, part, strict=True)]
+    return totals
 
 
 class PrivateSufficientStatistics:
@@ -39,21 +113,98 @@ class PrivateSufficientStatistics:
     out_of_bounds : {"clamp", "raise"}, default "clamp"
         What happens to a row outside the public bounds (see
         :meth:`pymc_dp.exponential_family.ExponentialFamily.check_data`).
+    grid_scale : float, optional
+        The noise scale (Laplace b or Gaussian σ, in the statistics' units) of the discrete-noise
+        release to come: the constructor then also rounds every row's statistic to the grid
+        γ = 2^e of :func:`grid_exponent` and keeps the exact integer sum, which
+        :meth:`discrete_laplace_noisy` and :meth:`discrete_gaussian_noisy` release.
 
     Notes
     -----
-    Clamping maps each row on its own into the bounds, so replacing one raw row moves S by at
-    most Δ₁ (L1) and Δ₂ (L2), the sensitivities of the family, whatever the raw rows. The
-    object pickles (with S, not the rows) so that a step holding it can run its chains in
-    worker processes; never publish a pickled step.
+    Neighbouring relation: substitute (one row replaced, N public). Clamping maps each row on
+    its own into the bounds, so replacing one raw row moves S by at most Δ₁ (L1) and Δ₂ (L2),
+    the sensitivities of the family, whatever the raw rows. On the grid, each row's statistic is
+    clipped to the family's intervals and rounded on its own, and the integers are summed
+    exactly, so replacing one row moves the integer sum by at most the family's
+    :meth:`~pymc_dp.exponential_family.ExponentialFamily.grid_sensitivities` — exact integers
+    that account for the rounding, and a sum with no floating-point error. The object pickles
+    (with S, not the rows) so that a step holding it can run its chains in worker processes;
+    never publish a pickled step.
     """
 
-    def __init__(self, family, data, out_of_bounds: str = "clamp") -> None:
+    def __init__(self, family, data, out_of_bounds: str = "clamp", grid_scale: float | None = None) -> None:
+        if grid_scale is not None:
+            grid_scale = check_finite_positive("grid_scale", grid_scale)
         rows = family.check_data(data, out_of_bounds)
         self.family = family
         self.out_of_bounds = out_of_bounds
         self.n_rows = int(np.asarray(rows).shape[0])
-        self._exact_statistics = family.row_statistics(rows).sum(axis=0)
+        row_statistics = family.row_statistics(rows)
+        self._exact_statistics = row_statistics.sum(axis=0)
+        #: e of the grid γ = 2^e (public: from the family, the scale and N), or None without one.
+        self.grid_exponent: int | None = None
+        self._grid_statistics: list[int] | None = None
+        if grid_scale is not None:
+            self.grid_exponent = grid_exponent(family, grid_scale, self.n_rows)
+            self._grid_statistics = _grid_sum(row_statistics, family, self.grid_exponent)
+
+    @property
+    def grid(self) -> float | None:
+        """γ = 2^e, the spacing of the discrete-noise grid (None when built without ``grid_scale``)."""
+        return None if self.grid_exponent is None else math.ldexp(1.0, self.grid_exponent)
+
+    def grid_sensitivities(self) -> tuple[int, int]:
+        """(Δ₁, Δ₂²) of the rounded rows' integer sum in grid units (public, exact)."""
+        if self.grid_exponent is None:
+            raise ValueError("`grid_scale` must be given at construction for a discrete-noise release. Found None.")
+        return self.family.grid_sensitivities(self.grid_exponent)
+
+    def _on_grid(self, noise: list[int]) -> np.ndarray:
+        """γ·(K + Z) as floats: the integer release K + Z, scaled by the power of two (post-processing)."""
+        return np.array(
+            [math.ldexp(float(k + z), self.grid_exponent) for k, z in zip(self._grid_statistics, noise, strict=True)]
+        )
+
+    def discrete_laplace_noisy(
+        self, epsilon: float, source: np.random.Generator | SecureNoise | None = None
+    ) -> tuple[np.ndarray, float]:
+        """The (ε, 0)-DP release γ·(K + Z), Zⱼ discrete Laplace of scale t = Δ₁ᵍ/ε; and its scale γt.
+
+        K is the exact integer sum of the rows rounded to the grid, Δ₁ᵍ its L1 sensitivity in grid
+        units (:meth:`grid_sensitivities`, exact), and t = Δ₁ᵍ/ε the exact rational of ε's binary
+        value. Every output is reachable from every data set, and the probabilities of an output
+        under neighbouring data sets differ by the factor exp((‖o − K′‖₁ − ‖o − K‖₁)/t) ≤ e^ε.
+        ``source``: None for OS entropy, a numpy Generator for reproducible noise.
+        """
+        epsilon = check_finite_positive("epsilon", epsilon)
+        l1 = self.grid_sensitivities()[0]
+        if l1 == 0:  # every row has the same statistic: S = N·S(x) is public
+            return self._exact_statistics.copy(), 0.0
+        scale = Fraction(l1) / Fraction(epsilon)
+        noise = discrete_laplace_noise(scale, len(self._grid_statistics), source)
+        return self._on_grid(noise), float(scale * Fraction(self.grid))
+
+    def discrete_gaussian_noisy(
+        self, noise_multiplier: float, source: np.random.Generator | SecureNoise | None = None
+    ) -> tuple[np.ndarray, float]:
+        """The release γ·(K + Z), Zⱼ discrete Gaussian with σᵍ² = τ²·Δ₂ᵍ²; and its standard deviation γσᵍ.
+
+        Δ₂ᵍ² is the squared L2 sensitivity of the integer sum K in grid units (exact), so
+        Δ₂ᵍ/σᵍ = 1/τ exactly: ρ = 1/(2τ²)-zCDP (Canonne, Kamath and Steinke 2020), the ρ of
+        :meth:`gaussian_events`. σᵍ is at least 2²⁰ grid units (refused otherwise).
+        """
+        noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        l2_squared = self.grid_sensitivities()[1]
+        if l2_squared == 0:
+            return self._exact_statistics.copy(), 0.0
+        variance = Fraction(noise_multiplier) ** 2 * l2_squared
+        if variance < 2 ** (2 * GRID_BITS):
+            raise ValueError(
+                f"`noise_multiplier` must give a discrete Gaussian of at least 2^{GRID_BITS} grid units. Found "
+                f"σ² = {float(variance)!r} units²; build with `grid_scale` equal to the release's σ."
+            )
+        noise = discrete_gaussian_noise(variance, len(self._grid_statistics), source)
+        return self._on_grid(noise), math.ldexp(noise_multiplier * math.sqrt(l2_squared), self.grid_exponent)
 
     @property
     def l1_sensitivity(self) -> float:
