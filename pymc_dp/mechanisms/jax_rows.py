@@ -218,6 +218,9 @@ class JaxRows:
         self.dtype = dtype
         self.n_rows, self.n_params = rows.n_rows, rows.n_params
         self._jax, self._jnp = jax, jnp
+        # Where the per-row values are traced: with 32-bit types in float32, inside functions traced with
+        # 64-bit types (the sums over rows), so that every clip and sum is in float64 (class Notes).
+        self._rows_low = _x64_off(jax) if dtype == "float32" else _no_context
 
         import pytensor
         import pytensor.tensor as pt
@@ -338,28 +341,32 @@ class JaxRows:
         lax = jax.lax
         low = self.dtype == "float32"
         compute = jnp.float32 if low else jnp.float64
+        wide = jnp.float64  # every clip and every sum over rows: float64 whatever the dtype (class Notes)
+        rows_low = self._rows_low
         n_params = self.n_params
 
         n_inputs = self._n_row_inputs
         self._data = self._row_data
 
-        def loglik_chunks(theta, data):  # (n_chunks, chunk) per-row log-likelihoods
+        def loglik_chunks(theta, data):  # (n_chunks, chunk) per-row log-likelihoods, in `compute`
             theta = theta.astype(compute)
-            return lax.map(lambda chunk: lik_fn(theta, *chunk).astype(compute), data[:n_inputs])
+            with rows_low():
+                return lax.map(lambda chunk: lik_fn(theta, *chunk).astype(compute), data[:n_inputs])
 
         def ratio_sum(theta_new, current, bound, data, mask):
             proposed = loglik_chunks(theta_new, data)
-            bound = bound.astype(compute)
-            ratios = _clip_ratios(jnp, proposed - current, bound)
+            ratios = _clip_ratios(jnp, proposed.astype(wide) - current.astype(wide), bound.astype(wide))
             return jnp.sum(jnp.where(mask, ratios, 0.0)), proposed
 
         def gradient_sum(theta, bound, data, mask):
             theta = theta.astype(compute)
-            bound = bound.astype(compute)
+            bound = bound.astype(wide)
 
             def chunk_sum(total, chunk):
                 rows, keep = chunk[:-1], chunk[-1]
-                grads = grad_fn(theta, *rows).astype(compute)
+                with rows_low():
+                    grads = grad_fn(theta, *rows).astype(compute)
+                grads = grads.astype(wide)
                 norms = jnp.sqrt(jnp.sum(grads * grads, axis=1))
                 finite = jnp.isfinite(norms) & keep  # a row with a non-finite entry contributes zero
                 grads = jnp.where(finite[:, None], grads, 0.0)
@@ -367,40 +374,41 @@ class JaxRows:
                 scale = jnp.where(norms > bound, bound / jnp.where(norms > bound, norms, 1.0), 1.0)
                 return total + scale @ grads, None
 
-            total, _ = lax.scan(chunk_sum, jnp.zeros(n_params, compute), (*data, mask))
+            total, _ = lax.scan(chunk_sum, jnp.zeros(n_params, wide), (*data, mask))
             return total
 
         if linear:  # grad_fn(θ, bound, *rows, *pieces) is the chunk's clipped sum itself, rows left out as above
             whole, pad, size = self.n_chunks - (1 if self._pad else 0), self._pad, self.chunk_rows
+            # The linear form's sums are inside its graph (Aᵀ(c ⊙ g)): in float32 it runs in float64 on the
+            # float32 rows (class Notes), its pieces computed from them in float64 too.
+            widen = _widen(jnp) if low else (lambda d: d)
             # The data-only pieces (A and ‖Aᵢ‖²) computed once, on the device, and kept beside the rows:
             # each release then reads A twice (A @ w, Aᵀ(c ⊙ g)) instead of four times.
             pieces_fn = grad_fn.pieces
-            with _x64_off(jax)() if low else _no_context():
-                pieces = jax.jit(lambda data: lax.map(lambda chunk: tuple(pieces_fn(*chunk)), data))(self._row_data)
+            pieces = jax.jit(lambda data: lax.map(lambda chunk: tuple(pieces_fn(*map(widen, chunk))), data))(
+                self._row_data
+            )
             self._data = self._row_data + tuple(pieces)
 
             def gradient_sum(theta, bound, data, mask):
-                theta, bound = theta.astype(compute), bound.astype(compute)
-                total = jnp.zeros(n_params, compute)
+                theta, bound = theta.astype(wide), bound.astype(wide)
+                total = jnp.zeros(n_params, wide)
                 if whole:
 
                     def chunk_sum(total, rows):
-                        return total + grad_fn(theta, bound, *rows).astype(compute), None
+                        return total + grad_fn(theta, bound, *map(widen, rows)).astype(wide), None
 
                     total, _ = lax.scan(chunk_sum, total, tuple(d[:whole] for d in data))
                 if pad:  # the last chunk's real rows only: padding never enters a sum
-                    total = total + grad_fn(theta, bound, *(d[-1][: size - pad] for d in data)).astype(compute)
+                    last = (widen(d[-1][: size - pad]) for d in data)
+                    total = total + grad_fn(theta, bound, *last).astype(wide)
                 return total
 
         self._ratio_sum_fn, self._gradient_sum_fn = ratio_sum, gradient_sum
         self._fused_hmc: dict[Any, Any] = {}
-        trace_low = _x64_off(jax) if low else _no_context
-        self._trace_low = trace_low
-
-        with trace_low():
-            self._f_loglik = jax.jit(loglik_chunks)
-            self._f_ratio_sum = jax.jit(ratio_sum)
-            self._f_gradient_sum = jax.jit(gradient_sum)
+        self._f_loglik = jax.jit(loglik_chunks)
+        self._f_ratio_sum = jax.jit(ratio_sum)
+        self._f_gradient_sum = jax.jit(gradient_sum)
 
         def add_noise(value, std, z):  # in float64, whatever the dtype of the sum
             return value.astype(jnp.float64) + std * z
@@ -414,41 +422,31 @@ class JaxRows:
         spec = jax.ShapeDtypeStruct
         theta = spec((self.n_params,), np.float64)
         scalar = spec((), np.float64)
-        with self._trace_low():
-            current = jax.eval_shape(self._f_loglik, theta, self._data)
-            self._f_ratio_sum.lower(theta, current, scalar, self._data, self._mask).compile()
-            self._f_gradient_sum.lower(theta, scalar, self._data, self._mask).compile()
+        current = jax.eval_shape(self._f_loglik, theta, self._data)
+        self._f_ratio_sum.lower(theta, current, scalar, self._data, self._mask).compile()
+        self._f_gradient_sum.lower(theta, scalar, self._data, self._mask).compile()
 
     def loglik(self, theta: np.ndarray):
         """Per-row log-likelihoods at θ as a device array (for the ratio mechanism's cache; never to the host)."""
-        with self._trace_low():
-            return self._f_loglik(self._theta(theta), self._data)
+        return self._f_loglik(self._theta(theta), self._data)
 
     def _theta(self, theta: np.ndarray):
         return self._jnp.asarray(np.asarray(theta, dtype=np.float64))
 
     def _bound(self, bound: float) -> np.float64:
-        """A clip bound as sent to the device: in float32, the largest float32 not above it (never rounded up)."""
-        if self.dtype != "float32":
-            return np.float64(bound)
-        with np.errstate(over="ignore"):  # a bound beyond float32's range: its largest finite value
-            low = np.float32(bound)
-        if float(low) > bound:
-            low = np.nextafter(low, np.float32(0.0))
-        return np.float64(low)
+        """A clip bound as sent to the device: float64 (every clip is computed in float64, whatever the dtype)."""
+        return np.float64(bound)
 
     def noisy_ratio_sum(self, theta_new: np.ndarray, current, bound: float, std: float, z: float):
         """(Σᵢ clip(rᵢ, ±bound) + std·z as a float, the per-row log-likelihoods at θ′ as a device array)."""
-        with self._trace_low():
-            clipped, proposed = self._f_ratio_sum(
-                self._theta(theta_new), current, self._bound(bound), self._data, self._mask
-            )
+        clipped, proposed = self._f_ratio_sum(
+            self._theta(theta_new), current, self._bound(bound), self._data, self._mask
+        )
         return float(self._f_add_noise(clipped, np.float64(std), np.float64(z))), proposed
 
     def noisy_gradient_sum(self, theta: np.ndarray, bound: float, std: float, z: np.ndarray) -> np.ndarray:
         """Σᵢ clip_L2(∇θ log p(xᵢ | θ), bound) + std·z, shape (P,)."""
-        with self._trace_low():
-            clipped = self._f_gradient_sum(self._theta(theta), self._bound(bound), self._data, self._mask)
+        clipped = self._f_gradient_sum(self._theta(theta), self._bound(bound), self._data, self._mask)
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
 
     # -- Poisson batches (DPADVI) ---------------------------------------------------------------
@@ -456,23 +454,28 @@ class JaxRows:
         """The jitted clipped sum over a batch of rows given by index, of per-row gradients mapped by Jacobians."""
         jax, jnp = self._jax, self._jnp
         lax = jax.lax
-        compute = jnp.float32 if self.dtype == "float32" else jnp.float64
+        compute, wide = (jnp.float32 if self.dtype == "float32" else jnp.float64), jnp.float64
+        rows_low = self._rows_low
         failure = None
         for _mode, candidate in self._row_gradient_candidates:
             row_grad = candidate() if _mode == "forward" else candidate
 
             def batch_sum(draws, jacobians, bound, index, keep, data, row_grad=row_grad):
                 flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[: self._n_row_inputs])
-                draws, jacobians = draws.astype(compute), jacobians.astype(compute)
-                bound = bound.astype(compute)
+                draws, jacobians = draws.astype(compute), jacobians.astype(wide)
+                bound = bound.astype(wide)
                 n_draws = draws.shape[0]
+
+                def gradients(draw, rows):  # per-row gradients in `compute`; what follows them in float64
+                    with rows_low():
+                        return row_grad(draw, *rows).astype(compute)
 
                 def chunk_sum(total, chunk):
                     idx, keep_rows = chunk
                     rows = tuple(jnp.take(d, idx, axis=0) for d in flat)
-                    per_row = row_grad(draws[0], *rows).astype(compute) @ jacobians[0]
+                    per_row = gradients(draws[0], rows).astype(wide) @ jacobians[0]
                     for s in range(1, n_draws):
-                        per_row = per_row + row_grad(draws[s], *rows).astype(compute) @ jacobians[s]
+                        per_row = per_row + gradients(draws[s], rows).astype(wide) @ jacobians[s]
                     if n_draws > 1:
                         per_row = per_row / n_draws
                     norms = jnp.sqrt(jnp.sum(per_row * per_row, axis=1))
@@ -482,12 +485,12 @@ class JaxRows:
                     scale = jnp.where(norms > bound, bound / jnp.where(norms > bound, norms, 1.0), 1.0)
                     return total + scale @ per_row, None
 
-                total, _ = lax.scan(chunk_sum, jnp.zeros(jacobians.shape[2], compute), (index, keep))
+                total, _ = lax.scan(chunk_sum, jnp.zeros(jacobians.shape[2], wide), (index, keep))
                 return total
 
             function = jax.jit(batch_sum)
             try:
-                with warnings.catch_warnings(), self._trace_low():
+                with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
                     spec = jax.ShapeDtypeStruct
                     p = self.n_params
@@ -495,7 +498,7 @@ class JaxRows:
                         spec((1, p), np.float64),
                         spec((1, p, 2 * p), np.float64),
                         spec((), np.float64),
-                        spec((1, 64), np.int64 if jax.config.jax_enable_x64 else np.int32),
+                        spec((1, 64), np.int64),
                         spec((1, 64), np.bool_),
                         self._data,
                     ).compile()
@@ -532,16 +535,14 @@ class JaxRows:
         size = _power_of_two(len(batch))
         chunk = self._batch_chunk(size)
         index, keep = _padded_batches([batch], size)
-        with self._trace_low():
-            index_device = self._jnp.asarray(index.reshape(size // chunk, chunk))
-            clipped = self._f_batch_sum(
-                self._jnp.asarray(np.atleast_2d(np.asarray(draws, dtype=np.float64))),
-                self._jnp.asarray(np.asarray(jacobians, dtype=np.float64)),
-                self._bound(bound),
-                index_device,
-                self._jnp.asarray(keep.reshape(size // chunk, chunk)),
-                self._data,
-            )
+        clipped = self._f_batch_sum(
+            self._jnp.asarray(np.atleast_2d(np.asarray(draws, dtype=np.float64))),
+            self._jnp.asarray(np.asarray(jacobians, dtype=np.float64)),
+            self._bound(bound),
+            self._jnp.asarray(index.reshape(size // chunk, chunk)),
+            self._jnp.asarray(keep.reshape(size // chunk, chunk)),
+            self._data,
+        )
         return np.asarray(self._f_add_noise(clipped, np.float64(std), np.asarray(z, dtype=np.float64)))
 
     def _batch_chunk(self, batch_rows: int) -> int:
@@ -642,16 +643,17 @@ class JaxRows:
     def _build_batch_ratio(self) -> None:
         """The jitted mean and population variance of the clipped log-likelihood ratios of a batch of rows."""
         jax, jnp = self._jax, self._jnp
-        compute = jnp.float32 if self.dtype == "float32" else jnp.float64
-        lik_fn, n_inputs = self._lik_fn, self._n_row_inputs
+        compute, wide = (jnp.float32 if self.dtype == "float32" else jnp.float64), jnp.float64
+        lik_fn, n_inputs, rows_low = self._lik_fn, self._n_row_inputs, self._rows_low
 
         def batch_ratio(theta, theta_new, bound, index, data):
             flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[:n_inputs])
             rows = tuple(jnp.take(d, index, axis=0) for d in flat)
-            proposed = lik_fn(theta_new.astype(compute), *rows).astype(compute)
-            current = lik_fn(theta.astype(compute), *rows).astype(compute)
-            bound = bound.astype(compute)
-            ratios = _clip_ratios(jnp, proposed - current, bound)
+            theta, theta_new = theta.astype(compute), theta_new.astype(compute)
+            with rows_low():  # the per-row values in `compute`; their clips and moments in float64
+                proposed = lik_fn(theta_new, *rows).astype(compute)
+                current = lik_fn(theta, *rows).astype(compute)
+            ratios = _clip_ratios(jnp, proposed.astype(wide) - current.astype(wide), bound.astype(wide))
             return jnp.mean(ratios), jnp.var(ratios)
 
         self._f_batch_ratio = jax.jit(batch_ratio)
@@ -663,9 +665,9 @@ class JaxRows:
         jax = self._jax
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
-        index = spec((int(batch_size),), np.int64 if jax.config.jax_enable_x64 else np.int32)
+        index = spec((int(batch_size),), np.int64)
         try:
-            with warnings.catch_warnings(), self._trace_low():
+            with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
                 self._f_batch_ratio.lower(vector, vector, spec((), np.float64), index, self._data).compile()
         except Exception as error:
@@ -683,14 +685,13 @@ class JaxRows:
         """
         if self._f_batch_ratio is None:
             self._build_batch_ratio()
-        with self._trace_low():
-            mean, variance = self._f_batch_ratio(
-                self._theta(theta),
-                self._theta(theta_new),
-                self._bound(bound),
-                self._jnp.asarray(np.asarray(batch, dtype=np.int64)),
-                self._data,
-            )
+        mean, variance = self._f_batch_ratio(
+            self._theta(theta),
+            self._theta(theta_new),
+            self._bound(bound),
+            self._jnp.asarray(np.asarray(batch, dtype=np.int64)),
+            self._data,
+        )
         return float(mean), float(variance)
 
     # -- the whole DPHMC transition in one device call ----------------------------------------
@@ -1172,6 +1173,15 @@ def _family_functions(family, jnp):
 @contextlib.contextmanager
 def _no_context():
     yield
+
+
+def _widen(jnp):
+    """A function casting a floating array to float64 (other arrays unchanged): the float32 rows of the linear form."""
+
+    def widen(array):
+        return array.astype(jnp.float64) if jnp.issubdtype(array.dtype, jnp.floating) else array
+
+    return widen
 
 
 def _x64_off(jax):
