@@ -27,7 +27,7 @@ from pymc_dp.mechanisms.noise import (
     discrete_gaussian_noise,
     discrete_laplace_noise,
 )
-from pymc_dp.mechanisms.sufficient_statistics import GRID_BITS, grid_exponent
+from pymc_dp.mechanisms.sufficient_statistics import GRID_BITS, MIN_NOISE_UNITS, grid_exponent
 
 Z_CRIT = 4.5
 ALPHA = 1e-4
@@ -152,6 +152,14 @@ def test_default_release_lies_on_the_grid_and_records_its_sampler():
     assert old.noise == "continuous" and old.grid is None
     assert old.accountant_record()["noise_sampler"] == "continuous"
     assert old.noisy_statistics[0] / rel.grid != round(old.noisy_statistics[0] / rel.grid)
+
+
+def test_large_epsilon_coarsens_the_grid_and_keeps_the_guarantee():
+    """ε = 10¹² (a "no noise" check): γ is raised to keep the bounds in int64; the noise still spans ≥ 2¹⁰ units."""
+    y = np.random.default_rng(4).binomial(1, 0.3, 400)
+    rel = pmdp.release_statistics("bernoulli", y, epsilon=1e12)
+    assert rel.grid == 2.0**-60 and rel.scale / rel.grid >= MIN_NOISE_UNITS
+    assert rel.statistics[0] == pytest.approx(y.sum(), abs=1e-8)
 
 
 def test_gaussian_release_and_anchors_use_the_grid():
@@ -318,7 +326,7 @@ def test_discrete_gaussian_release_has_the_accounted_rho_exactly():
     l2_squared = private.grid_sensitivities()[1]
     variance = Fraction(tau) ** 2 * l2_squared  # what discrete_gaussian_noisy draws with
     assert Fraction(l2_squared) / (2 * variance) == 1 / (2 * Fraction(tau) ** 2)
-    assert variance >= 2 ** (2 * GRID_BITS)
+    assert variance >= (2**GRID_BITS) ** 2
     noisy, std = private.discrete_gaussian_noisy(tau, np.random.default_rng(0))
     assert std == pytest.approx(tau * family.l2_sensitivity(), rel=1e-6)  # bounds off the grid: ≤ 1 unit more
     assert np.all(noisy / private.grid == np.round(noisy / private.grid))
@@ -343,9 +351,10 @@ def test_discrete_release_noise_has_the_modelled_variance():
 
 
 def test_far_bounds_are_refused_before_anything_is_charged():
+    """Bounds 2^70 from zero, noise scale 2^18: a grid holding the bounds in int64 is 2^10 wide, 2^8 per scale."""
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-6, n_rows=10)
     with pytest.raises(ValueError, match="noise='continuous'"):
         pmdp.release_statistics(
-            "normal", np.full(10, 1e300), epsilon=1.0, sigma=1.0, bounds=(1e300 - 1e286, 1e300), budget=budget
+            "normal", np.full(10, 2.0**70), epsilon=1.0, sigma=1.0, bounds=(2.0**70, 2.0**70 + 2.0**18), budget=budget
         )
     assert budget.events == ()

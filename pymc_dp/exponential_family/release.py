@@ -38,6 +38,7 @@ from pymc_dp.exponential_family.families import (
 )
 from pymc_dp.exponential_family.noise_aware import logistic_anchor_point, release_loglik
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
+from pymc_dp.public_data import declare_constants_public
 from pymc_dp.results import finalize_result, posterior_attrs
 from pymc_dp.run import AccountantRecord, PrivateRun
 
@@ -200,7 +201,8 @@ class ReleasedStatistics:
 
         For discrete noise these are the continuous distributions' variances at the same scale:
         the discrete Laplace's is 2b² − γ²/6 + O(γ⁴/b²), the discrete Gaussian's σ² up to a
-        relative e^{−2π²(σ/γ)²}; with b, σ ≥ 2²⁰γ the difference is below 10⁻¹³ of the variance.
+        relative e^{−2π²(σ/γ)²}; with b, σ ≥ 2²⁰γ (≥ 2¹⁰γ always) the difference is below 10⁻¹³
+        (10⁻⁷) of the variance.
         """
         return 2.0 * self.scale**2 if self.mechanism == "laplace" else self.scale**2
 
@@ -267,7 +269,8 @@ class ReleasedStatistics:
         noise_aware = check_bool("noise_aware", noise_aware)
         self._check_covariates(covariates, noise_aware)
         if not noise_aware:
-            return pm.Potential(name, self.family.loglik(self.statistics, self.n_rows, **params))
+            loglik = self.family.loglik(self.statistics, self.n_rows, **params)
+            return pm.Potential(name, declare_constants_public(loglik, params.values()))  # built from the release
         if self.noisy_statistics is None:
             raise ValueError(
                 "`noise_aware` must be False for a release without `noisy_statistics` (the unprojected mechanism "
@@ -295,8 +298,11 @@ class ReleasedStatistics:
             )
         return pm.Potential(
             name,
-            release_loglik(
-                self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params
+            declare_constants_public(  # built from the release and public bounds; the params are checked as priors
+                release_loglik(
+                    self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params
+                ),
+                params.values(),
             ),
         )
 
@@ -654,7 +660,8 @@ def release_statistics(
     the grid). The Laplace release is then exactly (ε, 0)-DP; the Gaussian one is exactly
     1/(2τ²)-zCDP, the same ρ as the continuous Gaussian (Canonne, Kamath and Steinke 2020),
     and its (ε, δ) is computed by the accountant as for the continuous Gaussian, whose curve
-    the discrete one matches up to terms of order e^{−2π²(σ/γ)²} (σ/γ ≥ 2²⁰ here). The
+    the discrete one matches up to terms of order e^{−2π²(σ/γ)²} (σ/γ ≥ 2¹⁰ always, and ≥ 2²⁰N unless
+    the bounds reach about 2⁴⁰N times beyond the noise scale, which coarsens the grid). The
     rounding moves each coordinate of S by at most N·γ/2 ≤ 2⁻²¹ of the noise scale, and the
     noise's variance differs from 2b² (σ²) by O(γ²): the noise-aware likelihoods, which model
     the continuous noise at ``scale``, are off by less than 10⁻⁶ of a noise sd.

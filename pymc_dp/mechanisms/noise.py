@@ -380,7 +380,8 @@ def discrete_gaussian_noise(
     Adding independent draws to an integer vector whose L2 sensitivity is Δ (grid units) is
     Δ²/(2σ²)-zCDP, the same ρ as the continuous Gaussian mechanism (CKS 2020, the
     multivariate discrete Gaussian's concentrated DP). The variance is below σ² and equals it
-    up to a relative error of order e^{−2π²σ²} (CKS 2020); the package uses σ ≥ 2²⁰.
+    up to a relative error of order e^{−2π²σ²} (CKS 2020); the releases use σ ≥ 2¹⁰ (2²⁰·N unless bounds
+    reach far beyond the noise scale).
 
     References
     ----------

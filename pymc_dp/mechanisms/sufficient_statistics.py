@@ -24,6 +24,7 @@ from pymc_dp.mechanisms.noise import SecureNoise, discrete_gaussian_noise, discr
 
 __all__ = [
     "GRID_BITS",
+    "MIN_NOISE_UNITS",
     "NoisySufficientStatistics",
     "PrivateSufficientStatistics",
     "grid_exponent",
@@ -34,6 +35,12 @@ __all__ = [
 #: γ ≤ (narrowest non-zero coordinate width)·2^−GRID_BITS: the rounding of all N rows together moves a
 #: coordinate by at most N·γ/2 ≤ 2^−21 of the noise scale, and the noise spans ≥ N·2^20 grid units.
 GRID_BITS = 20
+
+#: The fewest grid units a noise scale may span (after any coarsening of the grid for far bounds): below it a
+#: release is refused. At 2^10 units the discrete noise's variance is within 10⁻⁶ of the continuous one's and
+#: the discrete Gaussian's (ε, δ) within e^{−2π²·2^20} of the continuous curve.
+MIN_NOISE_UNITS = 2**10
+
 
 def grid_exponent(family, scale: float, n_rows: int) -> int:
     """e of the grid γ = 2^e of a discrete-noise release with noise scale ``scale`` (public settings only).
@@ -48,7 +55,7 @@ def grid_exponent(family, scale: float, n_rows: int) -> int:
     Raises
     ------
     ValueError
-        When even that grid would leave less than 2^:data:`GRID_BITS` grid units in the noise
+        When that grid would leave fewer than :data:`MIN_NOISE_UNITS` grid units in the noise
         scale (release with ``noise="continuous"`` or bounds nearer zero). The check reads
         public settings only.
     """
@@ -61,9 +68,9 @@ def grid_exponent(family, scale: float, n_rows: int) -> int:
     reach = float(max(np.max(np.abs(lo)), np.max(np.abs(hi)))) if len(lo) else 0.0
     if reach > 0.0:
         exponent = max(exponent, math.frexp(reach)[1] - 61)  # reach < 2^frexp ≤ 2^61·γ: |units| ≤ 2^61
-    if math.ldexp(scale, -exponent) < 2**GRID_BITS:
+    if math.ldexp(scale, -exponent) < MIN_NOISE_UNITS:
         raise ValueError(
-            f"`noise`='discrete' needs the noise scale to span at least 2^{GRID_BITS} units of a grid on which the "
+            "`noise`='discrete' needs the noise scale to span at least 2^10 units of a grid on which the "
             f"family's bounds stay below 2^62 units. Found bounds reaching {reach!r} and a noise scale of "
             f"{scale!r}; use noise='continuous' or bounds nearer zero."
         )
@@ -74,16 +81,19 @@ def _grid_sum(row_statistics: np.ndarray, family, exponent: int) -> list[int]:
     """Σᵢ round(clip(S(xᵢ))/2^e) per coordinate, exactly, as Python integers.
 
     Each row's statistic is clipped to the family's intervals (a no-op for admissible rows; NaN
-    taken as the lower bound), scaled by 2^−e (exact) and rounded half to even; sums run in int64
-    over chunks short enough never to overflow (a length from public bounds only), then in
-    Python integers.
+    taken as the lower bound), scaled by 2^−e (exact: a power of two) and rounded half to even,
+    so it lies in [Lⱼ, Uⱼ] of :meth:`~pymc_dp.exponential_family.ExponentialFamily.grid_intervals`
+    (scaling and rounding are monotone); sums run in int64 over chunks short enough never to
+    overflow (a length from public bounds only), then in Python integers. Works on a copy
+    (``row_statistics`` may be a view of the caller's rows).
     """
     lo, hi = (np.asarray(v, dtype=float) for v in family.intervals())
-    rows = np.asarray(row_statistics, dtype=float).reshape(-1, lo.size)
-    rows = np.clip(np.where(np.isnan(rows), lo, rows), lo, hi)
-    units = np.rint(np.ldexp(rows, -exponent)).astype(np.int64)
+    rows = np.array(row_statistics, dtype=float).reshape(-1, lo.size)
+    np.fmax(rows, lo, out=rows)  # fmax/fmin take the bound where the row is NaN
+    np.fmin(rows, hi, out=rows)
+    np.ldexp(rows, -exponent, out=rows)
+    units = np.rint(rows, out=rows).astype(np.int64)
     lower, upper = family.grid_intervals(exponent)
-    units = np.clip(units, np.array(lower, dtype=np.int64), np.array(upper, dtype=np.int64))
     largest = max(1, *(abs(v) for v in lower), *(abs(v) for v in upper))
     chunk = max(1, (2**63 - 1) // largest)
     totals = [0] * lo.size
@@ -191,16 +201,16 @@ class PrivateSufficientStatistics:
 
         Δ₂ᵍ² is the squared L2 sensitivity of the integer sum K in grid units (exact), so
         Δ₂ᵍ/σᵍ = 1/τ exactly: ρ = 1/(2τ²)-zCDP (Canonne, Kamath and Steinke 2020), the ρ of
-        :meth:`gaussian_events`. σᵍ is at least 2²⁰ grid units (refused otherwise).
+        :meth:`gaussian_events`. σᵍ is at least :data:`MIN_NOISE_UNITS` grid units (refused otherwise).
         """
         noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         l2_squared = self.grid_sensitivities()[1]
         if l2_squared == 0:
             return self._exact_statistics.copy(), 0.0
         variance = Fraction(noise_multiplier) ** 2 * l2_squared
-        if variance < 2 ** (2 * GRID_BITS):
+        if variance < MIN_NOISE_UNITS**2:
             raise ValueError(
-                f"`noise_multiplier` must give a discrete Gaussian of at least 2^{GRID_BITS} grid units. Found "
+                "`noise_multiplier` must give a discrete Gaussian of at least 2^10 grid units. Found "
                 f"σ² = {float(variance)!r} units²; build with `grid_scale` equal to the release's σ."
             )
         noise = discrete_gaussian_noise(variance, len(self._grid_statistics), source)
