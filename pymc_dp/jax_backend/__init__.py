@@ -31,9 +31,11 @@ class JaxBackend:
     Parameters
     ----------
     dtype : {"float64", "float32"}, default "float64"
-        Type of the per-row values and their clipped sums on the device. ``"float32"`` halves
-        the memory traffic; its clipped gradient sums differ from float64's by a relative error
-        of about 1e-6 (measured: docs/jax.md). The noise is drawn and added in float64 either way.
+        Type of the per-row values on the device (data, θ and each row's log-likelihood or
+        gradient). ``"float32"`` halves the rows' memory and traffic; every clip and every sum
+        over rows is still computed in float64, so that one row moves a sum by its clipped
+        term only, up to float64 rounding (docs/jax.md, "float32"; a float32 running sum could
+        carry it past the accounted sensitivity). The noise is drawn and added in float64 either way.
     chunk_rows : int, optional
         Rows per chunk of a pass over the data on the device (default: the data layer's
         memory limit, :attr:`pymc_dp.data.RowLikelihood.chunk_rows`, and at most 16,384 rows
@@ -78,7 +80,8 @@ class JaxBackend:
     ``reproducible_noise=True`` (testing only), which draws it from the same seeded
     generator as the default backend.
     Floating-point noise is open to precision attacks (Mironov 2012) on every backend; in
-    float32 the clipped sum is rounded to 24 bits before the float64 noise is added.
+    float32 the per-row values are rounded to 24 bits, their clips, sums and the noise are
+    computed in float64.
 
     References
     ----------

@@ -164,9 +164,10 @@ class JaxRows:
         The data layer of the step's model; it must evaluate subsets of rows by indexing
         (``subset_mode == "index"``) and its parameters must be continuous.
     dtype : {"float64", "float32"}, default "float64"
-        Type of the per-row values and their clipped sums. ``"float32"`` traces the graphs
-        with JAX's 64-bit types off (data, θ and every intermediate in 32 bits); the noise is
-        added in float64 either way.
+        Type of the per-row values. ``"float32"`` traces the per-row graphs with JAX's 64-bit
+        types off (data, θ and every intermediate of a row's log-likelihood or gradient in 32
+        bits); every clip and every sum over rows is computed in float64 either way (Notes),
+        and so is the noise.
     chunk_rows : int, optional
         Rows per chunk of a pass over the data (default: for a model whose clipped gradient
         sum has the linear form, the platform's :data:`LINEAR_CHUNK_BYTES` ÷ 4 × the bytes of one row;
@@ -195,6 +196,28 @@ class JaxRows:
     reverse-mode gradient of that graph, vectorised the same way (what ``vmap(grad(row_loglik))``
     does); when it cannot be built, the forward-mode Jacobian of the batch graph
     (:meth:`pymc_dp.data.RowLikelihood.gradient_mode`) is used instead (:attr:`gradient_mode`).
+
+    Floating point. In float32 each row's value (log-likelihood, gradient) is computed in 32
+    bits, traced with JAX's 64-bit types off inside a function traced with them on; it is
+    then cast (exactly) to float64, and every clip and every sum over rows — the clipped
+    ratio sum, the clipped gradient sum, DPADVI's batch sum, DPBarkerMH's batch moments — is
+    computed in float64, as in float64 mode. The linear-predictor form, whose sums are inside
+    the data layer's graph, runs in float64 on the float32 rows (its pieces A and ‖Aᵢ‖²
+    computed from them in float64). The clip bounds are applied in float64, unrounded. Why:
+    the rounding of a running sum depends on every row, so it can carry one row's change
+    beyond that row's clipped term. For n terms xᵢ summed in any order with unit roundoff u,
+    the computed sum is off by at most (n − 1)·u·Σ|xᵢ| + O(u²) (Higham 2002, §4.2, eq. (4.3)
+    and the bound after it); with |xᵢ| ≤ b, one replaced row moves the computed sum by at most
+    2b + 2(N − 1)N·u·b. In float32 (u = 2⁻²⁴) that slack exceeds 2b already at N ≈ 2¹²; the
+    review of issue 33 measured 1.17 × 2b at N = 2²⁴, and tests/test_jax_float32_sums.py
+    1.003 × 2b at N = 2¹⁶. In float64 (u = 2⁻⁵³) it is the floating-point residual that
+    every backend's float64 sums carry, per sum at most about 10⁻⁶·b at N = 10⁵ and 2⁻⁵·b at
+    N = 2²⁴ in the worst case (docs/jax.md).
+
+    References
+    ----------
+    .. [1] Higham, N. J. (2002). Accuracy and Stability of Numerical Algorithms, 2nd ed.
+       SIAM, §4.2 (summation, error bounds for any ordering).
     """
 
     def __init__(self, rows, *, dtype: str = "float64", chunk_rows: int | None = None) -> None:
