@@ -1208,10 +1208,12 @@ def _widen(jnp):
 
 
 def _x64_off(jax):
-    """A context in which JAX traces and runs with 32-bit types (the float32 opt-in).
+    """A context in which JAX traces with 32-bit types: the per-row values of the float32 opt-in.
 
     The float64 types that PyTensor's graphs request are truncated to float32 (and int64 to
-    int32) there: that is the opt-in, so JAX's warning about it is silenced.
+    int32) there: that is the opt-in, so JAX's warning about it is silenced. It is entered
+    only around a per-row computation inside a function traced with 64-bit types, whose
+    clips and sums over rows are float64 (:class:`JaxRows`, Notes).
     """
 
     @contextlib.contextmanager
