@@ -794,8 +794,12 @@ def _noisy(
             if mechanism == "laplace"
             else private.gaussian_noisy(setting, source)
         )
-    if private.grid is None:  # zero sensitivity: the statistics are public
-        return private._exact_statistics.copy(), 0.0
+    if private.grid is None:  # zero sensitivity, no grid: the statistics are public, released without noise
+        return (
+            private.laplace_noisy(setting, source)
+            if mechanism == "laplace"
+            else private.gaussian_noisy(setting, source)
+        )
     if mechanism == "laplace":
         return private.discrete_laplace_noisy(setting, source)
     return private.discrete_gaussian_noisy(setting, source)
