@@ -228,6 +228,7 @@ def _run(model, step, backend, budget=None, **kwargs):
 def _same_record(remote, local, released=()):
     """The accountant records agree, except the values ``released`` in this run (clip bounds: fresh noise)."""
     a, b = json.loads(remote.attrs["dp_accountant"]), json.loads(local.attrs["dp_accountant"])
+    assert a.pop("backend")["name"] == "dask" and "backend" not in b  # the one difference: where the sums ran
     for record in (a, b):
         for key in released:
             record.pop(key, None)
@@ -266,6 +267,22 @@ def test_a_private_clip_bound_is_released_by_the_workers_at_the_same_price(clien
     local, remote = (r.posterior for r in results)
     assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
     _same_record(remote, local, released=("clip_bound",))
+
+
+def test_a_dask_run_is_recorded_in_the_accountant(client, logistic):
+    """The sample docstring says dp_accountant["backend"] records the backend: on edd15ad a Dask run left it out."""
+    with logistic[0]:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5)
+    result = _run(logistic[0], step, pmdp.DaskBackend(client, partitions=3, timeout=60.0))
+    record = json.loads(result.posterior.attrs["dp_accountant"])
+    assert record["backend"] == {
+        "name": "dask",
+        "partitions": 3,
+        "workers": 2,
+        "timeout": 60.0,
+        "distributed_version": distributed.__version__,
+    }
+    assert pmdp.privacy_spent(result).epsilon == pytest.approx(result.posterior.attrs["dp_epsilon"], rel=1e-12)
 
 
 def test_data_owners_on_workers_give_the_same_draws_and_accounting(client, logistic):
