@@ -24,9 +24,11 @@ from pymc_dp.exponential_family import (
 from pymc_dp.jax_backend import JaxBackend
 from pymc_dp.mechanisms.dask_backend import DaskBackend, DaskBackendError
 from pymc_dp.planning import Plan, plan
+from pymc_dp.public_data import public
 from pymc_dp.publish import publish
 from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
 from pymc_dp.sampling import privacy_spent, sample
+from pymc_dp.starts import UserInitvalWarning
 from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.variational import DPADVI
@@ -61,6 +63,7 @@ __all__ = [
     "ReleasedStatistics",
     "RowLikelihood",
     "UnpublishableResultError",
+    "UserInitvalWarning",
     "__version__",
     "check_publishable",
     "from_bambi",
@@ -68,6 +71,7 @@ __all__ = [
     "plan",
     "privacy_spent",
     "privacy_statement",
+    "public",
     "publish",
     "release_statistics",
     "sample",

@@ -8,6 +8,13 @@ doubled standard deviations, from a DPADVI fit on a share of ε where one applie
 otherwise (``init="prior"``) a draw from the prior: distinct, over-dispersed relative to the
 posterior, and data-free (the prior reads no data: checked when the steps are built), so
 those starts cost no ε.
+
+A model's own ``initval=`` settings are the caller's: nothing tells a value typed in from one
+computed from the data (``initval=y.mean()``). Where a run starts from them
+(``init="model"``, a DPADVI fit started at the model's initial point,
+:func:`pymc_dp.one_posterior_sample`) the start is recorded as given by the caller and a
+:class:`UserInitvalWarning` says so; no public reference point (the private clip bound's
+histogram) is ever taken from them: :func:`public_initial_point` ignores them.
 """
 
 from __future__ import annotations
@@ -16,10 +23,98 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INIT_METHODS", "check_init", "prior_starts"]
+__all__ = [
+    "INIT_METHODS",
+    "UserInitvalWarning",
+    "check_init",
+    "prior_starts",
+    "public_initial_point",
+    "user_initval_record",
+    "user_initvals",
+    "warn_user_initvals",
+]
 
 #: Start rules :func:`pymc_dp.sample` accepts (``initvals`` given by the caller override them).
 INIT_METHODS = ("auto", "prior", "model", "dpadvi")
+
+
+class UserInitvalWarning(UserWarning):
+    """A start comes from the model's own ``initval=`` settings, which ε does not cover.
+
+    pymc-dp cannot tell an ``initval`` typed in from one computed from the data
+    (``initval=y.mean()``): a chain started there publishes it through its warm-up draws.
+    Remove the ``initval``, or make sure it is public, or use ``init="prior"``.
+    """
+
+
+def public_initial_point(model: Any) -> dict[str, np.ndarray]:
+    """PyMC's default initial point of ``model``, ignoring every ``initval=`` the model sets.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model; its ``initval`` settings (``model.rvs_to_initial_values``) are not read.
+
+    Returns
+    -------
+    dict
+        Value-variable name → value on the transformed (sampling) scale, as
+        ``model.initial_point()`` returns, with every free variable at PyMC's default
+        strategy (its support point).
+
+    Notes
+    -----
+    Data-free: the support points are functions of the priors' parameters, which read no
+    row data (checked when the DP steps are built), so the point is public under either
+    neighbouring relation and may serve as a reference point (the private clip bound's
+    histogram). ``model.initial_point()`` is not public in that sense: it returns the
+    caller's ``initval`` values, which may have been computed from the data.
+    """
+    from pymc.initial_point import make_initial_point_fn
+
+    overrides = {rv: None for rv in model.free_RVs}  # None: PyMC's default strategy for every variable
+    point = make_initial_point_fn(model=model, overrides=overrides)(None)
+    return {name: np.asarray(value) for name, value in point.items()}
+
+
+def user_initvals(model: Any) -> list[str]:
+    """Names of the free variables whose ``initval`` moves them off PyMC's default initial point.
+
+    An ``initval`` equal to the default (``"support_point"``, or the same value) changes
+    nothing and is not listed; any other (a value, ``"prior"``) is. Public settings only: the
+    comparison is between the model's two initial points, not the data.
+    """
+    given = [rv for rv, value in model.rvs_to_initial_values.items() if value is not None]
+    if not given:
+        return []
+    default, actual = public_initial_point(model), model.initial_point()
+    names = []
+    for rv in model.free_RVs:
+        value_name = model.rvs_to_values[rv].name
+        if rv in given and not np.array_equal(np.asarray(default[value_name]), np.asarray(actual[value_name])):
+            names.append(rv.name)
+    return names
+
+
+def user_initval_record(names: list[str]) -> dict[str, str]:
+    """The start record of a run whose chains start from the model's ``initval`` settings for ``names``."""
+    return {
+        "source": "user",
+        "note": f"initval given by the model for {names}: not covered by ε, must not be computed from the data",
+    }
+
+
+def warn_user_initvals(names: list[str], where: str) -> None:
+    """Warn (:class:`UserInitvalWarning`) that ``where`` starts from the model's ``initval`` for ``names``."""
+    import warnings
+
+    warnings.warn(
+        f"{where} starts from the model's `initval` for {names}. ε does not cover a start: if an `initval` was "
+        "computed from the data (e.g. initval=y.mean()), the draws publish it exactly. Remove it, keep it public, "
+        "or use init='prior'. The start is recorded as given by the caller (dp_start source 'user').",
+        UserInitvalWarning,
+        stacklevel=3,
+    )
 
 
 def check_init(value: Any) -> str:
