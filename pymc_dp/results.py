@@ -337,7 +337,8 @@ def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
         attrs["dp_n_rows"] = record["n_rows"]
     else:
         attrs.pop("dp_n_rows", None)
-    attrs["dp_reproducible_noise"] = bool(record.get("reproducible_noise", False))
+    # 0 or 1: NetCDF has no boolean attributes (a Python bool stops to_netcdf)
+    attrs["dp_reproducible_noise"] = int(bool(record.get("reproducible_noise", False)))
     if "start" in record:
         attrs["dp_start"] = record["start"]["source"]
     attrs["dp_accountant"] = json.dumps(record)
