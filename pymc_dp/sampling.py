@@ -14,6 +14,7 @@ import pymc as pm
 from pymc.model import modelcontext
 from pymc.step_methods.compound import CompoundStep
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
     check_finite_positive,
     check_nonnegative_int,
@@ -48,7 +49,14 @@ from pymc_dp.results import (
     write_privacy_attrs,
 )
 from pymc_dp.run import PrivateRun
-from pymc_dp.starts import check_init, prior_starts
+from pymc_dp.starts import (
+    check_init,
+    prior_starts,
+    public_initial_point,
+    user_initval_record,
+    user_initvals,
+    warn_user_initvals,
+)
 from pymc_dp.step_methods.barker import DPBarkerMH, recorded_barker_releases
 from pymc_dp.step_methods.base import DPStep
 from pymc_dp.step_methods.hmc import DPHMC
@@ -113,18 +121,33 @@ def _resolve_init(
 
 
 def _start_provenance(
-    initvals: Any, init: str, dp_init: DPADVIStart | None = None
+    initvals: Any, init: str, dp_init: DPADVIStart | None = None, model: Any = None
 ) -> tuple[dict[str, Any], tuple[PrivacyEvent, ...]]:
     """Where the chains start, and the events charged earlier that the start depends on.
 
     A DPADVI start planned in this call (``dp_init``) is charged with the run: its events
-    are not among the earlier ones.
+    are not among the earlier ones. A start that reads the model's own ``initval=`` settings
+    (``init="model"``, or a DPADVI fit, which starts at the model's initial point) is recorded
+    as given by the caller and warned about (:class:`pymc_dp.starts.UserInitvalWarning`):
+    nothing tells an ``initval`` typed in from one computed from the data.
     """
+    from_model = user_initvals(model) if model is not None and not isinstance(initvals, PrivateStart) else []
     if dp_init is not None:
+        if from_model:
+            warn_user_initvals(from_model, "The DPADVI fit that init='dpadvi' plans")
+            note = user_initval_record(from_model)["note"]
+            return {
+                "source": "user",
+                "note": f"a DPADVI fit started at the model's {note}",
+                "description": dp_init.description,
+            }, ()
         return {"source": "dp_release", "description": dp_init.description}, ()
     if initvals is None and init == "prior":
         return {"source": "prior", "note": "one draw from the prior per chain (data-free, over-dispersed)"}, ()
     if initvals is None:
+        if from_model:
+            warn_user_initvals(from_model, "init='model'")
+            return user_initval_record(from_model), ()
         return {"source": "model", "note": "the model's initial point, the same for every chain (data-free)"}, ()
     if isinstance(initvals, PrivateStart):
         return {"source": "dp_release", "description": initvals.source}, initvals.events
@@ -427,6 +450,7 @@ def _iteration_hint(steps: list[DPStep], epsilon: float, delta: float, chains: i
     )
 
 
+@withholds_chains
 def sample(
     *,
     step: Any,
@@ -612,7 +636,7 @@ def sample(
         releases=2 if with_dpadvi else 1,
     )
     clip_events = clip_plan.events if clip_plan is not None else ()
-    start, start_events = _start_provenance(kwargs.get("initvals"), init, dp_init)
+    start, start_events = _start_provenance(kwargs.get("initvals"), init, dp_init, model)
     if init_reason is not None:
         start["init"] = init_reason
     if kwargs.get("initvals") is None and init == "prior":
@@ -650,7 +674,8 @@ def sample(
         if dask_backend is not None:  # scatter the rows, compile on the workers: nothing released or charged yet
             detach_dask = dask_backend.attach(steps)
         with run.releasing(label=f"run {len(budget.labels) + 1 if budget else 1}: {chains}×({tune}+{draws})"):
-            reference = model.initial_point() if clip_plan is not None else None  # data-free
+            # PyMC's default point, whatever `initval`s the model sets (they may come from the data)
+            reference = public_initial_point(model) if clip_plan is not None else None
             fit_clip = clip_plan.release(reference, "the model's initial point") if clip_plan and dp_init else None
             if dp_init is not None:
                 kwargs["initvals"], reference = dp_init.starts(
@@ -834,6 +859,7 @@ def _commit_calibration(steps: list[DPStep], planned: list[DPStep], tune: int, d
     return restore
 
 
+@withholds_chains
 def privacy_spent(idata: Any, delta: float | None = None, *, model: Any = None) -> PrivacySpent:
     """ε of a result, recomputed from the result alone, after checking it holds nothing else.
 

@@ -17,6 +17,7 @@ from pymc.model import modelcontext
 from pymc.variational.inference import Inference
 from pytensor.compile.sharedvalue import SharedVariable
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
     _as_real,
     check_bool,
@@ -42,6 +43,7 @@ from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivit
 from pymc_dp.planning import DPADVI_MAX_MEAN_ERROR, dpadvi_mean_error
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
+from pymc_dp.starts import user_initval_record, user_initvals, warn_user_initvals
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
 from pymc_dp.variational.trace_laplace import TraceLaplace, trace_laplace
@@ -965,6 +967,7 @@ class DPADVI(Inference):
             return None
         return fused(mechanism, self._prior, self._family, self._to_rows, self._optimizer_state, self.n_mc)
 
+    @withholds_chains
     def fit(
         self,
         n: int = 10000,
@@ -1064,6 +1067,10 @@ class DPADVI(Inference):
             f"noise_multiplier={sigma:.6g}, sampling_rate={self.sampling_rate:g}).",
         )
         if self._approx is None:
+            from_model = user_initvals(model) if self._start is None else []
+            if from_model:  # the fit starts at the model's initial point: its initval= may come from the data
+                warn_user_initvals(from_model, "DPADVI.fit")
+                self._start_source = user_initval_record(from_model)
             seed = self.random_seed if random_seed is None else random_seed
             self._setup(model, seed)  # may still refuse the model; nothing is charged yet
             self.random_seed = seed
