@@ -16,9 +16,11 @@ variables given (sorted into model order), exactly as PyMC's ``RaveledVars`` lay
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,8 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
+
+from pymc_dp._errors import withholds_chains
 
 __all__ = [
     "ModelStructureError",
@@ -708,6 +712,61 @@ def _row_dim_lengths(model, n_rows: int) -> list[Variable]:
     return out
 
 
+def _index_positions(node) -> list[tuple[int, int]]:
+    """(input position, indexed axis) of each tensor index of an advanced-indexing node."""
+    idx_list = getattr(node.op, "idx_list", None)
+    if idx_list:  # PyTensor 3: slices in idx_list, tensor indices as inputs numbered by their entry
+        return [(1 + entry, axis) for axis, entry in enumerate(idx_list) if not isinstance(entry, slice)]
+    return list(zip(range(1, len(node.inputs)), range(len(node.inputs) - 1), strict=True))
+
+
+def _guard_row_indexing(row: Variable, row_inputs: Sequence[Variable]) -> Variable:
+    """``row`` with every index read from the rows kept in range, and a row whose index was not made NaN.
+
+    The walk accepts a data-free tensor indexed by a row-indexed integer vector
+    (``alpha[group_idx]``, ``mu[(x > t) * 2]``). An index outside its axis would make the
+    whole evaluation raise (PyTensor's ``IndexError``, which quotes the index: a raw value),
+    or, in some compiled modes, read another entry. Here each such index ``i`` into an axis
+    of length n is replaced by ``switch(-n <= i < n, i, 0)``, and the row's log-likelihood
+    by NaN where any of its indices was out of range: the row then counts as a row that
+    cannot be computed (clipped to the bound, left out of clipped sums), a function of that
+    row alone, on every backend and in one-posterior sampling alike. In-range indices are
+    unchanged, so the values of every other row are too.
+    """
+    from pytensor.tensor.subtensor import AdvancedSubtensor
+
+    try:  # PyTensor 2 (PyMC 5); PyTensor 3 has only AdvancedSubtensor
+        from pytensor.tensor.subtensor import AdvancedSubtensor1
+    except ImportError:  # pragma: no cover - PyTensor 3
+        AdvancedSubtensor1 = AdvancedSubtensor
+    row_data = set(row_inputs)
+    replace: dict[Variable, Variable] = {}
+    invalid: list[Variable] = []
+    for node in _toposort_nodes([row]):
+        if not isinstance(node.op, AdvancedSubtensor1 | AdvancedSubtensor):
+            continue
+        inputs = list(node.inputs)
+        for position, axis in _index_positions(node):
+            index = inputs[position]
+            if (
+                getattr(index, "ndim", None) != 1
+                or not np.issubdtype(np.dtype(index.dtype), np.integer)
+                or not row_data.intersection(ancestors([index]))
+            ):
+                continue
+            length = pt.cast(inputs[0].shape[axis], index.dtype)
+            in_range = pt.and_(pt.ge(index, -length), pt.lt(index, length))
+            inputs[position] = pt.switch(in_range, index, 0)
+            invalid.append(pt.invert(in_range))
+        if inputs != list(node.inputs):
+            replace[node.outputs[0]] = node.op.make_node(*inputs).outputs[0]
+    if not replace:
+        return row
+    guarded = graph_replace(row, replace, strict=False)
+    out_of_range = functools.reduce(pt.or_, invalid)
+    return pt.switch(out_of_range, pt.as_tensor(np.nan, dtype=row.dtype), guarded)
+
+
 def row_loglik(
     model, *, neighbouring: str = "substitute", initial_point: dict[str, np.ndarray] | None = None
 ) -> tuple[Variable, int, str | None, list[Variable]]:
@@ -771,7 +830,7 @@ def row_loglik(
         row = _row_term(term, _model_row_inputs(model, [term], n_rows, row_dim, observed_values, rv.name))
         row_inputs = _model_row_inputs(model, [row], n_rows, row_dim, observed_values, rv.name)
         _check_rowwise(row, row_inputs, rv.name, n_private, n_roots)
-        rows.append(row)
+        rows.append(_guard_row_indexing(row, row_inputs))
     lik = pt.add(*rows) if len(rows) > 1 else rows[0]
     row_data = _model_row_inputs(model, [lik], n_rows, row_dim, observed_values)
     lik_ancestors = set(ancestors([lik]))
@@ -887,41 +946,151 @@ def _probe_points(values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
     return [list(values), shifted]
 
 
+def _synthetic_rows(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """Data-free stand-in rows of the given shape and dtype (never computed from the data).
+
+    Floating-point entries are spread over (0.25, 0.75), inside the support of most
+    likelihoods (bounded, positive and real-valued alike); integer entries are 0 (a valid
+    index, count and category code); booleans alternate. The construction probes
+    (:func:`_perturbation_probe`, :meth:`RowLikelihood._build_index_mode`) evaluate these
+    instead of the real rows, so that whether a model is accepted never depends on the data.
+    """
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    if np.issubdtype(dtype, np.bool_):
+        return (np.arange(size) % 2 == 0).reshape(shape)
+    if np.issubdtype(dtype, np.integer):
+        return np.zeros(shape, dtype=dtype)
+    if np.issubdtype(dtype, np.complexfloating) or np.issubdtype(dtype, np.floating):
+        spread = 0.25 + 0.5 * ((np.arange(size, dtype=np.float64) * 0.6180339887498949) % 1.0)
+        return spread.reshape(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _perturbed_row(rows: np.ndarray) -> np.ndarray:
+    """A copy of synthetic ``rows`` with row 0 changed (integers to 1, booleans negated, floats to row 1's value)."""
+    copy = np.array(rows, copy=True)
+    if copy.shape[0] < 2:
+        return copy
+    if np.issubdtype(copy.dtype, np.bool_):
+        copy[0] = ~copy[0]
+    elif np.issubdtype(copy.dtype, np.integer):
+        copy[0] = 1
+    else:
+        copy[0] = copy[1]
+    return copy
+
+
+@contextlib.contextmanager
+def _synthetic_values(shared: Sequence[SharedVariable]) -> Iterator[None]:
+    """Hold synthetic rows (:func:`_synthetic_rows`) in ``shared`` for the body, then the data again."""
+    saved = [v.get_value(borrow=True) for v in shared]
+    try:
+        for v, value in zip(shared, saved, strict=True):
+            v.set_value(_synthetic_rows(np.shape(value), np.asarray(value).dtype), borrow=True)
+        yield
+    finally:
+        for v, value in zip(shared, saved, strict=True):
+            v.set_value(value, borrow=True)
+
+
 def _perturbation_probe(
     inputs: Sequence[Variable], lik: Variable, values: Sequence[np.ndarray], row_data: Sequence[Variable], n_rows: int
 ) -> None:
-    """Change one row of every row-indexed array (on copies) and check no other row moves.
+    """Change one synthetic row and check no other row's log-likelihood moves.
 
-    One copy of each row-indexed array is made; the user's data are never modified. Row 0 is
-    replaced by the first of the next rows that differs from it. The check runs at ``values``
-    and at a second, shifted point (:func:`_probe_points`): at a start where a coefficient is
-    zero, ``b * (x - x.mean())`` would not show that it mixes rows.
+    The probe never reads the real rows: every row-indexed array is replaced by data-free
+    synthetic rows of its shape and dtype (:func:`_synthetic_rows`), and row 0 of each is
+    changed (:func:`_perturbed_row`). Whether a model is refused therefore depends on the
+    model's graph alone, never on the data (privacy contract, rule 5). The check runs at
+    ``values`` and at a second, shifted point (:func:`_probe_points`): at a start where a
+    coefficient is zero, ``b * (x - x.mean())`` would not show that it mixes rows.
+
+    A graph that cannot be evaluated on the synthetic rows (an index computed from a row that
+    falls outside its array, say) is not probed: the same on every data set. At run time such
+    a row contributes its clipped bound or nothing (:func:`evaluate_rowwise`).
     """
     if n_rows < 2 or not row_data:
         return
     placeholders = [d.type() for d in row_data]
     probe_graph = graph_replace(lik, dict(zip(row_data, placeholders, strict=True)), strict=False)
     fn = pytensor.function([*inputs, *placeholders], probe_graph, mode="FAST_COMPILE", on_unused_input="ignore")
-    originals = [_value_of(d) for d in row_data]
-    perturbed = []
-    for arr in originals:
-        copy = np.array(arr, copy=True)
-        for j in range(1, min(n_rows, 64)):
-            if not np.array_equal(copy[j], copy[0], equal_nan=True):
-                copy[0] = copy[j]
-                break
-        perturbed.append(copy)
+    synthetic = [_synthetic_rows(_array_shape(d), d.dtype) for d in row_data]
+    # Every array with row 0 changed; if that cannot be evaluated (an integer code 1 out of range),
+    # the floating-point arrays alone. Both choices depend on the graph only.
+    candidates = [
+        [_perturbed_row(s) for s in synthetic],
+        [_perturbed_row(s) if np.issubdtype(s.dtype, np.inexact) else s for s in synthetic],
+    ]
     moved = False
     for point in _probe_points(values):
-        with np.errstate(all="ignore"):
-            before = np.asarray(fn(*point, *originals), dtype=float)
-            after = np.asarray(fn(*point, *perturbed), dtype=float)
-        moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
+        try:
+            with np.errstate(all="ignore"):
+                before = np.asarray(fn(*point, *synthetic), dtype=float)
+        except Exception:  # not evaluable on the synthetic rows here: nothing to compare (data-free)
+            continue
+        for perturbed in candidates:
+            try:
+                with np.errstate(all="ignore"):
+                    after = np.asarray(fn(*point, *perturbed), dtype=float)
+            except Exception:
+                continue
+            moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
+            break
     if moved:
         raise ModelStructureError(
             "Changing one row's data changed other rows' log-likelihoods: the likelihood is not computed row "
             "by row (see docs/data.md)."
         )
+
+
+def evaluate_rowwise(
+    fn: Callable[..., Any], args: Sequence[Any], rows: Sequence[np.ndarray], *, tail: tuple[int, ...], summed: bool
+) -> np.ndarray:
+    """``fn(*args, *rows)``, where a row whose evaluation raises counts as a row that cannot be computed.
+
+    ``rows`` are the row-indexed inputs of one batch (axis 0 the rows: gathered data, or an
+    index array). If the call raises, the batch is halved and each half evaluated the same
+    way, down to single rows; a row that still raises gets NaN as its per-row value (the
+    mechanisms clip NaN to a bound or leave the row out, as for any row that cannot be
+    computed) or, for a ``summed`` output, contributes nothing.
+
+    Parameters
+    ----------
+    fn : callable
+        A compiled function of ``*args, *rows``: per-row values of shape ``(B, *tail)``, or
+        (``summed``) their sum of shape ``tail``.
+    args : sequence
+        The inputs that are not row-indexed (θ, a bound).
+    rows : sequence of arrays
+        The row-indexed inputs, all with the same number of rows B.
+    tail : tuple of int
+        The shape of one row's value (``()`` for log-likelihoods, ``(P,)`` for gradients).
+    summed : bool
+        Whether ``fn`` returns a sum over the rows rather than per-row values.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove of one row. Whether a run fails must
+    not depend on the rows (privacy contract, rule 5): an error raised by one row's data (an
+    index computed from a row that falls outside its array, say) would otherwise end the run,
+    a bit about that row released at no price. Here the row's term is what it is for any row
+    that cannot be computed, a function of that row alone, so the sensitivity argument of
+    the mechanism that consumes the values holds unchanged. Nothing of the error is kept.
+    The extra evaluations cost O(k log B) calls for k failing rows; their time is not
+    released.
+    """
+    try:
+        return np.asarray(fn(*args, *rows))
+    except Exception:  # handled below, outside the handler: nothing of the error is kept or chained
+        pass
+    n = int(np.shape(rows[0])[0]) if rows else 0
+    if n <= 1:
+        return np.zeros(tail) if summed else np.full((n, *tail), np.nan)
+    half = n // 2
+    first = evaluate_rowwise(fn, args, [r[:half] for r in rows], tail=tail, summed=summed)
+    second = evaluate_rowwise(fn, args, [r[half:] for r in rows], tail=tail, summed=summed)
+    return first + second if summed else np.concatenate([first, second])
 
 
 def _best_time(fn, theta: np.ndarray, data: Sequence[np.ndarray], repeats: int = 3) -> float:
@@ -1036,6 +1205,7 @@ class RowLikelihood:
     docs/data.md and ``benchmarks/bench_data_layer.py``.
     """
 
+    @withholds_chains
     def __init__(
         self,
         model=None,
@@ -1178,7 +1348,11 @@ class RowLikelihood:
         """Compile the O(B) subset function and check it against the full vector; else slice mode.
 
         The subset-vs-slice probe evaluates rows ``[0, N - 1]`` through the index path at two
-        parameter points and compares them with the same rows of the full vector.
+        parameter points and compares them with the same rows of the full vector, all on
+        synthetic rows of the data's shapes and types (:func:`_synthetic_rows`), never on the
+        data: whether the index path is used, or the model refused, depends on the graph alone.
+        With numpy row arrays the full vector is the index path on all rows (the full graph
+        holds the data as constants).
 
         When every row-indexed array is a ``pm.Data`` container, a difference is a
         :class:`ModelStructureError`, and exactly one case falls back to slice mode: the graph
@@ -1207,36 +1381,47 @@ class RowLikelihood:
             lik_idx = graph_replace(self._lik_index, replace, strict=False)
             f_idx = self._compile([self._theta, self._rows_input], lik_idx)
         except Exception as error:  # any failure to build: refused, its text withheld
+            failure = error
+        else:
+            failure = None
+        if failure is not None:  # raised outside the handler: nothing chains to the withheld error
             if lenient:
                 return
-            raise self._not_indexable(error) from None
+            raise self._not_indexable(failure)
         probe = np.array([0, self.n_rows - 1], dtype=np.int64)
         everything = np.arange(self.n_rows, dtype=np.int64)
         fixed_length = False
-        with np.errstate(all="ignore"):
+        # Evaluated on synthetic rows (the shared arrays hold them for the probe, then the data again):
+        # whether the index path is used, or the model refused, depends on the graph, never on the data.
+        with _synthetic_values(self._row_index_vars), np.errstate(all="ignore"):
             for [theta] in _probe_points([self._theta_initial]):
                 theta = np.asarray(theta, dtype=np.float64)
                 try:
-                    full = np.asarray(self._f_lik(theta))
-                except Exception as error:  # e.g. a type PyTensor's check refuses: its text may print the rows
-                    raise ModelStructureError(
-                        f"The per-row log-likelihood cannot be evaluated ({type(error).__name__}; its message is "
-                        "withheld, it may hold data values)."
-                    ) from None
+                    # With numpy rows the full graph holds the data as constants: the index path on all
+                    # rows stands in for it (the walk proved it reads N only to set shapes).
+                    full = np.asarray(self._f_lik(theta) if not lenient else f_idx(theta, everything))
+                except Exception:  # not evaluable on the synthetic rows here (data-free): nothing to compare
+                    continue
                 try:
                     subset = np.asarray(f_idx(theta, probe))
                 except (AssertionError, ValueError):  # the documented case, if all rows evaluate (below)
                     fixed_length, subset = True, full[probe]
                 except Exception as error:  # not the documented case: refused, text withheld
+                    failure = error
+                else:
+                    failure = None
+                if failure is not None:
                     if lenient:
                         return
-                    raise self._not_indexable(error) from None
+                    raise self._not_indexable(failure)
                 try:
                     all_rows = np.asarray(f_idx(theta, everything))
                 except Exception as error:  # not the documented case: refused, text withheld
+                    failure = error
+                if failure is not None:
                     if lenient:
                         return
-                    raise self._not_indexable(error) from None
+                    raise self._not_indexable(failure)
                 if not (
                     np.allclose(subset, full[probe], equal_nan=True) and np.allclose(all_rows, full, equal_nan=True)
                 ):
@@ -1294,11 +1479,26 @@ class RowLikelihood:
         """Per-row log-likelihood, shape (N,) or (len(rows),). Raw data: pass it to a mechanism."""
         theta = self._check_theta(theta)
         if rows is None:
-            return np.asarray(self._f_lik(theta))
+            return self._full_loglik(theta)
         rows = self._check_rows(rows)
         if self.subset_mode == "index":
-            return np.asarray(self._f_lik_idx(theta, rows))
-        return np.asarray(self._f_lik(theta))[rows]
+            return evaluate_rowwise(self._f_lik_idx, [theta], [rows], tail=(), summed=False)
+        return self._full_loglik(theta)[rows]
+
+    def _full_loglik(self, theta: np.ndarray) -> np.ndarray:
+        """All rows' log-likelihoods; in index mode a row that cannot be evaluated is NaN (:func:`evaluate_rowwise`).
+
+        In slice mode (the graph fixes N in a shape) no row can be evaluated on its own, and
+        an error raised by the data ends the run (docs/privacy.md, "What the guarantee does
+        not cover").
+        """
+        try:
+            return np.asarray(self._f_lik(theta))
+        except Exception:
+            if self.subset_mode != "index":
+                raise
+        everything = np.arange(self.n_rows, dtype=np.int64)
+        return evaluate_rowwise(self._f_lik_idx, [theta], [everything], tail=(), summed=False)
 
     def grad_rows(self, theta: np.ndarray, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """Per-row gradient matrix (B, P) of the log-likelihood w.r.t. θ. Raw data: pass it to a mechanism.
@@ -1321,7 +1521,7 @@ class RowLikelihood:
                 data = [v.get_value(borrow=True)[rows] for v in self._row_index_vars]
             else:
                 data = self._gather(rows)
-            return np.asarray(self._f_grad_batch(theta, *data))
+            return evaluate_rowwise(self._f_grad_batch, [theta], data, tail=(self.n_params,), summed=False)
         self.warm_gradient()
         jac = np.asarray(self._f_grad_full(theta))
         return jac if rows is None else jac[rows]
@@ -1379,10 +1579,10 @@ class RowLikelihood:
         theta, theta_new = self._check_theta(theta), self._check_theta(theta_new)
         rows = self._check_rows(rows)
         if self.subset_mode != "index":
-            return np.asarray(self._f_lik(theta_new))[rows] - np.asarray(self._f_lik(theta))[rows]
+            return self._full_loglik(theta_new)[rows] - self._full_loglik(theta)[rows]
         if self._f_ratio_batch is None:
             self._f_ratio_batch = self._compile_batch_ratio()
-        return np.asarray(self._f_ratio_batch(theta, theta_new, *self._gather(rows)))
+        return evaluate_rowwise(self._f_ratio_batch, [theta, theta_new], self._gather(rows), tail=(), summed=False)
 
     def _gather(self, rows: np.ndarray) -> list[np.ndarray]:
         """The row-indexed arrays at ``rows`` (``np.take``: about 4x faster than fancy indexing)."""
@@ -1523,15 +1723,16 @@ class RowLikelihood:
             data = self._gather(self._check_rows(rows))
         if self._clipped_sum_mode is None:
             self._clipped_sum_mode, self._f_clipped_sum = self._choose_clipped_sum_function()
+        tail = (self.n_params,)
         if self._f_clipped_sum is None:
-            return clipped_sum_l2(np.asarray(self._f_grad_batch(theta, *data)), bound)
+            return clipped_sum_l2(evaluate_rowwise(self._f_grad_batch, [theta], data, tail=tail, summed=False), bound)
         bound_arg = np.asarray(bound, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):  # inf × 0 from a left-out row: checked below
-            total = np.asarray(self._f_clipped_sum(theta, bound_arg, *data))
+            total = evaluate_rowwise(self._f_clipped_sum, [theta, bound_arg], data, tail=tail, summed=True)
         if not np.all(np.isfinite(total)):  # a left-out row with a non-finite covariate: rows zeroed first
             if self._f_clipped_sum_safe is None:
                 self._f_clipped_sum_safe = self._compile_linear_clipped_sum(safe=True)
-            total = np.asarray(self._f_clipped_sum_safe(theta, bound_arg, *data))
+            total = evaluate_rowwise(self._f_clipped_sum_safe, [theta, bound_arg], data, tail=tail, summed=True)
         return total
 
     @property

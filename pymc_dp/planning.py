@@ -85,6 +85,7 @@ import numpy as np
 from pymc.model import modelcontext
 from scipy import special
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
     check_finite_positive,
     check_neighbouring,
@@ -627,6 +628,7 @@ def released_statistics_route(model: Any = None) -> str | None:
     return None
 
 
+@withholds_chains
 def plan(
     model: Any = None,
     *,

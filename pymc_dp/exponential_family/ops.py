@@ -14,6 +14,7 @@ from pymc.model import modelcontext
 from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
 from pytensor.graph.replace import graph_replace
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
@@ -152,6 +153,7 @@ def _tempered_copy(model: Any, rows: Any, temperature: float, low: float, high: 
     return copy
 
 
+@withholds_chains
 def one_posterior_sample(
     model: Any = None,
     *,

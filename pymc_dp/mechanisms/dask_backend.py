@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp.data import evaluate_rowwise
 from pymc_dp.mechanisms.access import RowMechanisms
 from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram, norm_histogram
 from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2, sensitivity_of_clipped_sum
@@ -89,7 +90,8 @@ def _partition_loglik(spec, part_key: str, partition, theta: np.ndarray, params:
     values = cache.get(key)
     if values is None:
         fn = _worker_function(token, payload, compile_kwargs)
-        values = np.asarray(fn(theta, *params, *partition), dtype=float)
+        # a row whose evaluation raises is NaN (clipped to the bound), never a failed task
+        values = np.asarray(evaluate_rowwise(fn, [theta, *params], partition, tail=(), summed=False), dtype=float)
         if len(cache) >= 2:  # keep the two most recent points
             cache.pop(next(iter(cache)))
         cache[key] = values
@@ -139,7 +141,7 @@ def _gradient_partial(spec, partition, theta, params, bound, chunk_rows) -> np.n
     fn = _worker_function(token, payload, compile_kwargs)
     total = np.zeros(theta.shape[0])
     for chunk in _chunked(partition, chunk_rows):
-        total += clipped_sum_l2(np.asarray(fn(theta, *params, *chunk)), bound)
+        total += clipped_sum_l2(evaluate_rowwise(fn, [theta, *params], chunk, tail=theta.shape, summed=False), bound)
     return total
 
 
@@ -149,7 +151,8 @@ def _histogram_partial(spec, partition, theta, params, chunk_rows) -> np.ndarray
     fn = _worker_function(token, payload, compile_kwargs)
     counts = None
     for chunk in _chunked(partition, chunk_rows):
-        part = norm_histogram(np.linalg.norm(np.asarray(fn(theta, *params, *chunk)), axis=1))
+        grads = evaluate_rowwise(fn, [theta, *params], chunk, tail=theta.shape, summed=False)
+        part = norm_histogram(np.linalg.norm(grads, axis=1))
         counts = part if counts is None else counts + part
     return counts
 

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.barker import barker_orders
 from pymc_dp.accounting.calibrate import round_towards_privacy
@@ -184,6 +185,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         "dp_batch_size": (np.int64, []),
     }
 
+    @withholds_chains
     def __init__(
         self,
         vars=None,

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pymc_dp._errors import _raised_in_package
+from pymc_dp._errors import _raised_in_package, withholds_chains
 from pymc_dp._validation import (
     _as_real,
     check_bool,
@@ -250,6 +250,7 @@ class DPHMC(DPStep):
         "dp_step_size": (np.float64, []),
     }
 
+    @withholds_chains
     def __init__(
         self,
         vars=None,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp.mechanisms import OwnerLogLikelihoodRatio, mechanism_rng
 from pymc_dp.step_methods.penalty import DPPenaltyMH
 
@@ -79,6 +80,7 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
 
     name = "dp_multi_owner_penalty_mh"
 
+    @withholds_chains
     def __init__(self, vars=None, *, owners: Any, **kwargs: Any) -> None:
         labels = np.asarray(owners)
         if labels.ndim != 1:

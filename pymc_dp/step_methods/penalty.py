@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
     check_bool,
     check_clip_bound,
@@ -169,6 +170,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         "dp_proposal_scale": (np.float64, []),
     }
 
+    @withholds_chains
     def __init__(
         self,
         vars=None,

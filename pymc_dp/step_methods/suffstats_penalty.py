@@ -12,6 +12,7 @@ from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.vartypes import continuous_types
 
+from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
 from pymc_dp.data import check_prior_reads_no_data, sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
@@ -106,6 +107,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         "dp_proposal_scale": (np.float64, []),
     }
 
+    @withholds_chains
     def __init__(
         self,
         family: str | ExponentialFamily,
