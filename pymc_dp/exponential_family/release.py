@@ -661,7 +661,7 @@ def release_statistics(
     1/(2τ²)-zCDP, the same ρ as the continuous Gaussian (Canonne, Kamath and Steinke 2020),
     and its (ε, δ) is computed by the accountant as for the continuous Gaussian, whose curve
     the discrete one matches up to terms of order e^{−2π²(σ/γ)²} (σ/γ ≥ 2¹⁰ always, and ≥ 2²⁰N unless
-    the bounds reach about 2⁴⁰N times beyond the noise scale, which coarsens the grid). The
+    the bounds reach about 2⁴¹/N times beyond the noise scale, which coarsens the grid). The
     rounding moves each coordinate of S by at most N·γ/2 ≤ 2⁻²¹ of the noise scale, and the
     noise's variance differs from 2b² (σ²) by O(γ²): the noise-aware likelihoods, which model
     the continuous noise at ``scale``, are off by less than 10⁻⁶ of a noise sd.

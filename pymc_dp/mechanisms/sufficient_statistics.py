@@ -48,7 +48,8 @@ def grid_exponent(family, scale: float, n_rows: int) -> int:
     The largest e with N·2^e ≤ scale·2^−:data:`GRID_BITS` and 2^e ≤ w·2^−:data:`GRID_BITS`, w the
     narrowest non-zero width of the family's coordinate intervals — raised, if needed, until
     every bound lies within 2⁶² grid units (int64 rows), which happens only when the bounds
-    reach about 2⁴⁰·N times beyond the noise scale (ε of order 10¹⁰ and above); the rounding of
+    reach about 2⁴¹/N times beyond the noise scale (for bounds of the size of Δ₁: ε·N above
+    about 2·10¹²); the rounding of
     the N rows then moves S by more than 2⁻²¹ of the scale, while the privacy guarantee is
     unchanged (it never depends on γ).
 
