@@ -289,18 +289,53 @@ class Plan:
         raise KeyError(f"`name` must be one of {[m.method for m in self.methods]}. Found {name!r}.")
 
     def __str__(self) -> str:
+        if self.posterior_sd_source == "given":
+            sd = f"the posterior sd you gave, ≈ {self.posterior_sd:.3g}"
+        else:  # the default guess (plan_from_settings): 2√P/(b√N), each row's score norm taken as llr_clip/2
+            sd = (
+                f"a posterior sd of ≈ {self.posterior_sd:.3g} per parameter, a guess from N, P and the clip bound "
+                "(pass posterior_sd= if you know it better)"
+            )
+        rows = {"substitute": "one row replaced", "add_remove": "one row added or removed"}.get(self.neighbouring)
         lines = [
-            f"Plan at ε = {self.epsilon:g}, δ = {self.delta:g} ({self.neighbouring}), N = {self.n_rows}, "
-            f"P = {self.n_params}, {self.chains} chains; posterior sd ≈ {self.posterior_sd:.3g} "
-            f"({self.posterior_sd_source})",
+            f"Plan at ε = {self.epsilon:g}, δ = {self.delta:g} (neighbours: {rows or self.neighbouring}) for "
+            f"N = {self.n_rows} rows, P = {self.n_params} parameter{'s' if self.n_params != 1 else ''} and "
+            f"{self.chains} chain{'s' if self.chains != 1 else ''}, assuming {sd}.",
             f"{'method':<12} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'NSR':>7}  usable",
         ]
+        used: set[str] = set()
+        unpredicted: list[str] = []
+
+        def cell(value: float | None, applies: bool, fmt: str) -> str:
+            if value is None:
+                used.add("-" if not applies else "?")
+                return "-" if not applies else "?"
+            if value < 0.01 and fmt == "ess":
+                used.add("<0.01")
+                return "<0.01"
+            return f"{value:.2f}" if fmt == "acc" else f"{value:.3g}"
+
         for m in self.methods:
-            acc = "" if m.expected_acceptance is None else f"{m.expected_acceptance:.2f}"
-            ess = "" if m.expected_ess is None else f"{m.expected_ess:.3g}"
-            lim = "" if m.ess_limit is None else f"{m.ess_limit:.3g}"
-            nsr = "" if m.noise_to_signal is None else f"{m.noise_to_signal:.3g}"
-            lines.append(f"{m.method:<12} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {nsr:>7}  {m.usable}")
+            sampler = m.method != "DPADVI"
+            acc = cell(m.expected_acceptance, sampler, "acc")
+            ess = cell(m.expected_ess, sampler, "ess")
+            lim = cell(m.ess_limit, sampler, "ess")
+            if sampler and m.ess_limit is None:
+                unpredicted.append(m.method)
+            nsr = cell(m.noise_to_signal, not sampler, "nsr")
+            usable = "yes" if m.usable else "no"
+            lines.append(f"{m.method:<12} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {nsr:>7}  {usable}")
+        lines.append(
+            "ESS/chain: expected effective draws per chain; ESS limit: the most any number of iterations can give "
+            "at this ε; NSR: DPADVI's expected error of the posterior mean, in posterior sds; usable: at least "
+            f"{MIN_USEFUL_ESS:g} effective draws in all (samplers), NSR below {DPADVI_MAX_MEAN_ERROR:g} (DPADVI)."
+        )
+        if "-" in used:
+            lines.append("-: does not apply (DPADVI is an optimiser: no acceptance or ESS; NSR is DPADVI's only).")
+        if "?" in used:
+            lines.append(f"?: not predicted (no closed-form ESS limit for {', '.join(unpredicted)}).")
+        if "<0.01" in used:
+            lines.append("<0.01: below 0.01 effective draws per chain: the chains would barely move from their start.")
         lines.append(f"Recommendation: {self.recommendation}")
         return "\n".join(lines)
 
@@ -497,8 +532,9 @@ def plan_from_settings(
         )
     else:
         recommendation = (
-            f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, about "
-            f"{best.expected_ess * chains:.2g}); with N·ε this small use more ε, more rows, released sufficient "
+            f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, "
+            + (f"about {best.expected_ess * chains:.2g}" if best.expected_ess * chains >= 0.01 else "below 0.01")
+            + "); with N·ε this small use more ε, more rows, released sufficient "
             "statistics with the noise-aware likelihood for a conjugate model or a linear or logistic regression "
             "(pmdp.release_statistics)"
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")

@@ -319,3 +319,18 @@ def test_the_gaussian_to_laplace_noise_ratio_is_that_of_the_two_releases():
         gaussian = pmdp.release_statistics(family, (x, y), epsilon=0.7, mechanism="gaussian", delta=1e-7, **settings)
         expected = gaussian.noise_variance / laplace.noise_variance
         assert pmdp.planning.gaussian_to_laplace_variance(family, n_params, 0.7, 1e-7) == pytest.approx(expected)
+
+
+def test_the_printed_plan_says_in_words_why_a_cell_is_empty_or_tiny():
+    # ε = 0.05 on 100 rows: the random walk's predicted ESS is about 1e-5 per chain
+    text = str(plan_from_settings(epsilon=0.05, delta=1e-6, n_rows=100, n_params=3, chains=2, llr_clip=2.5))
+    header, table = text.split("\n", 1)
+    assert "2√P" not in header and "llr_clip/2" not in header  # the default sd is explained in words
+    assert "a guess from N, P and the clip bound" in header and "one row replaced" in header
+    assert "e-0" not in table  # no ESS of 8.74e-60: a tiny cell reads "<0.01" and is explained
+    assert " <0.01 " in table and "\n<0.01: below 0.01 effective draws per chain" in table
+    assert "\n-: does not apply (DPADVI is an optimiser" in table  # blank cells say why
+    assert "\n?: not predicted (no closed-form ESS limit for DPHMC)" in table
+    given = str(plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**5, n_params=1, chains=1, llr_clip=2.5,
+                                   posterior_sd=0.01))  # fmt: skip
+    assert "the posterior sd you gave, ≈ 0.01" in given and "P = 1 parameter and 1 chain," in given
