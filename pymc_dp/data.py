@@ -146,6 +146,7 @@ def _row_structure(model, neighbouring: str | None = None) -> tuple[int, str | N
     observed = list(model.observed_RVs)
     if not observed:
         raise ModelStructureError("The model has no observed variables: there is no data to protect.")
+    _refuse_imputation(model)
     lengths: dict[str, int] = {}
     first_dims: dict[str, str | None] = {}
     for rv in observed:
@@ -180,6 +181,43 @@ def _row_structure(model, neighbouring: str | None = None) -> tuple[int, str | N
         )
     row_dim = named.pop() if named else None
     return next(iter(lengths.values())), row_dim, [_observed_value(model, rv) for rv in observed]
+
+
+def _imputed_variables(model) -> list[tuple[str, str]]:
+    """(observed name, imputed free variable) pairs of the observed variables PyMC split for missing values.
+
+    Given NaN or masked entries in ``observed=``, PyMC 5 and 6 register the observed part as
+    ``<name>_observed``, the missing entries as a free variable ``<name>_unobserved`` and their
+    join as a deterministic ``<name>`` (``Model.make_obs_var``). Read from the model's
+    structure (names and graph), never from the data values.
+    """
+    free = {rv.name: rv for rv in model.free_RVs}
+    joins = {d.name: d for d in model.deterministics}
+    found = []
+    for rv in model.observed_RVs:
+        if rv.name is None or not rv.name.endswith("_observed"):
+            continue
+        name = rv.name[: -len("_observed")]
+        missing = free.get(f"{name}_unobserved")
+        join = joins.get(name)
+        if missing is not None and join is not None and {rv, missing} <= set(ancestors([join])):
+            found.append((name, missing.name))
+    return found
+
+
+def _refuse_imputation(model) -> None:
+    """Refuse a model in which PyMC imputes missing observed values (names only, never a count)."""
+    imputed = _imputed_variables(model)
+    if imputed:
+        name, missing = imputed[0]
+        raise ModelStructureError(
+            f"Observed variable `{name}` has missing entries (NaN or masked values in `observed=`), which PyMC "
+            f"imputes as the free variable `{missing}`: a run would publish how many rows are missing (its shape) "
+            "and their imputed values, neither clipped nor noised. Drop or fill those rows before building the "
+            "model (the number of rows left is then public under substitute neighbours), or make missingness part "
+            "of each row (e.g. an observed indicator and a row-wise likelihood that ignores the missing value), "
+            "with nothing imputed."
+        )
 
 
 def _data_in_graph(graph_outputs: Sequence[Variable], n_rows: int) -> list[Variable]:
@@ -856,12 +894,24 @@ def check_prior_reads_no_data(
     public: Sequence[np.ndarray] = (),
     expressions: Mapping[str, Any] | None = None,
 ) -> None:
-    """Refuse a prior, potential or parameter expression that reads row data.
+    """Refuse a prior, potential or parameter expression that reads data or a table that may be private.
 
-    The free variables' log densities (with transforms) and every ``pm.Potential`` must not
-    read observed values, ``pm.Data`` containers, or constants with an axis (any axis) whose
-    length is the number of rows N. Only the likelihood may read data: everything else is
-    not clipped.
+    Only the likelihood may read data: everything else enters the computation exactly,
+    neither clipped nor noised. Unless declared public (:func:`pymc_dp.public`, or
+    ``public``):
+
+    - a ``pm.Potential`` may read no non-scalar constant or shared variable at all;
+    - a free variable's prior (its parameters as built, and its log density with transforms)
+      may read non-scalar constants only as per-element parameters: none with an axis longer
+      than the largest axis of the variable (``pm.Normal("b", np.zeros(3), 1, shape=3)`` and
+      ``pm.MvNormal(..., cov=np.eye(3))`` pass; a scalar reading an 80-vector does not), and
+      no non-scalar shared variable;
+    - an expression (``expressions``) follows the prior's rule, against its own shape;
+    - none reads observed values, ``pm.Data`` containers, or an array with an axis of length
+      N (the number of rows).
+
+    Integer arrays that only give shapes (a random variable's ``size``, a reshape's target)
+    are not tables and pass.
 
     Parameters
     ----------
@@ -871,7 +921,8 @@ def check_prior_reads_no_data(
         N; taken from the observed variables if omitted (a model without observed variables
         then only has its ``pm.Data`` containers checked).
     public : sequence of arrays, optional
-        Arrays known to be public (e.g. released statistics) that may be read whatever their length.
+        Arrays known to be public (e.g. released statistics) that may be read whatever their
+        shape, compared by value; variables declared with :func:`pymc_dp.public` are public too.
     expressions : mapping of str to tensor, optional
         Further graphs that enter an exact (unclipped) computation, by the name the caller
         knows them by: e.g. :class:`pymc_dp.DPSuffStatsPenaltyMH`'s ``params``, whose
@@ -880,58 +931,124 @@ def check_prior_reads_no_data(
     Raises
     ------
     ModelStructureError
-        Naming the potential, the prior or the expression that reads data.
+        Naming the potential, the prior or the expression, never a value or a shape.
 
     Notes
     -----
-    Neighbouring relation: substitute or add/remove. No mechanism covers the prior; a prior
-    reading data would release it unclipped and unnoised. Constants computed from the data in
-    NumPy before the model was built (a scalar ``x.mean()`` baked into a prior) look like public
-    constants and cannot be detected.
+    Neighbouring relation: substitute or add/remove. No mechanism covers the prior or a
+    potential; one reading a private table (the rows, or a second table of any length) would
+    release it unclipped and unnoised. A table reduced in NumPy before the model was built (a
+    scalar ``x.mean()`` baked into a prior) looks like a public constant and cannot be
+    detected; nor can a per-element parameter computed from private data.
     """
     from pytensor.tensor.variable import TensorVariable
+
+    from pymc_dp.public_data import graph_variables as _graph_variables
+    from pymc_dp.public_data import is_public
 
     observed_values = []
     if model.observed_RVs:
         n_found, _, observed_values = _row_structure(model)
         n_rows = n_found if n_rows is None else n_rows
     data = [v for v in observed_values if isinstance(v, Constant | SharedVariable)] + list(model.data_vars)
+    public = list(public)
 
-    def reads(graph: Variable) -> bool:
-        for v in ancestors([graph]):
-            if not isinstance(v, Constant | SharedVariable):
+    def declared(v: Variable) -> bool:
+        return is_public(v) or (isinstance(v, Constant) and any(_equal_array(v.data, p) for p in public))
+
+    def reads(graph: Variable, limit: int | None = None, strict: bool = False) -> bool:
+        """Whether ``graph`` reads data; ``strict``: or any table longer than ``limit`` (None: any table)."""
+        variables = _graph_variables([graph])
+        public.extend(np.asarray(v.data) for v in variables if isinstance(v, Constant) and is_public(v))
+        shape_only = _shape_only_constants([graph]) if strict else set()
+        for v in variables:
+            if not isinstance(v, Constant | SharedVariable) or is_public(v):
                 continue
             if any(_same_data(v, d) for d in data):
                 return True
-            if isinstance(v, Constant) and any(_equal_array(v.data, p) for p in public):
+            if declared(v):
                 continue
             if getattr(v, "ndim", 0) >= 1 and _row_length_axes(v, n_rows):  # any axis of length N
                 return True
+            if strict and getattr(v, "ndim", 0) >= 1 and v not in shape_only:
+                if isinstance(v, SharedVariable) or limit is None or max(_array_shape(v), default=0) > limit:
+                    return True
         return False
 
-    # Both the graphs as built and their log densities: model.logp constant-folds, so an
-    # aggregate of a numpy array (``np_y.mean()`` as a tensor) is visible only before it.
+    def reads_public(graphs: Sequence[Variable]) -> bool:
+        return any(is_public(v) for v in _graph_variables(graphs))
+
+    # The graphs as built, checked strictly (every table they read is in them, inner graphs
+    # included); the log densities (model.logp constant-folds, so a derived constant may
+    # appear there only) for data and arrays of length N, unless the built graph reads a
+    # declared array (its folded derivatives are not marked).
+    hint = "declare it with pmdp.public(array) if it is public"
     for pot in model.potentials:
-        if reads(model.logp(vars=[pot], sum=True)) or any(reads(g) for g in model.replace_rvs_by_values([pot])):
+        built = model.replace_rvs_by_values([pot])
+        folded = [] if reads_public(built) else [model.logp(vars=[pot], sum=True)]
+        if any(reads(g, strict=True) for g in built) or any(reads(g) for g in folded):
             raise ModelStructureError(
-                f"Potential `{pot.name}` reads data and cannot be split into rows. Express it as an observed "
-                "variable with a row axis, or drop it."
+                f"Potential `{pot.name}` reads data or a non-scalar array (a table that may be private): it "
+                "enters the posterior exactly, neither clipped nor noised. Express data as an observed variable "
+                f"with a row axis; for an array, {hint}."
             )
     if model.free_RVs:
+        shapes = model.eval_rv_shapes()
         for rv in model.free_RVs:
             params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable)]
             built = model.replace_rvs_by_values(params) if params else []
-            if reads(model.logp(vars=[rv], jacobian=True, sum=True)) or any(reads(g) for g in built):
+            folded = [] if reads_public(built) else [model.logp(vars=[rv], jacobian=True, sum=True)]
+            limit = max((int(d) for d in shapes.get(rv.name, ())), default=1)
+            if any(reads(g, limit, strict=True) for g in built) or any(reads(g) for g in folded):
                 raise ModelStructureError(
-                    f"The prior of free variable `{rv.name}` reads row data; only the likelihood may depend on rows."
+                    f"The prior of free variable `{rv.name}` reads row data or an array larger than the variable "
+                    "(a table that may be private); a prior may read arrays only as per-element parameters, and "
+                    f"only the likelihood may depend on rows. For a public array, {hint}."
                 )
     for name, expression in (expressions or {}).items():
         [graph] = model.replace_rvs_by_values([pt.as_tensor_variable(expression)])
-        if reads(graph):
+        limit = max(_static_or_evaluated_shape(model, graph), default=1)
+        if reads(graph, limit, strict=True):
             raise ModelStructureError(
-                f"`{name}` reads data: it enters the computation exactly, neither clipped nor noised. Build it from "
-                "the model's free variables and public constants only."
+                f"`{name}` reads data or an array larger than itself: it enters the computation exactly, neither "
+                f"clipped nor noised. Build it from the model's free variables and public constants only ({hint})."
             )
+
+
+def _shape_only_constants(outputs: Sequence[Variable]) -> set[Variable]:
+    """Integer constants whose every use is as a shape (a random variable's size, a reshape's or alloc's shape)."""
+    from pytensor.tensor.basic import Alloc
+    from pytensor.tensor.random.op import RandomVariable
+    from pytensor.tensor.shape import Reshape, SpecifyShape
+
+    from pymc_dp.public_data import graph_variables
+
+    uses: dict[Variable, list[bool]] = {}
+    for v in graph_variables(outputs):
+        node = v.owner
+        if node is None:
+            continue
+        for position, i in enumerate(node.inputs):
+            if isinstance(i, Constant):
+                op = node.op
+                as_shape = (
+                    (isinstance(op, RandomVariable) and position == 1)
+                    or (isinstance(op, Reshape) and position == 1)
+                    or (isinstance(op, Alloc | SpecifyShape) and position >= 1)
+                )
+                uses.setdefault(i, []).append(as_shape)
+    integer = ("int", "uint")
+    return {v for v, used in uses.items() if all(used) and str(getattr(v, "dtype", "")).startswith(integer)}
+
+
+def _static_or_evaluated_shape(model, graph: Variable) -> tuple[int, ...]:
+    """Shape of a graph from its static type, else evaluated at the model's initial point (shapes only)."""
+    static = getattr(graph.type, "shape", ())
+    if all(d is not None for d in static):
+        return tuple(int(d) for d in static)
+    point = model.initial_point()
+    fn = pytensor.function(model.value_vars, graph.shape, on_unused_input="ignore")
+    return tuple(int(d) for d in fn(*[point[v.name] for v in model.value_vars]))
 
 
 def _probe_points(values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
