@@ -58,7 +58,7 @@ from pymc_dp.starts import (
     warn_user_initvals,
 )
 from pymc_dp.step_methods.barker import DPBarkerMH, recorded_barker_releases
-from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.base import DPStep, ProgressAccounting
 from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.penalty import DPPenaltyMH
 from pymc_dp.variational.dpadvi import DPADVI
@@ -666,8 +666,11 @@ def sample(
     if dask_backend is not None:
         backend_details = {"backend": _dask_record(dask_backend)}
     restore = _commit_calibration(steps, planned, tune, draws)
-    for s in steps:
-        s.progress_delta = delta  # the progress bar shows each chain's ε at the run's δ
+    # the progress bar shows the run's ε so far at the run's δ
+    for s, progress in zip(
+        steps, _progress_accounting(planned, earlier + tuple(start_events), delta, chains, tune + draws)
+    ):
+        s.progress_run = progress
     clip_record = None
     detach_dask = None
     try:
@@ -690,7 +693,7 @@ def sample(
     finally:
         for s in steps:
             s.forget_private_state()
-            s.progress_delta = None
+            s.progress_run = None
         if detach_dask is not None:
             detach_dask()
         restore()
@@ -715,6 +718,28 @@ def sample(
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
+
+
+def _progress_accounting(
+    planned: list[Any], before: tuple[PrivacyEvent, ...], delta: float, chains: int, iterations: int
+) -> list[ProgressAccounting]:
+    """For each step, what its progress-bar column needs to show the run's ε so far (public settings only).
+
+    ``before``: the run's releases before its chains (a clip bound, a DP start), composed in
+    closed form when Gaussian (else the column shows the chains' ε and says so); ``planned``:
+    the calibrated steps, whose μ per iteration sum to the chains' μ per iteration.
+    """
+    mu_before = 0.0
+    if before:
+        _, method, mu = compose_epsilon(list(before), delta)
+        mu_before = float(mu) if method == "gaussian_closed_form" and mu is not None else math.nan
+    try:
+        per_iteration = [float(s.gaussian_mu_per_iteration()) for s in planned]
+    except (NotImplementedError, ValueError):  # a subsampled DPBarkerMH: priced in RDP, shown "on result"
+        return [ProgressAccounting(delta, chains, mu_before, math.nan) for _ in planned]
+    total = sum(per_iteration)
+    anchor = (mu_before if math.isfinite(mu_before) else 0.0) + chains * iterations * total
+    return [ProgressAccounting(delta, chains, mu_before, total / mu, anchor) for mu in per_iteration]
 
 
 def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, Any]) -> Any:

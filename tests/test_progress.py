@@ -11,7 +11,9 @@ import pymc as pm
 import pytest
 
 import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.step_methods.base import ProgressAccounting
 
 
 def _model():
@@ -23,27 +25,53 @@ def _model():
     return model
 
 
-def test_the_bar_shows_the_chains_epsilon_at_the_runs_delta_or_its_mu():
+def test_the_bar_shows_the_runs_epsilon_so_far_in_epsilon_on_both_routes():
     step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=20.0, model=_model())
+    # plain pm.sample: no δ known, ε at PROGRESS_DELTA, stated in the header; 3 chains compose
     columns, stats = step._progressbar_config(3)
-    assert len(columns) == 2 and stats["dp_spent_chain"] == ["0"] * 3
+    assert columns[1].get_table_column().header == "ε run (δ=1e-06)" and stats["dp_spent_chain"] == ["0"] * 3
     [update] = step._make_progressbar_update_functions()
-    assert update({"dp_mu_cumulative": 0.5, "dp_accept": 0.25}) == {"dp_accept_rate": 0.25, "dp_spent_chain": "0.5"}
-    step.progress_delta = 1e-6
-    [update] = step._make_progressbar_update_functions()
-    shown = update({"dp_mu_cumulative": 0.5, "dp_accept": 0.25})["dp_spent_chain"]
-    assert float(shown) == pytest.approx(gaussian_epsilon(1e-6, 0.5), rel=1e-2)
+    shown = update({"dp_mu_cumulative": 0.5, "dp_accept": 0.25})
+    assert shown["dp_accept_rate"] == 0.25
+    assert float(shown["dp_spent_chain"]) == pytest.approx(gaussian_epsilon(1e-6, 3 * 0.5), rel=0.01)
     assert update({"dp_mu_cumulative": math.nan, "dp_accept": 0.0})["dp_spent_chain"] == "on result"
+    # pymc_dp.sample: the run's δ, its releases before the chains and its planned μ; the last reading is its ε
+    step.progress_run = ProgressAccounting(delta=1e-5, chains=4, mu_before=0.01, mu_ratio=1.0, mu_anchor=0.01 + 4 * 0.1)
+    columns, _ = step._progressbar_config(4)
+    assert columns[1].get_table_column().header == "ε run (δ=1e-05)"
+    [update] = step._make_progressbar_update_functions()
+    assert update({"dp_mu_cumulative": 0.1, "dp_accept": 0.2})["dp_spent_chain"] == format_epsilon(
+        gaussian_epsilon(1e-5, 0.41)
+    )
+    halfway = update({"dp_mu_cumulative": 0.05, "dp_accept": 0.2})["dp_spent_chain"]
+    assert gaussian_epsilon(1e-5, 0.21) <= float(halfway) <= gaussian_epsilon(1e-5, 0.21 * 1.011)  # never below
 
 
 @pytest.mark.parametrize("runner", ["pm.sample", "pmdp.sample"])
-def test_sampling_with_the_progress_bar_on(runner):
-    with _model():
+def test_sampling_with_the_progress_bar_on(runner, monkeypatch):
+    shown = []  # what the ε column showed, as the bar received it
+    make = pmdp.DPPenaltyMH._make_progressbar_update_functions
+
+    def recording(self):
+        [update] = make(self)
+        return (lambda stats: shown.append(update(stats)["dp_spent_chain"]) or update(stats),)
+
+    monkeypatch.setattr(pmdp.DPPenaltyMH, "_make_progressbar_update_functions", recording)
+    with _model() as model:
         if runner == "pm.sample":
             step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=20.0)
-            idata = pm.sample(step=step, draws=20, tune=10, chains=2, progressbar=True)
+            idata = pmdp.publish(pm.sample(step=step, draws=20, tune=10, chains=2, progressbar=True), delta=1e-6)
         else:
             step = pmdp.DPPenaltyMH(llr_clip=2.5)
-            idata = pmdp.sample(step=step, epsilon=1.0, delta=1e-6, draws=20, tune=10, chains=2, progressbar=True)
-            assert step.progress_delta is None  # set for the run only
+            idata = pmdp.sample(
+                step=step, epsilon=1.0, delta=1e-6, draws=20, tune=10, chains=2, progressbar=True, init="prior"
+            )
+            assert step.progress_run is None  # set for the run only
     assert idata.posterior.sizes["draw"] == 20
+    # both routes end on the run's ε (both chains' iterations composed), never below it: pmdp.sample's
+    # exactly as printed elsewhere; a plain run's at most 1 % of μ above (its length is not known to the bar)
+    spent = pmdp.privacy_spent(idata, model=model)
+    if runner == "pmdp.sample":
+        assert shown[-1] == format_epsilon(spent.epsilon) == "1.000"
+    else:
+        assert spent.epsilon <= float(shown[-1]) <= gaussian_epsilon(1e-6, 1.01 * spent.mu)

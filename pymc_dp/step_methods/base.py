@@ -20,7 +20,7 @@ from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
@@ -110,6 +110,38 @@ class TransitionInfo:
     def statistics(self) -> dict[str, Any]:
         """The sampler statistics this transition supplies."""
         return {"dp_noisy_llr": float(self.noisy_llr), "dp_accept": float(self.accept), "dp_accepted": self.accepted}
+
+
+#: δ at which a plain ``pm.sample``'s progress bar shows ε (the column's header states it);
+#: :func:`pymc_dp.sample` shows its run's δ.
+PROGRESS_DELTA = 1e-6
+
+
+@dataclass(frozen=True)
+class ProgressAccounting:
+    """What the progress bar needs to show a run's ε so far (public settings only).
+
+    Attributes
+    ----------
+    delta : float
+        δ at which ε is shown.
+    chains : int
+        Chains of the run: each row shows the run's ε once every chain has reached its iteration.
+    mu_before : float
+        μ of the run's releases before its chains (a private clip bound, a DP start); NaN when
+        they are not Gaussian, and the column then shows the chains' ε only (its header says so).
+    mu_ratio : float
+        μ of one iteration of every DP step of the run over this step's (several steps); NaN
+        when a step's releases are not Gaussian (the column then says "on result").
+    mu_anchor : float
+        The run's μ when planned (so the last reading is the run's ε exactly), else 1.
+    """
+
+    delta: float
+    chains: int
+    mu_before: float = 0.0
+    mu_ratio: float = 1.0
+    mu_anchor: float = 1.0
 
 
 class DPStep(ArrayStepShared):
@@ -444,21 +476,27 @@ class DPStep(ArrayStepShared):
         return Competence.INCOMPATIBLE
 
     # -- PyMC's progress bar -----------------------------------------------------------------
-    #: δ at which the progress bar shows each chain's ε so far (set by :func:`pymc_dp.sample`;
-    #: without it the bar shows μ, the Gaussian-composition parameter, which needs no δ).
-    progress_delta: float | None = None
+    #: What the progress bar needs to show the run's ε so far; set by :func:`pymc_dp.sample`
+    #: for its run. Without it (a plain ``pm.sample``) the bar shows the chains' ε at
+    #: :data:`PROGRESS_DELTA`, stated in the column's header.
+    progress_run: ProgressAccounting | None = None
 
     def _progressbar_config(self, n_chains: int = 1):
-        """Columns of PyMC's progress bar: the released acceptance and the privacy spent by the chain so far.
+        """Columns of PyMC's progress bar: the released acceptance and the run's ε so far.
 
-        The privacy spent follows the schedule (public settings and the iteration count), not
-        the data: showing it releases nothing. It is the chain's own ε (or μ); the run's ε
-        composes every chain's and is written on the result.
+        The ε column shows, in each chain's row, the run's ε at the δ its header states once
+        every chain has reached that row's iteration: the run's releases before its chains (a
+        private clip bound, a DP start) composed with every chain's iterations so far. Rows
+        differ only while chains run at different speeds; the last reading is the run's ε
+        (``dp_epsilon``). It follows the schedule (public settings and the iteration count),
+        not the data: showing it releases nothing. ε is rounded up to four significant digits.
         """
         from rich.progress import TextColumn
         from rich.table import Column
 
-        label = "ε (chain)" if self.progress_delta is not None else "μ (chain)"
+        run = self.progress_run or ProgressAccounting(PROGRESS_DELTA, n_chains)
+        self._progress = run
+        label = f"ε {'run' if math.isfinite(run.mu_before) else 'chains'} (δ={run.delta:.3g})"
         columns = [
             TextColumn("{task.fields[dp_accept_rate]:0.2f}", table_column=Column("Accept", ratio=1)),
             TextColumn("{task.fields[dp_spent_chain]}", table_column=Column(label, ratio=1)),
@@ -466,18 +504,24 @@ class DPStep(ArrayStepShared):
         return columns, {"dp_accept_rate": [0.0] * n_chains, "dp_spent_chain": ["0"] * n_chains}
 
     def _make_progressbar_update_functions(self):
-        delta = self.progress_delta
-        last = {"mu": -1.0, "text": "0"}
+        run = getattr(self, "_progress", None) or self.progress_run or ProgressAccounting(PROGRESS_DELTA, 1)
+        before = run.mu_before if math.isfinite(run.mu_before) else 0.0
+        shown: dict[int, str] = {}  # ε at grid points of μ, shared by the chains
 
         def update_stats(step_stats: dict[str, Any]) -> dict[str, Any]:
-            mu = float(step_stats.get("dp_mu_cumulative", math.nan))
+            mu = before + run.chains * run.mu_ratio * float(step_stats.get("dp_mu_cumulative", math.nan))
             if not math.isfinite(mu):  # a subsampled DPBarkerMH: RDP-accounted, priced on the result
                 text = "on result"
-            elif abs(mu - last["mu"]) <= 0.01 * last["mu"]:  # ε changes slowly: recompute every 1 % of μ
-                text = last["text"]
+            elif mu <= 0:
+                text = "0"
             else:
-                text = f"{gaussian_epsilon(delta, mu):.3g}" if delta is not None and mu > 0 else f"{mu:.3g}"
-                last.update(mu=mu, text=text)
+                # ε at the first grid point at or above μ (an upper bound, at most 1 % more μ): ε is
+                # computed about 100 times per tenfold growth of μ, not at every draw. The grid is
+                # anchored at the run's μ, so the last reading is the run's ε exactly.
+                j = math.ceil(math.log(mu / run.mu_anchor) / math.log(1.01) - 1e-9)
+                if j not in shown:
+                    shown[j] = format_epsilon(gaussian_epsilon(run.delta, run.mu_anchor * 1.01**j))
+                text = shown[j]
             return {"dp_accept_rate": float(step_stats.get("dp_accept", 0.0)), "dp_spent_chain": text}
 
         return (update_stats,)
