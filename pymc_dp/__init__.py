@@ -26,7 +26,13 @@ from pymc_dp.mechanisms.dask_backend import DaskBackend, DaskBackendError
 from pymc_dp.planning import Plan, plan
 from pymc_dp.public_data import public
 from pymc_dp.publish import publish
-from pymc_dp.results import PrivateStart, UnpublishableResultError, check_publishable, strip_private_groups
+from pymc_dp.results import (
+    AlteredResultError,
+    PrivateStart,
+    UnpublishableResultError,
+    check_publishable,
+    strip_private_groups,
+)
 from pymc_dp.sampling import privacy_spent, sample
 from pymc_dp.starts import UserInitvalWarning
 from pymc_dp.statement import PrivacyStatement, privacy_statement
@@ -42,6 +48,7 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
 __all__ = [
     "DPADVI",
     "DPHMC",
+    "AlteredResultError",
     "CovariateModelWarning",
     "DPBarkerMH",
     "DPMultiOwnerPenaltyMH",
