@@ -576,7 +576,9 @@ def release_statistics(
         One of ``"bernoulli"``, ``"binomial"`` (``n_trials``), ``"categorical"``
         (``n_categories``), ``"poisson"`` (public count bound ``upper``), ``"normal"`` (known
         ``sigma``, public ``bounds``), ``"linear_regression"`` (``n_features``, public
-        ``x_bounds`` and ``y_bounds``; ``data=(X, y)``), or a family instance.
+        ``x_bounds`` and ``y_bounds``; ``data=(X, y)``), ``"logistic_regression"``
+        (``n_features``, public ``x_bounds``; ``data=(X, y)`` with y in {0, 1}; see
+        ``covariate_anchors``), or a family instance.
     data : array or (X, y)
         The raw rows. Rows outside the public bounds are mapped into them (``out_of_bounds``).
     epsilon : float
