@@ -827,7 +827,9 @@ def row_loglik(
         (read from a shape or from the row dim's length) is refused, and error messages
         never show a length.
     initial_point : dict, optional
-        Parameter values for the perturbation probe (default: the model's initial point).
+        Parameter values for the perturbation probe (default: PyMC's default initial point,
+        every ``initval=`` ignored: :func:`pymc_dp.starts.public_initial_point`). Must be
+        public: the probe's outcome depends on it.
 
     Raises
     ------
@@ -873,7 +875,10 @@ def row_loglik(
     row_data = _model_row_inputs(model, [lik], n_rows, row_dim, observed_values)
     lik_ancestors = set(ancestors([lik]))
     row_data = [v for v in row_data if v in lik_ancestors]
-    point = model.initial_point() if initial_point is None else initial_point
+    # The probe's points are public: PyMC's default point, never an initval= (it may come from the data).
+    from pymc_dp.starts import public_initial_point
+
+    point = public_initial_point(model) if initial_point is None else initial_point
     _perturbation_probe(model.value_vars, lik, [np.asarray(point[v.name]) for v in model.value_vars], row_data, n_rows)
     return lik, n_rows, row_dim, row_data
 
@@ -1361,9 +1366,9 @@ class RowLikelihood:
         self._compile_kwargs = dict(compile_kwargs or {})
 
         # Row-wise checks, walk and perturbation probe (row_loglik); then the prior and potentials.
-        lik, self.n_rows, self.row_dim, row_data = row_loglik(
-            model, neighbouring=neighbouring, initial_point=initial_point
-        )
+        # The construction probes run at a public point (PyMC's default, initvals ignored), never at
+        # `initial_point`, which may hold an initval= computed from the data.
+        lik, self.n_rows, self.row_dim, row_data = row_loglik(model, neighbouring=neighbouring)
         self.neighbouring = neighbouring
         check_prior_reads_no_data(model, self.n_rows)
         prior_terms = [model.logp(vars=model.free_RVs, jacobian=True, sum=True)]
@@ -1487,6 +1492,8 @@ class RowLikelihood:
         probe agrees. Otherwise, or if it cannot be built or evaluated, every subset is
         computed on all rows and sliced (slice mode), as before.
         """
+        from pymc_dp.starts import public_initial_point
+
         lenient = not self._all_pm_data
         if lenient and not self._index_numpy_rows():
             return
@@ -1511,7 +1518,7 @@ class RowLikelihood:
         # Evaluated on synthetic rows (the shared arrays hold them for the probe, then the data again):
         # whether the index path is used, or the model refused, depends on the graph, never on the data.
         with _synthetic_values(self._row_index_vars), np.errstate(all="ignore"):
-            for [theta] in _probe_points([self._theta_initial]):
+            for [theta] in _probe_points([self._flat_initial(public_initial_point(self.model))]):
                 theta = np.asarray(theta, dtype=np.float64)
                 try:
                     # With numpy rows the full graph holds the data as constants: the index path on all
