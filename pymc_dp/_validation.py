@@ -21,6 +21,7 @@ __all__ = [
     "check_positive_int",
     "check_sampling_rate",
     "check_unit_interval_open",
+    "model_from_context",
 ]
 
 NEIGHBOURING_RELATIONS = ("substitute", "add_remove")
@@ -105,3 +106,32 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"`{name}` must be a bool. Found {value!r}.")
     return bool(value)
+
+
+def model_from_context(model: object, caller: str) -> object:
+    """``model``, or the model of the ``with`` block open now.
+
+    Parameters
+    ----------
+    model : pymc.Model or None
+        The model passed by the caller.
+    caller : str
+        What needs it, named in the error (``"pmdp.sample"``, ``"DPPenaltyMH"``).
+
+    Raises
+    ------
+    TypeError
+        When ``model`` is None and no model context is open (PyMC's own error says only "No model
+        on context stack."): the message says the two ways to pass one.
+    """
+    from pymc.model import modelcontext
+
+    if model is not None:
+        return modelcontext(model)
+    try:
+        return modelcontext(None)
+    except TypeError:
+        raise TypeError(
+            f"{caller} needs a PyMC model: call it inside `with model:` or pass `model=model`. Found no model "
+            "on PyMC's context stack and `model=None`."
+        ) from None

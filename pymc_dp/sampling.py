@@ -20,6 +20,7 @@ from pymc_dp._validation import (
     check_nonnegative_int,
     check_positive_int,
     check_unit_interval_open,
+    model_from_context,
 )
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget
@@ -590,7 +591,7 @@ def sample(
     tuned settings are post-processing of those releases. Compositions of Gaussian
     mechanisms are accounted exactly (Sommer et al. 2019, Lemma 12).
     """
-    model = modelcontext(model)
+    model = model_from_context(model, "pmdp.sample")
     if delta is None and isinstance(budget, PrivacyBudget):
         delta = budget.delta
     if delta is None:

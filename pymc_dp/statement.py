@@ -249,7 +249,8 @@ def privacy_statement(result: Any) -> PrivacyStatement:
     sentences.append(_guarantee_text(record, epsilon, delta, method, cite))
     sentences.append(_coverage_text(record))
     if diagnostics is not None and diagnostics.get("usable") is False:
-        found = [str(r) for r in diagnostics.get("problems", []) + diagnostics.get("reasons", [])]
+        # DPADVI lists its problems under both keys
+        found = list(dict.fromkeys(str(r) for r in diagnostics.get("problems", []) + diagnostics.get("reasons", [])))
         sentences.append(
             "The result is flagged by its own diagnostics (computed from the released draws) as not usable as a "
             f"posterior: {'; '.join(found) or 'see dp_diagnostics'}."

@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars
-from pymc.model import modelcontext
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
@@ -18,7 +17,7 @@ from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
-from pymc_dp._validation import AUTO_CLIP, check_finite_positive
+from pymc_dp._validation import AUTO_CLIP, check_finite_positive, model_from_context
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
@@ -190,6 +189,11 @@ class DPStep(ArrayStepShared):
     clip_attributes: ClassVar[tuple[str, ...]] = ()
 
     # -- construction ---------------------------------------------------------------------
+    def __new__(cls, *args, **kwargs):
+        # PyMC's BlockedStep.__new__ looks the model up first and says only "No model on context stack."
+        model_from_context(kwargs.get("model"), cls.__name__)
+        return super().__new__(cls, *args, **kwargs)
+
     @staticmethod
     def _data_access(
         vars,
@@ -207,7 +211,7 @@ class DPStep(ArrayStepShared):
         checked under the step's neighbouring relation (under add/remove a row's term must
         not depend on N).
         """
-        model = modelcontext(model)
+        model = model_from_context(model, step_name)
         initial_point = model.initial_point() if initial_point is None else initial_point
         value_vars = sorted_value_vars(model, vars)
         discrete = [v.name for v in value_vars if v.dtype not in continuous_types]

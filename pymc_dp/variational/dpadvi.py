@@ -263,7 +263,7 @@ class _DPApproximationMixin:
                 "the posterior's and its mean can be biased (on the utility benchmark's hierarchical model it was "
                 "5-14 posterior sds off at ε ≤ 1). Fit approximation='fullrank', or use a sampler where one can mix."
             )
-        problem = clipping_problem({"releases": [self._dp_clipping]} if self._dp_clipping else None)
+        problem = clipping_problem({"releases": [self._dp_clipping]} if self._dp_clipping else None, "DPADVI")
         if problem is not None:
             reasons.append(f"DPADVI's {problem}.")
         laplace_summary = None
@@ -312,6 +312,8 @@ class _DPApproximationMixin:
             # None: under add/remove neighbours N is private, so the expected error is not computed.
             "usable": False if reasons else (True if mean_error is not None else None),
             "reasons": reasons,
+            # The key pmdp.sample's diagnostics list their problems under: whoever reads `problems` finds them here too
+            "problems": list(reasons),
         }
 
     def _spread(self) -> tuple[np.ndarray, np.ndarray]:
