@@ -34,7 +34,7 @@ from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PrivacyEvent, compose_epsilon
+from pymc_dp.accounting.events import PrivacyEvent, compose_epsilon, format_epsilon
 from pymc_dp.accounting.ledger import plain_json_value
 from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result
 
@@ -242,7 +242,8 @@ class PrivateRun:
         epsilon = compose_epsilon(events, self.delta)[0] if events else 0.0
         if self.epsilon is not None and epsilon > self.epsilon:
             raise PrivacyBudgetExceededError(
-                f"This run would spend ε={epsilon:.6g} at δ={self.delta:g}, above `epsilon`={self.epsilon:g}. "
+                f"This run would spend ε={format_epsilon(epsilon, 6)} at δ={self.delta:g}, "
+                f"above `epsilon`={self.epsilon:g}. "
                 f"Nothing was run or charged; {advice() if callable(advice) else advice}"
             )
         if self.budget is not None:

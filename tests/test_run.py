@@ -15,7 +15,7 @@ import pymc_dp
 from pymc_dp._errors import PrivateRunError
 from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.events import PureDPReleases, compose_epsilon
-from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.run import AccountantRecord, PrivateRun
 
 DELTA = 1e-6
@@ -161,3 +161,12 @@ def test_a_record_with_numpy_values_serialises():
         details={"usable": np.bool_(True), "ess": np.float64(2.5), "sds": np.array([0.1, 0.2])},
     ).to_dict()
     assert record["usable"] is True and record["ess"] == 2.5 and record["sds"] == [0.1, 0.2]
+
+
+def test_a_refusal_prints_the_runs_epsilon_rounded_up_never_to_the_target():
+    # τ chosen so that one release costs ε ≈ 1.0000004 at δ = 1e-6, just above a target of 1
+    tau = math.sqrt(0.5 / gaussian_mu_for_target(1.0000004, 1e-6))
+    assert 1.0 < gaussian_epsilon(1e-6, 0.5 / tau**2) <= 1.0000004
+    run = PrivateRun("test", delta=1e-6, neighbouring="substitute", n_rows=10, epsilon=1.0)
+    with pytest.raises(PrivacyBudgetExceededError, match=r"would spend ε=1\.00001 at δ=1e-06, above `epsilon`=1\."):
+        run.plan([GaussianReleases(tau, 1)])  # printed to the nearest ('ε=1') it read as the target itself
