@@ -78,7 +78,7 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -270,10 +270,10 @@ class Plan:
     recommendation: str
     details: dict[str, Any] = field(default_factory=dict)
     #: The method the recommendation names: ``"release_statistics"`` for a linear or logistic
-    #: regression (``released_statistics`` below), else a DP sampler when one can
-    #: deliver 100 effective draws, else ``"DPADVI"`` when its expected mean error is below half a
-    #: posterior sd, else ``None`` (no route here: more ε, more rows, or released statistics for a
-    #: conjugate model).
+    #: regression (``released_statistics`` below) not built by Bambi (the route takes a PyMC model),
+    #: else a DP sampler when one can deliver 100 effective draws, else ``"DPADVI"`` when its expected
+    #: mean error is below half a posterior sd, else ``None`` (no route here: more ε, more rows, or
+    #: released statistics for a conjugate model).
     recommended: str | None = None
     #: The :func:`pymc_dp.release_statistics` family that describes the model's likelihood
     #: (``"logistic_regression"`` or ``"linear_regression"``), found from the graph by
@@ -737,7 +737,8 @@ def plan(
     point = model.initial_point()
     n_params = int(sum(np.size(point[v.name]) for v in model.value_vars))
     route = released_statistics_route(model)
-    return plan_from_settings(
+    bambi = route is not None and "__obs__" in model.coords  # Bambi's observation dimension
+    the_plan = plan_from_settings(
         epsilon=epsilon,
         delta=delta,
         n_rows=_row_structure(model)[0],
@@ -752,5 +753,15 @@ def plan(
         dpadvi_sampling_rate=dpadvi_sampling_rate,
         dpadvi_iterations=dpadvi_iterations,
         max_iterations=max_iterations,
-        released_statistics=route,
+        released_statistics=None if bambi else route,
     )
+    if bambi:  # release_statistics takes arrays and a PyMC model, not a Bambi model: advise what runs on this one
+        the_plan = replace(
+            the_plan,
+            released_statistics=route,
+            recommendation=f"{the_plan.recommendation}; this Bambi model is a {route.replace('_', ' ')}: its "
+            "released-statistics route needs the regression written as a PyMC model (pmdp.release_statistics takes "
+            "the (X, y) arrays and adds its noise-aware likelihood to a pm.Model, not to a Bambi model; "
+            "docs/exponential_family.md)",
+        )
+    return the_plan

@@ -61,3 +61,21 @@ def test_sample_outside_a_model_says_how_to_pass_one():
         pmdp.sample(step=step, delta=1e-5, draws=5, tune=5, chains=1)
     with pytest.raises(TypeError, match=r"DPPenaltyMH needs a PyMC model: .* or pass `model=model`"):
         pmdp.DPPenaltyMH(llr_clip=2.0, noise_multiplier=20.0)
+
+
+def test_the_plan_for_a_bambi_regression_recommends_what_runs_on_it():
+    """On edd15ad the plan recommended pmdp.release_statistics, which cannot take a Bambi model."""
+    bmb = pytest.importorskip("bambi", reason="bambi is in the test extra; `pip install -e '.[test]'`")
+    pd = pytest.importorskip("pandas")
+    x = np.linspace(-1.0, 1.0, 20_000)
+    frame = pd.DataFrame({"x": x, "y": 1.0 + 0.5 * x + np.random.default_rng(35).normal(size=x.size)})
+    priors = {
+        "Intercept": bmb.Prior("Normal", mu=0, sigma=5),
+        "x": bmb.Prior("Normal", mu=0, sigma=2),
+        "sigma": bmb.Prior("HalfNormal", sigma=2),
+    }
+    bambi_model = bmb.Model("y ~ x", frame, priors=priors, auto_scale=False, center_predictors=False)
+    plan = pmdp.plan(pmdp.from_bambi(bambi_model), epsilon=10.0, delta=1e-6)
+    assert plan.released_statistics == "linear_regression"  # still said: the model is a linear regression
+    assert plan.recommended in {"DPPenaltyMH", "DPHMC", "DPADVI"}  # each takes model=the Bambi model's pm.Model
+    assert "Bambi model" in plan.recommendation and "written as a PyMC model" in plan.recommendation
