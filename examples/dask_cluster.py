@@ -20,6 +20,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
 
 
 def build_model(n_rows: int, seed: int = 0) -> pm.Model:
@@ -56,7 +57,8 @@ def run(model: pm.Model, draws: int, tune: int, backend=None):
 def report(label: str, idata, seconds: float) -> None:
     posterior = idata.posterior
     means = np.concatenate([np.ravel(posterior[v].mean(("chain", "draw")).values) for v in ("alpha", "beta")])
-    print(f"{label}: ε = {posterior.attrs['dp_epsilon']:.4f} in {seconds:.1f} s; posterior means {np.round(means, 2)}")
+    epsilon = format_epsilon(posterior.attrs["dp_epsilon"])
+    print(f"{label}: ε = {epsilon} in {seconds:.1f} s; posterior means {np.round(means, 2)}")
 
 
 def main() -> None:

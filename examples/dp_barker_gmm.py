@@ -26,6 +26,7 @@ import pymc as pm
 from scipy import special
 
 import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
 
 TRUE_THETA = (0.0, 1.0)
 PRIOR_SD = (np.sqrt(10.0), 1.0)
@@ -146,7 +147,7 @@ def main() -> None:
 
     print(f"N = {args.rows}, b = {args.batch_size}, N0 = {args.tempered_size:g}, clip = √b/N0 = {step.llr_clip:.4f}")
     run = f"{args.chains} chains × ({args.tune} tune + {args.draws} draws)"
-    print(f"{run}: ε = {spent.epsilon:.4f} at δ = {args.delta:g} (every iteration counted; {spent.method})")
+    print(f"{run}: ε = {format_epsilon(spent.epsilon)} at δ = {args.delta:g} (every iteration counted; {spent.method})")
     print(
         f"acceptance {float(stats['dp_accepted'].mean()):.3f}, final proposal scale {final_scale:.4f}, "
         f"V_cor error {step.correction_error:.1e}, {dp_seconds:.1f} s"

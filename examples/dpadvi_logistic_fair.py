@@ -28,6 +28,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_dp as pmdp
+from pymc_dp.accounting.events import format_epsilon
 
 #: Published codebook ranges of the answers (Fair 1978, statsmodels' fair.py description).
 CODEBOOK = {
@@ -85,7 +86,8 @@ def dp_initialised_chain(model: pm.Model, args, delta: float, x_test: np.ndarray
         optimizer="adam", learning_rate=0.05, random_seed=7,
     )  # fmt: skip
     approx = dpadvi.fit(iterations, model=model, progressbar=False)
-    print(f"DPADVI: ε = {dpadvi.privacy_spent().epsilon:.4f}; budget spent {budget.spent().epsilon:.4f} of 2")
+    fit_epsilon, budget_epsilon = format_epsilon(dpadvi.privacy_spent().epsilon), format_epsilon(budget.spent().epsilon)
+    print(f"DPADVI: ε = {fit_epsilon}; budget spent {budget_epsilon} of 2")
     chains, tune, draws = 2, (50 if args.quick else 300), (50 if args.quick else 500)
     with model:
         step = pmdp.DPPenaltyMH(llr_clip=3.0, proposal_scale=approx.std.eval() / 4)
@@ -96,9 +98,10 @@ def dp_initialised_chain(model: pm.Model, args, delta: float, x_test: np.ndarray
     spent = budget.spent()
     attrs = idata["posterior"].attrs
     own = json.loads(attrs["dp_accountant"])["run_epsilon"]
-    print(f"DPPenaltyMH: {chains} chains × ({tune} + {draws}), its own ε = {own:.4f}; "
-          f"the chain's result (composed with its DPADVI start) ε = {attrs['dp_epsilon']:.4f}")  # fmt: skip
-    print(f"budget: ε = {spent.epsilon:.4f} of 2 at δ = {delta:g} ({spent.method}), runs {list(budget.labels)}")
+    print(f"DPPenaltyMH: {chains} chains × ({tune} + {draws}), its own ε = {format_epsilon(own)}; "
+          f"the chain's result (composed with its DPADVI start) ε = {format_epsilon(attrs['dp_epsilon'])}")  # fmt: skip
+    print(f"budget: ε = {format_epsilon(spent.epsilon)} of 2 at δ = {delta:g} ({spent.method}), "
+          f"runs {list(budget.labels)}")  # fmt: skip
     print(f"test accuracy: DPADVI {accuracy(approx.sample(1000, random_seed=1)['posterior'], x_test, y_test):.4f}, "
           f"DP chain {accuracy(idata['posterior'], x_test, y_test):.4f}")  # fmt: skip
 
