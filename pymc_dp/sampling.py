@@ -25,7 +25,7 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
-from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
@@ -727,13 +727,12 @@ def _progress_accounting(
     """For each step, what its progress-bar column needs to show the run's ε so far (public settings only).
 
     ``before``: the run's releases before its chains (a clip bound, a DP start), composed in
-    closed form when Gaussian (else the column shows the chains' ε and says so); ``planned``:
+    closed form (μ adds) when Gaussian (else the column shows the chains' ε and says so); ``planned``:
     the calibrated steps, whose μ per iteration sum to the chains' μ per iteration.
     """
-    mu_before = 0.0
-    if before:
-        _, method, mu = compose_epsilon(list(before), delta)
-        mu_before = float(mu) if method == "gaussian_closed_form" and mu is not None else math.nan
+    # Gaussian releases compose by adding μ; anything else is left to the result (no composition here)
+    gaussian = all(isinstance(e, GaussianReleases) for e in before)
+    mu_before = sum(e.mu for e in before) if gaussian else math.nan
     try:
         per_iteration = [float(s.gaussian_mu_per_iteration()) for s in planned]
     except (NotImplementedError, ValueError):  # a subsampled DPBarkerMH: priced in RDP, shown "on result"
