@@ -174,12 +174,41 @@ def calibrate_releasers(
         return planned
     if compose_epsilon(fixed, delta)[0] >= target:
         raise refusal
-    low, high = -60.0, math.log(gaussian_mu_for_target(target, delta) / (k * len(unset)))
-    for _ in range(80):  # on log μ; ends within 1e-12 relative
-        middle = 0.5 * (low + high)
-        if compose_epsilon(set_all(math.exp(middle)), delta)[0] <= target:
-            low = middle
-        else:
-            high = middle
-    set_all(math.exp(low))
+
+    def excess(log_mu: float) -> float:
+        return compose_epsilon(set_all(math.exp(log_mu)), delta)[0] - target
+
+    set_all(
+        math.exp(_largest_root_below(excess, -60.0, math.log(gaussian_mu_for_target(target, delta) / (k * len(unset)))))
+    )
     return planned
+
+
+def _largest_root_below(excess: Any, low: float, high: float, tolerance: float = 1e-8) -> float:
+    """A point ``x`` in [low, high] with ``excess(x) <= 0``, within ``tolerance`` of where ``excess`` turns positive.
+
+    ``excess`` is increasing; ``excess(low) <= 0`` is assumed. Regula falsi with the Illinois rule
+    (superlinear: a dozen evaluations where bisection takes forty, each a PLD composition), keeping
+    a bracket [low, high] with ``excess(low) <= 0 < excess(high)`` and returning its low end, so the
+    result never exceeds the target whatever the accuracy.
+    """
+    f_low, f_high = excess(low), excess(high)
+    if f_high <= 0:
+        return high
+    side = 0
+    while high - low > tolerance:
+        middle = (low * f_high - high * f_low) / (f_high - f_low)
+        if not low < middle < high or high - low > 8.0:  # far apart (or no progress): bisect
+            middle = 0.5 * (low + high)
+        f_middle = excess(middle)
+        if f_middle <= 0:
+            low, f_low = middle, f_middle
+            if side == -1:
+                f_high *= 0.5
+            side = -1
+        else:
+            high, f_high = middle, f_middle
+            if side == 1:
+                f_low *= 0.5
+            side = 1
+    return low
