@@ -235,3 +235,64 @@ def test_zero_count_pld_events_beside_rdp_events():
     barker_like = RdpReleases(tuple(range(2, 40)), tuple(1e-3 * a for a in range(2, 40)), 10)
     eps = compose_epsilon([PoissonGaussianReleases(2.0, 0.05, 0), barker_like], 1e-5)[0]
     assert eps == pytest.approx(compose_epsilon([barker_like], 1e-5)[0], rel=1e-9)
+
+
+def test_pld_discretization_is_the_default_up_to_epsilon_10_then_doubles_with_the_bound():
+    from pymc_dp.accounting.pld import PLD_VALUE_DISCRETIZATION, pld_discretization
+
+    assert [pld_discretization(e) for e in (0.1, 10.0, math.inf)] == [PLD_VALUE_DISCRETIZATION] * 3
+    assert pld_discretization(10.5) == pld_discretization(20.0) == 2 * PLD_VALUE_DISCRETIZATION
+    assert pld_discretization(20.1) == pld_discretization(40.0) == 4 * PLD_VALUE_DISCRETIZATION
+    bounds = np.geomspace(10, 1e3, 50)
+    assert np.all(np.array([pld_discretization(b) for b in bounds]) / bounds <= 2 * PLD_VALUE_DISCRETIZATION / 10)
+
+
+@pytest.mark.parametrize("mu", [3.0, 10.0])
+def test_a_coarser_pld_at_large_epsilon_is_still_an_upper_bound_and_tight(mu):
+    # One Gaussian composition of total μ at ε ≈ 15 and ≈ 31: the closed form (Balle & Wang 2018,
+    # gaussian_epsilon) against the PLD at the coarser interval the accountant uses there, with a
+    # Poisson-Gaussian release beside it (so the PLD route is taken).
+    from pymc_dp.accounting.pld import gaussian_pld, pld_discretization, pld_epsilon
+
+    exact = gaussian_epsilon(1e-5, mu)
+    coarse = pld_epsilon([gaussian_pld(mu, pld_discretization(2 * exact))], 1e-5)
+    assert exact <= coarse <= exact * (1 + 1e-4)
+    events = [GaussianReleases(1.0 / math.sqrt(2.0 * mu), 1), PoissonGaussianReleases(50.0, 0.01, 10, "substitute")]
+    eps, method, _ = compose_epsilon(events, 1e-5)
+    assert method == "pld" and exact < eps <= exact * (1 + 1e-3)
+
+
+def test_the_root_search_returns_a_point_on_the_private_side_within_its_tolerance():
+    from pymc_dp.accounting.calibrate import _largest_root_below
+
+    calls = []
+
+    def excess(x):  # increasing, with 1e-4 steps like a discretised PLD's ε, root at x = log(1/3)
+        calls.append(x)
+        return math.floor((math.exp(x) * 3 - 1) * 1e4) / 1e4 + 1e-4
+
+    x = _largest_root_below(excess, -60.0, 3.0, tolerance=1e-8)
+    assert excess(x) <= 0 < excess(x + 1e-8 + 1e-12) or excess(x + 2e-8) > 0
+    assert abs(math.exp(x) * 3 - 1) < 2e-4 and len(calls) < 40
+    assert _largest_root_below(lambda x: x - 10.0, 0.0, 5.0) == 5.0  # no root inside: the high end
+
+
+def test_calibration_at_a_large_epsilon_meets_its_target_to_1e_6():
+    # A run calibrated to ε = 50 behind a Poisson-Gaussian start (the tests' workflow fixture took
+    # minutes here before the PLD's interval grew with ε).
+    from pymc_dp.accounting.calibrate import calibrate_releasers
+
+    class Releaser:
+        needs_calibration = True
+        mu = None
+
+        def set_noise_for_mu(self, mu):
+            self.mu = mu
+
+        def privacy_events(self, k):
+            return [GaussianReleases(1.0 / math.sqrt(2.0 * self.mu), k)]
+
+    start = (PoissonGaussianReleases(1.0, 0.05, 100, "substitute"),)
+    (step,) = calibrate_releasers([Releaser()], 90, 50.0, 1e-5, earlier=start)
+    eps = compose_epsilon([*start, *step.privacy_events(90)], 1e-5)[0]
+    assert 50.0 * (1 - 1e-6) <= eps <= 50.0

@@ -92,8 +92,8 @@ def poisson_gaussian_noise_multiplier(
 
     Finds σ such that ``earlier`` plus ``iterations`` Poisson-subsampled Gaussian releases at
     (σ, q) compose to at most ``epsilon`` at ``delta``, as :func:`compose_epsilon` reports it
-    (PLD where it is tighter). Bisection on log σ; ε is decreasing in σ. The returned σ is
-    always one whose composed ε was checked to be ≤ ``epsilon``.
+    (PLD where it is tighter). Regula falsi on log σ (:func:`_largest_root_below`); ε is decreasing
+    in σ. The returned σ is always one whose composed ε was checked to be ≤ ``epsilon``.
 
     Raises
     ------
@@ -120,15 +120,11 @@ def poisson_gaussian_noise_multiplier(
             f"`epsilon`={epsilon:g} is too small for {iterations} iterations at sampling rate {q:g}: even a noise "
             "multiplier of 1e4 exceeds it. Found no σ that fits."
         )
-    if spent(low) <= epsilon:
-        return low
-    while high / low > 1.0 + relative_tolerance:
-        middle = math.sqrt(low * high)
-        if spent(middle) <= epsilon:
-            high = middle
-        else:
-            low = middle
-    return high
+    # The largest x = −log σ whose ε is within the target (ε decreases in σ): σ = exp(−x) on the private side.
+    x = _largest_root_below(
+        lambda x: spent(math.exp(-x)) - epsilon, -math.log(high), -math.log(low), math.log1p(relative_tolerance)
+    )
+    return math.exp(-x)
 
 
 def calibrate_releasers(
