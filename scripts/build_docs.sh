@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the documentation site (docs/ → docs/_build/html) with warnings as errors, executing every
 # tutorial notebook (docs/tutorials/*.md, MyST-NB, cached in docs/_build/.jupyter_cache: an unchanged
-# notebook is not re-run). Needs the docs extra: python -m pip install -e '.[docs]'.
+# notebook is not re-run), then run the ```python blocks of README.md and every docs/*.md page as
+# written, at a small size (scripts/run_doc_pages.py, a page per core): every page of the site is
+# executed once per build. Needs the docs extra: python -m pip install -e '.[docs]'.
 #
 #   scripts/build_docs.sh                           # small size (the tutorials' parameter cells), as in CI
 #   PYMC_DP_DOCS_SIZE=full scripts/build_docs.sh    # full size (tens of minutes)
@@ -20,3 +22,6 @@ export PYMC_DP_DOCS_SIZE="${PYMC_DP_DOCS_SIZE:-small}"
 start=$(date +%s)
 python -m sphinx -W --keep-going -b html docs docs/_build/html
 echo "docs built in $(( $(date +%s) - start )) s (size: $PYMC_DP_DOCS_SIZE): docs/_build/html/index.html"
+start=$(date +%s)
+python scripts/run_doc_pages.py
+echo "README.md and docs/*.md pages run in $(( $(date +%s) - start )) s"

@@ -1,7 +1,8 @@
 """The ```python blocks of README.md and docs/*.md, cut down to a test size.
 
-Used by tests/test_readme.py (every block of every page) and by .ci/run, which runs the README's
-first block right after the README's install command in a fresh virtual environment, where
+Used by scripts/run_doc_pages.py (every block of every page, run once per CI run by the docs
+build), by tests/test_readme.py (the cutting-down and skipping rules) and by .ci/run, which runs the
+README's first block right after the README's install command in a fresh virtual environment, where
 nothing but ``pip install -e .`` is installed: this module needs only the standard library.
 
 Command line: ``python tests/_doc_blocks.py PAGE [--first]`` prints the page's runnable blocks
@@ -27,6 +28,11 @@ SMALL = [
     (re.compile(r"\bfit\([\d_]+"), "fit(50"),
     (re.compile(r"\.sample\([\d_]+\)"), ".sample(20)"),
 ]
+# Pages allowed a ``<!-- no-run -->`` block, each with the reason it cannot run at a small size
+# (tests/test_readme.py checks that no other page skips a block).
+SKIPPED: dict[str, str] = {
+    "dask.md": "the `Client(address)` block connects to an existing scheduler, which a test machine does not have",
+}
 
 
 def pages() -> list[Path]:

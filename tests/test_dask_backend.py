@@ -25,6 +25,7 @@ from pymc_dp.mechanisms.clip_bound import norm_histogram
 from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2
 
 distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
+import dask  # noqa: E402  (installed with distributed)
 
 from pymc_dp.mechanisms.dask_backend import (  # noqa: E402
     ClusterRows,
@@ -41,10 +42,13 @@ N_ROWS = 3000
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.CRITICAL
-    )
-    client = distributed.Client(cluster)
+    # The suite runs two test processes on two cores: a cluster started beside a busy one may need more
+    # than the default 30 s to connect.
+    with dask.config.set({"distributed.comm.timeouts.connect": "180s"}):
+        cluster = distributed.LocalCluster(
+            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.CRITICAL
+        )
+        client = distributed.Client(cluster, timeout="180s")
     yield client
     client.close()
     cluster.close()

@@ -4,8 +4,8 @@
 Every tutorial in docs/tutorials/ is a jupytext-paired MyST notebook that MyST-NB can execute
 (the jupytext/kernelspec header), has a ``parameters`` cell that reads PYMC_DP_DOCS_SIZE (small by
 default, full on demand) and is listed in the tutorials' toctree; every docs/*.md page is in the
-site; the tests that run README.md and docs/*.md blocks (tests/_doc_blocks.py) do not pick up the
-tutorials, which MyST-NB executes instead.
+site; the runner of README.md and docs/*.md blocks (scripts/run_doc_pages.py, through
+tests/_doc_blocks.py) does not pick up the tutorials, which MyST-NB executes instead.
 """
 
 import re

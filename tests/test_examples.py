@@ -21,9 +21,9 @@ def run_example(name: str, *args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("method", ["release", "penalty"])
-def test_quickstart_runs_and_reports_its_guarantee(method):
-    out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100", "--method", method)
+def test_quickstart_runs_and_reports_its_guarantee_on_the_penalty_route():
+    # The default route (released statistics) is run by tests/test_readme.py, as the README's command line.
+    out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100", "--method", "penalty")
     spent = float(re.search(r"Privacy spent: epsilon = ([0-9.]+)", out).group(1))
     recorded = float(re.search(r"dp_epsilon = ([0-9.]+)", out).group(1))
     assert spent == recorded and 0 < spent <= 4.0
@@ -33,6 +33,7 @@ def test_quickstart_runs_and_reports_its_guarantee(method):
     assert "Plan at ε = 4" in out  # the planner's table comes first
 
 
+@pytest.mark.slow  # the experiments script (a benchmark harness); DPHMC itself is tested in tests/test_hmc.py
 def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):
     out = run_example(
         "dp_hmc_experiments.py",
@@ -86,6 +87,7 @@ def test_naive_bayes_fair_runs_at_a_small_size(tmp_path):
     assert [line.split("|")[2].strip() for line in table[2:5]] == ["60", "6", "—"]
 
 
+@pytest.mark.slow  # a benchmark harness over `fair`; the route is tested in tests/test_noise_aware.py
 def test_linear_regression_fair_runs_at_a_small_size(tmp_path):
     out = run_example(
         "linear_regression_fair.py",
@@ -101,6 +103,7 @@ def test_linear_regression_fair_runs_at_a_small_size(tmp_path):
         assert all(float(c) in (0.0, 1.0) for c in cells[6:8])  # one release: covered or not
 
 
+@pytest.mark.slow  # 50 s: DPADVI's behaviour is tested in tests/test_dpadvi.py; this is the example script
 def test_dpadvi_logistic_fair_runs_at_a_small_size():
     out = run_example("dpadvi_logistic_fair.py", "--quick")
     assert "fair: 5093 training rows, 1273 test rows, 8 features" in out
@@ -114,6 +117,7 @@ def test_dpadvi_logistic_fair_runs_at_a_small_size():
     assert re.search(r"\| ADVI \(non-private\) \| inf \| — \| [0-9.]+ \|", out)
 
 
+@pytest.mark.slow  # 90 s: the same composition is tested in tests/test_dpadvi.py (DPADVI then a DP chain)
 def test_dpadvi_initialised_dp_chain_stays_within_one_budget():
     out = run_example("dpadvi_logistic_fair.py", "--dp-chain", "--quick")
     total = float(re.search(r"budget: ε = ([0-9.]+) of 2 at δ = 1e-05 \(pld\)", out).group(1))

@@ -311,7 +311,7 @@ def test_large_epsilon_noise_aware_linear_regression_matches_nuts_on_the_raw_dat
         reproducible_noise=True,
         random_seed=1,
     )
-    kwargs = {"draws": 500, "tune": 500, "chains": 2, "random_seed": 6, "progressbar": False}
+    kwargs = {"draws": 250, "tune": 250, "chains": 2, "random_seed": 6, "progressbar": False}
     with pm.Model():
         beta = pm.Normal("beta", 0, 1, shape=2)
         sigma = pm.HalfNormal("sigma", 1)
@@ -431,7 +431,7 @@ def test_noise_aware_categorical_with_small_noise_matches_the_dirichlet_posterio
     with pm.Model():
         p = pm.Dirichlet("p", np.ones(3))
         rel.likelihood("counts", p=p)
-        idata = rel.sample(draws=500, tune=500, chains=1, random_seed=5, progressbar=False, on_poor_mixing="ignore")
+        idata = rel.sample(draws=250, tune=250, chains=1, random_seed=5, progressbar=False, on_poor_mixing="ignore")
     draws = idata["posterior"]["p"].values.reshape(-1, 3)
     exact = stats.dirichlet(1 + np.bincount(labels, minlength=3))
     sd = np.sqrt(exact.var())
@@ -540,7 +540,7 @@ def test_large_epsilon_noise_aware_logistic_regression_matches_nuts_on_the_raw_d
         reproducible_noise=True,
         random_seed=1,
     )
-    kwargs = {"draws": 400, "tune": 400, "chains": 2, "random_seed": 6, "progressbar": False}
+    kwargs = {"draws": 200, "tune": 200, "chains": 2, "random_seed": 6, "progressbar": False}
     posteriors = {}
     for key in ("aware", "naive"):
         with pm.Model():
@@ -899,6 +899,7 @@ def test_covariate_anchors_are_priced_inside_the_target_and_recorded():
         rel.likelihood("y", beta=pm.Normal("beta", 0, 2, shape=4))
 
 
+@pytest.mark.slow  # about a minute: two NUTS runs; the anchors' fixed point and pricing are tested by default
 def test_anchored_logistic_release_matches_nuts_on_binary_covariates_at_large_epsilon():
     """ε = 1e9, two anchors: the noise-aware posterior matches NUTS on the raw rows where the unanchored one cannot.
 
@@ -921,7 +922,7 @@ def test_anchored_logistic_release_matches_nuts_on_binary_covariates_at_large_ep
         random_seed=3,
         **settings,
     )
-    kwargs = {"draws": 400, "tune": 400, "chains": 2, "random_seed": 8, "progressbar": False}
+    kwargs = {"draws": 200, "tune": 200, "chains": 2, "random_seed": 8, "progressbar": False}
     with pm.Model():
         beta = pm.Normal("beta", 0, 2, shape=4)
         rel.likelihood("y", beta=beta)

@@ -1,23 +1,23 @@
-"""The README and every docs page run as written (at a small size, progress bars on).
+"""The README's quick-start command runs, and the rules that run README.md and docs/*.md as written.
 
-Every ```python block of README.md and of every ``docs/*.md`` page is run (tests/_doc_blocks.py
-finds and cuts them down; .ci/run uses the same module to run the README's first block right
-after a bare ``pip install -e .``). The blocks of one page run in order in one fresh interpreter,
-so a block may use what an earlier block of the same page defined (each page's first block
-builds its own model). A block right after a ``<!-- no-run -->`` comment is skipped. Sizes are
-cut down by rewriting the literal ``draws=``, ``tune=``, ``chains=``, ``fit(n=`` and ``.sample(``
-arguments; PyMC's default progress bar stays on, so a progress-bar dependency missing from a
-fresh install fails here.
+Every ```python block of README.md and of every ``docs/*.md`` page is run once per CI run, by the
+documentation build (scripts/build_docs.sh calls scripts/run_doc_pages.py; the tutorials are executed
+by MyST-NB in the same build), not again here: the blocks of one page run in order in one fresh
+interpreter, cut down by tests/_doc_blocks.py (the literal ``draws=``, ``tune=``, ``chains=``,
+``fit(n=`` and ``.sample(`` arguments), with PyMC's default progress bar on. A block right after a
+``<!-- no-run -->`` comment is skipped. .ci/run also runs the README's first block right after a bare
+``pip install -e .`` on both Python lines. Here: the cutting-down and skipping rules, that every page
+is found by the runner, and the README's quick-start command line at a small size.
 """
 
+import importlib.util
 import os
 import re
 import shlex
 import subprocess
 import sys
 
-import pytest
-from _doc_blocks import NO_RUN, README, ROOT, pages, runnable_blocks, script, shrink
+from _doc_blocks import NO_RUN, README, ROOT, SKIPPED, pages, runnable_blocks, script, shrink
 
 
 def run_python(args: list[str]) -> subprocess.CompletedProcess:
@@ -41,24 +41,18 @@ def test_every_docs_page_is_collected_and_blocks_are_cut_down(tmp_path):
     assert script(probe, first_only=True) == "ran()\n"
 
 
-# Pages allowed a ``<!-- no-run -->`` block, each with the reason it cannot run at a small size.
-# docs/dpadvi.md's DPADVI-then-chain block runs on the page's own synthetic model.
-SKIPPED: dict[str, str] = {
-    "dask.md": "the `Client(address)` block connects to an existing scheduler, which a test machine does not have",
-}
-
-
 def test_a_skipped_block_says_why():
     skipped = {p.name for p in pages() if NO_RUN in p.read_text(encoding="utf-8")}
     assert skipped == set(SKIPPED)
 
 
-@pytest.mark.parametrize("page", [p.relative_to(ROOT).as_posix() for p in pages() if runnable_blocks(p)])
-def test_page_python_blocks_run(page):
-    if page == "docs/jax.md":  # the JAX backend's page needs the optional `jax` (in the test extra)
-        pytest.importorskip("jax")
-    result = run_python(["-c", script(ROOT / page)])
-    assert result.returncode == 0, f"{page} failed:\n{result.stderr[-4000:]}"
+def test_the_page_runner_runs_every_page_with_a_block():
+    spec = importlib.util.spec_from_file_location("run_doc_pages", ROOT / "scripts" / "run_doc_pages.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    expected = [p.relative_to(ROOT).as_posix() for p in pages() if runnable_blocks(p)]
+    assert runner.runnable_pages() == expected and "README.md" in expected and len(expected) >= 10
+    assert "scripts/run_doc_pages.py" in (ROOT / "scripts" / "build_docs.sh").read_text()
 
 
 def test_readme_quick_start_command_runs():
