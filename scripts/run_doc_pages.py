@@ -41,7 +41,7 @@ def runnable_pages() -> list[str]:
 
 
 def run_page(page: str) -> tuple[str, bool, float, str]:
-    """Run one page's blocks in a fresh interpreter: (page, passed, seconds, error text or skip reason)."""
+    """Run one page's blocks in a fresh interpreter: (page, passed, seconds, error text, skip reason or "")."""
     module = OPTIONAL.get(page)
     if module is not None and importlib.util.find_spec(module) is None:
         return page, True, 0.0, f"skipped: needs `{module}`"
@@ -59,7 +59,8 @@ def run_page(page: str) -> tuple[str, bool, float, str]:
         )
     except subprocess.TimeoutExpired:
         return page, False, time.perf_counter() - start, f"did not finish within {TIMEOUT_S} s"
-    return page, result.returncode == 0, time.perf_counter() - start, result.stderr[-4000:]
+    passed = result.returncode == 0
+    return page, passed, time.perf_counter() - start, "" if passed else result.stderr[-4000:]
 
 
 def main(argv: list[str] | None = None) -> int:
