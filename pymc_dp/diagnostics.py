@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp.accounting.events import format_epsilon
 from pymc_dp.results import group, group_names, posterior_attrs
 
 __all__ = [
@@ -188,7 +189,7 @@ def poor_mixing_message(
     diagnostics: dict[str, Any], epsilon: float | None = None, started_from_dp_fit: bool = False
 ) -> str:
     """What went wrong, in plain words, and what to change (not a DP start the chains already had)."""
-    spent = f" at ε = {epsilon:.3g}" if epsilon is not None else ""
+    spent = f" at ε = {format_epsilon(epsilon)}" if epsilon is not None else ""  # rounded up, as everywhere
     if str(diagnostics.get("method", "")).startswith(RELEASED_STATISTICS_METHOD):
         return (
             "Sampling the released statistics' likelihood did not produce a usable posterior: "
