@@ -259,8 +259,8 @@ def test_plain_results_thinned_evenly_are_still_priced(two_plain_runs, model):
 
 def test_the_digest_survives_a_netcdf_round_trip(two_runs, tmp_path):
     """dp_integrity is a string and hashes values, not dtypes: a result read back from a file is still priced."""
-    az = pytest.importorskip("arviz")
-    pytest.importorskip("h5netcdf")  # DataTree.to_netcdf needs netCDF4 or h5netcdf; ArviZ 0.23 uses h5netcdf
+    import arviz as az  # h5netcdf, which both ArviZ lines write NetCDF with, is a dependency of the package
+
     result = two_runs[0]  # on edd15ad to_netcdf failed: dp_reproducible_noise was a bool
     path = str(tmp_path / "result.nc")
     if hasattr(az, "from_netcdf"):  # ArviZ 0.23: InferenceData
