@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import math
 import warnings
 from dataclasses import dataclass
@@ -846,6 +847,12 @@ def _stored_variables(model: Any, var_names: list[str] | None) -> list[str]:
     """The variables to store: ``var_names`` checked, or every free variable and data-free deterministic."""
     hidden = data_dependent_deterministics(model)
     if var_names is None:
+        if hidden:  # names come from the model's code, never from the rows
+            logging.getLogger("pymc").info(
+                "Not stored in the DP result: deterministics that read the data (%s). Their values would depend on "
+                "the private rows without noise; compute them from the draws and public data after sampling.",
+                ", ".join(sorted(hidden)),
+            )
         return [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     storable = {rv.name for rv in model.free_RVs} | {d.name for d in model.deterministics}
     leaking = [name for name in var_names if name in hidden]

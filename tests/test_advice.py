@@ -8,6 +8,8 @@ diagnostics said ``usable: False`` under ``reasons`` with no ``problems`` (the k
 stack." without saying how to pass one.
 """
 
+import logging
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -79,3 +81,20 @@ def test_the_plan_for_a_bambi_regression_recommends_what_runs_on_it():
     assert plan.released_statistics == "linear_regression"  # still said: the model is a linear regression
     assert plan.recommended in {"DPPenaltyMH", "DPHMC", "DPADVI"}  # each takes model=the Bambi model's pm.Model
     assert "Bambi model" in plan.recommendation and "written as a PyMC model" in plan.recommendation
+
+
+def test_a_data_reading_deterministic_left_out_of_the_result_is_named(regression, caplog):
+    # Issue 35, deliverable 6: a deterministic that reads data is dropped from pmdp.sample's result; PyMC's
+    # logger says which (names only: they come from the model's code).
+    from pymc_dp.sampling import _stored_variables
+
+    model, _, _ = regression
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        stored = _stored_variables(model, None)
+    assert "fitted_mean" not in stored and "slope_ratio" in stored
+    (message,) = [r.getMessage() for r in caplog.records if "Not stored in the DP result" in r.getMessage()]
+    assert "(first_residual, fitted_mean, shifted_x)" in message and "slope_ratio" not in message
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        _stored_variables(model, ["a", "b"])  # the caller chose what is stored: nothing to say
+    assert not [r for r in caplog.records if "Not stored" in r.getMessage()]
