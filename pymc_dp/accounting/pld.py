@@ -74,7 +74,7 @@ def pld_discretization(epsilon_bound: float) -> float:
 
     :data:`PLD_VALUE_DISCRETIZATION` up to ε = :data:`PLD_FINE_EPSILON`, then doubled each time the
     bound doubles (1e-4 · 2^⌈log₂(bound/10)⌉), so the interval relative to ε never exceeds twice its
-    value at ε = 10, and it stays the same over the steps of a calibration's bisection (the PLDs of
+    value at ε = 10, and it stays the same over most steps of a calibration's search (the PLDs of
     fixed releases are then built once: :func:`poisson_gaussian_pld` is cached). The PLD's support
     spans the privacy loss, so at a fixed interval its size and cost grow with ε (a run calibrated to
     ε = 50 spent minutes building PLDs of millions of points); the pessimistic discretisation stays an
@@ -171,7 +171,7 @@ def poisson_gaussian_pld(
     """PLD of ``count`` Poisson-subsampled Gaussian releases (module docstring's conventions), cached.
 
     ``None`` if ``count`` is 0. Privacy-loss distributions are not changed by composing them, so the
-    cached object is shared; a calibration's bisection composes the same fixed releases at every step.
+    cached object is shared; a calibration's search composes the same fixed releases at every step.
     """
     if count == 0:
         return None
