@@ -1832,7 +1832,7 @@ class RowLikelihood:
         (:attr:`clipped_sum_mode`). ``rows`` as for :meth:`grad_rows`; pass one of
         :meth:`row_chunks` at a time to bound memory.
         """
-        from pymc_dp.mechanisms.clipping import _check_bound, clipped_sum_l2
+        from pymc_dp.clip_math import _check_bound, clipped_sum_l2
 
         self._require_continuous()
         theta = self._check_theta(theta)
@@ -2090,7 +2090,7 @@ def _linear_clipped_sum(
         norms_sq = norms_sq + _squares_per_row(g)
     for g, square in zip(per_row[len(copies) :], square_inputs, strict=True):
         norms_sq = norms_sq + _squares_per_row(g) * square
-    from pymc_dp.mechanisms.clipping import clip_weights_graph
+    from pymc_dp.clip_math import clip_weights_graph
 
     weights, finite = clip_weights_graph(norms_sq, bound)
     kept = finite[:, None]
