@@ -242,6 +242,11 @@ def test_accounting_modules_import_each_other_without_cycles():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pymc_dp.accounting.")
         }
 
+    # events.py hands out compose_epsilon on first use (a module __getattr__) for the callers that still
+    # import it from there; composition.py holds it and imports the events. Remove once no caller imports
+    # compose_epsilon from pymc_dp.accounting.events (tests/test_layers.py lists the same edge).
+    edges["events"].discard("composition")
+
     def reaches(start, target, seen=()):
         return any(n == target or (n not in seen and reaches(n, target, (*seen, n))) for n in edges.get(start, ()))
 

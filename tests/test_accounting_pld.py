@@ -90,7 +90,7 @@ def test_full_batch_is_the_gaussian_mechanism(neighbouring):
 def test_bound_orderings(neighbouring):
     event = PoissonGaussianReleases(1.5, 0.02, 500, neighbouring)
     eps_pld = compose_epsilon([event], 1e-6)[0]
-    eps_rdp = rdp_to_epsilon(DEFAULT_ORDERS, event.rdp(DEFAULT_ORDERS), 1e-6)[0]
+    eps_rdp = rdp_to_epsilon(DEFAULT_ORDERS, event.rdp_at(DEFAULT_ORDERS), 1e-6)[0]
     no_sampling = gaussian_epsilon(1e-6, 500 / (2 * 1.5**2))
     assert eps_pld < eps_rdp < no_sampling  # PLD tight, RDP looser, subsampling amplifies
     smaller_q = compose_epsilon([PoissonGaussianReleases(1.5, 0.01, 500, neighbouring)], 1e-6)[0]
@@ -168,7 +168,7 @@ def test_gaussian_and_poisson_gaussian_compose_as_one_pld():
 
 def test_a_repeated_composition_comes_from_the_cache_and_equals_the_uncached_one():
     # PrivateRun prices its events before the run and records the same events after it: composed once.
-    from pymc_dp.accounting.events import _cached_composition, _composition
+    from pymc_dp.accounting.composition import _cached_composition, _composition
 
     events = (GaussianReleases(30.0, 1000), PoissonGaussianReleases(2.0, 0.05, 1000, "substitute"))
     _cached_composition.cache_clear()
@@ -194,7 +194,7 @@ def test_rdp_events_compose_by_the_tighter_of_all_rdp_and_a_delta_split(count, e
     barker_like = RdpReleases(tuple(range(2, 40)), tuple(1e-4 * a for a in range(2, 40)), count)
     eps, method, _ = compose_epsilon([subsampled, barker_like], 1e-5)
     orders = np.unique(np.concatenate([DEFAULT_ORDERS, np.arange(2.0, 40.0)]))
-    all_rdp = rdp_to_epsilon(orders, subsampled.rdp(orders) + barker_like.rdp_at(orders), 1e-5)[0]
+    all_rdp = rdp_to_epsilon(orders, subsampled.rdp_at(orders) + barker_like.rdp_at(orders), 1e-5)[0]
     assert method == expected_method
     assert eps <= all_rdp + 1e-12
     assert (eps < all_rdp) == (method == "pld+rdp")
@@ -226,7 +226,7 @@ def test_pure_releases_are_never_dropped_beside_poisson_gaussian_ones(with_rdp_e
     assert eps >= 5.0 and eps > alone
     assert eps <= 5.0 + alone + 1e-9  # pure ε adds to the rest's (ε, δ): basic composition
     orders = np.unique(np.concatenate([DEFAULT_ORDERS, np.arange(2.0, 40.0)]))
-    all_rdp = sum(e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders) for e in events)
+    all_rdp = sum(e.rdp_at(orders) for e in events)
     assert eps <= rdp_to_epsilon(orders, all_rdp, 1e-5)[0] + 1e-9
     assert method in ("rdp", "pld+rdp") or method.startswith("pure_sum+")
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int, check_unit_interval_open
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.accounting.spent import PrivacySpent
 
 __all__ = ["PrivacyBudget", "PrivacyBudgetExceededError"]
 

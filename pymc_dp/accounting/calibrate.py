@@ -24,7 +24,8 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting._floats import round_towards_privacy
 from pymc_dp.accounting.budget import PrivacyBudgetExceededError
-from pymc_dp.accounting.events import GaussianReleases, PoissonGaussianReleases, PrivacyEvent, compose_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import GaussianReleases, PoissonGaussianReleases, PrivacyEvent
 from pymc_dp.accounting.gaussian import _check_mu, gaussian_mu_for_target
 
 __all__ = [

@@ -1,16 +1,47 @@
-"""Data-free descriptions of what a mechanism releases, and their composition.
+"""The event vocabulary: data-free descriptions of what a mechanism releases.
 
-An *event* records only public settings (noise multipliers, counts, RDP curves). The
-accountant turns a list of events into ε at a given δ. Events serialise to plain JSON so
-that a result object carries everything needed to recompute its ε.
+An *event* records only public settings (noise multipliers, sampling rates, counts, RDP
+curves), never data. Each event documents completely the behaviour and the assumptions of the
+mechanism it stands for, so that an accountant can price it without knowing anything else about
+the code that released it (the convention of ``dp_accounting``'s ``dp_event.py``). Events are
+frozen, hashable and serialise to plain JSON (:meth:`to_dict`, :func:`event_from_dict`), so a
+result carries everything needed to recompute its ε.
+
+Every event answers the same questions:
+
+- ``count``: how many releases of the mechanism it stands for (0 is allowed and costs nothing);
+- ``label``: free text for the ledger and the record;
+- :meth:`rdp_at`: the total Rényi-DP curve of all ``count`` releases at given orders (``inf``
+  where no finite bound is known);
+- :meth:`to_dict`: its JSON form.
+
+The composition of events into one (ε, δ) guarantee is in
+:mod:`pymc_dp.accounting.composition` (:func:`~pymc_dp.accounting.composition.compose_epsilon`).
+Events carry no neighbouring relation of their own unless the accountant needs it
+(:class:`PoissonGaussianReleases`): a noise multiplier is measured in units of the sensitivity
+under the relation the mechanism was built for, and every event of one run is built for the same
+relation (substitute by default, or add/remove).
+
+References
+----------
+.. [1] Sommer, D. M., Meiser, S. and Mohammadi, E. (2019). Privacy loss classes: the central
+   limit theorem in differential privacy. PoPETs 2019(2), Lemma 12.
+.. [2] Mironov, I. (2017). Rényi differential privacy. CSF, Proposition 1 (composition) and
+   Proposition 3.
+.. [3] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential privacy.
+   Theorems 3.6 and 3.16.
+.. [4] Bun, M. and Steinke, T. (2016). Concentrated differential privacy: simplifications,
+   extensions, and lower bounds. TCC, Proposition 1.4.
+.. [5] Koskela, A., Jälkö, J. and Honkela, A. (2020). Computing tight differential privacy
+   guarantees using FFT. AISTATS.
+.. [6] Mironov, I., Talwar, K. and Zhang, L. (2019). Rényi differential privacy of the sampled
+   Gaussian mechanism. arXiv:1908.10530.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,38 +51,59 @@ from pymc_dp._validation import (
     check_neighbouring,
     check_nonnegative_int,
     check_sampling_rate,
-    check_unit_interval_open,
 )
-from pymc_dp.accounting.gaussian import gaussian_epsilon
-from pymc_dp.accounting.pld import (
-    PLD_MAX_EPSILON,
-    PLD_VALUE_DISCRETIZATION,
-    compose_plds,
-    gaussian_pld,
-    pld_discretization,
-    pld_epsilon,
-    poisson_gaussian_pld,
-    poisson_gaussian_rdp,
-)
-from pymc_dp.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_epsilon
+from pymc_dp.accounting.pld import PLD_VALUE_DISCRETIZATION, poisson_gaussian_pld, poisson_gaussian_rdp
+from pymc_dp.accounting.rdp import gaussian_rdp
+
+# PrivacySpent and format_epsilon live in pymc_dp.accounting.spent; imported here so that
+# ``from pymc_dp.accounting.events import PrivacySpent, format_epsilon`` keeps working.
+from pymc_dp.accounting.spent import PrivacySpent, format_epsilon  # noqa: F401
 
 __all__ = [
     "GaussianReleases",
+    "PoissonGaussianReleases",
     "PrivacyEvent",
-    "PrivacySpent",
     "PureDPReleases",
     "RdpReleases",
-    "compose_epsilon",
     "event_from_dict",
 ]
 
 
 @dataclass(frozen=True)
 class GaussianReleases:
-    """``count`` releases of a Gaussian mechanism with noise multiplier τ = σ/Δ.
+    """``count`` releases of the Gaussian mechanism with noise multiplier τ = σ/Δ.
 
-    Δ is the L2 sensitivity under the neighbouring relation the mechanism was built for;
-    each release costs μ = 1/(2τ²) in the sense of Sommer et al. (2019, Lemma 12).
+    The mechanism. Each release is f(D) + N(0, σ² I), where f is a data-dependent vector
+    (a clipped sum of per-row terms, say) whose L2 sensitivity under the run's neighbouring
+    relation is at most Δ for every pair of neighbouring data sets, and σ = τΔ. Releases may be
+    chosen adaptively (each f may depend on the outputs released before it) and may differ in
+    f, Δ and σ, provided each has multiplier τ.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        τ = σ/Δ > 0, fixed before any data access (a public setting, never data-dependent).
+    count : int
+        Number of releases, ≥ 0.
+    label : str
+        Free text for the ledger.
+
+    Notes
+    -----
+    Neighbouring relation: the one Δ was computed for. For a sum of rows each clipped to L2
+    norm C (:func:`pymc_dp.clip_math.sensitivity_of_clipped_sum`), Δ = 2C under substitute
+    neighbours (one row replaced, N public) and C under add/remove; the event is the same either
+    way, because τ is measured in units of Δ.
+
+    Assumptions: the noise is independent of the data and of the other releases, drawn fresh for
+    every release; Δ bounds the sensitivity for *every* neighbouring pair (so each row's term
+    depends on that row alone); τ and ``count`` are fixed before the data are read.
+
+    Cost. One release has privacy-loss parameter μ = Δ²/(2σ²) = 1/(2τ²) (Sommer et al. 2019,
+    Lemma 12; μ equals the zCDP ρ), so ``count`` releases have μ = count/(2τ²) (:attr:`mu`), and
+    μ's of Gaussian events add under composition. The tight ε at δ follows from μ in closed form
+    (:func:`pymc_dp.accounting.gaussian.gaussian_epsilon`). The RDP curve is α μ at every order
+    α > 1: the Rényi divergence of order α between N(0, σ²) and N(Δ, σ²) is αΔ²/(2σ²) (Mironov 2017).
     """
 
     noise_multiplier: float
@@ -67,17 +119,52 @@ class GaussianReleases:
         """Total μ = count / (2τ²)."""
         return self.count / (2.0 * self.noise_multiplier**2)
 
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """RDP curve α μ."""
+    def rdp_at(self, orders: np.ndarray) -> np.ndarray:
+        """Total RDP curve α μ at ``orders`` (μ = :attr:`mu`)."""
         return gaussian_rdp(orders, self.mu)
 
+    #: Former name of :meth:`rdp_at`, kept for existing callers.
+    rdp = rdp_at
+
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``type`` "gaussian"); :func:`event_from_dict` rebuilds the event."""
         return {"type": "gaussian", "noise_multiplier": self.noise_multiplier, "count": self.count, "label": self.label}
 
 
 @dataclass(frozen=True)
 class RdpReleases:
-    """``count`` releases of a mechanism described by its per-release RDP curve."""
+    """``count`` releases of a mechanism known through its per-release Rényi-DP curve.
+
+    The mechanism. Any mechanism whose single release is (α, r(α))-RDP at each listed order α,
+    for every pair of neighbouring data sets under the run's relation, e.g. a DPBarkerMH
+    iteration: a Barker test on a subsample drawn without replacement, whose curve is the
+    Barker RDP of Heikkilä et al. (2019, Thm 2) amplified by subsampling (Wang, Balle and
+    Kasiviswanathan 2019, Thm 9; :func:`pymc_dp.accounting.barker.barker_subsampled_rdp`).
+
+    Parameters
+    ----------
+    orders : tuple of float
+        The orders α > 1 at which the curve is known (finite).
+    rdp : tuple of float
+        The curve of ONE release at ``orders``: r(α) ≥ 0, ``inf`` where no finite bound holds.
+    count : int
+        Number of releases, ≥ 0.
+    label : str
+        Free text for the ledger.
+
+    Notes
+    -----
+    Neighbouring relation: the one the curve was derived for; the event does not check it, so
+    whoever builds the event vouches that the curve holds under the run's relation (the Barker
+    curve is derived for substitute neighbours with the batch size public).
+
+    Assumptions: each release's randomness (noise, the secret subsample) is fresh and
+    independent of the data; the curve and ``count`` are fixed before the data are read. The
+    curve is used only at the listed orders: :meth:`rdp_at` is ``inf`` at any other order, so the
+    composition never interpolates. Releases compose adaptively by adding curves at each order
+    (Mironov 2017, Proposition 1), and the total converts to (ε, δ) with the improved conversion
+    (:func:`pymc_dp.accounting.rdp.rdp_to_epsilon`).
+    """
 
     orders: tuple[float, ...]
     rdp: tuple[float, ...]
@@ -98,13 +185,14 @@ class RdpReleases:
             raise ValueError("`rdp` must be non-negative (inf allowed). Found a negative or NaN value.")
 
     def rdp_at(self, orders: np.ndarray) -> np.ndarray:
-        """Total RDP at ``orders`` (``inf`` at orders the curve does not cover)."""
+        """Total RDP count · r(α) at ``orders`` (``inf`` at orders the curve does not cover)."""
         if self.count == 0:
             return np.zeros(len(orders))
         table = dict(zip(self.orders, self.rdp, strict=True))
         return np.array([self.count * table.get(float(a), math.inf) for a in orders])
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``type`` "rdp"); :func:`event_from_dict` rebuilds the event."""
         return {
             "type": "rdp",
             "orders": list(self.orders),
@@ -118,18 +206,35 @@ class RdpReleases:
 class PureDPReleases:
     """``count`` releases of a pure ε-DP mechanism (δ = 0), e.g. the Laplace mechanism.
 
-    A Laplace release of a statistic with L1 sensitivity Δ₁ (under the neighbouring relation
-    the mechanism was built for) and noise scale b costs ε = Δ₁/b (Dwork et al. 2006; Dwork
-    and Roth 2014, Thm 3.6).
+    The mechanism. Each release is ε-DP for every pair of neighbouring data sets under the run's
+    relation. For the Laplace mechanism, a statistic with L1 sensitivity Δ₁ released with
+    independent Laplace noise of scale b is ε = Δ₁/b (Dwork et al. 2006; Dwork and Roth 2014,
+    Thm 3.6), e.g. the sufficient statistics of :func:`pymc_dp.release_statistics`, or one
+    posterior sample (the exponential mechanism).
+
+    Parameters
+    ----------
+    epsilon : float
+        ε of ONE release, > 0, fixed before any data access.
+    count : int
+        Number of releases, ≥ 0.
+    label : str
+        Free text for the ledger.
 
     Notes
     -----
+    Neighbouring relation: the one Δ₁ (or the mechanism's own analysis) was computed for; for a
+    sum of per-row terms clipped to [−B, B] per coordinate, Δ₁ doubles under substitute neighbours
+    against add/remove.
+
+    Assumptions: the noise is fresh and independent of the data; ε and ``count`` are public.
+
     Composition. Pure releases alone add: k releases of ε each are (kε, 0)-DP (Dwork and Roth
     2014, Thm 3.16). Mixed with Gaussian or RDP events, each pure release enters RDP as
     r(α) = min(ε, αε²/2): ε-DP bounds every Rényi divergence by ε, and implies ε²/2-zCDP
-    (Bun and Steinke 2016, Prop. 1.4). :func:`compose_epsilon` reports the smaller of that
-    RDP composition and the basic sum Σε_pure + ε_rest(δ) (a (ε₁, 0) and an (ε₂, δ) guarantee
-    compose to (ε₁ + ε₂, δ)).
+    (Bun and Steinke 2016, Prop. 1.4). :func:`~pymc_dp.accounting.composition.compose_epsilon`
+    reports the smaller of that RDP composition and the basic sum Σε_pure + ε_rest(δ) (a (ε₁, 0)
+    and an (ε₂, δ) guarantee compose to (ε₁ + ε₂, δ)).
     """
 
     epsilon: float
@@ -145,12 +250,16 @@ class PureDPReleases:
         """ε of all ``count`` releases: count · ε."""
         return self.count * self.epsilon
 
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """Total RDP curve count · min(ε, αε²/2)."""
+    def rdp_at(self, orders: np.ndarray) -> np.ndarray:
+        """Total RDP curve count · min(ε, αε²/2) at ``orders``."""
         orders = np.asarray(orders, dtype=float)
         return self.count * np.minimum(self.epsilon, 0.5 * orders * self.epsilon**2)
 
+    #: Former name of :meth:`rdp_at`, kept for existing callers.
+    rdp = rdp_at
+
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``type`` "pure"); :func:`event_from_dict` rebuilds the event."""
         return {"type": "pure", "epsilon": self.epsilon, "count": self.count, "label": self.label}
 
 
@@ -158,18 +267,40 @@ class PureDPReleases:
 class PoissonGaussianReleases:
     """``count`` releases of a Poisson-subsampled Gaussian sum (DP-SGD / DPADVI).
 
+    The mechanism. Each release draws a secret batch S in which every row takes part
+    independently with probability q (Poisson sampling), and releases
+    Σ_{i∈S} clip_L2(gᵢ, C) + N(0, (σΔ)² I), where gᵢ depends on row i alone, C is the clip
+    bound and Δ the L2 sensitivity of the clipped sum over all rows: 2C under substitute
+    neighbours (one row replaced, N public) and C under add/remove. Dividing by the *expected*
+    batch size qN (public) is post-processing; dividing by the realised |S| would not be.
+
     Parameters
     ----------
     noise_multiplier : float
-        σ = noise std / Δ, Δ = 2C (substitute) or C (add/remove).
+        σ = noise std / Δ, Δ = 2C (substitute) or C (add/remove); fixed before any data access.
     sampling_rate : float
         q in (0, 1]: each row joins each batch independently with probability q.
     count : int
-        Number of releases (iterations).
+        Number of releases (iterations), ≥ 0.
     neighbouring : {"substitute", "add_remove"}
-        The relation the noise was calibrated for.
+        The relation the noise was calibrated for. The accountant needs it: subsampling
+        amplifies the two relations differently.
     label : str
         Free text for the ledger.
+
+    Notes
+    -----
+    Assumptions: the batch S is secret (never released, drawn from randomness independent of
+    the data) and drawn afresh for each release; the noise is fresh and independent; σ, q and
+    ``count`` are public and fixed before the data are read.
+
+    Cost. :meth:`pld` is the tight privacy-loss distribution of ``dp_accounting`` (Koskela et
+    al. 2020; pessimistic discretisation, an upper bound): under add/remove
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))``; under substitute ``REPLACE_ONE`` with
+    multiplier 2σ in units of C (:func:`pymc_dp.accounting.pld.poisson_gaussian_pld`). At q = 1
+    both reduce to the Gaussian mechanism with multiplier σ. :meth:`rdp_at` is the RDP curve:
+    ``dp_accounting``'s under add/remove (Mironov, Talwar and Zhang 2019), a numerical integral of
+    the worst pair under substitute (:func:`pymc_dp.accounting.pld.poisson_gaussian_rdp`).
     """
 
     noise_multiplier: float
@@ -192,7 +323,7 @@ class PoissonGaussianReleases:
             self.noise_multiplier, self.sampling_rate, self.count, self.neighbouring, value_discretization_interval
         )
 
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
+    def rdp_at(self, orders: np.ndarray) -> np.ndarray:
         """Total RDP curve at ``orders``."""
         if self.count == 0:
             return np.zeros(len(orders))
@@ -200,7 +331,11 @@ class PoissonGaussianReleases:
             self.noise_multiplier, self.sampling_rate, np.asarray(orders, float), self.neighbouring
         )
 
+    #: Former name of :meth:`rdp_at`, kept for existing callers.
+    rdp = rdp_at
+
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``type`` "poisson_gaussian"); :func:`event_from_dict` rebuilds the event."""
         return {
             "type": "poisson_gaussian",
             "noise_multiplier": self.noise_multiplier,
@@ -211,6 +346,7 @@ class PoissonGaussianReleases:
         }
 
 
+#: Any privacy event: what :func:`~pymc_dp.accounting.composition.compose_epsilon` composes.
 PrivacyEvent = GaussianReleases | RdpReleases | PureDPReleases | PoissonGaussianReleases
 
 
@@ -236,181 +372,15 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
     )
 
 
-@dataclass(frozen=True)
-class PrivacySpent:
-    """ε at δ of a set of releases, with how it was computed.
+def __getattr__(name: str):
+    """``compose_epsilon`` from this module, as before the split (it lives in :mod:`~pymc_dp.accounting.composition`).
 
-    Attributes
-    ----------
-    epsilon, delta : float
-        The guarantee.
-    neighbouring : str
-        "substitute" (one row replaced, N public) or "add_remove".
-    method : str
-        "gaussian_closed_form" (Sommer et al. 2019, Lemma 12; exact), "rdp" (RDP with the
-        improved conversion of Balle et al. 2020, Theorem 21), "pld" (privacy-loss
-        distributions of dp_accounting, pessimistic: an upper bound), "pld+rdp" (PLD and RDP
-        parts at a split δ, added), "pure_sum" (pure ε-DP releases
-        only: ε adds, δ = 0) or "pure_sum+<method>" (pure ε summed onto the rest's ε at δ).
-    mu : float or None
-        Total Gaussian μ when the method is the closed form.
-    n_rows : int or None
-        N used for accounting, when known.
-    events : tuple
-        The composed events.
+    Imported on first use, not at import time: the composition imports the vocabulary, so a
+    module-level import here would be a cycle. New code imports it from
+    :mod:`pymc_dp.accounting.composition` or :mod:`pymc_dp.accounting`.
     """
+    if name == "compose_epsilon":
+        from pymc_dp.accounting.composition import compose_epsilon
 
-    epsilon: float
-    delta: float
-    neighbouring: str = "substitute"
-    method: str = "gaussian_closed_form"
-    mu: float | None = None
-    n_rows: int | None = None
-    events: tuple = field(default=(), repr=False)
-
-    def __str__(self) -> str:
-        """``ε = 1.000 (δ = 1e-06)``: ε rounded up to four significant digits, δ to three."""
-        return f"ε = {format_epsilon(self.epsilon)} (δ = {self.delta:.3g})"
-
-    def __repr__(self) -> str:
-        mu = "None" if self.mu is None else f"{self.mu:.6g}"
-        return (
-            f"PrivacySpent(epsilon={format_epsilon(self.epsilon)}, delta={self.delta:.3g}, "
-            f"neighbouring={self.neighbouring!r}, method={self.method!r}, mu={mu}, n_rows={self.n_rows!r})"
-        )
-
-
-def format_epsilon(epsilon: float, digits: int = 4) -> str:
-    """ε as text, rounded *up* to ``digits`` significant digits so the printed guarantee is never smaller.
-
-    Examples: 0.9999999998999994 → "1.000", 1.00004 → "1.001", 12.3401 → "12.35", 0 → "0".
-    """
-    if not math.isfinite(epsilon) or epsilon <= 0:
-        return f"{epsilon:g}"
-    exponent = math.floor(math.log10(epsilon))
-    scale = 10.0 ** (digits - 1 - exponent)
-    rounded = math.ceil(epsilon * scale * (1 - 1e-9)) / scale  # 1e-9: absorb the float error of an exact ε
-    exponent = math.floor(math.log10(rounded))
-    return f"{rounded:.{max(0, digits - 1 - exponent)}f}"
-
-
-def compose_epsilon(
-    events: list[PrivacyEvent] | tuple[PrivacyEvent, ...], delta: float
-) -> tuple[float, str, float | None]:
-    """ε at ``delta`` of the composition of ``events``.
-
-    A pure function of public settings (the events are frozen), so the last results are kept:
-    a run that prices its events before it reads data and records the same events after it
-    (``PrivateRun.plan`` then ``record``) composes them once. A PLD composition of
-    Poisson-subsampled releases takes about 0.1 s.
-
-    All-Gaussian compositions use the exact closed form (μ adds). Pure ε-DP releases alone
-    add (``delta`` may then be 0). Anything with an RDP curve is composed in RDP on
-    :data:`DEFAULT_ORDERS` together with the orders of the curves, the Gaussian parts
-    entering as α μ and the pure ones as min(ε, αε²/2), and converted with the improved
-    conversion; with pure releases present the basic sum Σε_pure + ε_rest(δ) is also computed
-    and the smaller ε is reported.
-
-    Returns
-    -------
-    (epsilon, method, mu)
-    """
-    events = tuple(events)
-    try:
-        hash((events, delta))
-    except TypeError:  # an unhashable delta or event field (an array, say): composed without the cache
-        return _composition(events, delta)
-    return _cached_composition(events, delta)
-
-
-@functools.lru_cache(maxsize=32, typed=True)  # typed: 0, 0.0 and False are checked apart
-def _cached_composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
-    return _composition(events, delta)
-
-
-def _composition(events: tuple[PrivacyEvent, ...], delta: float) -> tuple[float, str, float | None]:
-    """:func:`compose_epsilon` without its cache (``events`` a tuple)."""
-    pure = [e for e in events if isinstance(e, PureDPReleases)]
-    rest = [e for e in events if not isinstance(e, PureDPReleases)]
-    pure_eps = sum(e.total_epsilon for e in pure)
-    if pure and all(e.count == 0 for e in rest):
-        if not (isinstance(delta, numbers.Real) and not isinstance(delta, bool) and delta == 0):
-            check_unit_interval_open("delta", delta)  # pure ε holds at δ = 0 and at every δ
-        return pure_eps, "pure_sum", None
-    delta = check_unit_interval_open("delta", delta)
-    if all(isinstance(e, GaussianReleases) for e in events):
-        mu = sum(e.mu for e in events)
-        return gaussian_epsilon(delta, mu), "gaussian_closed_form", mu
-    rest_eps, rest_method, _ = _composition(tuple(rest), delta) if (pure and rest) else (0.0, "", None)
-    if not pure and all(isinstance(e, GaussianReleases | PoissonGaussianReleases) for e in events):
-        return _pld_composition(events, delta)
-    # The default grid plus every order an RDP curve was computed at (e.g. all integers up to b/5 − 1).
-    orders = np.unique(
-        np.concatenate([DEFAULT_ORDERS] + [np.asarray(e.orders, float) for e in events if isinstance(e, RdpReleases)])
-    )
-    eps, _ = rdp_to_epsilon(orders, _total_rdp(events, orders), delta)
-    best = (eps, "rdp", None)
-    if any(isinstance(e, PoissonGaussianReleases) for e in rest) and eps < PLD_MAX_EPSILON:
-        # Every event, pure ones included (they go to the RDP side): the candidate must cover all.
-        best = min(best, _pld_with_rdp_rest(events, delta, orders, pld_discretization(eps)), key=lambda r: r[0])
-    if pure and pure_eps + rest_eps < best[0]:
-        return pure_eps + rest_eps, f"pure_sum+{rest_method}", None
-    return best
-
-
-def _total_rdp(events, orders: np.ndarray) -> np.ndarray:
-    """Σ of the events' RDP curves at ``orders`` (``inf`` where a tabulated curve has no value)."""
-    total = np.zeros_like(orders)
-    for e in events:
-        total = total + (e.rdp_at(orders) if isinstance(e, RdpReleases) else e.rdp(orders))
-    return total
-
-
-#: Orders of the cheap RDP bound that guards the PLD against huge privacy losses.
-_GUARD_ORDERS = np.array([1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0])
-
-
-def _pld_composition(events, delta: float) -> tuple[float, str, None]:
-    """Gaussian and Poisson-Gaussian releases only: PLD ε, or RDP where the PLD would be huge.
-
-    An RDP bound on a short order grid is computed first; it is an upper bound too. When it
-    is below :data:`PLD_MAX_EPSILON` the (tighter) PLD is computed and the smaller of the two
-    reported.
-    """
-    eps_rdp, _ = rdp_to_epsilon(_GUARD_ORDERS, _total_rdp(events, _GUARD_ORDERS), delta)
-    if eps_rdp >= PLD_MAX_EPSILON:
-        return eps_rdp, "rdp", None
-    eps_pld = _pld_with_rdp_rest(events, delta, _GUARD_ORDERS, pld_discretization(eps_rdp))[0]
-    return (eps_pld, "pld", None) if eps_pld <= eps_rdp else (eps_rdp, "rdp", None)
-
-
-def _pld_with_rdp_rest(
-    events, delta: float, orders: np.ndarray, discretization: float = PLD_VALUE_DISCRETIZATION
-) -> tuple[float, str, None]:
-    """ε of Gaussian and Poisson-Gaussian releases composed as PLDs, plus the rest in RDP.
-
-    The PLDs are discretised at ``discretization`` (:func:`~pymc_dp.accounting.pld.pld_discretization`
-    of an RDP bound on the whole: finer than the default only matters above ε = 10).
-
-    Every event of ``events`` is counted: RDP curves and pure releases (as min(ε, αε²/2))
-    go to the RDP part. With no other events this is the PLD ε at δ ("pld"). Otherwise the PLD part holds at
-    (ε₁, δ₁) and the RDP part at (ε₂, δ − δ₁), so the whole holds at (ε₁ + ε₂, δ) (basic
-    composition); δ₁ is chosen on a grid to minimise the sum ("pld+rdp").
-    """
-    pld_able = [e for e in events if isinstance(e, GaussianReleases | PoissonGaussianReleases)]
-    others = [e for e in events if not isinstance(e, GaussianReleases | PoissonGaussianReleases)]
-    mu = sum(e.mu for e in pld_able if isinstance(e, GaussianReleases))
-    distributions = [gaussian_pld(mu, discretization)] + [
-        e.pld(discretization) for e in pld_able if isinstance(e, PoissonGaussianReleases)
-    ]
-    if not others:
-        return pld_epsilon(distributions, delta), "pld", None
-    total = _total_rdp(others, orders)
-    composed = compose_plds(distributions)
-    if composed is None:  # every PLD-able event has count 0: only the RDP part is left
-        return rdp_to_epsilon(orders, total, delta)[0], "rdp", None
-    best = math.inf
-    for share in np.concatenate([np.geomspace(1e-3, 0.5, 30), 1.0 - np.geomspace(1e-3, 0.5, 30)[::-1][1:]]):
-        eps = composed.get_epsilon_for_delta(share * delta) + rdp_to_epsilon(orders, total, (1 - share) * delta)[0]
-        best = min(best, float(eps))
-    return best, "pld+rdp", None
+        return compose_epsilon
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

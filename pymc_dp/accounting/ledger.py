@@ -42,7 +42,8 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int, check_unit_interval_open
 from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.accounting.events import PrivacyEvent, PrivacySpent, event_from_dict
+from pymc_dp.accounting.events import PrivacyEvent, event_from_dict
+from pymc_dp.accounting.spent import PrivacySpent
 
 __all__ = ["LEDGER_FORMAT", "LedgerEntry", "LedgerHistory", "LedgerIntegrityError", "PrivacyLedger"]
 
