@@ -251,3 +251,36 @@ def test_accounting_modules_import_each_other_without_cycles():
         return any(n == target or (n not in seen and reaches(n, target, (*seen, n))) for n in edges.get(start, ()))
 
     assert not [m for m in edges if reaches(m, m)], "accounting modules must not import each other in a cycle"
+
+
+def test_every_event_answers_rdp_at_and_the_old_import_paths_still_work():
+    # The vocabulary (events.py) and the composition (composition.py) are apart; every event prices
+    # itself in RDP through one method, and the names stay importable from where they were.
+    import typing
+
+    import pymc_dp.accounting as accounting
+    from pymc_dp.accounting import composition, events, spent
+
+    orders = np.array([1.5, 2.0, 32.0])
+    examples = {
+        GaussianReleases: GaussianReleases(3.0, 4),
+        RdpReleases: RdpReleases((1.5, 2.0, 32.0), (0.1, 0.2, 3.0), 2),
+        events.PureDPReleases: events.PureDPReleases(0.5, 3),
+        events.PoissonGaussianReleases: events.PoissonGaussianReleases(2.0, 0.1, 5),
+    }
+    assert set(typing.get_args(events.PrivacyEvent)) == set(examples)
+    expected = {
+        GaussianReleases: orders * 4 / (2 * 3.0**2),
+        RdpReleases: np.array([0.2, 0.4, 6.0]),
+        events.PureDPReleases: 3 * np.minimum(0.5, orders * 0.5**2 / 2),
+    }
+    for cls, event in examples.items():
+        curve = event.rdp_at(orders)
+        assert curve.shape == orders.shape and np.all(curve > 0)
+        if cls in expected:
+            np.testing.assert_allclose(curve, expected[cls], rtol=1e-12)
+    assert events.compose_epsilon is composition.compose_epsilon is accounting.compose_epsilon
+    assert events.PrivacySpent is spent.PrivacySpent is accounting.PrivacySpent
+    assert events.format_epsilon is spent.format_epsilon
+    with pytest.raises(AttributeError, match="no_such_name"):
+        events.no_such_name  # noqa: B018
