@@ -100,17 +100,21 @@ from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 __all__ = [
     "DPADVI_MAX_MEAN_ERROR",
     "MIN_USEFUL_ESS",
+    "ONE_CALL_ROUTES",
     "MethodPlan",
     "Plan",
+    "RegressionParts",
     "default_dpadvi_sampling_rate",
     "dpadvi_mean_error",
     "gaussian_to_laplace_variance",
+    "one_call_route",
     "penalty_ess",
     "penalty_ess_from_noise",
     "penalty_ess_limit",
     "penalty_iterations",
     "plan",
     "plan_from_settings",
+    "regression_parts",
     "released_statistics_route",
 ]
 
@@ -280,6 +284,12 @@ class Plan:
     #: :func:`plan`; ``None`` otherwise. Either route is then the recommendation (the logistic
     #: one with two covariate anchors).
     released_statistics: str | None = None
+    #: The route ``pmdp.sample(epsilon=..., delta=...)`` takes without a ``step``
+    #: (:func:`one_call_route`): ``"release_statistics"``, ``"DPPenaltyMH"``, ``"DPADVI"``, or
+    #: ``None`` when it refuses (nothing usable at this N·ε).
+    one_call_route: str | None = None
+    #: Why, in one line, from public quantities only.
+    one_call_reason: str = ""
 
     def method(self, name: str) -> MethodPlan:
         """The plan of one method, by name."""
@@ -337,6 +347,8 @@ class Plan:
         if "<0.01" in used:
             lines.append("<0.01: below 0.01 effective draws per chain: the chains would barely move from their start.")
         lines.append(f"Recommendation: {self.recommendation}")
+        if self.one_call_reason:
+            lines.append(f"pmdp.sample(epsilon=..., delta=...) without step= runs: {self.one_call_reason}")
         return "\n".join(lines)
 
 
@@ -551,7 +563,7 @@ def plan_from_settings(
         route = RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)
         recommendation = f"{route}; otherwise {recommendation}" if recommended else f"{route}; {recommendation}"
         recommended = "release_statistics"
-    return Plan(
+    the_plan = Plan(
         epsilon,
         delta,
         neighbouring,
@@ -565,6 +577,8 @@ def plan_from_settings(
         recommended=recommended,
         released_statistics=released_statistics,
     )
+    route, reason = one_call_route(the_plan)
+    return replace(the_plan, one_call_route=route, one_call_reason=reason)
 
 
 #: Recommendation text of the released-statistics route, per family.
@@ -608,20 +622,56 @@ def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, del
     return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
 
 
-def released_statistics_route(model: Any = None) -> str | None:
-    """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
+@dataclass(frozen=True)
+class RegressionParts:
+    """Where a linear or logistic regression's pieces sit in a model's graph (no data values).
+
+    The linear predictor is η = ``intercept`` + ``matrix`` @ ``coefficients`` exactly.
+
+    Attributes
+    ----------
+    family : {"logistic_regression", "linear_regression"}
+        The :func:`pymc_dp.release_statistics` family that describes the likelihood.
+    outcome : Variable
+        The observed random variable.
+    matrix : Variable
+        The data matrix: a ``pm.Data`` container or a constant with one row per observation.
+    coefficients : Variable
+        The vector multiplied by ``matrix``: a graph of the free variables only.
+    intercept : Variable or None
+        The scalar added to the product (a graph of the free variables only), if any.
+    sigma : Variable or None
+        The Normal's standard deviation (linear regression): a scalar graph of the free
+        variables and constants only.
+    """
+
+    family: str
+    outcome: Any
+    matrix: Any
+    coefficients: Any
+    intercept: Any = None
+    sigma: Any = None
+
+
+def regression_parts(model: Any = None) -> RegressionParts | None:
+    """The pieces of ``model``'s likelihood when it is a linear or logistic regression, or ``None``.
 
     Reads the graph only (no data values): one observed variable, Bernoulli with p = σ(η)
-    (``logit_p=η``) → ``"logistic_regression"``, or Normal with mean η and a standard deviation
-    that reads no data → ``"linear_regression"``, where η is an intercept plus a matrix product
-    of a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
-    vector of free variables.
+    (``logit_p=η``) → ``"logistic_regression"``, or Normal with mean η and a scalar standard
+    deviation that reads no data → ``"linear_regression"``, where η is exactly a product of
+    a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
+    vector of free variables, plus optionally a scalar that reads no data (the intercept).
+    Anything else in η that reads the rows (a group effect indexed by a data column), a
+    non-scalar term that reads none (one effect per row) or a function of the product other
+    than this sum is not a regression whose statistics the release describes.
     """
+    import pytensor.tensor as pt
     from pytensor.graph.traversal import ancestors
+    from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.random.basic import BernoulliRV, NormalRV
     from pytensor.tensor.variable import TensorConstant
 
-    from pymc_dp.data import _is_matrix_product, _toposort_nodes
+    from pymc_dp.data import _is_matrix_product
 
     model = modelcontext(model)
     if len(model.observed_RVs) != 1:
@@ -641,30 +691,130 @@ def released_statistics_route(model: Any = None) -> str | None:
             for a in ancestors([v])
         )
 
-    def linear_predictor(eta) -> bool:
-        # η = (terms in the free variables only) + X @ w: one product of a data matrix and free variables, and
-        # nothing else in η that reads the rows (a group effect indexed by a data column is not a regression).
-        from pytensor.graph.replace import graph_replace
+    def scalar(v) -> bool:
+        return all(v.type.broadcastable)
 
-        for node in _toposort_nodes([eta]):
-            if _is_matrix_product(node):
-                a, w = node.inputs
-                if is_data(a) and any(v in free for v in ancestors([w])) and not reads_data(w):
-                    product = node.outputs[0]
-                    [rest] = graph_replace([eta], {product: product.type()}, strict=False)
-                    return not reads_data(rest)
-        return False
+    def product_of(v) -> tuple[Any, Any] | None:
+        # X @ w with w a vector; or X @ w[:, None] squeezed back to a vector (what `x @ w` builds for a NumPy x)
+        if v.owner is not None and _is_matrix_product(v.owner):
+            matrix, coefficients = v.owner.inputs
+            return (matrix, coefficients) if coefficients.ndim == 1 and v.ndim == 1 else None
+        if v.owner is None or not isinstance(v.owner.op, DimShuffle) or v.ndim != 1:
+            return None
+        inner = v.owner.inputs[0]
+        if inner.owner is None or not _is_matrix_product(inner.owner) or inner.ndim != 2:
+            return None
+        matrix, column = inner.owner.inputs
+        if column.ndim != 2 or not column.type.broadcastable[1] or not inner.type.broadcastable[1]:
+            return None
+        if column.owner is not None and isinstance(column.owner.op, DimShuffle) and column.owner.inputs[0].ndim == 1:
+            return matrix, column.owner.inputs[0]
+        return matrix, column[:, 0]
+
+    def affine(eta) -> tuple[Any, Any, Any] | None:
+        # η = X @ w, or η = X @ w + (scalars that read no data): one product of a data matrix and a vector of free
+        # variables, added to nothing else that reads the rows or varies per row.
+        others: list[Any] = []
+        found = product_of(eta)
+        if found is None:
+            if not (
+                eta.owner is not None
+                and isinstance(eta.owner.op, Elemwise)
+                and type(eta.owner.op.scalar_op).__name__ == "Add"
+            ):
+                return None
+            terms = [(v, product_of(v)) for v in eta.owner.inputs]
+            products = [(v, f) for v, f in terms if f is not None]
+            if len(products) != 1:
+                return None
+            product, found = products[0]
+            others = [v for v in eta.owner.inputs if v is not product]
+        matrix, coefficients = found
+        if not is_data(matrix):
+            return None
+        if not any(v in free for v in ancestors([coefficients])) or reads_data(coefficients):
+            return None
+        if any(reads_data(v) or not scalar(v) for v in others):
+            return None
+        intercept = None
+        if others:
+            intercept = others[0].sum() if others[0].ndim else others[0]
+            for v in others[1:]:
+                intercept = intercept + (v.sum() if v.ndim else v)
+            intercept = pt.as_tensor_variable(intercept)
+        return matrix, coefficients, intercept
 
     if isinstance(op, BernoulliRV):
         (p,) = op.dist_params(rv.owner)
-        scalar = getattr(getattr(p.owner, "op", None), "scalar_op", None)
-        if p.owner is not None and type(scalar).__name__ == "Sigmoid" and linear_predictor(p.owner.inputs[0]):
-            return "logistic_regression"
+        scalar_op = getattr(getattr(p.owner, "op", None), "scalar_op", None)
+        if p.owner is not None and type(scalar_op).__name__ == "Sigmoid":
+            found = affine(p.owner.inputs[0])
+            if found is not None:
+                return RegressionParts("logistic_regression", rv, *found)
     if isinstance(op, NormalRV):
         mu, sigma = op.dist_params(rv.owner)
-        if linear_predictor(mu) and not reads_data(sigma):
-            return "linear_regression"
+        found = affine(mu)
+        if found is not None and not reads_data(sigma) and scalar(sigma):
+            return RegressionParts("linear_regression", rv, *found, sigma=sigma.sum() if sigma.ndim else sigma)
     return None
+
+
+def released_statistics_route(model: Any = None) -> str | None:
+    """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
+
+    Reads the graph only (no data values): ``regression_parts(model).family`` — one observed
+    variable, Bernoulli with p = σ(η) (``logit_p=η``) → ``"logistic_regression"``, or Normal
+    with mean η and a scalar standard deviation that reads no data → ``"linear_regression"``,
+    where η is an optional intercept plus exactly one product of a data matrix (a ``pm.Data``
+    container or an array with one row per observation) and a vector of free variables.
+    """
+    parts = regression_parts(model)
+    return None if parts is None else parts.family
+
+
+#: What ``pmdp.sample`` runs without a ``step`` (:func:`one_call_route`).
+ONE_CALL_ROUTES = ("release_statistics", "DPPenaltyMH", "DPADVI")
+
+
+def one_call_route(the_plan: Plan) -> tuple[str | None, str]:
+    """The route ``pmdp.sample(epsilon=..., delta=...)`` takes without a ``step``, and why (one line).
+
+    Follows ``the_plan.recommended`` (public quantities only: the graph, N, P, ε, δ, the
+    chains): the released statistics and NUTS on their noise-aware likelihood for a linear or
+    logistic regression written as a PyMC model; else DPPenaltyMH for the planner's
+    iterations when it can deliver 100 effective draws; else DPADVI when its expected mean
+    error is below half a posterior sd; else ``None`` (``pmdp.sample`` refuses before
+    anything is spent).
+    """
+    n_eps = f"N = {the_plan.n_rows}, P = {the_plan.n_params}, ε = {the_plan.epsilon:g}"
+    penalty, dpadvi = the_plan.method("DPPenaltyMH"), the_plan.method("DPADVI")
+    if the_plan.recommended == "release_statistics":
+        family = the_plan.released_statistics or ""
+        bounds = "x_bounds and y_bounds" if family == "linear_regression" else "x_bounds"
+        anchors = " with two covariate anchors" if family == "logistic_regression" else ""
+        return "release_statistics", (
+            f"release the {family.replace('_', ' ')}'s statistics{anchors} once (Gaussian or Laplace mechanism, "
+            f"whichever adds less noise at your bounds), then NUTS on their noise-aware likelihood at no further "
+            f"cost: the graph is a {family.replace('_', ' ')} (give the public {bounds})"
+        )
+    if the_plan.recommended == "DPPenaltyMH":
+        return "DPPenaltyMH", (
+            f"DPPenaltyMH for the planner's {penalty.iterations} iterations per chain (draws='auto'), private clip "
+            f"bound, chains started from a DPADVI fit: expected ESS ≈ {penalty.expected_ess * the_plan.chains:.3g} "
+            f"in all at {n_eps}, and the graph is not a linear or logistic regression with a release route"
+        )
+    if the_plan.recommended == "DPADVI":
+        return "DPADVI", (
+            f"DPADVI ({dpadvi.iterations} iterations, Adam, mean-field; draws from its fit widened by the "
+            f"optimisation noise): no DP sampler reaches {MIN_USEFUL_ESS:g} effective draws at {n_eps}, and its "
+            f"expected mean error, {dpadvi.noise_to_signal:.2g} posterior sds, is below {DPADVI_MAX_MEAN_ERROR:g}"
+        )
+    return None, (
+        f"none — refused before anything is spent: no DP sampler reaches {MIN_USEFUL_ESS:g} effective draws at "
+        f"{n_eps} and DPADVI's expected mean error, {dpadvi.noise_to_signal:.2g} posterior sds, is above "
+        f"{DPADVI_MAX_MEAN_ERROR:g}; use more ε or more rows, or pass step= to run a DP sampler anyway (its result "
+        "will be flagged)"
+    )
 
 
 @withholds_chains

@@ -29,7 +29,7 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.data import _row_structure, data_dependent_deterministics
-from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.jax_backend import attach_backend, backend_record, check_backend
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
@@ -455,10 +455,10 @@ def _iteration_hint(steps: list[DPStep], epsilon: float, delta: float, chains: i
 @withholds_chains
 def sample(
     *,
-    step: Any,
+    step: Any = None,
     epsilon: float | None = None,
     delta: float | None = None,
-    draws: int | str = 1000,
+    draws: int | str | None = None,
     tune: int | None = None,
     chains: int = 4,
     budget: PrivacyBudget | None = None,
@@ -471,9 +471,24 @@ def sample(
     clip_epsilon_share: float = 0.05,
     on_poor_mixing: str = "warn",
     backend: Any = "default",
+    x_bounds: Any = None,
+    y_bounds: Any = None,
+    grad_clip: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
+
+    Without ``step`` (one call, like ``pm.sample()``), it runs the route :func:`pymc_dp.plan`
+    recommends for the model, chosen from public quantities only — the graph, N, P,
+    ``epsilon``, ``delta`` and ``chains`` — and says which and why in
+    ``Plan.one_call_reason``: for a linear or logistic regression written as a PyMC model,
+    its statistics released once (:func:`pymc_dp.release_statistics`, the logistic one with
+    two covariate anchors, Gaussian or Laplace mechanism, whichever adds less noise at the
+    bounds given) and NUTS on their noise-aware likelihood; otherwise DPPenaltyMH for the
+    planner's iterations when it can deliver 100 effective draws; otherwise DPADVI when its
+    expected mean error is below half a posterior sd; otherwise the call is refused before
+    anything is spent. The result is of the same kind (ε, record, ``dp_diagnostics``, flagged
+    when poor) and records the route in ``dp_route`` and ``dp_accountant["route"]``.
 
     Plans the whole run before touching data: counts every iteration of every chain
     (``chains × (tune + draws)``), calibrates noise left unset from (``epsilon``, ``delta``),
@@ -483,15 +498,18 @@ def sample(
 
     Parameters
     ----------
-    step : DPStep or list of DPStep
-        DP step methods covering every free variable of the model.
+    step : DPStep or list of DPStep, optional
+        DP step methods covering every free variable of the model. Omitted: the route the
+        planner recommends (above), with ``epsilon`` required.
     epsilon : float, optional
-        Target ε of this run. Required when a step leaves its noise unset; otherwise the
-        run is refused if its ε would exceed it.
+        Target ε of this run. Required when a step leaves its noise unset, and without
+        ``step``; otherwise the run is refused if its ε would exceed it.
     delta : float
         δ in (0, 1) at which ε is computed. Typically below 1/N. Defaults to the budget's δ.
-    draws : int or "auto"
-        As for ``pm.sample``, or ``"auto"``: the iterations :func:`pymc_dp.planning.plan`
+    draws : int or "auto", optional
+        Default 1000 (without ``step``: 1000 NUTS draws per chain on the released
+        statistics, 1000 draws from a DPADVI fit, or ``"auto"`` for DPPenaltyMH). As for
+        ``pm.sample``, or ``"auto"``: the iterations :func:`pymc_dp.planning.plan`
         recommends for the step (DPPenaltyMH: the number at which the expected ESS reaches
         90 % of what the noise allows; DPHMC: the number that maximises the expected ESS),
         a quarter of them tuning unless ``tune`` is given. Needs ``epsilon`` and steps whose
@@ -559,6 +577,16 @@ def sample(
         DPPenaltyMH, DPHMC and DPMultiOwnerPenaltyMH only, ``cores=1``, not with
         ``init="dpadvi"`` (``init="auto"`` then starts from prior draws). ``None`` is
         ``"default"``. Recorded in ``dp_accountant["backend"]``.
+    x_bounds, y_bounds : pair of (float or array), optional
+        Without ``step``, for the released-statistics route only: public (lower, upper)
+        bounds of each column of the model's data matrix (a number or one per column; the
+        intercept's column of ones is added by the route) and, for a linear regression, of
+        the outcome. Rows outside are clamped to them (``pmdp.release_statistics``). They
+        must not be computed from the data.
+    grad_clip : float, optional
+        Without ``step``, for the DPADVI route only: its per-row gradient bound (default
+        1.0, the planner's assumption); its clipping check flags the result when too many
+        rows exceed it. Give it from public knowledge of the per-row score's scale.
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -590,9 +618,42 @@ def sample(
     public); all steps and the budget must agree. ε covers every value the steps release in
     every iteration of every chain, tuning included; the draws, sampler statistics and
     tuned settings are post-processing of those releases. Compositions of Gaussian
-    mechanisms are accounted exactly (Sommer et al. 2019, Lemma 12).
+    mechanisms are accounted exactly (Sommer et al. 2019, Lemma 12). Without ``step`` the
+    relation is substitute, the route is a function of public quantities only (so choosing
+    it releases nothing), and ε covers the route's releases: the statistics and anchors
+    (whose NUTS draws are post-processing), DPADVI's gradients and clipping check, or the
+    sampler's clip bound, DP start and chains; a budget is charged once, by that route.
     """
     model = model_from_context(model, "pmdp.sample")
+    if step is None:
+        return _sample_one_call(
+            model,
+            epsilon=epsilon,
+            delta=delta,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            budget=budget,
+            var_names=var_names,
+            init=init,
+            init_epsilon_share=init_epsilon_share,
+            clip_quantile=clip_quantile,
+            clip_margin=clip_margin,
+            clip_epsilon_share=clip_epsilon_share,
+            on_poor_mixing=on_poor_mixing,
+            backend=backend,
+            x_bounds=x_bounds,
+            y_bounds=y_bounds,
+            grad_clip=grad_clip,
+            kwargs=kwargs,
+        )
+    for name, value in (("x_bounds", x_bounds), ("y_bounds", y_bounds), ("grad_clip", grad_clip)):
+        if value is not None:
+            raise ValueError(
+                f"`{name}` must be None when `step` is given: it sets the route pmdp.sample chooses without a step "
+                f"(give a step's clip bounds to the step). Found {name}={value!r}."
+            )
+    draws = 1000 if draws is None else draws
     if delta is None and isinstance(budget, PrivacyBudget):
         delta = budget.delta
     if delta is None:
@@ -720,6 +781,331 @@ def sample(
     )
     run.publish(idata, model, record)
     return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
+
+
+#: pmdp.sample's settings that only the DP sampler route uses, with their defaults.
+_SAMPLER_SETTINGS = {
+    "init": "auto",
+    "init_epsilon_share": 0.2,
+    "clip_quantile": 0.95,
+    "clip_margin": 2.0,
+    "clip_epsilon_share": 0.05,
+}
+#: pm.sample keywords the DPADVI route uses (the others configure a sampler it does not run).
+_DPADVI_KWARGS = ("random_seed", "progressbar")
+#: DPADVI's settings on the one-call route: those the utility benchmark measured (docs/choosing_a_method.md).
+ONE_CALL_DPADVI = {"approximation": "meanfield", "optimizer": "adam", "learning_rate": 0.05}
+#: DPADVI's per-row gradient bound on the one-call route when none is given: the planner's assumption.
+ONE_CALL_GRAD_CLIP = 1.0
+
+
+@withholds_chains
+def _sample_one_call(
+    model: Any,
+    *,
+    epsilon: Any,
+    delta: Any,
+    draws: Any,
+    tune: Any,
+    chains: Any,
+    budget: Any,
+    var_names: Any,
+    init: Any,
+    init_epsilon_share: Any,
+    clip_quantile: Any,
+    clip_margin: Any,
+    clip_epsilon_share: Any,
+    on_poor_mixing: Any,
+    backend: Any,
+    x_bounds: Any,
+    y_bounds: Any,
+    grad_clip: Any,
+    kwargs: dict[str, Any],
+) -> Any:
+    """``pmdp.sample`` without a step: run the route :func:`pymc_dp.plan` recommends (public quantities only).
+
+    Every argument is checked, and the route's own checks run, before its one charge.
+    """
+    if delta is None and isinstance(budget, PrivacyBudget):
+        delta = budget.delta
+    if delta is None:
+        raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
+    delta = check_unit_interval_open("delta", delta)
+    if epsilon is None:
+        raise ValueError(
+            "`epsilon` must be given when `step` is not: pmdp.sample chooses the route from it (pmdp.plan). Found None."
+        )
+    epsilon = check_finite_positive("epsilon", epsilon)
+    chains = check_positive_int("chains", chains)
+    if tune is not None:
+        tune = check_nonnegative_int("tune", tune)
+    if draws is not None and not (isinstance(draws, str) and draws == "auto"):
+        draws = check_positive_int("draws", draws)
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
+    _check_sample_kwargs(kwargs)
+    check_on_poor_mixing(on_poor_mixing)
+    check_init(init)
+    if grad_clip is not None:
+        grad_clip = check_finite_positive("grad_clip", grad_clip)
+    if var_names is not None:
+        _stored_variables(model, var_names)  # refuses unknown names and deterministics that read data
+    the_plan = plan_run(model, epsilon=epsilon, delta=delta, chains=chains, grad_clip=grad_clip)
+    route = the_plan.one_call_route
+    if route is None:
+        raise ValueError(
+            "`epsilon` must buy a usable posterior of this model by some route. pmdp.plan: "
+            f"{the_plan.one_call_reason}. Found epsilon={epsilon!r} at N = {the_plan.n_rows}."
+        )
+    settings = {
+        "init": init,
+        "init_epsilon_share": init_epsilon_share,
+        "clip_quantile": clip_quantile,
+        "clip_margin": clip_margin,
+        "clip_epsilon_share": clip_epsilon_share,
+    }
+    unused: dict[str, Any] = {}
+    if route != "DPPenaltyMH":
+        unused.update({k: v for k, v in settings.items() if v != _SAMPLER_SETTINGS[k]})
+        if isinstance(draws, str):
+            unused["draws"] = draws
+    if route != "release_statistics":
+        unused.update({k: v for k, v in (("x_bounds", x_bounds), ("y_bounds", y_bounds)) if v is not None})
+    if route != "DPADVI" and grad_clip is not None:
+        unused["grad_clip"] = grad_clip
+    if route == "DPADVI":
+        unused.update({k: v for k, v in (("tune", tune), ("var_names", var_names)) if v is not None})
+        unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
+    if route == "release_statistics" and backend not in ("default", None):
+        unused["backend"] = backend
+    if unused:
+        name, value = next(iter(unused.items()))
+        raise ValueError(
+            f"`{name}` must be left unset: it does not apply to the route pmdp.sample takes without a step here "
+            f"({the_plan.one_call_reason}). Found {name}={value!r}; pass step= to run another route."
+        )
+    record = {
+        "name": route,
+        "reason": the_plan.one_call_reason,
+        "chosen_from": "pmdp.plan's recommendation: the graph, N, P, epsilon, delta and chains (public)",
+    }
+    common = {"draws": draws, "chains": chains, "on_poor_mixing": on_poor_mixing}
+    try:
+        if route == "release_statistics":
+            idata = _release_route(
+                model, epsilon, delta, budget, x_bounds, y_bounds, tune, var_names, record, common, kwargs
+            )
+        elif route == "DPADVI":
+            idata = _dpadvi_route(model, the_plan, epsilon, delta, budget, grad_clip, backend, common, kwargs)
+        else:
+            idata = sample(
+                step=DPPenaltyMH(model=model),
+                epsilon=epsilon,
+                delta=delta,
+                draws="auto" if draws is None else draws,
+                tune=tune,
+                chains=chains,
+                budget=budget,
+                model=model,
+                var_names=var_names,
+                on_poor_mixing=on_poor_mixing,
+                backend=backend,
+                **settings,
+                **kwargs,
+            )
+    except PoorMixingError as error:  # the priced result rides on the error: it says its route too
+        _record_route(error.result, record)
+        raise
+    return _record_route(idata, record)
+
+
+def _record_route(idata: Any, route: dict[str, Any]) -> Any:
+    """Add the one-call route to the result's record (``dp_accountant["route"]``) and as ``dp_route``.
+
+    The record is rewritten with the same events, ε and draws, and its digest (``dp_integrity``)
+    recomputed; ``dp_diagnostics`` is left as the route wrote it.
+    """
+    attrs = posterior_attrs(idata)
+    record = json.loads(attrs["dp_accountant"])
+    record["route"] = dict(route)
+    write_privacy_attrs(idata, record)
+    attrs["dp_route"] = str(route["name"])
+    return idata
+
+
+def _bounds_pair(name: str, bounds: Any, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper), each of ``width`` finite numbers with lower ≤ upper, from a pair of numbers or arrays."""
+    try:
+        lower, upper = bounds
+        lower = np.broadcast_to(np.asarray(lower, dtype=float), (width,)).copy()
+        upper = np.broadcast_to(np.asarray(upper, dtype=float), (width,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds). "
+            f"Found {bounds!r}."
+        ) from None
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
+        raise ValueError(f"`{name}` must hold finite bounds with lower ≤ upper. Found {bounds!r}.")
+    return lower, upper
+
+
+def _prior_model(model: Any, outcome: Any) -> Any:
+    """A copy of ``model`` without its likelihood: no observed variable, data container or deterministic that
+    reads data (PyMC's model graph, ``pymc.model.fgraph``); the priors and data-free potentials are kept."""
+    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
+
+    drop = {outcome.name, *data_dependent_deterministics(model), *(v.name for v in model.data_vars)}
+    fgraph, _ = fgraph_from_model(model, inlined_views=True)
+    for index in reversed(range(len(fgraph.outputs))):
+        if fgraph.outputs[index].name in drop:
+            fgraph.remove_output(index)
+    return model_from_fgraph(fgraph, mutate_fgraph=True)
+
+
+def _observed_array(variable: Any) -> np.ndarray:
+    """The raw values held by a data container or constant: handed to the mechanism only (never inspected)."""
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    return np.asarray(variable.get_value(borrow=True) if isinstance(variable, SharedVariable) else variable.data)
+
+
+def _release_route(
+    model: Any,
+    epsilon: float,
+    delta: float,
+    budget: Any,
+    x_bounds: Any,
+    y_bounds: Any,
+    tune: int | None,
+    var_names: Any,
+    record: dict[str, Any],
+    common: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Release the regression's statistics once (:func:`pymc_dp.release_statistics`), then NUTS on their
+    noise-aware likelihood in a copy of the model's priors. Everything is checked before the release."""
+    import pytensor.tensor as pt
+    from pytensor.graph.replace import graph_replace
+
+    from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+    from pymc_dp.data import check_prior_reads_no_data
+    from pymc_dp.exponential_family import release_statistics
+    from pymc_dp.exponential_family.families import get_family
+    from pymc_dp.planning import regression_parts
+
+    parts = regression_parts(model)
+    family = parts.family
+    linear = family == "linear_regression"
+    n_rows = _row_structure(model)[0]
+    width = parts.matrix.type.shape[1]
+    if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
+        width = int(parts.matrix.shape[1].eval())
+    if x_bounds is None:
+        raise ValueError(
+            f"`x_bounds` must be given for the released-statistics route ({family}): public (lower, upper) bounds of "
+            f"each of the data matrix's {width} columns. Found None."
+        )
+    if linear and y_bounds is None:
+        raise ValueError(
+            "`y_bounds` must be given for the released-statistics route (linear_regression): public (lower, upper) "
+            "bounds of the outcome. Found None."
+        )
+    if not linear and y_bounds is not None:
+        raise ValueError(
+            f"`y_bounds` must be None for a logistic regression (its outcome is 0 or 1). Found {y_bounds!r}."
+        )
+    lower, upper = _bounds_pair("x_bounds", x_bounds, width)
+    if parts.intercept is not None:  # the intercept is the coefficient of a column of ones
+        lower, upper = np.concatenate([[1.0], lower]), np.concatenate([[1.0], upper])
+    extra = {}
+    if linear:
+        y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
+        extra["y_bounds"] = (float(y_lower[0]), float(y_upper[0]))
+    n_features = lower.size
+    settings = {"n_features": n_features, "x_bounds": (lower.tolist(), upper.tolist()), **extra}
+    fam = get_family(family, **settings)  # checks the settings; reads nothing
+    # The mechanism whose noise variance is the smaller at these public bounds (the planner's rule).
+    tau = noise_multiplier_for_target(epsilon, delta, 1)
+    gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
+    noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
+    anchors = 0 if linear else 2
+
+    # The priors, and the likelihood's parameters on them, before anything is released.
+    prior = _prior_model(model, parts.outcome)
+    check_prior_reads_no_data(prior, n_rows)
+    to_prior = {rv: prior[rv.name] for rv in model.free_RVs}
+    pieces = [parts.coefficients, *(p for p in (parts.intercept, parts.sigma) if p is not None)]
+    replaced = dict(zip([id(p) for p in pieces], graph_replace(pieces, to_prior, strict=False), strict=True))
+    coefficients = replaced[id(parts.coefficients)]
+    beta = coefficients
+    if parts.intercept is not None:
+        beta = pt.concatenate([pt.atleast_1d(replaced[id(parts.intercept)]), coefficients])
+    params = {"beta": beta}
+    if linear:
+        params["sigma"] = replaced[id(parts.sigma)]
+    name = parts.outcome.name
+    while any(n == name or n.startswith(f"{name}_") for n in prior.named_vars):
+        name = f"{name}_release"
+    design = _observed_array(parts.matrix)
+    if parts.intercept is not None:
+        design = np.column_stack([np.ones(n_rows), design])
+    outcome = _observed_array(model.rvs_to_values[parts.outcome])
+    release = release_statistics(  # the one access to the rows, charged once
+        family,
+        (design, outcome),
+        epsilon=epsilon,
+        budget=budget,
+        covariate_anchors=anchors,
+        **noise,
+        **settings,
+    )
+    record.update(family=family, mechanism=noise["mechanism"], covariate_anchors=anchors, likelihood=name)
+    with prior:
+        release.likelihood(name, **params)
+    run = {"draws": common["draws"] or 1000, "tune": 1000 if tune is None else tune, "chains": common["chains"]}
+    if var_names is not None:
+        run["var_names"] = list(var_names)
+    return release.sample(model=prior, on_poor_mixing=common["on_poor_mixing"], **run, **kwargs)
+
+
+def _dpadvi_route(
+    model: Any,
+    the_plan: Any,
+    epsilon: float,
+    delta: float,
+    budget: Any,
+    grad_clip: float | None,
+    backend: Any,
+    common: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """DPADVI at the plan's iterations and sampling rate; draws from its widened fit, flagged as it says."""
+    planned = the_plan.method("DPADVI")
+    seed = kwargs.get("random_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+        raise TypeError(f"`random_seed` must be an int or None on the DPADVI route. Found {type(seed).__name__}.")
+    fit = DPADVI(
+        epsilon=epsilon,
+        delta=delta,
+        sampling_rate=planned.noise["sampling_rate"],
+        grad_clip=ONE_CALL_GRAD_CLIP if grad_clip is None else grad_clip,
+        budget=budget,
+        model=model,
+        random_seed=None if seed is None else int(seed),
+        backend="default" if backend is None else backend,
+        **ONE_CALL_DPADVI,
+    )
+    fit.prepare(model)  # DPADVI's model checks: before the charge
+    approx = fit.fit(planned.iterations, progressbar=bool(kwargs.get("progressbar", True)))
+    on_poor_mixing = common["on_poor_mixing"]
+    with warnings.catch_warnings():
+        if on_poor_mixing != "warn":  # said once below ("raise") or not at all ("ignore")
+            warnings.simplefilter("ignore", PoorMixingWarning)
+        idata = approx.sample(common["draws"] or 1000, random_seed=seed)
+    diagnostics = json.loads(posterior_attrs(idata)["dp_diagnostics"])
+    if on_poor_mixing == "raise" and diagnostics.get("usable") is False:
+        raise PoorMixingError(str(diagnostics["reasons"][0]), idata)
+    return idata
 
 
 def _progress_accounting(
