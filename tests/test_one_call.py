@@ -1,0 +1,245 @@
+"""pmdp.sample without a step (issue 34, deliverable 1): the planner's route, in one call.
+
+The route is chosen from public quantities only (the graph, N, P, ε, δ, the chains) by the same
+function that writes ``Plan.one_call_route``; each test checks that the plan and the run agree.
+The released-statistics routes compile a noise-aware likelihood for NUTS (a minute or more on a
+loaded 2-core machine), so their end-to-end runs are marked slow; their choice, and every refusal,
+is checked here in seconds: the release route's own refusals come from the route sample() took.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.diagnostics import PoorMixingError
+from pymc_dp.planning import regression_parts
+
+DELTA = 1e-6
+QUIET = {"progressbar": False, "random_seed": 3}
+
+
+def _logistic(n_rows: int = 300, use_data: bool = True) -> pm.Model:
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, size=(n_rows, 2))
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-(0.3 + x @ np.array([0.8, -0.5]))))).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        design = pm.Data("x", x) if use_data else x
+        eta = alpha + design @ beta
+        pm.Deterministic("p", pm.math.sigmoid(eta))  # reads the rows: dropped from the release route's model
+        pm.Bernoulli("y", logit_p=eta, observed=y)
+    return model
+
+
+def _linear(n_rows: int = 300) -> pm.Model:
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, size=(n_rows, 2))
+    y = 0.4 + x @ np.array([0.5, -0.3]) + 0.5 * rng.normal(size=n_rows)
+    with pm.Model() as model:
+        coef = pm.Normal("coef", 0, 2, shape=3)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", coef[0] + x @ coef[1:], sigma, observed=y)
+    return model
+
+
+def _location_scale(n_rows: int) -> pm.Model:
+    """A model with no release route: a normal with unknown mean and standard deviation."""
+    rng = np.random.default_rng(7)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        sd = pm.HalfNormal("sd", 2)
+        pm.Normal("y", mu, sd, observed=rng.normal(0.5, 1.0, size=n_rows))
+    return model
+
+
+def _unspent(budget: pmdp.PrivacyBudget) -> bool:
+    return budget.spent().epsilon == 0.0 and budget.labels == ()
+
+
+def _check_result(idata, epsilon: float, route: str, budget: pmdp.PrivacyBudget) -> None:
+    """ε at most the target, recorded and recomputed alike, charged once, the route recorded, a statement."""
+    attrs = idata.posterior.attrs
+    assert attrs["dp_epsilon"] <= epsilon
+    assert attrs["dp_route"] == route
+    record = json.loads(attrs["dp_accountant"])
+    assert record["route"]["name"] == route and record["route"]["reason"]
+    spent = pmdp.privacy_spent(idata)  # checks the result (integrity included) before pricing it
+    assert spent.epsilon == pytest.approx(attrs["dp_epsilon"], rel=1e-9)
+    assert len(budget.labels) == 1  # one charge, by the route
+    assert budget.spent().epsilon == pytest.approx(attrs["dp_epsilon"], rel=1e-6)
+    assert "dp_diagnostics" in attrs
+    statement = pmdp.privacy_statement(idata)
+    assert statement.text
+
+
+# -- the choice: from the graph, N, P, ε, δ; the same in plan and in sample --------------------------------------
+
+
+def test_regression_parts_reads_the_linear_predictor_from_the_graph():
+    parts = regression_parts(_logistic())
+    assert parts.family == "logistic_regression" and parts.intercept is not None and parts.sigma is None
+    assert parts.matrix.name == "x" and parts.outcome.name == "y"
+    parts = regression_parts(_linear())
+    assert parts.family == "linear_regression" and parts.intercept is not None and parts.sigma is not None
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(100, 2))
+    with pm.Model() as no_intercept:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=rng.integers(0, 2, 100))
+    assert regression_parts(no_intercept).intercept is None
+    with pm.Model() as squared:  # a function of X @ w other than a sum: not the release's model
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=(x @ beta) ** 2, observed=rng.integers(0, 2, 100))
+    with pm.Model() as per_row:  # a term that varies per row without reading data: not an intercept
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        shift = pm.Normal("shift", 0, 1, shape=100)
+        pm.Normal("y", x @ beta + shift, 1.0, observed=rng.normal(size=100))
+    with pm.Model() as row_sigma:  # one standard deviation per row: not the release's model
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Normal("y", x @ beta, pm.HalfNormal("s", 1, shape=100), observed=rng.normal(size=100))
+    for model in (squared, per_row, row_sigma):
+        assert regression_parts(model) is None
+        assert pmdp.plan(model, epsilon=1.0, delta=DELTA).one_call_route != "release_statistics"
+
+
+@pytest.mark.parametrize("use_data", [True, False])
+def test_a_logistic_regression_takes_the_release_route_in_plan_and_sample(use_data):
+    model = _logistic(use_data=use_data)
+    plan = pmdp.plan(model, epsilon=2.0, delta=DELTA)
+    assert plan.one_call_route == "release_statistics" == plan.recommended
+    assert "logistic regression" in plan.one_call_reason and "x_bounds" in plan.one_call_reason
+    assert f"without step= runs: {plan.one_call_reason}" in str(plan)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=300)
+    with model, pytest.raises(ValueError, match=r"`x_bounds` must be given for the released-statistics route \(log"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, budget=budget, **QUIET)
+    with model, pytest.raises(ValueError, match="`y_bounds` must be None for a logistic regression"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(0, 1), budget=budget, **QUIET)
+    with model, pytest.raises(ValueError, match=r"`x_bounds` must be a pair \(lower, upper\) of numbers or of 2"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 0, 1), budget=budget, **QUIET)
+    with model, pytest.raises(ValueError, match="`x_bounds` must hold finite bounds with lower ≤ upper"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=([1, -1], [0, 1]), budget=budget, **QUIET)
+    with model, pytest.raises(ValueError, match="`grad_clip` must be left unset: it does not apply to the route"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), grad_clip=2.0, budget=budget, **QUIET)
+    assert _unspent(budget)
+
+
+def test_a_linear_regression_takes_the_release_route_in_plan_and_sample():
+    model = _linear()
+    plan = pmdp.plan(model, epsilon=2.0, delta=DELTA)
+    assert plan.one_call_route == "release_statistics" and plan.released_statistics == "linear_regression"
+    assert "x_bounds and y_bounds" in plan.one_call_reason
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=300)
+    with model, pytest.raises(ValueError, match=r"`y_bounds` must be given for the released-statistics route \(lin"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), budget=budget, **QUIET)
+    with model, pytest.raises(ValueError, match="`init` must be left unset"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(-3, 3), init="prior", budget=budget)
+    assert _unspent(budget)
+
+
+def test_a_model_without_a_release_route_runs_dpadvi_where_the_plan_says():
+    model = _location_scale(2000)
+    plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
+    assert plan.released_statistics is None
+    assert plan.one_call_route == "DPADVI" == plan.recommended
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=DELTA, n_rows=2000)
+    with model:
+        idata = pmdp.sample(epsilon=4.0, delta=DELTA, draws=200, grad_clip=3.0, budget=budget, **QUIET)
+    _check_result(idata, 4.0, "DPADVI", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["settings"]["grad_clip"] == 3.0
+    assert record["settings"]["sampling_rate"] == plan.method("DPADVI").noise["sampling_rate"]
+    assert record["iterations"] == plan.method("DPADVI").iterations
+    assert set(idata.posterior.data_vars) == {"mu", "sd"} and idata.posterior.sizes["draw"] == 200
+
+
+def test_a_sampler_route_is_run_where_the_plan_finds_one_usable_and_flags_a_short_run():
+    rng = np.random.default_rng(11)
+    with pm.Model() as model:  # one parameter, many rows: DPPenaltyMH can deliver 100 effective draws
+        mu = pm.Normal("mu", 0, 5)
+        pm.Normal("y", mu, 1.0, observed=rng.normal(0.5, 1.0, size=20_000))
+    plan = pmdp.plan(model, epsilon=4.0, delta=DELTA, chains=2)
+    assert plan.one_call_route == "DPPenaltyMH" == plan.recommended
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=DELTA, n_rows=20_000)
+    # 2 × 30 draws cannot hold 100 effective draws: flagged, and with "raise" the priced result rides on the error
+    with model, pytest.raises(PoorMixingError) as caught:
+        pmdp.sample(
+            epsilon=4.0, delta=DELTA, draws=30, tune=30, chains=2, budget=budget, on_poor_mixing="raise", **QUIET
+        )
+    _check_result(caught.value.result, 4.0, "DPPenaltyMH", budget)
+    record = json.loads(caught.value.result.posterior.attrs["dp_accountant"])
+    assert (record["tune"], record["draws"], record["chains"]) == (30, 30, 2)
+
+
+def test_bad_input_is_refused_before_anything_is_spent():
+    model = _location_scale(2000)
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=DELTA, n_rows=2000)
+    cases = [
+        ({"delta": DELTA}, "`epsilon` must be given when `step` is not"),
+        ({"epsilon": -1.0, "delta": DELTA}, "`epsilon` must be"),
+        ({"epsilon": 4.0, "delta": 2.0}, "`delta` must be"),
+        ({"epsilon": 4.0, "delta": DELTA, "chains": 0}, "`chains` must be"),
+        ({"epsilon": 4.0, "delta": DELTA, "draws": -5}, "`draws` must be"),
+        ({"epsilon": 4.0, "delta": DELTA, "on_poor_mixing": "shout"}, "`on_poor_mixing` must be one of"),
+        ({"epsilon": 4.0, "delta": DELTA, "grad_clip": -1.0}, "`grad_clip` must be"),
+        ({"epsilon": 4.0, "delta": DELTA, "var_names": ["nope"]}, "`var_names` must name"),
+        # the DPADVI route (pmdp.plan says so) takes no tuning, no bounds and no sampler settings
+        ({"epsilon": 4.0, "delta": DELTA, "tune": 100}, r"`tune` must be left unset: it does not apply to the route"),
+        ({"epsilon": 4.0, "delta": DELTA, "x_bounds": (-1, 1)}, "`x_bounds` must be left unset"),
+        ({"epsilon": 4.0, "delta": DELTA, "clip_margin": 3.0}, "`clip_margin` must be left unset"),
+        ({"epsilon": 4.0, "delta": DELTA, "cores": 2}, "`cores` must be left unset"),
+        ({"epsilon": 4.0, "delta": DELTA, "random_seed": np.random.default_rng(1)}, "`random_seed` must be an int"),
+        # nothing usable at this N·ε: refused, naming ε and the plan's reason
+        ({"epsilon": 0.05, "delta": DELTA}, "`epsilon` must buy a usable posterior of this model by some route"),
+    ]
+    for kwargs, message in cases:
+        with model, pytest.raises((ValueError, TypeError), match=message):
+            pmdp.sample(budget=budget, progressbar=False, **kwargs)
+        assert _unspent(budget), kwargs
+    with model, pytest.raises(ValueError, match="`x_bounds` must be None when `step` is given"):
+        pmdp.sample(step=pmdp.DPPenaltyMH(), epsilon=4.0, delta=DELTA, x_bounds=(-1, 1), budget=budget)
+    with pytest.raises(ValueError, match="`epsilon` must be given when `step` is not"):
+        pmdp.sample(delta=DELTA, model=model, budget=budget)
+    with model, pytest.raises(ValueError, match="`delta` must be given"):  # no budget to take it from
+        pmdp.sample(epsilon=4.0)
+    assert _unspent(budget)
+    assert pmdp.plan(model, epsilon=0.05, delta=DELTA).one_call_route is None
+
+
+# -- the released-statistics routes end to end (a noise-aware likelihood compiled for NUTS: minutes) ------------
+
+
+@pytest.mark.slow
+def test_the_logistic_release_route_end_to_end():
+    model = _logistic(2000)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    with model:
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), draws=100, tune=100, chains=2, budget=budget,
+            on_poor_mixing="ignore", **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["route"]["family"] == "logistic_regression" and record["route"]["covariate_anchors"] == 2
+    assert record["family"]["x_bounds"] == [[1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]  # the intercept's column of ones
+    assert {"alpha", "beta"} <= set(idata.posterior.data_vars) and "p" not in idata.posterior
+
+
+@pytest.mark.slow
+def test_the_linear_release_route_end_to_end():
+    model = _linear(2000)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    with model:
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(-3, 3), draws=100, tune=100, chains=2,
+            budget=budget, on_poor_mixing="ignore", **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["route"]["family"] == "linear_regression" and record["route"]["covariate_anchors"] == 0
+    assert {"coef", "sigma"} <= set(idata.posterior.data_vars)
