@@ -19,7 +19,6 @@ from pymc_dp.accounting.barker import (
     without_replacement_amplified_rdp,
 )
 from pymc_dp.mechanisms import SecureNoise, sample_without_replacement
-from pymc_dp.step_methods import barker as barker_module
 from pymc_dp.step_methods.barker import barker_accepts
 from pymc_dp.step_methods.barker_correction import (
     LOGISTIC_VARIANCE,
@@ -27,6 +26,7 @@ from pymc_dp.step_methods.barker_correction import (
     fit_logistic_correction,
     logistic_correction,
 )
+from pymc_dp.step_methods.host_releases import HostReleases
 
 # -- the correction distribution -----------------------------------------------------------
 
@@ -266,10 +266,8 @@ def test_invariance_test_catches_a_missing_correction(tempered_normal, monkeypat
     model, y = tempered_normal
     mean, sd = _tempered_posterior(y, 10.0)
 
-    def without_correction(released, log_prior_ratio, correction, rng):
-        return bool(released + log_prior_ratio > 0), 0.5
-
-    monkeypatch.setattr(barker_module, "barker_accepts", without_correction)
+    # The kernel accepts iff z + log prior ratio + V_cor > 0: V_cor = 0 tests N(Δ, C) > 0 alone.
+    monkeypatch.setattr(HostReleases, "barker_correction", lambda self: 0.0)
     with model:
         step = pmdp.DPBarkerMH(batch_size=400, tempered_size=10.0, proposal_scale=1.2 * sd, tune=False)
     starts = np.random.default_rng(1).normal(mean, sd, size=1500)

@@ -18,7 +18,7 @@ from scipy import stats
 
 import pymc_dp as pmdp
 from pymc_dp.accounting import gaussian_mu_for_target
-from pymc_dp.step_methods import hmc as hmc_module
+from pymc_dp.step_methods import kernels as kernels_module
 from pymc_dp.step_methods.hmc import kinetic_energy, leapfrog
 
 
@@ -90,7 +90,7 @@ def test_invariance_with_noise_on(conjugate_normal, inv_mass):
 
 def test_invariance_test_catches_a_missing_penalty(conjugate_normal, monkeypatch):
     mean, sd = conjugate_normal.posterior()
-    monkeypatch.setattr(hmc_module, "penalty_log_acceptance", without_penalty)
+    monkeypatch.setattr(kernels_module, "penalty_log_acceptance", without_penalty)  # the kernel every backend runs
     step = noisy_step(conjugate_normal.model, sd)
     starts = np.random.default_rng(3).normal(mean, sd, size=500)
     ends, _ = run_chains_from(step, starts, n_steps=6, seed=4)
@@ -364,7 +364,8 @@ def test_a_trajectory_whose_move_overflows_is_rejected_without_a_release(monkeyp
         step = pmdp.DPHMC(grad_clip=1.0, llr_clip=1.0, grad_noise_multiplier=1.0, llr_noise_multiplier=1.0)
     step._new_chain(np.random.default_rng(1))
     monkeypatch.setattr(
-        "pymc_dp.step_methods.hmc.leapfrog", lambda theta, momentum, *args: (np.full_like(theta, 1e200), momentum)
+        "pymc_dp.step_methods.kernels.leapfrog",
+        lambda ops, theta, momentum, *args: (np.full_like(theta, 1e200), momentum),
     )
     theta, info = step.transition(np.zeros(2))
     assert np.array_equal(theta, np.zeros(2)) and not info.accepted and np.isnan(info.noisy_llr)

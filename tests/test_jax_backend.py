@@ -389,22 +389,7 @@ def test_dphmc_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monkeypat
     # the device; the host replays it from the returned acceptance probabilities. The last block stops at the
     # run's last draw (pmdp.sample tells the step the run's length): it draws nothing past it, so the chain's
     # generator ends where one call per iteration leaves it.
-    from pymc_dp.mechanisms.jax_rows import JaxRows
-
-    calls = {"count": 0, "tuning": 0}
-    build = JaxRows._build_hmc_iterations
-
-    def counted(self, prior, n_leapfrog, iterations, adapt=False):
-        device = build(self, prior, n_leapfrog, iterations, adapt)
-
-        def call(*args):
-            calls["count"] += 1
-            calls["tuning"] += int(adapt)
-            return device(*args)
-
-        return call
-
-    monkeypatch.setattr(JaxRows, "_build_hmc_iterations", counted)
+    calls = _counted_kernel_calls(monkeypatch)
     model, _ = normal_mean
     runs, counts, generators = {}, {}, {}
     for scan in (1, 7, 30, 64):
@@ -461,6 +446,32 @@ def _assert_same_tuning(run, reference, stats, rtol: float):
         )
 
 
+def _counted_kernel_calls(monkeypatch) -> dict:
+    """Count the device calls of the samplers' kernels: blocks (``count``; ``tuning``: DPHMC's adaptive
+    kernel) and one-iteration calls (``one_call``)."""
+    from pymc_dp.mechanisms.jax_rows import JaxRows
+    from pymc_dp.step_methods import kernels
+
+    calls = {"count": 0, "tuning": 0, "one_call": 0}
+    build = JaxRows._build_kernel_iterations
+
+    def counted(self, prior, kernel, releases, iterations, static, shapes):
+        device = build(self, prior, kernel, releases, iterations, static, shapes)
+
+        def call(*args):
+            if iterations == 1:
+                calls["one_call"] += 1
+            else:
+                calls["count"] += 1
+                calls["tuning"] += int(kernel is kernels.adaptive_hmc_kernel)
+            return device(*args)
+
+        return call
+
+    monkeypatch.setattr(JaxRows, "_build_kernel_iterations", counted)
+    return calls
+
+
 def _counted_blocks(monkeypatch, builder: str) -> dict:
     """Count the device calls of the blocks JaxRows builds with ``builder``."""
     from pymc_dp.mechanisms.jax_rows import JaxRows
@@ -486,7 +497,7 @@ def test_dppenaltymh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, mon
     # noise source, drawn per block in the one-call order; the same chain as one call per iteration and as
     # the default backend (with reproducible noise), the same ε. Tuning (25 iterations, the proposal scale
     # changed every 10) runs in blocks cut at each interval's end and at the end of tuning.
-    calls = _counted_blocks(monkeypatch, "_build_penalty_iterations")
+    calls = _counted_kernel_calls(monkeypatch)
     model, _ = normal_mean
     run = {**RUN, "tune": 25, "discard_tuned_samples": False}
     runs, counts = {}, {}
@@ -522,7 +533,7 @@ def test_dpbarkermh_blocks_in_lax_scan_give_the_one_call_chain(normal_mean, monk
     # V_cor from the noise source, per block in the default backend's order: the same chain, statistics and ε
     # as one call per iteration and as the default backend, tuning included (in blocks cut at each tuning
     # interval's end and at the end of tuning; the proposal scale changes twice).
-    calls = _counted_blocks(monkeypatch, "_build_barker_iterations")
+    calls = _counted_kernel_calls(monkeypatch)
     model, _ = normal_mean
     settings = {"full_data": True} if test == "full data" else {"batch_size": 100, "tempered_size": 30.0}
     run = {**RUN, "tune": 25, "discard_tuned_samples": False}
@@ -630,7 +641,7 @@ def test_blocks_draw_their_noise_from_os_entropy(normal_mean, monkeypatch):
         return normal(self, loc, scale, size)
 
     monkeypatch.setattr(BufferedSecureNoise, "normal", counted)
-    calls = _counted_blocks(monkeypatch, "_build_hmc_iterations")
+    calls = _counted_kernel_calls(monkeypatch)
     model, _ = normal_mean
     with model:
         step = pmdp.DPHMC(
@@ -672,30 +683,16 @@ def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
 def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_mean, monkeypatch):
     # The one-call transition draws the noise's normals in the order the one-by-one releases do and
     # runs the same arithmetic on the device: with reproducible noise, the same chain.
-    from pymc_dp.mechanisms.jax_rows import JaxRows
-
-    calls = {"count": 0}
-    build = JaxRows._build_hmc_transition
-
-    def counted(self, prior, n_leapfrog):
-        device = build(self, prior, n_leapfrog)
-
-        def call(*args):
-            calls["count"] += 1
-            return device(*args)
-
-        return call
-
-    monkeypatch.setattr(JaxRows, "_build_hmc_transition", counted)
+    calls = _counted_kernel_calls(monkeypatch)
     model, _ = normal_mean
     runs, counts = {}, {}
     for whole in (True, False):
         with model:
             step = pmdp.DPHMC(grad_clip=3.0, llr_clip=3.0, n_leapfrog=4, reproducible_noise=True)
         backend = pmdp.JaxBackend(whole_transition=whole, scan_iterations=1)
-        before = calls["count"]
+        before = calls["one_call"]
         runs[whole] = pmdp.sample(step=step, backend=backend, model=model, init="prior", **RUN)
-        counts[whole] = calls["count"] - before
+        counts[whole] = calls["one_call"] - before
         # The run's device functions (and the device rows they hold) are dropped with its mechanisms.
         assert getattr(step, "_fused_cache", None) is None
         record = json.loads(runs[whole].posterior.attrs["dp_accountant"])

@@ -84,11 +84,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 #: Imports up the floors that remain, as (importer, imported), with why.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    # Inside functions: the fused JAX loops reuse DPHMC's dual averaging and DPPenaltyMH's acceptance.
-    ("pymc_dp.mechanisms.jax_rows", "pymc_dp.step_methods.hmc"): "dual averaging",  # removed by the kernels change
-    ("pymc_dp.mechanisms.jax_rows", "pymc_dp.step_methods.penalty"): "acceptance",  # removed by the kernels change
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 #: Edges left out of the cycle check, with why.
 KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {

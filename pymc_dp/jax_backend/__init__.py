@@ -178,33 +178,27 @@ def attach_backend(backend: JaxBackend | None, steps: list[Any]) -> Callable[[],
 
 
 def _compile_transitions(step: Any, mechanisms: JaxRowMechanisms, backend: JaxBackend) -> None:
-    """Compile the step's one-call transition and blocks now, before the charge; what JAX cannot run is turned off.
+    """Compile the step's kernel calls now, before the charge; what JAX cannot run is turned off.
 
-    A prior without a JAX form turns ``whole_transition`` off for DPHMC (one device call per
-    release, as before) and ``scan_iterations`` to 1 (one call per iteration).
+    The step says what to compile (:meth:`~pymc_dp.step_methods.base.DPStep.kernel_compilations`:
+    its kernel, releases and example shapes); a prior or kernel without a JAX form turns
+    ``whole_transition`` off (one device call per release, as before) and ``scan_iterations``
+    to 1 (one call per iteration).
     """
-    name = type(step).__name__
     rows = mechanisms.device_rows
-    if name == "DPBarkerMH" and step.batch_size is not None:  # the subsampled test's release (raises if JAX cannot)
+    if getattr(step, "batch_size", None) is not None:  # the subsampled Barker test's release (raises if JAX cannot)
         rows.prepare_batch_ratio(step.batch_size)
     blocks = mechanisms.scan_iterations > 1 and backend.dtype == "float64"
-    if mechanisms.whole_transition and name == "DPHMC":
+    if mechanisms.whole_transition and backend.dtype == "float64":
         try:
-            rows.hmc_transition(step._prior, step.n_leapfrog)
-            if blocks:
-                rows.hmc_iterations(step._prior, step.n_leapfrog, mechanisms.scan_iterations)
-                if step._tune_initial:  # the tuning blocks' variant (the dual averaging on the device)
-                    rows.hmc_iterations(step._prior, step.n_leapfrog, mechanisms.scan_iterations, adapt=True)
+            for kernel, releases, state, draws, settings, iterations in step.kernel_compilations(
+                mechanisms.scan_iterations if blocks else 1
+            ):
+                mechanisms.compile_kernel(
+                    kernel, step._prior, state, draws, settings, releases=releases, iterations=iterations
+                )
         except Exception:  # the prior has no JAX form
             mechanisms.whole_transition = False
-            mechanisms.scan_iterations = 1
-    elif mechanisms.whole_transition and name in ("DPPenaltyMH", "DPBarkerMH") and blocks:
-        try:
-            if name == "DPPenaltyMH":
-                rows.penalty_iterations(step._prior, mechanisms.scan_iterations)
-            else:
-                rows.barker_iterations(step._prior, mechanisms.scan_iterations, step.batch_size)
-        except Exception:  # the prior has no JAX form: one call per iteration
             mechanisms.scan_iterations = 1
     if backend.dtype != "float64" or not mechanisms.whole_transition:
         mechanisms.scan_iterations = 1  # no blocks for this step: recorded as 1

@@ -24,6 +24,7 @@ import contextlib
 import math
 import os
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -116,15 +117,6 @@ def _clip_ratios(jnp, ratios, bound):
     """`clip_values` on the device: each ratio to ±bound, NaN (−∞ − (−∞), an invalid row) to −bound."""
     ratios = jnp.clip(ratios, -bound, bound)
     return jnp.where(jnp.isnan(ratios), -bound, ratios)
-
-
-def _metropolis_decision(jnp, log_alpha, log_uniform):
-    """:func:`pymc_dp.step_methods.base.accept_reject`'s Metropolis rule on the device: (log U < log α, P(accept)).
-
-    A NaN log α is rejected with acceptance probability 0.
-    """
-    accept = jnp.where(jnp.isnan(log_alpha), 0.0, jnp.exp(jnp.minimum(0.0, log_alpha)))
-    return log_uniform < log_alpha, accept
 
 
 def _jax_function(inputs, output, check_bounds: bool = True):
@@ -428,7 +420,7 @@ class JaxRows:
                 return total
 
         self._ratio_sum_fn, self._gradient_sum_fn = ratio_sum, gradient_sum
-        self._fused_hmc: dict[Any, Any] = {}
+        self._device_calls: dict[Any, Any] = {}
         self._f_loglik = jax.jit(loglik_chunks)
         self._f_ratio_sum = jax.jit(ratio_sum)
         self._f_gradient_sum = jax.jit(gradient_sum)
@@ -591,11 +583,11 @@ class JaxRows:
         if self._f_batch_sum is None:
             self._build_batch_sum()
         key = ("advi", id(optimizer), family, int(n_mc), int(iterations), int(batch_rows))
-        if key not in self._fused_hmc:
-            self._fused_hmc[key] = self._build_advi_iterations(
+        if key not in self._device_calls:
+            self._device_calls[key] = self._build_advi_iterations(
                 prior, family, np.asarray(to_rows), optimizer, int(n_mc), int(iterations), int(batch_rows)
             )
-        return self._fused_hmc[key]
+        return self._device_calls[key]
 
     def _build_advi_iterations(self, prior, family, to_rows, optimizer, n_mc, iterations, batch_rows):
         jax, jnp = self._jax, self._jnp
@@ -717,133 +709,105 @@ class JaxRows:
         )
         return float(mean), float(variance)
 
-    # -- the whole DPHMC transition in one device call ----------------------------------------
-    def hmc_transition(self, prior, n_leapfrog: int):
-        """The jitted DPHMC transition of ``n_leapfrog`` steps (built on first use; None in float32).
+    # -- a sampler's kernel, a block of iterations per device call -----------------------------
+    def kernel_iterations(self, prior, kernel, releases: tuple, iterations: int, static: tuple, shapes: tuple):
+        """``iterations`` iterations of ``kernel`` in one jitted ``lax.scan`` (built and compiled on first use).
 
-        One device call runs what :meth:`pymc_dp.step_methods.DPHMC.transition` runs between
-        drawing the momentum and the accept/reject decision: the L + 1 clipped gradient sums
-        with their noise added (the standard normals drawn on the host, as for every release),
-        the leapfrog, the clipped log-likelihood ratio with its noise, and the penalty
-        log-acceptance, with the exact prior and its gradient compiled from the data-free prior
-        graph. Returns (proposal, end momentum, λ̂, σ_l, log α̂, finite, per-row log-likelihoods
-        at the proposal); the last stays on the device.
+        ``kernel(ops, releases, state, draws, settings) -> (state, info)`` is a sampler's
+        transition (:mod:`pymc_dp.step_methods.kernels`), handed over by the step: this class
+        never names a sampler. Inside the scan it gets :class:`_DeviceReleases` on the rows here:
+        each release is the clipped sum of the step's mechanism plus the standard normals the
+        host drew for that iteration, scaled (the same sensitivities, noise scales and
+        accounting as one release at a time). The current point and its per-row
+        log-likelihoods are the scan's carry and never leave the device.
+
+        Parameters
+        ----------
+        prior
+            The data-free prior (its JAX form is compiled here).
+        kernel : callable
+            The transition.
+        releases : tuple
+            ``(("gradient", G), ("ratio", 1), ("barker", b or 0))``: the releases per iteration
+            (G gradient releases; b the subsampled Barker test's batch, 0 for full data).
+        iterations : int
+            The scan's length (a block shorter than it runs the rest inactive).
+        static : tuple
+            The settings' fields that fix the compiled function ((name, value) pairs: ints, bools, None).
+        shapes : tuple
+            Abstract values (``jax.ShapeDtypeStruct``) of (state, one iteration's draws, the
+            settings' other fields): the function is compiled on them now, so that a prior or a
+            kernel JAX cannot run is refused before the run is charged.
         """
-        if self.dtype != "float64":
-            return None
-        key = int(n_leapfrog)
-        if key in self._fused_hmc:
-            return self._fused_hmc[key]
-        self._fused_hmc[key] = self._build_hmc_transition(prior, key)
-        return self._fused_hmc[key]
+        key = ("kernel", kernel, releases, int(iterations), static, str(shapes))
+        if key not in self._device_calls:
+            self._device_calls[key] = self._build_kernel_iterations(
+                prior, kernel, releases, int(iterations), static, shapes
+            )
+        return self._device_calls[key]
 
-    def hmc_iterations(self, prior, n_leapfrog: int, iterations: int, adapt: bool = False):
-        """``iterations`` DPHMC transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
-
-        The body is :meth:`hmc_transition`'s function followed by the penalty test's decision
-        (log U < log α̂, with log U computed on the host from the step's generator); the
-        current point and its per-row log-likelihoods are the scan's carry and never leave
-        the device. With ``adapt`` (tuning) each iteration's η is exp(log η) of the dual
-        averaging times the host's jitter factor, and the dual averaging
-        (:func:`pymc_dp.step_methods.hmc.dual_averaging_update`) steps on the iteration's
-        acceptance probability, its state in the carry. Built and compiled on first use (the
-        backend builds it when the run starts, before the charge); one compilation per (L,
-        iterations, adapt).
-        """
-        if self.dtype != "float64":
-            return None
-        key = (int(n_leapfrog), int(iterations), bool(adapt))
-        if key not in self._fused_hmc:
-            self._fused_hmc[key] = self._build_hmc_iterations(prior, *key)
-        return self._fused_hmc[key]
-
-    def _build_hmc_iterations(self, prior, n_leapfrog: int, iterations: int, adapt: bool = False):
-        from pymc_dp.step_methods.hmc import dual_averaging_update  # plain arithmetic: traceable
-
+    def _build_kernel_iterations(self, prior, kernel, releases: tuple, iterations: int, static: tuple, shapes: tuple):
         jax, jnp = self._jax, self._jnp
-        transition = self._hmc_transition_function(prior, n_leapfrog)
+        kinds = dict(releases)
+        prior_logp, prior_grad = self._prior_functions(prior, gradient="gradient" in kinds)
+        functions = {
+            "jnp": jnp,
+            "prior_logp": prior_logp,
+            "prior_grad": prior_grad,
+            "ratio_sum": self._ratio_sum_fn,
+            "gradient_sum": self._gradient_sum_fn,
+            "add_noise": self._add_noise_fn,
+            "lik_fn": self._lik_fn,
+            "n_inputs": self._n_row_inputs,
+            "kinds": kinds,
+        }
+        ops = _jax_ops(jax)
+        state_shape, draws_shape, settings_shape = shapes
 
-        def run(
-            theta,
-            current,
-            momenta,
-            step_sizes,
-            log_uniforms,
-            inv_mass,
-            z_grads,
-            z_llr,
-            active,
-            adaptation,
-            scales,
-            data,
-            mask,
-        ):
-            mu, target, gamma, k, t0 = (adaptation[i] for i in range(4, 9))
+        def run(state, point, current, draws, noise, active, settings, scales, data, mask):
+            settings = _settings_with(settings, static)
 
             def body(carry, inputs):
-                point, loglik, averaging = carry
-                momentum, step_factor, log_uniform, z_grad, z = inputs
-                step_size = jnp.exp(averaging[0]) * step_factor if adapt else step_factor
-                proposal, _, noisy_llr, _, log_alpha, finite, proposed = transition(
-                    point, loglik, momentum, step_size, inv_mass, z_grad, z, scales, data, mask
-                )
-                # As DPHMC.transition after the one-call transition: a diverged trajectory is
-                # rejected and reports no λ̂; a NaN log α̂ is rejected (accept_reject).
-                log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
-                noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
-                accepted, accept = _metropolis_decision(jnp, log_alpha, log_uniform)
-                point = jnp.where(accepted, proposal, point)
-                loglik = jnp.where(accepted, proposed, loglik)
-                if adapt:
-                    averaging = dual_averaging_update(averaging, accept, mu, target, gamma, k, t0, xp=jnp)
-                return (point, loglik, averaging), (point, noisy_llr, accept, accepted, step_size)
+                state, point, current = carry
+                draws, noise = inputs
+                device = _DeviceReleases(functions, noise, scales, point, current, data, mask)
+                state, info = kernel(ops, device, state, draws, settings)
+                return (state, device.point, device.current), (state, info)
 
-            inputs = (momenta, step_sizes, log_uniforms, z_grads, z_llr, active)
-            averaging = tuple(adaptation[i] for i in range(4))
-            (_, loglik, _), (points, noisy_llrs, accepts, accepted, used) = jax.lax.scan(
-                _active_only(jax, body), (theta, current, averaging), inputs
+            (_, point, current), (states, infos) = jax.lax.scan(
+                _active_only(jax, body), (state, point, current), (draws, noise, active)
             )
-            return points, noisy_llrs, accepts, accepted, used, loglik
+            return states, infos, point, current
 
         spec = jax.ShapeDtypeStruct
         vector = spec((self.n_params,), np.float64)
-        per_iteration = spec((iterations,), np.float64)
-        current = jax.eval_shape(self._f_loglik, vector, self._data)
-        arrays = [
-            spec((iterations, self.n_params), np.float64),  # momenta
-            per_iteration,  # step sizes (after tuning) or jitter factors (tuning)
-            per_iteration,  # log U
-            vector,  # M⁻¹
-            spec((iterations, n_leapfrog + 1, self.n_params), np.float64),  # the gradients' normals
-            per_iteration,  # the ratios' normals
-            spec((iterations,), np.bool_),  # active
-            spec((9,), np.float64),  # the dual averaging's state and constants (tuning)
-            spec((5,), np.float64),  # bounds, noise scales, temperature
-        ]
-        return self._compiled_block(run, current, arrays)
-
-    def _compiled_block(self, run, current, arrays):
-        """Jit ``run(θ, current, *arrays, data, mask)``, compile it now on abstract values, and wrap it for the host.
-
-        ``run`` returns (points, per-iteration outputs..., the carried per-row values); the
-        wrapper takes (θ, current, *arrays) as host arrays (typed as ``arrays`` says) and
-        returns the points and outputs as NumPy arrays, the carried values as a device array.
-        """
-        jax = self._jax
+        full_rows = "ratio" in kinds or kinds.get("barker") == 0
+        current = jax.eval_shape(self._f_loglik, vector, self._data) if full_rows else spec((), np.float64)
+        stacked = jax.tree_util.tree_map(lambda s: spec((iterations, *s.shape), s.dtype), draws_shape)
+        noise = jax.tree_util.tree_map(
+            lambda s: spec((iterations, *s.shape), s.dtype), _noise_shapes(jax, kinds, self.n_params)
+        )
+        scales = {kind: spec((3,), np.float64) for kind in kinds}
         scanned = jax.jit(run)
-        theta = jax.ShapeDtypeStruct((self.n_params,), np.float64)
-        scanned.lower(theta, current, *arrays, self._data, self._mask).compile()
-        dtypes = [a.dtype for a in arrays]
+        scanned.lower(
+            state_shape,
+            vector,
+            current,
+            stacked,
+            noise,
+            spec((iterations,), np.bool_),
+            settings_shape,
+            scales,
+            self._data,
+            self._mask,
+        ).compile()
 
-        def call(theta, current, *values):
-            *outputs, carried = scanned(
-                self._theta(theta),
-                current,
-                *(np.asarray(v, dtype=d) for v, d in zip(values, dtypes, strict=True)),
-                self._data,
-                self._mask,
+        def call(state, point, current, draws, noise, active, settings, scales):
+            states, infos, point, current = scanned(
+                state, self._theta(point), current, draws, noise, active, settings, scales, self._data, self._mask
             )
-            return (*(np.asarray(o) for o in outputs), carried)
+            as_host = jax.tree_util.tree_map(np.asarray, (states, infos))
+            return (*as_host, np.asarray(point), current)
 
         return call
 
@@ -865,235 +829,150 @@ class JaxRows:
             prior_grad = self._jax_function([theta_var], pytensor.grad(graph, theta_var)) if gradient else None
         return prior_logp, prior_grad
 
-    # -- DPPenaltyMH's iterations in blocks ---------------------------------------------------
-    def barker_iterations(self, prior, iterations: int, batch_size: int | None):
-        """``iterations`` DPBarkerMH transitions, the decision included, in one jitted ``lax.scan`` (None in float32).
 
-        Each iteration is :meth:`pymc_dp.step_methods.DPBarkerMH.transition`: θ′ = θ + s·z (the
-        increment drawn on the host by the step), the released z (full data, eq. 9: t Σ clip(rᵢ,
-        ±B) + N(0, C), the per-row log-likelihoods of the current point carried on the device;
-        subsampled, eq. 18: N₀ r̄ + N(0, C − s²) on the batch whose row indices the host drew),
-        the exact prior ratio and the decision z + log prior ratio + V_cor > 0 with V_cor drawn
-        on the host. Returns per iteration the point, z and z + log prior ratio.
-        """
-        if self.dtype != "float64":
-            return None
-        key = ("barker", int(iterations), batch_size)
-        if key not in self._fused_hmc:
-            self._fused_hmc[key] = self._build_barker_iterations(prior, int(iterations), batch_size)
-        return self._fused_hmc[key]
+def _jax_ops(jax):
+    """The kernels' ``ArrayOps`` in JAX (built here: the mechanism layer names no sampler)."""
+    jnp = jax.numpy
 
-    def _build_barker_iterations(self, prior, iterations: int, batch_size: int | None):
-        jax, jnp = self._jax, self._jnp
-        prior_logp, _ = self._prior_functions(prior, gradient=False)
-        ratio_sum, add_noise = self._ratio_sum_fn, self._add_noise_fn
-        lik_fn, n_inputs = self._lik_fn, self._n_row_inputs
-        subsampled = batch_size is not None
+    def loop(count, body, carry, stop=None):  # every body runs; `stop` is the host's shortcut only
+        return jax.lax.fori_loop(0, int(count), body, carry)
 
-        def release(point, proposal, loglik, batch, z, scales, data, mask):
-            bound, scale, correction_variance = scales  # scale: t (full data) or N₀ (subsampled)
-            if not subsampled:  # as JaxBarkerStatistic.release
-                clipped, proposed = ratio_sum(proposal, loglik, bound, data, mask)
-                return scale * add_noise(clipped, jnp.sqrt(correction_variance) / scale, z), proposed
-            flat = tuple(d.reshape(-1, *d.shape[2:]) for d in data[:n_inputs])
-            rows = tuple(jnp.take(d, batch, axis=0) for d in flat)
-            ratios = _clip_ratios(jnp, lik_fn(proposal, *rows) - lik_fn(point, *rows), bound)
-            batch_variance = jnp.minimum(scale * scale * jnp.var(ratios) / ratios.shape[0], 1.0)
-            return scale * jnp.mean(ratios) + jnp.sqrt(correction_variance - batch_variance) * z, loglik
+    def when(condition, compute, otherwise):
+        return jnp.where(condition, compute(), otherwise)
 
-        def run(theta, current, increments, batches, z, corrections, active, scales, data, mask):
-            def body(carry, inputs):
-                point, loglik = carry
-                increment, batch, z_k, correction = inputs
-                proposal = point + increment
-                released, proposed = release(point, proposal, loglik, batch, z_k, scales, data, mask)
-                log_alpha = released + (prior_logp(proposal) - prior_logp(point))
-                accepted = log_alpha + correction > 0.0  # a NaN log α is rejected, as accept_reject
-                point = jnp.where(accepted, proposal, point)
-                loglik = jnp.where(accepted, proposed, loglik)
-                return (point, loglik), (point, released, log_alpha, accepted)
+    return SimpleNamespace(xp=jnp, loop=loop, when=when, select=jnp.where)
 
-            inputs = (increments, batches, z, corrections, active)
-            (_, loglik), (points, released, log_alphas, accepted) = jax.lax.scan(
-                _active_only(jax, body), (theta, current), inputs
-            )
-            return points, released, log_alphas, accepted, loglik
 
-        spec = jax.ShapeDtypeStruct
-        vector = spec((self.n_params,), np.float64)
-        per_iteration = spec((iterations,), np.float64)
-        index_type = np.int64 if jax.config.jax_enable_x64 else np.int32
-        # Full data carries the current point's per-row log-likelihoods; the subsampled test a placeholder.
-        current = spec((), np.float64) if subsampled else jax.eval_shape(self._f_loglik, vector, self._data)
-        arrays = [
-            spec((iterations, self.n_params), np.float64),  # increments
-            spec((iterations, batch_size if subsampled else 1), index_type),  # the batches' row indices
-            per_iteration,  # the releases' normals
-            per_iteration,  # V_cor
-            spec((iterations,), np.bool_),  # active
-            spec((3,), np.float64),  # bound, t or N₀, C
-        ]
-        return self._compiled_block(run, current, arrays)
+def _split_settings(settings) -> tuple[Any, tuple]:
+    """(traced fields, static part) of kernel settings: a NamedTuple's ints, bools and None are static."""
+    if isinstance(settings, tuple) and hasattr(settings, "_fields"):
+        fixed = tuple(
+            (name, value)
+            for name, value in settings._asdict().items()
+            if value is None or isinstance(value, bool | int | np.integer | np.bool_)
+        )
+        names = {name for name, _ in fixed}
+        traced = {
+            name: np.asarray(value, dtype=float) for name, value in settings._asdict().items() if name not in names
+        }
+        fixed = tuple(
+            (name, None if value is None else value.item() if hasattr(value, "item") else value)
+            for name, value in fixed
+        )
+        return traced, (type(settings), fixed)
+    return (None if settings is None else np.asarray(settings, dtype=float)), (None, ())
 
-    def penalty_iterations(self, prior, iterations: int):
-        """``iterations`` DPPenaltyMH transitions, accept/reject included, in one jitted ``lax.scan`` (None in float32).
 
-        Each iteration is Algorithm 1 of Yıldırım and Ermiş (2019) as
-        :meth:`pymc_dp.step_methods.DPPenaltyMH.transition` runs it: θ′ = θ + s·z (the
-        increment s·z drawn on the host by the step), the clipped ratio sum at bound b‖θ′ − θ‖
-        with its noise (the standard normal drawn on the host), the exact prior ratio, the
-        penalty log-acceptance and the decision log U < log α̂. The current point and its
-        per-row log-likelihoods are the scan's carry and never leave the device. Built and
-        compiled on first use (the backend builds it when the run starts, before the charge).
-        """
-        if self.dtype != "float64":
-            return None
-        key = ("penalty", int(iterations))
-        if key not in self._fused_hmc:
-            self._fused_hmc[key] = self._build_penalty_iterations(prior, int(iterations))
-        return self._fused_hmc[key]
+def _settings_with(traced, static: tuple):
+    """A kernel's settings again, from :func:`_split_settings`' two parts (inside the jitted function)."""
+    kind, fixed = static
+    return traced if kind is None else kind(**traced, **dict(fixed))
 
-    def _build_penalty_iterations(self, prior, iterations: int):
-        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
 
-        jax, jnp = self._jax, self._jnp
-        prior_logp, _ = self._prior_functions(prior, gradient=False)
-        ratio_sum, add_noise = self._ratio_sum_fn, self._add_noise_fn
+def _noise_shapes(jax, kinds: dict, n_params: int) -> dict:
+    """Abstract values of one iteration's standard normals (and batch, V_cor) per release kind."""
+    spec = jax.ShapeDtypeStruct
+    index_type = np.int64 if jax.config.jax_enable_x64 else np.int32
+    shapes = {}
+    if "gradient" in kinds:
+        shapes["gradient"] = spec((kinds["gradient"], n_params), np.float64)
+    if "ratio" in kinds:
+        shapes["ratio"] = spec((), np.float64)
+    if "barker" in kinds:
+        shapes["barker"] = spec((), np.float64)
+        shapes["correction"] = spec((), np.float64)
+        shapes["batch"] = spec((max(kinds["barker"], 1),), index_type)
+    return shapes
 
-        def run(theta, current, increments, log_uniforms, z_llr, active, scales, data, mask):
-            llr_clip, llr_std_per_distance, temperature = scales
 
-            def body(carry, inputs):
-                point, loglik = carry
-                increment, log_uniform, z = inputs
-                proposal = point + increment
-                distance = jnp.sqrt(jnp.sum((proposal - point) ** 2))
-                # A bound or noise scale that overflows is no private release (the host path refuses it): rejected.
-                finite = jnp.all(jnp.isfinite(proposal)) & jnp.isfinite(llr_clip * distance)
-                finite = finite & jnp.isfinite(llr_std_per_distance * distance)
-                safe = jnp.where(finite, proposal, point)
-                safe_distance = jnp.where(finite, distance, 0.0)
-                clipped, proposed = ratio_sum(safe, loglik, llr_clip * safe_distance, data, mask)
-                llr_std = llr_std_per_distance * safe_distance
-                noisy_llr = add_noise(clipped, llr_std, z)
-                log_prior_ratio = prior_logp(safe) - prior_logp(point)
-                log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, 0.0, temperature)
-                log_alpha = jnp.where(finite, log_alpha, -jnp.inf)
-                noisy_llr = jnp.where(finite, noisy_llr, jnp.nan)
-                accepted, accept = _metropolis_decision(jnp, log_alpha, log_uniform)
-                point = jnp.where(accepted, safe, point)
-                loglik = jnp.where(accepted, proposed, loglik)
-                return (point, loglik), (point, noisy_llr, accept, accepted)
+class _DeviceReleases:
+    """The kernels' :class:`~pymc_dp.step_methods.kernels.Releases` inside one jitted iteration.
 
-            (_, loglik), (points, noisy_llrs, accepts, accepted) = jax.lax.scan(
-                _active_only(jax, body), (theta, current), (increments, log_uniforms, z_llr, active)
-            )
-            return points, noisy_llrs, accepts, accepted, loglik
+    Each release is the clipped sum of the step's mechanism, computed on the device rows, plus
+    the iteration's standard normals (drawn on the host from the step's noise source, in the
+    default backend's order) times the mechanism's noise scale: the same release, sensitivity
+    and accounting as :class:`JaxLogLikelihoodRatio`, :class:`JaxClippedGradient` and
+    :class:`JaxBarkerStatistic` make one call at a time. ``point`` and ``current`` (its
+    per-row log-likelihoods) follow the chain through :meth:`keep`; they stay on the device.
+    A trace-time object: built per iteration inside ``lax.scan``.
+    """
 
-        spec = jax.ShapeDtypeStruct
-        vector = spec((self.n_params,), np.float64)
-        per_iteration = spec((iterations,), np.float64)
-        current = jax.eval_shape(self._f_loglik, vector, self._data)
-        arrays = [
-            spec((iterations, self.n_params), np.float64),  # increments
-            per_iteration,  # log U
-            per_iteration,  # the ratios' normals
-            spec((iterations,), np.bool_),  # active
-            spec((3,), np.float64),  # bound, noise scale per distance, temperature
-        ]
-        return self._compiled_block(run, current, arrays)
+    def __init__(self, functions: dict, noise: dict, scales: dict, point, current, data, mask) -> None:
+        self._f = functions
+        self._noise, self._scales, self._data, self._mask = noise, scales, data, mask
+        self.point, self.current = point, current
+        self._proposed = None
 
-    def _hmc_transition_function(self, prior, n_leapfrog: int):
-        """The traceable DPHMC transition (see :meth:`hmc_transition`), not yet jitted."""
-        from pymc_dp.step_methods.penalty import penalty_log_acceptance  # plain arithmetic: traceable
+    def prior_logp(self, theta):
+        return self._f["prior_logp"](theta)
 
-        jax, jnp = self._jax, self._jnp
-        lax = jax.lax
-        prior_logp, prior_grad = self._prior_functions(prior, gradient=True)
-        ratio_sum, gradient_sum, add_noise = self._ratio_sum_fn, self._gradient_sum_fn, self._add_noise_fn
-        # Leapfrog weights: η after every position update but the last, η/2 after the last.
-        weights = np.ones(n_leapfrog)
-        weights[-1] = 0.5
+    def prior_grad(self, theta):
+        return self._f["prior_grad"](theta)
 
-        def transition(theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales, data, mask):
-            grad_bound, grad_std, llr_clip, llr_std_per_distance, temperature = scales
+    def gradient(self, theta, index):
+        bound, std, _ = self._scales["gradient"]
+        clipped = self._f["gradient_sum"](theta, bound, self._data, self._mask)
+        return self._f["add_noise"](clipped, std, self._noise["gradient"][index])
 
-            def log_target_grad(point, z):
-                return prior_grad(point) + temperature * add_noise(
-                    gradient_sum(point, grad_bound, data, mask), grad_std, z
-                )
+    def ratio(self, theta, proposal, valid):
+        # σ = τ·Δ with Δ = 2b‖θ′ − θ‖ (substitute) or b‖θ′ − θ‖: linear in the distance. A bound or noise
+        # scale that overflows is no private release (the host refuses it): nothing is released.
+        jnp = self._f["jnp"]
+        llr_clip, std_per_distance, _ = self._scales["ratio"]
+        distance = jnp.sqrt(jnp.sum((proposal - theta) ** 2))
+        released = valid & jnp.isfinite(distance) & jnp.isfinite(llr_clip * distance)
+        released = released & jnp.isfinite(std_per_distance * distance)
+        safe = jnp.where(released, proposal, theta)
+        distance = jnp.where(released, distance, 0.0)
+        clipped, proposed = self._f["ratio_sum"](safe, self.current, llr_clip * distance, self._data, self._mask)
+        self._proposed = (safe, proposed)
+        std = std_per_distance * distance
+        return self._f["add_noise"](clipped, std, self._noise["ratio"]), std, released
 
-            p = momentum + 0.5 * step_size * log_target_grad(theta, z_grads[0])
+    def barker(self, theta, proposal):
+        jnp = self._f["jnp"]
+        bound, scale, correction_variance = self._scales["barker"]  # scale: t (full data) or N₀ (subsampled)
+        z = self._noise["barker"]
+        if self._f["kinds"]["barker"] == 0:  # eq. 9, as JaxBarkerStatistic.release
+            clipped, proposed = self._f["ratio_sum"](proposal, self.current, bound, self._data, self._mask)
+            self._proposed = (proposal, proposed)
+            return scale * self._f["add_noise"](clipped, jnp.sqrt(correction_variance) / scale, z)
+        # eq. 18 on the batch whose row indices the host drew
+        lik_fn, batch = self._f["lik_fn"], self._noise["batch"]
+        flat = tuple(d.reshape(-1, *d.shape[2:]) for d in self._data[: self._f["n_inputs"]])
+        rows = tuple(jnp.take(d, batch, axis=0) for d in flat)
+        ratios = _clip_ratios(jnp, lik_fn(proposal, *rows) - lik_fn(theta, *rows), bound)
+        batch_variance = jnp.minimum(scale * scale * jnp.var(ratios) / ratios.shape[0], 1.0)
+        return scale * jnp.mean(ratios) + jnp.sqrt(correction_variance - batch_variance) * z
 
-            def leap(carry, inputs):
-                point, p = carry
-                weight, z = inputs
-                point = point + step_size * inv_mass * p
-                p = p + weight * step_size * log_target_grad(point, z)
-                return (point, p), None
+    def barker_correction(self):
+        return self._noise["correction"]
 
-            (proposal, p_end), _ = lax.scan(leap, (theta, p), (jnp.asarray(weights), z_grads[1:]))
-            distance = jnp.sqrt(jnp.sum((proposal - theta) ** 2))
-            finite = jnp.all(jnp.isfinite(proposal)) & jnp.all(jnp.isfinite(p_end)) & jnp.isfinite(distance)
-            # A bound or noise scale that overflows is no private release (the host path refuses it): rejected.
-            finite = finite & jnp.isfinite(llr_clip * distance) & jnp.isfinite(llr_std_per_distance * distance)
-            safe = jnp.where(finite, proposal, theta)  # a diverged trajectory is rejected without a release
-            safe_distance = jnp.where(finite, distance, 0.0)
-            clipped, proposed = ratio_sum(safe, current, llr_clip * safe_distance, data, mask)
-            llr_std = llr_std_per_distance * safe_distance
-            noisy_llr = add_noise(clipped, llr_std, z_llr)
-            log_prior_ratio = prior_logp(safe) - prior_logp(theta)
-            kinetic_change = 0.5 * jnp.sum(momentum * inv_mass * momentum) - 0.5 * jnp.sum(p_end * inv_mass * p_end)
-            log_alpha = penalty_log_acceptance(noisy_llr, llr_std, log_prior_ratio, kinetic_change, temperature)
-            return proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed
+    def keep(self, accepted) -> None:
+        if self._proposed is not None:
+            jnp = self._f["jnp"]
+            point, proposed = self._proposed
+            self.point = jnp.where(accepted, point, self.point)
+            self.current = jnp.where(accepted, proposed, self.current)
+            self._proposed = None
 
-        return transition
 
-    def _build_hmc_transition(self, prior, n_leapfrog: int):
-        jax = self._jax
-        fused = jax.jit(self._hmc_transition_function(prior, n_leapfrog))
-        # Compiled now, on abstract values: a prior JAX cannot run is refused before the first release.
-        spec = jax.ShapeDtypeStruct
-        vector = spec((self.n_params,), np.float64)
-        current = jax.eval_shape(self._f_loglik, vector, self._data)
-        fused.lower(
-            vector,
-            current,
-            vector,
-            spec((), np.float64),
-            vector,
-            spec((n_leapfrog + 1, self.n_params), np.float64),
-            spec((), np.float64),
-            spec((5,), np.float64),
-            self._data,
-            self._mask,
-        ).compile()
+def _abstract(jax, tree):
+    """``jax.ShapeDtypeStruct`` of every leaf of ``tree`` (floats as float64, bools as bool)."""
 
-        def call(theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales):
-            out = fused(
-                self._theta(theta),
-                current,
-                self._theta(momentum),
-                np.float64(step_size),
-                self._theta(inv_mass),
-                np.asarray(z_grads, dtype=np.float64),
-                np.float64(z_llr),
-                np.asarray(scales, dtype=np.float64),
-                self._data,
-                self._mask,
-            )
-            proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed = out
-            return (
-                np.asarray(proposal),
-                np.asarray(p_end),
-                float(noisy_llr),
-                float(llr_std),
-                float(log_alpha),
-                bool(finite),
-                proposed,
-            )
+    def leaf(value):
+        value = np.asarray(value)
+        dtype = np.bool_ if value.dtype == np.bool_ else np.float64
+        return jax.ShapeDtypeStruct(value.shape, dtype)
 
-        return call
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def _first(tree):
+    """Row 0 of every array of ``tree`` (one iteration of a block's draws)."""
+    import jax
+
+    return jax.tree_util.tree_map(lambda v: v[0], tree)
 
 
 def _power_of_two(count: int) -> int:
@@ -1526,10 +1405,10 @@ class JaxRowMechanisms(RowMechanisms):
     chunk_rows : int, optional
         See :class:`JaxRows`.
     whole_transition : bool
-        Whether :meth:`fused_hmc_transition` offers DPHMC its one-call transition.
+        Whether :meth:`kernel_block` runs the samplers' kernels on the device (DPHMC one call
+        per iteration while tuning, and blocks).
     scan_iterations : int, default 1
-        Iterations per device call of the samplers' blocks (:meth:`fused_hmc_iterations`,
-        :meth:`fused_penalty_iterations`, :meth:`fused_barker_iterations`: after tuning, and
+        Iterations per device call of the samplers' blocks (:meth:`kernel_block`: after tuning, and
         within a tuning interval or mass-matrix window) and of DPADVI's
         (:meth:`fused_advi_iterations`); 1: none in blocks. The samplers' need
         ``whole_transition``.
@@ -1634,232 +1513,120 @@ class JaxRowMechanisms(RowMechanisms):
         if self.device_rows._f_batch_sum is None:
             self.device_rows._build_batch_sum()
 
-    def fused_hmc_transition(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
-        """DPHMC's releases of one iteration in one device call, or None where it does not apply.
+    def kernel_block(
+        self,
+        kernel,
+        prior,
+        *,
+        gradient=None,
+        gradient_releases: int = 0,
+        ratio=None,
+        barker=None,
+        correction=None,
+        iterations: int | None = None,
+    ):
+        """A sampler's ``kernel`` run for a block of iterations per device call (``lax.scan``), or None.
 
-        Releases exactly what ``llr_mechanism`` and ``grad_mechanism`` release one by one (the
-        same clipped sums, sensitivities and noise scales; the noise drawn on the host from the
-        same source, in the same order: the L + 1 gradients' normals, then the ratio's), so the
-        step's accounting is unchanged. One difference in the draws, not in what is released: a
-        trajectory that diverges is rejected without a ratio release on both paths, but the host
-        path stops drawing at the divergence while this one has drawn all L + 1 gradients' and
-        the ratio's normals (unused noise; with ``reproducible_noise`` the two chains part there).
-        A ratio bound or noise scale that overflows is treated as a divergence (the host path
-        refuses it). None in float32, for mechanisms not built here, or with
-        ``whole_transition=False`` (also set when the prior has no JAX form).
+        The step hands over its transition (:mod:`pymc_dp.step_methods.kernels`) and the
+        mechanisms it releases through — ``gradient`` (``gradient_releases`` per iteration),
+        ``ratio``, ``barker`` (with ``correction``, the source of V_cor) — and this backend
+        runs the kernel on :class:`_DeviceReleases`: the same clipped sums, sensitivities,
+        noise scales and accounting as the mechanisms' one-by-one releases. Per iteration the
+        host draws from the noise source, in the default backend's order, the gradients'
+        standard normals, the batch (subsampled Barker), the ratio's or Barker statistic's
+        standard normal and V_cor; so with ``reproducible_noise`` a block gives the one-call
+        chain (tested). A block may run past the end of a chain; the iterations not used are
+        never released (their noise is drawn only for the iterations asked for), and every
+        iteration used was priced before the run. None unless ``whole_transition`` is set, the
+        dtype is float64, the mechanisms were built here and ``iterations`` (default
+        ``scan_iterations``) is at least 1 (the default: more than 1).
 
         Returns
         -------
         callable or None
-            ``f(theta, momentum, step_size, inv_mass, rng)`` → (proposal, end momentum, λ̂, σ_l,
-            log α̂, finite); after the step's decision, ``llr_mechanism.keep(accepted)``
-            updates the ratio's cache as after a one-by-one release.
+            ``f(state, draws, settings, rng)`` → (states, infos), one row per row of
+            ``draws`` (at most ``iterations``; the rest of the scan is inactive); the ratio's
+            or the Barker statistic's cache then holds the chain's last point.
         """
-        if not self.whole_transition:
+        if not self.whole_transition or self.dtype != "float64":
             return None
-        if not (isinstance(llr_mechanism, JaxLogLikelihoodRatio) and isinstance(grad_mechanism, JaxClippedGradient)):
+        if iterations is None:
+            if self.scan_iterations <= 1:
+                return None
+            iterations = self.scan_iterations
+        rows = self.device_rows
+        used = [m for m in (gradient, ratio, barker) if m is not None]
+        expected = {id(gradient): JaxClippedGradient, id(ratio): JaxLogLikelihoodRatio, id(barker): JaxBarkerStatistic}
+        if not used or any(not isinstance(m, expected[id(m)]) or m._rows is not rows for m in used):
             return None
-        if llr_mechanism._rows is not self.device_rows or grad_mechanism._rows is not self.device_rows:
-            return None
-        device = self.device_rows.hmc_transition(prior, n_leapfrog)
-        if device is None:
-            return None
-        # σ_l = τ_l Δ with Δ = 2 b_l ‖θ′ − θ‖ (substitute) or b_l ‖θ′ − θ‖ (add/remove): linear in the distance.
-        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
-        scales = np.array(
-            [
-                grad_mechanism.grad_clip,
-                grad_mechanism.std,
-                llr_mechanism.llr_clip,
-                llr_mechanism.noise_multiplier * per_distance,
-                np.nan,  # the temperature, set per call
-            ]
+        releases = []
+        if gradient is not None:
+            releases.append(("gradient", int(gradient_releases)))
+        if ratio is not None:
+            releases.append(("ratio", 1))
+        batch_size = None
+        if barker is not None:
+            batch_size = None if barker.batch_size is None else int(barker.batch_size)
+            releases.append(("barker", batch_size or 0))
+        releases = tuple(releases)
+        scales = {}
+        if gradient is not None:
+            scales["gradient"] = np.array([gradient.grad_clip, gradient.std, 0.0])
+        if ratio is not None:
+            per_distance = sensitivity_of_clipped_sum(ratio.llr_clip, ratio.neighbouring) * ratio.noise_multiplier
+            scales["ratio"] = np.array([ratio.llr_clip, per_distance, 0.0])
+        if barker is not None:
+            scales["barker"] = np.array([barker.llr_clip, barker.likelihood_scale, barker.correction_variance])
+        loglik_owner = ratio if ratio is not None else (barker if batch_size is None else None)
+        n_params, n_rows = rows.n_params, rows.n_rows
+
+        def draw_noise(source, count: int) -> dict:
+            noise = {kind: np.zeros((iterations, *s.shape), dtype=s.dtype) for kind, s in shapes.items()}
+            for k in range(count):  # the default backend's order, iteration by iteration
+                if gradient is not None:
+                    noise["gradient"][k] = source.normal(0.0, 1.0, size=(gradient_releases, n_params))
+                if barker is not None and batch_size is not None:
+                    noise["batch"][k] = sample_without_replacement(source, n_rows, batch_size)
+                if ratio is not None:
+                    noise["ratio"][k] = source.normal(0.0, 1.0)
+                if barker is not None:
+                    noise["barker"][k] = source.normal(0.0, 1.0)
+                    noise["correction"][k] = correction.sample(source)
+            return noise
+
+        jax = rows._jax
+        shapes = {
+            kind: np.zeros(s.shape, dtype=s.dtype) for kind, s in _noise_shapes(jax, dict(releases), n_params).items()
+        }
+
+        def block(state, draws, settings, rng):
+            count = len(jax.tree_util.tree_leaves(draws)[0])
+            traced, static = _split_settings(settings)
+            state = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=float), state)
+            draws = jax.tree_util.tree_map(lambda v: _padded(v, iterations), draws)
+            device = rows.kernel_iterations(
+                prior, kernel, releases, iterations, static, _abstract(jax, (state, _first(draws), traced))
+            )
+            noise = draw_noise(_noise_source(self._noise, rng), count)
+            point = np.asarray(state[0] if isinstance(state, tuple) else state, dtype=float)
+            current = loglik_owner._loglik(point) if loglik_owner is not None else np.float64(0.0)
+            active = np.arange(iterations) < count
+            states, infos, point, current = device(state, point, current, draws, noise, active, traced, scales)
+            if ratio is not None:
+                ratio._cached_point, ratio._cached_loglik, ratio._pending = point.tobytes(), current, None
+            elif loglik_owner is not None:
+                barker._cached = {point.tobytes(): current}
+            return jax.tree_util.tree_map(lambda v: v[:count], (states, infos))
+
+        return block
+
+    def compile_kernel(self, kernel, prior, state, draws, settings, *, releases: tuple, iterations: int) -> None:
+        """Compile ``kernel``'s block for these (example) state, draws and settings now; releases nothing.
+
+        Raises if JAX cannot run the prior or the kernel (the caller turns blocks off).
+        """
+        jax = self.device_rows._jax
+        traced, static = _split_settings(settings)
+        self.device_rows.kernel_iterations(
+            prior, kernel, tuple(releases), int(iterations), static, _abstract(jax, (state, draws, traced))
         )
-        n_params = self.device_rows.n_params
-
-        def transition(theta, momentum, step_size, inv_mass, temperature, rng):
-            noise = _noise_source(self._noise, rng)
-            z_grads = noise.normal(0.0, 1.0, size=(n_leapfrog + 1, n_params))
-            z_llr = float(noise.normal(0.0, 1.0))
-            scales[4] = temperature
-            current = llr_mechanism._loglik(np.asarray(theta, dtype=float))
-            proposal, p_end, noisy_llr, llr_std, log_alpha, finite, proposed = device(
-                theta, current, momentum, step_size, inv_mass, z_grads, z_llr, scales
-            )
-            llr_mechanism._pending = (proposal.tobytes(), proposed) if finite else None
-            return proposal, p_end, noisy_llr, llr_std, log_alpha, finite
-
-        return transition
-
-    def fused_barker_iterations(self, mechanism, prior, correction):
-        """``scan_iterations`` DPBarkerMH iterations in one device call (``lax.scan``), or None.
-
-        Each iteration releases what ``mechanism.release`` releases (full data or subsampled:
-        the same statistic, noise scale and accounting). Per iteration the host draws from the
-        noise source, in the default backend's order, the batch (subsampled), the release's
-        standard normal and V_cor (the decision's correction, ``correction.sample``); the step
-        draws the proposal increments. A block may run past the end of a chain; the iterations
-        not used are never released, and every iteration used was priced before the run. None
-        unless ``scan_iterations`` > 1, ``whole_transition`` is set, the dtype is float64 and
-        ``mechanism`` was built here.
-
-        Returns
-        -------
-        callable or None
-            ``f(theta, increments, rng)`` → (points, released z, log α = z + log prior ratio,
-            decisions), one row per row of ``increments``: ``scan_iterations`` rows or fewer
-            (a tuning interval's last iterations: the host draws for those only, and the rest
-            of the scan is inactive).
-        """
-        if self.scan_iterations <= 1 or not self.whole_transition:
-            return None
-        if not isinstance(mechanism, JaxBarkerStatistic) or mechanism._rows is not self.device_rows:
-            return None
-        iterations = self.scan_iterations
-        batch_size = None if mechanism.batch_size is None else int(mechanism.batch_size)
-        device = self.device_rows.barker_iterations(prior, iterations, batch_size)
-        if device is None:
-            return None
-        n_rows = self.device_rows.n_rows
-        full = batch_size is None
-        scale = mechanism.likelihood_scale
-        scales = np.array([mechanism.llr_clip, scale, mechanism.correction_variance])
-
-        def block(theta, increments, rng):
-            noise = _noise_source(self._noise, rng)
-            count = len(increments)
-            batches = np.zeros((iterations, 1 if full else batch_size), dtype=np.int64)
-            z = np.zeros(iterations)
-            corrections = np.zeros(iterations)
-            for k in range(count):  # the default backend's order: batch, the release's normal, V_cor
-                if not full:
-                    batches[k] = sample_without_replacement(noise, n_rows, batch_size)
-                z[k] = noise.normal(0.0, 1.0)
-                corrections[k] = correction.sample(noise)
-            theta = np.asarray(theta, dtype=float)
-            current = mechanism._loglik(theta) if full else np.float64(0.0)
-            active = np.arange(iterations) < count
-            outputs = device(theta, current, _padded(increments, iterations), batches, z, corrections, active, scales)
-            points, released, log_alphas, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
-            if full:
-                mechanism._cached = {points[-1].tobytes(): loglik}
-            return points, released, log_alphas, accepted
-
-        return block
-
-    def fused_penalty_iterations(self, llr_mechanism, prior):
-        """``scan_iterations`` DPPenaltyMH iterations in one device call (``lax.scan``), or None.
-
-        Each iteration releases what ``llr_mechanism.release`` releases (the clipped ratio sum
-        at bound b‖θ′ − θ‖ plus N(0, σ²), σ = τΔ: the same sensitivity, noise scale and
-        accounting), and the decision is made on the device from log U drawn on the host by
-        the step. The noise's standard normals of the block are drawn on the host first, one
-        per iteration, from the same source. A block may run past the end of a chain; the
-        iterations not used are never released, and every iteration used was priced before
-        the run. None unless ``scan_iterations`` > 1, ``whole_transition`` is set, the dtype
-        is float64 and ``llr_mechanism`` was built here.
-
-        Returns
-        -------
-        callable or None
-            ``f(theta, increments, log_uniforms, temperature, rng)`` → (points, λ̂s,
-            acceptance probabilities, decisions), one row per row of ``increments``
-            (``scan_iterations`` or fewer: the host draws for those only, the rest of the scan
-            is inactive); ``llr_mechanism``'s cache then holds the last point.
-        """
-        if self.scan_iterations <= 1 or not self.whole_transition:
-            return None
-        if not isinstance(llr_mechanism, JaxLogLikelihoodRatio) or llr_mechanism._rows is not self.device_rows:
-            return None
-        iterations = self.scan_iterations
-        device = self.device_rows.penalty_iterations(prior, iterations)
-        if device is None:
-            return None
-        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
-
-        def block(theta, increments, log_uniforms, temperature, rng):
-            noise = _noise_source(self._noise, rng)
-            count = len(increments)
-            z_llr = np.zeros(iterations)
-            z_llr[:count] = [noise.normal(0.0, 1.0) for _ in range(count)]  # one per release, in order
-            scales = np.array([llr_mechanism.llr_clip, llr_mechanism.noise_multiplier * per_distance, temperature])
-            theta = np.asarray(theta, dtype=float)
-            current = llr_mechanism._loglik(theta)
-            active = np.arange(iterations) < count
-            increments, log_uniforms = _padded(increments, iterations), _padded(log_uniforms, iterations)
-            outputs = device(theta, current, increments, log_uniforms, z_llr, active, scales)
-            points, noisy_llrs, accepts, accepted, loglik = (*_head(outputs[:-1], count), outputs[-1])
-            llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
-            llr_mechanism._pending = None
-            return points, noisy_llrs, accepts, accepted
-
-        return block
-
-    def fused_hmc_iterations(self, llr_mechanism, grad_mechanism, prior, n_leapfrog: int):
-        """``scan_iterations`` DPHMC iterations in one device call (``lax.scan``), or None where that does not apply.
-
-        Each iteration releases what :meth:`fused_hmc_transition` releases (the L + 1 clipped
-        gradient sums and the clipped ratio, each with its noise: the same sensitivities,
-        noise scales and accounting), in the same order, and the accept/reject decision is
-        made on the device from log U drawn on the host by the step. The noise's normals of
-        every iteration of the block are drawn on the host first, iteration by iteration in
-        the one-call transition's order, from the same source, and sent with the call, so
-        with ``reproducible_noise`` a block gives the one-call chain (tested). The points,
-        the released λ̂, the acceptance probabilities and the decisions come back once per
-        block; the per-row log-likelihoods of the current point stay on the device. A block
-        may run past the end of a chain; the iterations not used are never released (their
-        noise is drawn and discarded), and every iteration used was priced before the run.
-        None unless ``scan_iterations`` > 1 and :meth:`fused_hmc_transition` applies.
-
-        Returns
-        -------
-        callable or None
-            ``f(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng)`` →
-            (points, λ̂s, acceptance probabilities, decisions), one row per iteration;
-            ``llr_mechanism``'s cache then holds the last point.
-        """
-        if self.scan_iterations <= 1:
-            return None
-        if self.fused_hmc_transition(llr_mechanism, grad_mechanism, prior, n_leapfrog) is None:
-            return None
-        iterations = self.scan_iterations
-        device = self.device_rows.hmc_iterations(prior, n_leapfrog, iterations)
-        if device is None:
-            return None
-        per_distance = sensitivity_of_clipped_sum(llr_mechanism.llr_clip, llr_mechanism.neighbouring)
-        n_params = self.device_rows.n_params
-
-        def block(theta, momenta, step_sizes, log_uniforms, inv_mass, temperature, rng, adaptation=None):
-            noise = _noise_source(self._noise, rng)
-            count = len(momenta)
-            tuning = adaptation is not None
-            run = self.device_rows.hmc_iterations(prior, n_leapfrog, iterations, adapt=True) if tuning else device
-            z_grads = np.zeros((iterations, n_leapfrog + 1, n_params))
-            z_llr = np.zeros(iterations)
-            for k in range(count):  # the one-call transition's order, iteration by iteration
-                z_grads[k] = noise.normal(0.0, 1.0, size=(n_leapfrog + 1, n_params))
-                z_llr[k] = noise.normal(0.0, 1.0)
-            scales = np.array(
-                [
-                    grad_mechanism.grad_clip,
-                    grad_mechanism.std,
-                    llr_mechanism.llr_clip,
-                    llr_mechanism.noise_multiplier * per_distance,
-                    temperature,
-                ]
-            )
-            theta = np.asarray(theta, dtype=float)
-            current = llr_mechanism._loglik(theta)
-            active = np.arange(iterations) < count
-            momenta, step_sizes = _padded(momenta, iterations), _padded(step_sizes, iterations)
-            log_uniforms = _padded(log_uniforms, iterations)
-            averaging = adaptation if tuning else np.zeros(9)
-            outputs = run(
-                theta, current, momenta, step_sizes, log_uniforms, inv_mass, z_grads, z_llr, active, averaging, scales
-            )
-            points, noisy_llrs, accepts, accepted, used, loglik = (*_head(outputs[:-1], count), outputs[-1])
-            llr_mechanism._cached_point, llr_mechanism._cached_loglik = points[-1].tobytes(), loglik
-            llr_mechanism._pending = None
-            return points, noisy_llrs, accepts, accepted, used
-
-        return block

@@ -14,6 +14,7 @@ from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent, RdpReleases
 from pymc_dp.mechanisms import NoisyBarkerStatistic
 from pymc_dp.mechanisms.barker import subsampled_barker_releases
+from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.barker_correction import LogisticCorrection, _check_correction_variance, logistic_correction
 from pymc_dp.step_methods.base import (
     DPStep,
@@ -21,7 +22,6 @@ from pymc_dp.step_methods.base import (
     TransitionInfo,
     accept_reject,
     check_proposal_scale,
-    pending_block,
 )
 
 __all__ = ["DPBarkerMH", "barker_accepts", "recorded_barker_releases", "subsampled_barker_releases"]
@@ -401,29 +401,32 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
-        size = length
-        increments = np.empty((size, theta.size))
-        for k in range(size):  # the step's generator in the order transition() draws from it
-            increments[k] = self.rng.normal(size=theta.shape) * self.proposal_scale
-        points, released, log_alphas, accepted = block(theta, increments, self.noise_rng)
-        with np.errstate(invalid="ignore"):
-            accepts = np.where(np.isnan(log_alphas), 0.0, self.correction.acceptance_probability(log_alphas))
-        infos = [TransitionInfo(float(released[k]), float(accepts[k]), bool(accepted[k])) for k in range(size)]
-        return pending_block(theta, points, infos)
+    def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> kernels.BarkerDraws:
+        increments = np.empty((count, theta.size))
+        for k in range(count):  # the step's generator in the order of one transition
+            increments[k] = rng.normal(size=theta.shape) * self.proposal_scale
+        return kernels.BarkerDraws(increments)
+
+    def _transition_info(self, info: Any) -> TransitionInfo:
+        log_alpha = float(info.log_alpha)
+        accept = 0.0 if math.isnan(log_alpha) else float(self.correction.acceptance_probability(log_alpha))
+        return TransitionInfo(float(info.released), accept, bool(info.accepted))
+
+    def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
+        if scan_iterations <= 1:
+            return []
+        theta = np.zeros(self._prior.n_params)
+        draws = kernels.BarkerDraws(np.zeros((1, theta.size))[0])
+        releases = (("barker", 0 if self.batch_size is None else int(self.batch_size)),)
+        return [(kernels.barker_kernel, releases, theta, draws, None, scan_iterations)]
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
-        """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18)."""
-        mechanism = self._get_mechanism()
-        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning).
-        from_block = self._block_iteration(theta, "fused_barker_iterations", mechanism, self._prior, self.correction)
-        if from_block is not None:
-            return from_block
-        proposal = self._propose(theta, self.rng)
-        released = mechanism.release(theta, proposal, self.noise_rng)
-        log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-        accepted, accept = barker_accepts(released, log_prior_ratio, self.correction, self.noise_rng)
-        return (proposal if accepted else theta), TransitionInfo(released, accept, accepted)
+        """Propose, release z_Δ, the Barker test with the logistic correction (eq. 9 or 18).
+
+        :func:`pymc_dp.step_methods.kernels.barker_kernel`, here or in the backend's blocks.
+        """
+        releases = {"barker": self._get_mechanism(), "correction": self.correction}
+        return self._kernel_transition(theta, kernels.barker_kernel, releases)
 
     def _iteration_mu(self) -> float:
         return self.gaussian_mu_per_iteration() if self.full_data else math.nan

@@ -23,6 +23,8 @@ from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
+from pymc_dp.step_methods.host_releases import HostReleases
+from pymc_dp.step_methods.kernels import NUMPY_OPS
 
 __all__ = ["DPStep", "RandomWalkTuning", "TransitionInfo", "accept_reject", "check_proposal_scale"]
 
@@ -70,6 +72,27 @@ def accept_reject(log_alpha: float, rng: Any, correction: Any = None) -> tuple[b
     if math.isnan(log_alpha):
         return False, 0.0
     return bool(log_alpha + correction_draw > 0.0), float(correction.acceptance_probability(log_alpha))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two cache-key entries are the same object or equal plain values."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return False
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _row(tree: Any, k: int) -> Any:
+    """Row ``k`` of every array of a NamedTuple (or a plain array) of stacked iterations."""
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(_row(field, k) for field in tree))
+    if isinstance(tree, tuple):
+        return tuple(_row(field, k) for field in tree)
+    return tree[k]
 
 
 def pending_block(theta: np.ndarray, points: np.ndarray, infos: list[Any]) -> collections.deque:
@@ -293,14 +316,16 @@ class DPStep(ArrayStepShared):
         self._mu_spent_chain += self._iteration_mu()
         return RaveledVars(theta, q0.point_map_info), [self._statistics(info, tuning)]
 
-    def _block_iteration(self, theta: np.ndarray, builder: str, *args: Any) -> tuple[np.ndarray, TransitionInfo] | None:
+    def _block_iteration(
+        self, theta: np.ndarray, builder: str, *args: Any, **kwargs: Any
+    ) -> tuple[np.ndarray, TransitionInfo] | None:
         """The next iteration from the backend's block of iterations; None where it runs none.
 
         ``builder`` names the method of the step's row mechanisms that builds a block (the JAX
-        backend's ``fused_*_iterations``; other backends have none), called with ``args``;
-        the block is kept until one of ``args`` changes. The step's :meth:`_run_block` draws
-        its randomness and runs a block. After tuning a block has the backend's length; while
-        tuning, only steps whose settings stay fixed for a known number of iterations run
+        backend's ``kernel_block``; other backends have none), called with ``args`` and
+        ``kwargs``; the block is kept until one of them changes. The step's :meth:`_run_block`
+        draws its randomness and runs a block. After tuning a block has the backend's length;
+        while tuning, only steps whose settings stay fixed for a known number of iterations run
         blocks, no longer than that (:meth:`_tuning_block_length`). The last block of a run
         whose length is known stops at its last draw (:meth:`_draws_block_length`).
         """
@@ -313,9 +338,10 @@ class DPStep(ArrayStepShared):
         length = self._tuning_block_length() if tuning else None
         if tuning and length is None:
             return None
+        key = (*args, *sorted(kwargs.items()))
         cached = getattr(self, "_block_cache", None)
-        if cached is None or len(cached[0]) != len(args) or not all(a is b or a == b for a, b in zip(cached[0], args)):
-            cached = self._block_cache = (args, build(*args))
+        if cached is None or len(cached[0]) != len(key) or not all(_same(a, b) for a, b in zip(cached[0], key)):
+            cached = self._block_cache = (key, build(*args, **kwargs))
         block = cached[1]
         if block is None:
             return None
@@ -359,7 +385,79 @@ class DPStep(ArrayStepShared):
 
     def _run_block(self, theta: np.ndarray, block: Callable[..., Any], length: int) -> collections.deque:
         """Draw ``length`` iterations' randomness in transition()'s order, run them from θ: a :func:`pending_block`."""
+        adaptive = bool(self.tune and self._tune_initial)
+        draws = self._kernel_draws(theta, length, adaptive, self.rng)
+        states, infos = block(
+            self._kernel_state(theta, adaptive), draws, self._kernel_settings(adaptive), self.noise_rng
+        )
+        points = states[0] if isinstance(states, tuple) else states
+        return pending_block(theta, points, [self._transition_info(_row(infos, k)) for k in range(length)])
+
+    # -- the step's kernel (pymc_dp.step_methods.kernels), run by the host or a backend -------
+    def _kernel_transition(
+        self, theta: np.ndarray, kernel: Callable[..., Any], releases: dict[str, Any], one_call: bool = False
+    ) -> tuple[np.ndarray, TransitionInfo]:
+        """One iteration of ``kernel``: from the backend's block if it runs one, else here (NumPy).
+
+        ``releases`` names the step's mechanisms (``gradient``, ``ratio``, ``barker``,
+        ``correction``, ``gradient_releases``). ``one_call``: where the backend runs the kernel
+        but no block applies (tuning one call per iteration), one device call per iteration.
+        """
+        theta = np.asarray(theta, dtype=float)
+        adaptive = bool(self.tune and self._tune_initial)
+        from_block = self._block_iteration(
+            theta, "kernel_block", self._block_kernel(kernel, adaptive), self._prior, **releases
+        )
+        if from_block is not None:
+            return from_block
+        draws = self._kernel_draws(theta, 1, False, self.rng)
+        settings = self._kernel_settings(False)
+        device = self._one_call_block(kernel, releases) if one_call else None
+        if device is not None:
+            states, infos = device(theta, draws, settings, self.noise_rng)
+            return states[0], self._transition_info(_row(infos, 0))
+        mechanisms = {k: v for k, v in releases.items() if k != "gradient_releases"}
+        host = HostReleases(self._prior, self.noise_rng, **mechanisms)
+        point, info = kernel(NUMPY_OPS, host, theta, _row(draws, 0), settings)
+        return np.asarray(point, dtype=float), self._transition_info(info)
+
+    def _one_call_block(self, kernel: Callable[..., Any], releases: dict[str, Any]) -> Callable[..., Any] | None:
+        """The backend's one-iteration device call of ``kernel`` (kept while the mechanisms stay), or None."""
+        build = getattr(self._row_mechanisms, "kernel_block", None)
+        if build is None or self.shared:
+            return None
+        key = (kernel, *sorted(releases.items()))
+        cached = getattr(self, "_fused_cache", None)
+        if cached is None or len(cached[0]) != len(key) or not all(_same(a, b) for a, b in zip(cached[0], key)):
+            cached = self._fused_cache = (key, build(kernel, self._prior, iterations=1, **releases))
+        return cached[1]
+
+    def _block_kernel(self, kernel: Callable[..., Any], adaptive: bool) -> Callable[..., Any]:
+        """The kernel a block runs (DPHMC while tuning: the dual averaging in the kernel)."""
+        return kernel
+
+    def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> Any:
+        """``count`` iterations' own randomness from ``rng``, in transition()'s order (stacked)."""
         raise NotImplementedError
+
+    def _kernel_state(self, theta: np.ndarray, adaptive: bool) -> Any:
+        """The kernel's state at θ."""
+        return theta
+
+    def _kernel_settings(self, adaptive: bool) -> Any:
+        """The kernel's public settings for this iteration or block."""
+        return None
+
+    def _transition_info(self, info: Any) -> TransitionInfo:
+        """The step's :class:`TransitionInfo` from the kernel's info of one iteration."""
+        return TransitionInfo(float(info.noisy_llr), float(info.accept), bool(info.accepted))
+
+    def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
+        """What a backend compiles before the run: (kernel, releases, state, draws, settings, iterations) per call.
+
+        From public shapes and settings only (examples of zeros and a throwaway generator).
+        """
+        return []
 
     def _next_from_block(
         self, theta: np.ndarray, run_block: Callable[[np.ndarray], collections.deque], tuning: bool = False

@@ -22,32 +22,16 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
-from pymc_dp.step_methods.base import DPStep, TransitionInfo, accept_reject, pending_block
-from pymc_dp.step_methods.penalty import penalty_log_acceptance
+from pymc_dp.step_methods import kernels
+from pymc_dp.step_methods.base import DPStep, TransitionInfo
+from pymc_dp.step_methods.kernels import NUMPY_OPS, dual_averaging_update
 
 __all__ = ["DPHMC", "DualAveraging", "dual_averaging_update", "kinetic_energy", "leapfrog"]
 
 
-def dual_averaging_update(state, accept, mu, target: float, gamma: float, k: float, t0: float, xp=np):
-    """One step of Nesterov's dual averaging of log η on an acceptance statistic.
-
-    ``state`` = (log η, log η̄, H̄, m) with m the step count (from 1); returns the next state:
-    H̄ ← (1 − w) H̄ + w (δ − a) with w = 1/(m + t₀), log η ← μ − √m H̄ / γ, log η̄ ← m^(−κ) log η +
-    (1 − m^(−κ)) log η̄, m ← m + 1. Plain arithmetic (``xp``: NumPy or ``jax.numpy``), so the JAX
-    backend's tuning blocks run it on the device.
-
-    References
-    ----------
-    .. [1] Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15, §3.2.1,
-       eq. (6) and Algorithm 5; the rule of PyMC's ``DualAverageAdaptation``.
-    """
-    log_step, log_bar, hbar, count = state
-    w = 1.0 / (count + t0)
-    hbar = (1 - w) * hbar + w * (target - accept)
-    log_step = mu - hbar * xp.sqrt(count) / gamma
-    mk = count**-k
-    log_bar = mk * log_step + (1 - mk) * log_bar
-    return log_step, log_bar, hbar, count + 1
+def _first(draws: Any) -> Any:
+    """Iteration 0 of stacked draws."""
+    return type(draws)(*(field[0] for field in draws))
 
 
 class DualAveraging:
@@ -88,44 +72,19 @@ def leapfrog(
     inv_mass: np.ndarray,
     gradient: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``n_steps`` leapfrog steps for H(θ, p) = −log π(θ) + ½ pᵀ M⁻¹ p.
+    """``n_steps`` leapfrog steps for H(θ, p) = −log π(θ) + ½ pᵀ M⁻¹ p, on the host.
 
-    ``gradient`` returns (an estimate of) ∇ log π and is called ``n_steps + 1`` times, at the
-    start point and after every position update (fewer if the trajectory diverges to a
-    non-finite point, where it stops); with a noisy gradient every call is a fresh release.
-    Half momentum steps open and close the trajectory (eq. (1) of Räisä et al.).
-
-    Parameters
-    ----------
-    theta, momentum : ndarray
-        Start point.
-    step_size : float
-        η.
-    n_steps : int
-        L ≥ 1.
-    inv_mass : ndarray
-        Diagonal of M⁻¹.
-    gradient : callable
-        θ ↦ gradient of the log target.
-
-    Returns
-    -------
-    (theta, momentum)
-        End point (momentum not negated).
+    :func:`pymc_dp.step_methods.kernels.leapfrog` with NumPy: ``gradient`` (θ ↦ an estimate of
+    ∇ log π) is called ``n_steps + 1`` times, at the start point and after every position
+    update (fewer if the trajectory diverges to a non-finite point, where it stops). Returns
+    the end point and momentum (not negated).
     """
-    p = momentum + 0.5 * step_size * gradient(theta)
-    for i in range(n_steps):
-        theta = theta + step_size * inv_mass * p
-        if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(p))):
-            break  # diverged: the caller rejects; fewer gradient releases than accounted is safe
-        weight = step_size if i < n_steps - 1 else 0.5 * step_size
-        p = p + weight * gradient(theta)
-    return theta, p
+    return kernels.leapfrog(NUMPY_OPS, theta, momentum, step_size, n_steps, inv_mass, lambda point, _: gradient(point))
 
 
 def kinetic_energy(momentum: np.ndarray, inv_mass: np.ndarray) -> float:
     """½ pᵀ M⁻¹ p for a diagonal mass matrix."""
-    return 0.5 * float(np.dot(momentum * inv_mass, momentum))
+    return float(kernels.kinetic_energy(momentum, inv_mass))
 
 
 @dataclass(frozen=True)
@@ -504,87 +463,63 @@ class DPHMC(DPStep):
         super().stop_tuning()
 
     # -- sampling -------------------------------------------------------------------------
-    def _log_target_gradient(self, grad_mechanism: NoisyClippedGradient) -> Callable[[np.ndarray], np.ndarray]:
-        def gradient(theta: np.ndarray) -> np.ndarray:
-            _, prior_grad = self._prior.prior_logp_and_grad(theta)
-            return prior_grad + self.temperature * grad_mechanism.release(theta, self.noise_rng)
-
-        return gradient
-
-    def _fused_transition(self, llr_mechanism, grad_mechanism):
-        """The backend's one-call transition for these mechanisms (the JAX backend), or None."""
-        build = getattr(self._row_mechanisms, "fused_hmc_transition", None)
-        if build is None or self.shared:
-            return None
-        key = (llr_mechanism, grad_mechanism, self.n_leapfrog)  # L fixes the releases per call
-        cached = getattr(self, "_fused_cache", None)
-        if cached is not None and all(a is b or a == b for a, b in zip(cached[:3], key, strict=True)):
-            return cached[3]
-        fused = build(llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog)
-        self._fused_cache = (*key, fused)
-        return fused
-
-    def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
-        size = length
-        tuning = bool(self.tune and self._tune_initial)
-        # After tuning each iteration's η (jitter included); while tuning its jitter factor, η coming from the
-        # dual averaging the block runs on the device.
-        step_sizes = np.full(size, 1.0 if tuning else self.step_size)
-        momenta = np.empty((size, theta.size))
-        log_uniforms = np.empty(size)
-        for k in range(size):  # the step's generator in the order transition() draws from it
+    def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> kernels.HMCDraws:
+        # η per iteration, jitter included; while tuning in a block, the jitter factor (η from the dual averaging).
+        step_sizes = np.full(count, 1.0 if adaptive else self.step_size)
+        momenta = np.empty((count, theta.size))
+        log_uniforms = np.empty(count)
+        for k in range(count):  # the step's generator in the order of one transition
             if self.step_size_jitter:
-                step_sizes[k] *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
-            momenta[k] = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
-            log_uniforms[k] = np.log(self.rng.uniform())
-        adaptation = self._adaptation.settings() if tuning else None
-        points, noisy_llrs, accepts, accepted, step_sizes = block(
-            theta, momenta, step_sizes, log_uniforms, self.inv_mass, self.temperature, self.noise_rng, adaptation
-        )
-        infos = [
-            HMCInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k]), float(step_sizes[k]))
-            for k in range(size)
+                step_sizes[k] *= 1.0 + self.step_size_jitter * (2.0 * rng.uniform() - 1.0)
+            momenta[k] = rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+            log_uniforms[k] = np.log(rng.uniform())
+        return kernels.HMCDraws(momenta, step_sizes, log_uniforms)
+
+    def _kernel_state(self, theta: np.ndarray, adaptive: bool) -> Any:
+        return (theta, tuple(float(v) for v in self._adaptation.state)) if adaptive else theta
+
+    def _kernel_settings(self, adaptive: bool) -> kernels.HMCSettings:
+        adaptation = tuple(self._adaptation.settings()[4:]) if adaptive else None
+        return kernels.HMCSettings(self.inv_mass, self.temperature, self.n_leapfrog, adaptation)
+
+    def _block_kernel(self, kernel: Callable[..., Any], adaptive: bool) -> Callable[..., Any]:
+        return kernels.adaptive_hmc_kernel if adaptive else kernel
+
+    def _transition_info(self, info: Any) -> HMCInfo:
+        return HMCInfo(float(info.noisy_llr), float(info.accept), bool(info.accepted), float(info.step_size))
+
+    def _releases(self) -> dict[str, Any]:
+        llr_mechanism, grad_mechanism = self._get_mechanism()
+        return {"gradient": grad_mechanism, "gradient_releases": self.n_leapfrog + 1, "ratio": llr_mechanism}
+
+    def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
+        releases = (("gradient", self.n_leapfrog + 1), ("ratio", 1))
+        theta = np.zeros(self._size)
+        rng = np.random.default_rng(0)  # examples of the draws' shapes: nothing here is used
+        calls = [(kernels.hmc_kernel, False, 1)]
+        if scan_iterations > 1:
+            calls.append((kernels.hmc_kernel, False, scan_iterations))
+            if self._tune_initial:
+                calls.append((kernels.adaptive_hmc_kernel, True, scan_iterations))
+        return [
+            (
+                kernel,
+                releases,
+                self._kernel_state(theta, adaptive),
+                _first(self._kernel_draws(theta, 1, adaptive, rng)),
+                self._kernel_settings(adaptive),
+                iterations,
+            )
+            for kernel, adaptive, iterations in calls
         ]
-        return pending_block(theta, points, infos)
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, HMCInfo]:
-        """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio."""
-        llr_mechanism, grad_mechanism = self._get_mechanism()
+        """Momentum, L leapfrog steps on released gradients, the penalty test on a released ratio.
+
+        :func:`pymc_dp.step_methods.kernels.hmc_kernel`, here or on the backend (a block of
+        iterations, or one device call per iteration while tuning).
+        """
+        releases = self._releases()
         if self.shared:  # other parameters may have moved since our last step
-            llr_mechanism.forget()
-        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning).
-        from_block = self._block_iteration(
-            theta, "fused_hmc_iterations", llr_mechanism, grad_mechanism, self._prior, self.n_leapfrog
-        )
-        if from_block is not None:
-            return from_block
-        step_size = self.step_size
-        if self.step_size_jitter:
-            step_size *= 1.0 + self.step_size_jitter * (2.0 * self.rng.uniform() - 1.0)
-        momentum = self.rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
-        fused = self._fused_transition(llr_mechanism, grad_mechanism)
-        if fused is not None:  # the JAX backend: the same releases and arithmetic in one device call
-            proposal, _, noisy_llr, _, log_alpha, finite = fused(
-                theta, momentum, step_size, self.inv_mass, self.temperature, self.noise_rng
-            )
-            if not finite:  # diverged: rejected, and λ̂ (computed on a zero bound) is not reported
-                noisy_llr, log_alpha = np.nan, -np.inf
-            accepted, accept = accept_reject(log_alpha, self.rng)
-            llr_mechanism.keep(accepted)
-            return (proposal if accepted else theta), HMCInfo(noisy_llr, accept, accepted, step_size)
-        proposal, momentum_end = leapfrog(
-            theta, momentum, step_size, self.n_leapfrog, self.inv_mass, self._log_target_gradient(grad_mechanism)
-        )
-        finite = np.all(np.isfinite(proposal)) and np.all(np.isfinite(momentum_end))
-        with np.errstate(over="ignore"):  # a finite proposal so far out that its distance overflows: diverged too
-            finite = finite and bool(np.isfinite(np.linalg.norm(proposal - theta)))
-        if finite:
-            noisy_llr, noise_std = llr_mechanism.release(theta, proposal, self.noise_rng)
-            log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-            kinetic_change = kinetic_energy(momentum, self.inv_mass) - kinetic_energy(momentum_end, self.inv_mass)
-            log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, kinetic_change, self.temperature)
-        else:  # the trajectory diverged (a function of released gradients only): reject without a release
-            noisy_llr, log_alpha = np.nan, -np.inf
-        accepted, accept = accept_reject(log_alpha, self.rng)
-        llr_mechanism.keep(accepted)
-        return (proposal if accepted else theta), HMCInfo(noisy_llr, accept, accepted, step_size)
+            releases["ratio"].forget()
+        return self._kernel_transition(theta, kernels.hmc_kernel, releases, one_call=True)

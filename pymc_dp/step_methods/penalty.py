@@ -16,60 +16,18 @@ from pymc_dp._validation import (
     check_positive_int,
 )
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
+from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import (
     DPStep,
     GaussianNoiseMultiplier,
     RandomWalkTuning,
     TransitionInfo,
-    accept_reject,
     check_proposal_scale,
-    pending_block,
 )
+from pymc_dp.step_methods.host_releases import HostReleases
+from pymc_dp.step_methods.kernels import penalty_log_acceptance
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
-
-
-def penalty_log_acceptance(
-    noisy_llr: float,
-    noise_std: float,
-    log_prior_ratio: float,
-    log_proposal_ratio: float = 0.0,
-    temperature: float = 1.0,
-) -> float:
-    """Log acceptance probability of the penalty test (before taking min with 0).
-
-    With λ̂ ~ N(λ, σ²) an unbiased noisy log-likelihood ratio, accepting with probability
-    min{1, exp(T λ̂ − (Tσ)²/2 + log prior ratio + log proposal ratio)} leaves the
-    (tempered) posterior p(θ) p(X | θ)^T invariant (Ceperley and Dewing 1999), since T λ̂ is
-    an unbiased N(Tλ, (Tσ)²) estimate of the tempered ratio.
-
-    Parameters
-    ----------
-    noisy_llr : float
-        λ̂, the released noisy log-likelihood ratio.
-    noise_std : float
-        σ, the standard deviation of the noise in λ̂.
-    log_prior_ratio : float
-        log p(θ′) − log p(θ), including transform Jacobians (exact: no data).
-    log_proposal_ratio : float, default 0
-        log q(θ | θ′) − log q(θ′ | θ); zero for a symmetric random walk.
-    temperature : float, default 1
-        T, the power of the likelihood.
-
-    Returns
-    -------
-    float
-        log α̂ (may be positive; the acceptance probability is min(1, exp(log α̂))).
-
-    References
-    ----------
-    .. [1] Yıldırım, S. and Ermiş, B. (2019). Exact MCMC with differentially private moves.
-       Statistics and Computing 29, §2 and Algorithm 1.
-    .. [2] Ceperley, D. M. and Dewing, M. (1999). The penalty method for random walks with
-       uncertain energies. J. Chem. Phys. 110.
-    """
-    scaled_std = temperature * noise_std
-    return temperature * noisy_llr - 0.5 * scaled_std * scaled_std + log_prior_ratio + log_proposal_ratio
 
 
 class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
@@ -252,32 +210,43 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
-    def _run_block(self, theta: np.ndarray, block, length: int) -> Any:
-        size = length
-        increments = np.empty((size, theta.size))
-        log_uniforms = np.empty(size)
-        for k in range(size):  # the step's generator in the order transition() draws from it
-            increments[k] = self.rng.normal(size=theta.shape) * self.proposal_scale
-            log_uniforms[k] = np.log(self.rng.uniform())
-        points, noisy_llrs, accepts, accepted = block(theta, increments, log_uniforms, self.temperature, self.noise_rng)
-        infos = [TransitionInfo(float(noisy_llrs[k]), float(accepts[k]), bool(accepted[k])) for k in range(size)]
-        return pending_block(theta, points, infos)
+    def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> kernels.PenaltyDraws:
+        increments = np.empty((count, theta.size))
+        log_uniforms = np.empty(count)
+        for k in range(count):  # the step's generator in the order of one transition
+            increments[k] = rng.normal(size=theta.shape) * self.proposal_scale
+            log_uniforms[k] = np.log(rng.uniform())
+        return kernels.PenaltyDraws(increments, log_uniforms)
+
+    def _kernel_settings(self, adaptive: bool) -> float:
+        return self.temperature
+
+    def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
+        if scan_iterations <= 1 or type(self) is not DPPenaltyMH:
+            return []
+        theta = np.zeros(self._prior.n_params)
+        draws = self._kernel_draws(theta, 1, False, np.random.default_rng(0))  # shapes only
+        draws = kernels.PenaltyDraws(*(field[0] for field in draws))
+        return [(kernels.penalty_kernel, (("ratio", 1),), theta, draws, self.temperature, scan_iterations)]
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
-        """Algorithm 1 of Yıldırım and Ermiş (2019): propose, release λ̂, the penalty test."""
+        """Algorithm 1 of Yıldırım and Ermiş (2019): propose, release λ̂, the penalty test.
+
+        :func:`pymc_dp.step_methods.kernels.penalty_kernel`, here or in the backend's blocks
+        (after tuning, and within a tuning interval); subclasses release other statistics
+        through the same kernel, one call per iteration.
+        """
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
-        # The JAX backend's lax.scan: the same iterations, a block of them per device call (after tuning);
-        # subclasses release other statistics and run one call per iteration.
-        if type(self) is DPPenaltyMH:
-            from_block = self._block_iteration(theta, "fused_penalty_iterations", mechanism, self._prior)
-            if from_block is not None:
-                return from_block
-        proposal = self._propose(theta, self.rng)
-        noisy_llr, noise_std = mechanism.release(theta, proposal, self.noise_rng)
-        log_prior_ratio = self._prior.prior_logp(proposal) - self._prior.prior_logp(theta)
-        log_alpha = penalty_log_acceptance(noisy_llr, noise_std, log_prior_ratio, 0.0, self.temperature)
-        accepted, accept = accept_reject(log_alpha, self.rng)
-        mechanism.keep(accepted)
-        return (proposal if accepted else theta), TransitionInfo(noisy_llr, accept, accepted)
+        if type(self) is not DPPenaltyMH:  # no backend blocks for a subclass's statistic
+            return self._host_kernel_transition(theta, mechanism)
+        return self._kernel_transition(theta, kernels.penalty_kernel, {"ratio": mechanism})
+
+    def _host_kernel_transition(self, theta: np.ndarray, mechanism: Any) -> tuple[np.ndarray, TransitionInfo]:
+        theta = np.asarray(theta, dtype=float)
+        draws = self._kernel_draws(theta, 1, False, self.rng)
+        draws = kernels.PenaltyDraws(*(field[0] for field in draws))
+        releases = HostReleases(self._prior, self.noise_rng, ratio=mechanism)
+        point, info = kernels.penalty_kernel(kernels.NUMPY_OPS, releases, theta, draws, self.temperature)
+        return np.asarray(point, dtype=float), self._transition_info(info)
