@@ -666,6 +666,7 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
     than this sum is not a regression whose statistics the release describes.
     """
     import pytensor.tensor as pt
+    from pytensor.compile.ops import ViewOp
     from pytensor.graph.traversal import ancestors
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.random.basic import BernoulliRV, NormalRV
@@ -715,6 +716,8 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
         # η = X @ w, or η = X @ w + (scalars that read no data): one product of a data matrix and a vector of free
         # variables, added to nothing else that reads the rows or varies per row.
         others: list[Any] = []
+        while eta.owner is not None and isinstance(eta.owner.op, ViewOp):  # a named view (pm.Deterministic, Bambi)
+            eta = eta.owner.inputs[0]
         found = product_of(eta)
         if found is None:
             if not (

@@ -108,6 +108,23 @@ def test_regression_parts_reads_the_linear_predictor_from_the_graph():
         assert pmdp.plan(model, epsilon=1.0, delta=DELTA).one_call_route != "release_statistics"
 
 
+def test_a_bambi_regression_is_recognised_but_not_sent_to_the_release_route():
+    bmb = pytest.importorskip("bambi", reason="bambi is in the test extra; `pip install -e '.[test]'`")
+    pd = pytest.importorskip("pandas")
+    x = np.linspace(-1.0, 1.0, 2000)
+    frame = pd.DataFrame({"x": x, "y": 1.0 + 0.5 * x + np.random.default_rng(35).normal(size=x.size)})
+    priors = {
+        "Intercept": bmb.Prior("Normal", mu=0, sigma=5),
+        "x": bmb.Prior("Normal", mu=0, sigma=2),
+        "sigma": bmb.Prior("HalfNormal", sigma=2),
+    }
+    model = pmdp.from_bambi(bmb.Model("y ~ x", frame, priors=priors, auto_scale=False, center_predictors=False))
+    assert regression_parts(model).family == "linear_regression"  # through Bambi's named view of mu
+    plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
+    # the release route takes a PyMC model's (X, y) and priors, not a Bambi model: what runs on it instead
+    assert plan.one_call_route == plan.recommended and plan.one_call_route in {"DPPenaltyMH", "DPADVI"}
+
+
 @pytest.mark.parametrize("use_data", [True, False])
 def test_a_logistic_regression_takes_the_release_route_in_plan_and_sample(use_data):
     model = _logistic(use_data=use_data)
