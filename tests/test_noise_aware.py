@@ -12,8 +12,9 @@ import pytensor.tensor as pt
 import pytest
 from scipy import integrate, special, stats
 
+import pymc_dp as pmdp
 from pymc_dp.accounting import PrivacyBudget
-from pymc_dp.exponential_family import release_statistics
+from pymc_dp.exponential_family import nuisance_variables, release_statistics
 from pymc_dp.exponential_family.families import LogisticRegression, get_family
 from pymc_dp.exponential_family.noise_aware import (
     binomial_laplace_logpdf,
@@ -438,7 +439,114 @@ def test_noise_aware_categorical_with_small_noise_matches_the_dirichlet_posterio
     mcse = np.asarray(pm.stats.mcse(idata, var_names=["p"])["p"])
     assert np.all(np.abs(draws.mean(axis=0) - exact.mean()) < 0.1 * sd + 4 * mcse)
     assert idata["posterior"].attrs["dp_epsilon"] == 10.0
-    assert "counts_noise_variance" in idata["posterior"]
+    assert list(idata["posterior"].data_vars) == ["p"]  # the latent noise variances are not stored
+
+
+# -- nuisance parameters: sampled, not stored ------------------------------------------------------
+def _nuisance_model(family):
+    """A small release of ``family`` and a function adding its parameters' priors to the model in context."""
+    rng = np.random.default_rng(7)
+    d = 3 if family == "logistic_regression" else 2
+    x = np.column_stack([np.ones(200), rng.uniform(-1, 1, (200, d - 1))])
+    x_bounds = ([1.0] + [-1.0] * (d - 1), [1.0] * d)
+    if family == "categorical":
+        rel = release_statistics("categorical", rng.choice(3, size=200), epsilon=1.0, n_categories=3)
+    elif family == "poisson":
+        rel = release_statistics("poisson", rng.poisson(3, 200), epsilon=1.0, upper=20)
+    elif family == "linear_regression":
+        y = np.clip(x @ np.ones(d), -3, 3)
+        rel = release_statistics(family, (x, y), epsilon=1.0, n_features=d, x_bounds=x_bounds, y_bounds=(-3, 3))
+    else:
+        rel = release_statistics(family, (x, rng.integers(0, 2, 200)), epsilon=1.0, n_features=d, x_bounds=x_bounds)
+
+    def params():
+        if family == "categorical":
+            return {"p": pm.Dirichlet("p", np.ones(3))}
+        if family == "poisson":
+            return {"mu": pm.Gamma("mu", 2, 1)}
+        beta = pm.Normal("beta", 0, 2, shape=d)
+        if family == "linear_regression":
+            return {"beta": beta, "sigma": pm.HalfNormal("sigma", 1)}
+        return {"beta": beta}
+
+    return rel, params
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        ("categorical", ["y_noise_variance"]),
+        ("poisson", []),
+        ("linear_regression", ["y_x_mean_std", "y_x_mean", "y_x_sd"]),
+        (
+            "logistic_regression",
+            ["y_x_mean_std", "y_x_mean", "y_x_chol", "y_x_chol_corr", "y_x_chol_stds"],
+        ),
+    ],
+)
+def test_release_likelihood_records_its_latent_variables_as_nuisance(family, expected):
+    """Exactly the variables the noise-aware likelihood adds (none for the closed forms); not the user's."""
+    rel, params = _nuisance_model(family)
+    with pm.Model() as model:
+        pm.Normal("unrelated")
+        covariates = {"covariates": "gaussian"} if family == "logistic_regression" else {}
+        rel.likelihood("y", **params(), **covariates)
+        pm.Normal("y_added_later")  # the user's, though its name starts like the latent ones
+        assert nuisance_variables() == expected
+        assert nuisance_variables(model) == expected
+    with pm.Model():  # the naive likelihood adds nothing latent
+        rel.likelihood("y", noise_aware=False, **params())
+        assert nuisance_variables() == []
+
+
+def test_nuisance_variables_are_sampled_but_neither_stored_nor_diagnosed(monkeypatch):
+    """Default: the posterior, PyMC's convergence checks and dp_diagnostics see the user's variables only.
+
+    PyMC's R-hat and ESS warnings come from ``run_convergence_checks`` on the posterior it has
+    just built; the spy records which variables that posterior held. ``keep_nuisance=True``
+    stores the latent variables, and then both diagnose them.
+    """
+    import pymc.sampling.mcmc as mcmc
+
+    checked = []
+    original = mcmc.run_convergence_checks
+
+    def spy(idata, model):
+        checked.append(sorted(map(str, idata["posterior"].data_vars)))
+        return original(idata, model)
+
+    monkeypatch.setattr(mcmc, "run_convergence_checks", spy)
+    rel, params = _nuisance_model("categorical")
+    kwargs = {
+        "draws": 30,
+        "tune": 30,
+        "chains": 2,
+        "cores": 1,
+        "init": "adapt_diag",  # no jittered start: one compilation less
+        "random_seed": 3,
+        "progressbar": False,
+        "on_poor_mixing": "ignore",
+    }
+    with pm.Model():
+        rel.likelihood("y", **params())
+        pm.Deterministic("p_first", pm.modelcontext(None)["p"][0])
+        default = rel.sample(**kwargs)
+        kept = rel.sample(keep_nuisance=True, **kwargs)
+    assert checked == [["p", "p_first"], ["p", "p_first", "y_noise_variance"]]
+    for idata, names in ((default, ["p", "p_first"]), (kept, ["p", "p_first", "y_noise_variance"])):
+        assert sorted(idata["posterior"].data_vars) == names
+        assert sorted(json.loads(idata["posterior"].attrs["dp_diagnostics"])["variables"]) == names
+        assert pmdp.privacy_spent(idata).epsilon == pytest.approx(1.0)
+
+
+def test_keep_nuisance_is_checked_before_sampling():
+    rel, params = _nuisance_model("categorical")
+    with pm.Model():
+        rel.likelihood("y", **params())
+        with pytest.raises(TypeError, match=r"`keep_nuisance` must be a bool\. Found 'yes'"):
+            rel.sample(keep_nuisance="yes", draws=5, tune=5, chains=1)
+        with pytest.raises(ValueError, match="`keep_nuisance` must be False when `var_names` is given"):
+            rel.sample(keep_nuisance=True, var_names=["p"], draws=5, tune=5, chains=1)
 
 
 @pytest.mark.parametrize(("family", "settings", "n_rows"), [("bernoulli", {}, 121), ("poisson", {"upper": 50}, 50)])

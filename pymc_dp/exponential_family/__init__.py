@@ -21,6 +21,7 @@ from pymc_dp.exponential_family.release import (
     CovariateModelWarning,
     ReleasedStatistics,
     annotate_releases,
+    nuisance_variables,
     release_statistics,
     sample_releases,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "ReleasedStatistics",
     "annotate_releases",
     "get_family",
+    "nuisance_variables",
     "one_posterior_sample",
     "ops_temperature",
     "project_onto_scaled_simplex",

@@ -70,6 +70,9 @@ class CovariateModelWarning(UserWarning):
 
 COVARIATE_MODELS = ("gaussian",)
 
+#: Attribute of a release likelihood's potential's ``tag``: the names of the latent variables it added.
+NUISANCE_TAG = "pmdp_nuisance"
+
 #: Share of the release's privacy spent on its covariate anchors (``covariate_anchors`` > 0): of ε for
 #: Laplace, of ρ = 1/(2τ²) for Gaussian noise (whose compositions add 1/τ² exactly). The variance the
 #: likelihood sees on Σ s·x is the main release's plus the last anchor's, about τ²(Δ₂²/(1 − a) + Δₐ²/(a·p));
@@ -230,7 +233,10 @@ class ReleasedStatistics:
             the release is Gaussian given θ and the covariates' mean and covariance, which are
             latent (``{name}_x_…``, priors from the public ``x_bounds``); logistic regression the
             same, with the statistic's moments under the logistic model. For a Gaussian release
-            the regressions' likelihood is exact in the noise.
+            the regressions' likelihood is exact in the noise. These latent variables are
+            nuisance parameters: the potential records their names (:func:`nuisance_variables`)
+            and :meth:`sample` samples them but leaves them out of the result unless asked
+            (``keep_nuisance=True``).
             ``False``: the naive log-likelihood n log g(θ) + φ(θ)ᵀŜ that treats the
             projected Ŝ as the exact S (over-confident when N·ε is small; kept for comparison).
         covariates : {"gaussian"}, optional
@@ -296,7 +302,8 @@ class ReleasedStatistics:
                 CovariateModelWarning,
                 stacklevel=2,
             )
-        return pm.Potential(
+        before = set(model.named_vars)
+        potential = pm.Potential(
             name,
             declare_constants_public(  # built from the release and public bounds; the params are checked as priors
                 release_loglik(
@@ -305,6 +312,9 @@ class ReleasedStatistics:
                 params.values(),
             ),
         )
+        # The latent variables the likelihood added (covariate moments, noise variances): nuisance parameters.
+        setattr(potential.tag, NUISANCE_TAG, tuple(n for n in model.named_vars if n not in before and n != name))
+        return potential
 
     def _check_covariates(self, covariates: Any, noise_aware: bool) -> None:
         if covariates is None:
@@ -382,14 +392,22 @@ class ReleasedStatistics:
         return annotate_releases(idata, [self], model=model)
 
     @withholds_chains
-    def sample(self, model: Any = None, on_poor_mixing: str = "warn", **kwargs: Any) -> Any:
+    def sample(
+        self, model: Any = None, on_poor_mixing: str = "warn", keep_nuisance: bool = False, **kwargs: Any
+    ) -> Any:
         """``pm.sample(**kwargs)`` on a model that reads the data only through this release; annotated result.
 
         Any PyMC sampler may be used (NUTS by default). The model must hold no observed
         variables and no data containers: those would read raw data outside the release.
-        A model that reads several releases needs :func:`sample_releases`.
+        The latent variables of noise-aware likelihoods (covariate moments, noise variances)
+        are sampled but not stored unless ``keep_nuisance=True``, so that the posterior, its
+        ``dp_diagnostics`` and PyMC's convergence checks hold your variables only. A model
+        that reads several releases needs :func:`sample_releases`, which documents every
+        argument.
         """
-        return sample_releases([self], model=model, on_poor_mixing=on_poor_mixing, **kwargs)
+        return sample_releases(
+            [self], model=model, on_poor_mixing=on_poor_mixing, keep_nuisance=keep_nuisance, **kwargs
+        )
 
 
 def _anchor_record(anchor: CovariateAnchor, mechanism: str) -> dict[str, Any]:
@@ -471,7 +489,11 @@ def annotate_releases(idata: Any, releases: list[ReleasedStatistics], model: Any
 
 
 def sample_releases(
-    releases: list[ReleasedStatistics], model: Any = None, on_poor_mixing: str = "warn", **kwargs: Any
+    releases: list[ReleasedStatistics],
+    model: Any = None,
+    on_poor_mixing: str = "warn",
+    keep_nuisance: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """``pm.sample(**kwargs)`` on a model that reads the data only through ``releases``; annotated result.
 
@@ -488,6 +510,18 @@ def sample_releases(
     on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
         As for :func:`pymc_dp.sample`: the result carries ``dp_diagnostics`` computed from
         its draws, and a result that is not a usable posterior is flagged.
+    keep_nuisance : bool, default False
+        Whether the result keeps the latent variables that noise-aware likelihoods add to the
+        model (:func:`nuisance_variables`: the regressions' covariate moments
+        ``{name}_x_mean_std``, ``{name}_x_mean``, ``{name}_x_sd`` or ``{name}_x_chol`` and its
+        ``_corr``/``_stds``, Categorical's ``{name}_noise_variance``). By default NUTS samples
+        them with your variables but ``pm.sample`` is given ``var_names`` without them, so
+        they are not stored: the posterior holds your variables only, and both PyMC's
+        convergence checks (R-hat and ESS warnings) and ``dp_diagnostics`` (its ``usable``
+        verdict) are computed on exactly those. ``True`` stores them in the posterior too,
+        where both diagnose them as well (the deterministics among them read public arrays
+        that the prior does not use, and are left out like every such deterministic). Not
+        with ``var_names``, which chooses the variables itself (name them there to keep some).
     **kwargs
         Passed to ``pm.sample`` (``return_inferencedata`` must stay True). For a model with
         a noise-aware regression likelihood ``init`` defaults to ``"adapt_diag"``: every
@@ -501,6 +535,13 @@ def sample_releases(
     """
     releases = _check_releases(releases)
     check_on_poor_mixing(on_poor_mixing)
+    keep_nuisance = check_bool("keep_nuisance", keep_nuisance)
+    if keep_nuisance and kwargs.get("var_names") is not None:
+        raise ValueError(
+            "`keep_nuisance` must be False when `var_names` is given: `var_names` chooses the stored variables "
+            f"itself (name the latent variables there to keep them). Found keep_nuisance=True and var_names="
+            f"{list(kwargs['var_names'])!r}."
+        )
     model = modelcontext(model)
     observed = [rv.name for rv in model.observed_RVs]
     data = [v.name for v in model.data_vars]
@@ -521,6 +562,11 @@ def sample_releases(
         # 1/√N of their scale, and they start there (read from the release); PyMC's default ±1
         # jitter would start them many posterior sds out, where the first trajectories diverge.
         kwargs["init"] = "adapt_diag"
+    nuisance = set(nuisance_variables(model))
+    if nuisance and not keep_nuisance and kwargs.get("var_names") is None:
+        # Sampled with the user's variables, not stored: PyMC's convergence checks and dp_diagnostics then
+        # both read the user's variables only (PyMC checks the free variables the posterior holds).
+        kwargs["var_names"] = [v.name for v in model.unobserved_RVs if v.name not in nuisance]
     with warnings.catch_warnings():
         # NUTS's first tuning steps (its step-size search) try points far out, where the regressions' moment
         # graphs and PyMC's LKJ transform overflow: PyTensor's NumPy ops then warn, and NUTS rejects the step
@@ -542,6 +588,21 @@ def _divergences(idata: Any) -> int | None:
         return None
     stats = group(idata, "sample_stats")
     return int(np.asarray(stats["diverging"].values).sum()) if "diverging" in stats else None
+
+
+def nuisance_variables(model: Any = None) -> list[str]:
+    """Names of the latent variables that release likelihoods added to ``model`` (nuisance parameters).
+
+    :meth:`ReleasedStatistics.likelihood` records on its potential the variables it adds: the
+    noise-aware regressions' covariate moments (``{name}_x_mean_std``, ``{name}_x_mean``,
+    ``{name}_x_sd`` or ``{name}_x_chol`` with ``{name}_x_chol_corr`` and ``{name}_x_chol_stds``)
+    and Categorical's noise variances (``{name}_noise_variance``). :func:`sample_releases`
+    samples them but does not store them unless asked (``keep_nuisance=True``). Read from the
+    model's graph only (names, in model order); ``model`` from the context if omitted.
+    """
+    model = modelcontext(model)
+    recorded = {n for potential in model.potentials for n in getattr(potential.tag, NUISANCE_TAG, ())}
+    return [n for n in model.named_vars if n in recorded]
 
 
 def _has_covariate_moments(model: Any, releases: list[ReleasedStatistics]) -> bool:
