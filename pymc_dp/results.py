@@ -231,14 +231,27 @@ def check_publishable(idata: Any, model: Any = None) -> None:
     check_integrity(idata)
 
 
+#: Groups that ``pm.sample_posterior_predictive`` adds (with ``extend_inferencedata=True``, to the result itself).
+_PREDICTIVE_GROUPS = ("posterior_predictive", "predictions")
+
+
 def _check_private_content(idata: Any, model: Any) -> None:
     findings = private_content(idata, model)
     if findings:
+        predictive = ""
+        if any(name in _PREDICTIVE_GROUPS for name in group_names(idata)):
+            predictive = (
+                " pm.sample_posterior_predictive simulates from the model's current data: with the training rows "
+                "still in the model its draws are computed from the raw rows (and it adds the rows themselves as "
+                "observed_data and constant_data), none of it covered by ε. For predictive draws that are, use "
+                "pymc_dp.sample_posterior_predictive(idata, model, data={...}) with new, public data: it returns "
+                "them apart from the result (docs/workflow.md)."
+            )
         raise UnpublishableResultError(
             "This result holds what its ε does not cover: "
             + "; ".join(findings)
             + ". Remove them with pymc_dp.strip_private_groups(idata, model=model) (it deletes exactly these), or "
-            "sample with pymc_dp.sample / publish with pymc_dp.publish, which never keep them."
+            "sample with pymc_dp.sample / publish with pymc_dp.publish, which never keep them." + predictive
         )
 
 

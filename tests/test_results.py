@@ -70,8 +70,11 @@ def test_posterior_predictive_added_after_pmdp_sample_is_refused(covariate_model
         _assert_publishable(idata, model)
         assert "eta" not in group(idata, "posterior")
         pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False, random_seed=2)
-    with pytest.raises(pmdp.UnpublishableResultError, match="group `posterior_predictive`"):
+    with pytest.raises(pmdp.UnpublishableResultError, match="group `posterior_predictive`") as refused:
         pmdp.privacy_spent(idata)
+    # The message says why the draws are not private and names the private alternative.
+    assert "computed from the raw rows" in str(refused.value)
+    assert "pymc_dp.sample_posterior_predictive(idata, model, data=" in str(refused.value)
 
 
 def test_a_variable_added_after_publication_is_refused(covariate_model):
