@@ -881,7 +881,9 @@ def plan(
         sampler on the noise-aware likelihood at no further cost. For a logistic regression
         the same route with two covariate anchors (``covariate_anchors=2``), which remove
         the bias its Gaussian covariate model had on ``randhie`` and ``fair``
-        (``docs/exponential_family.md``).
+        (``docs/exponential_family.md``). ``one_call_route`` and ``one_call_reason`` (the
+        last line of the printed plan) say what ``pmdp.sample(epsilon=..., delta=...)`` runs
+        without a step, and why (:func:`one_call_route`).
 
     Notes
     -----
