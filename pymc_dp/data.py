@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -1215,15 +1214,150 @@ def evaluate_rowwise(
     return first + second if summed else np.concatenate([first, second])
 
 
-def _best_time(fn, theta: np.ndarray, data: Sequence[np.ndarray], repeats: int = 3) -> float:
-    """Shortest of ``repeats`` timed calls (after the warm-up call the caller made)."""
-    best = np.inf
+# -- the per-row gradient mode's cost model -------------------------------------------------------
+
+#: Rows of the data-free batch (zeros of the row data's shapes and types) on which the cost model
+#: evaluates the shapes of the two compiled gradient functions (:func:`_graph_cost`).
+COST_PROBE_ROWS = 256
+
+# Relative costs, in elementary operations per element, of the scalar operations inside an
+# elementwise node (by the scalar op's class name; anything not listed costs ``_SCALAR_DEFAULT``),
+# and of the other kinds of node (:func:`_node_cost`). Set once from benchmarks/gradient_modes.py
+# (both PyMC lines, single-threaded BLAS); public constants, so the choice depends on the graph,
+# its shapes and the backend only. A model whose two modes the estimate ranks wrongly can force
+# one with ``gradient_mode=``.
+_SCALAR_CHEAP = frozenset(
+    "Add Sub Mul Neg Identity Cast Switch Second Abs Sqr Maximum Minimum Sign EQ NEQ LT GT LE GE "
+    "AND OR XOR Invert Clip Floor Ceil RoundHalfToEven Composite ScalarizedComposite".split()
+)
+_SCALAR_DIVISION = frozenset("TrueDiv IntDiv Reciprocal Mod".split())
+_SCALAR_SPECIAL = frozenset(
+    "Gammaln GammaLn Psi TriGamma PolyGamma GammaInc GammaIncC GammaIncInv GammaIncCInv GammaU GammaL "
+    "BetaInc BetaIncInv Iv Ive I0 I1 Kv Jv J0 J1 Erfinv Erfcinv Erfcx Hyp2F1 Gamma Log1mexp".split()
+)
+_SCALAR_COSTS = {"cheap": 1.0, "division": 4.0, "special": 50.0}
+_SCALAR_DEFAULT = 12.0  # transcendental: exp, log, log1p, expm1, sqrt, pow, tanh, sigmoid, softplus, erf, ...
+_VIEW_OPS = frozenset(
+    "DimShuffle Reshape Shape Shape_i SpecifyShape Subtensor Squeeze MatrixTranspose Unbroadcast "
+    "ScalarFromTensor TensorFromScalar MakeVector Assert CheckAndRaise DeepCopyOp Split".split()
+)
+_PRODUCT_OPS = frozenset("Dot Dot22 Dot22Scalar Gemm Gemv Ger CGemv CGer BatchedDot Matmul".split())
+_SOLVE_OPS = frozenset("SolveTriangular Solve CholeskySolve SolveBase".split())
+_FACTOR_OPS = frozenset("Cholesky MatrixInverse MatrixPinv Det SLogDet Eig Eigh LU".split())
+#: Cost of one multiply-add in a matrix product or solve (BLAS-blocked), relative to a cheap scalar op.
+_PRODUCT_COST = 0.25
+#: Cost of each of a ``BatchedDot``'s products (a call of a small matrix product per batch entry), by
+#: backend: measured about five times dearer in the Numba backend's loop than in the C one's.
+_PRODUCT_LOOP_COST = {"c": 100.0, "numba": 500.0}
+#: Cost of each iteration of a ``Blockwise`` loop (an op without a vectorised form, run once per batch entry).
+_LOOP_COST = 2000.0
+#: Fixed cost of running one node (per call, whatever the batch).
+_NODE_COST = 200.0
+
+
+def _scalar_cost(scalar_op) -> float:
+    """Elementary operations per element of one scalar op (a ``Composite``: the sum over its inner graph)."""
+    inner = getattr(scalar_op, "fgraph", None)
+    if inner is not None:
+        return sum(_scalar_cost(node.op) for node in inner.apply_nodes)
+    name = type(scalar_op).__name__
+    if name in _SCALAR_CHEAP:
+        return _SCALAR_COSTS["cheap"]
+    if name in _SCALAR_DIVISION:
+        return _SCALAR_COSTS["division"]
+    if name in _SCALAR_SPECIAL:
+        return _SCALAR_COSTS["special"]
+    return _SCALAR_DEFAULT
+
+
+def _node_cost(node, shapes: Mapping[Variable, tuple[int, ...]], backend: str = "c") -> float:
+    """Estimated elementary operations of one node of a compiled graph, from its op and its shapes."""
+    from pytensor.tensor.blockwise import Blockwise
+    from pytensor.tensor.elemwise import CAReduce, Elemwise
+
+    def size(var) -> float:
+        return float(np.prod(shapes.get(var, ()), dtype=float))
+
+    out = sum(size(o) for o in node.outputs)
+    op = node.op
+    name = type(op).__name__
+    try:  # the inputs' broadcast shape: the loop of an elementwise node, or of a fused loop with a reduction
+        work = max(out, float(np.prod(np.broadcast_shapes(*(shapes[i] for i in node.inputs)), dtype=float)))
+    except (KeyError, ValueError):
+        work = out
+    if isinstance(op, Elemwise):
+        return work * (1.0 + _scalar_cost(op.scalar_op))
+    inner = getattr(op, "fgraph", None)
+    if inner is not None:  # a fused loop (an OpFromGraph of elementwise ops and reductions)
+        scalar_ops = [n.op.scalar_op if isinstance(n.op, Elemwise) else None for n in inner.apply_nodes]
+        return work * (1.0 + sum(1.0 if s is None else _scalar_cost(s) for s in scalar_ops))
+    if isinstance(op, CAReduce):
+        return sum(size(i) for i in node.inputs)
+    if isinstance(op, Blockwise):
+        core_ndim = len(op.outputs_sig[0]) if getattr(op, "outputs_sig", None) else 0
+        out_shape = shapes.get(node.outputs[0], ())
+        loops = float(np.prod(out_shape[: len(out_shape) - core_ndim], dtype=float))
+        return loops * _LOOP_COST + out
+    if name in _VIEW_OPS:
+        return 0.0
+    if name in _PRODUCT_OPS:
+        # The left factor: the first input, or Gemm's and Gemv's matrix (their inputs are z, α, A, x, β).
+        first = shapes.get(node.inputs[2 if name in ("Gemm", "Gemv", "CGemv") else 0], ())
+        inner = first[-1] if first and name not in ("Ger", "CGer") else 1
+        loops = first[0] if name == "BatchedDot" and first else 0  # one small product per batch entry
+        return _PRODUCT_COST * out * inner + loops * _PRODUCT_LOOP_COST[backend]
+    if name in _SOLVE_OPS:
+        first = shapes.get(node.inputs[0], ())
+        n = first[-1] if first else 1
+        return _PRODUCT_COST * out * n + (_PRODUCT_COST * n**3 / 3 if name != "SolveTriangular" else 0.0)
+    if name in _FACTOR_OPS:
+        first = shapes.get(node.inputs[0], ())
+        n = first[-1] if first else 1
+        return _PRODUCT_COST * size(node.inputs[0]) * n / 3
+    return out  # gathers, scatters, allocations: one write per element
+
+
+def _backend(fn) -> str:
+    """``"numba"`` for a function compiled by PyTensor's Numba backend, else ``"c"`` (C or Python)."""
+    return "numba" if "numba" in type(fn.maker.linker).__name__.lower() else "c"
+
+
+def _graph_cost(fgraph, inputs: Sequence[np.ndarray], backend: str = "c") -> float:
+    """Estimated elementary operations of one call of the compiled graph ``fgraph`` on ``inputs``.
+
+    The sum of :func:`_node_cost` over the nodes of a copy of ``fgraph``, with every
+    variable's shape from PyTensor's shape inference (graphs of the inputs' shapes) evaluated
+    on ``inputs`` without rewrites or a C or Numba compilation. ``inputs`` are data-free (the
+    point θ₀ and a batch of zeros of the row data's shapes and types), so the estimate
+    depends on the graph and the shapes only, never on data values or on time.
+    """
+    from pytensor.compile.mode import Mode
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.tensor.rewriting.shape import ShapeFeature
+
+    copy = FunctionGraph(fgraph.inputs, fgraph.outputs, clone=True)
+    feature = ShapeFeature()
+    copy.attach_feature(feature)
+    nodes = copy.toposort()
+    variables = [o for node in nodes for o in node.outputs if getattr(o.type, "ndim", None)]
+    symbolic = [feature.get_shape(v, i) for v in variables for i in range(v.type.ndim)]
+    evaluate = pytensor.function(
+        copy.inputs,
+        symbolic,
+        mode=Mode(linker="py", optimizer=None),
+        on_unused_input="ignore",
+        accept_inplace=True,
+    )
     with np.errstate(all="ignore"):
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn(theta, *data)
-            best = min(best, time.perf_counter() - start)
-    return best
+        flat = [int(s) for s in evaluate(*inputs)] if symbolic else []
+    shapes: dict[Variable, tuple[int, ...]] = {}
+    for v in variables:
+        shapes[v], flat = tuple(flat[: v.type.ndim]), flat[v.type.ndim :]
+    for v, value in zip(copy.inputs, inputs, strict=True):
+        shapes[v] = tuple(int(s) for s in np.shape(value))
+    for node in nodes:
+        shapes.update({c: np.shape(c.data) for c in node.inputs if isinstance(c, Constant)})
+    return sum(_NODE_COST + _node_cost(node, shapes, backend) for node in nodes)
 
 
 def _indexable(data: Variable, k: int) -> Variable:
@@ -1281,10 +1415,10 @@ class RowLikelihood:
     gradient_mode : {"auto", "forward", "reverse"}, default "auto"
         How the per-row gradient matrix is computed (see the property :attr:`gradient_mode`).
     reproducible : bool, default False
-        Resolve ``gradient_mode="auto"`` without timing (to forward mode), so that two runs
-        take the same arithmetic path and give bit-identical results. Set by the step methods
-        and DPADVI when ``reproducible_noise=True``: the two modes agree only to rounding, and
-        a timed choice can differ between runs.
+        Resolve ``gradient_mode="auto"`` to forward mode, so that two runs take the same
+        arithmetic path and give bit-identical results on any PyTensor version and backend.
+        Set by the step methods and DPADVI when ``reproducible_noise=True``: the two modes
+        agree only to rounding, and the cost model's choice may differ between backends.
     chunk_bytes : int, optional
         Memory limit of one chunk of a full-data gradient pass (default :data:`CHUNK_BYTES`).
 
@@ -1319,7 +1453,7 @@ class RowLikelihood:
     The per-row gradient matrix is computed in forward mode (one Jacobian-vector product
     vectorised over the P unit tangents) or in reverse mode (one row's log-likelihood with a
     per-row copy of θ, vectorised over the rows: what ``vmap(grad(row_loglik))`` does),
-    whichever a data-free timed probe finds faster for the model (:attr:`gradient_mode`); in
+    whichever a cost model of the two compiled graphs estimates cheaper (:attr:`gradient_mode`); in
     index mode one compiled function of θ and a batch of rows serves subsets, chunks and all
     rows. Full-data passes go in row chunks of at most :attr:`chunk_rows` rows (a memory
     limit, ``chunk_bytes`` or :data:`CHUNK_BYTES`), so no more than one chunk's per-row matrix
@@ -1395,9 +1529,11 @@ class RowLikelihood:
         self._subset_mode: str | None = None
         self._f_lik_idx = None
         self._f_grad_batch = None
-        # A timed choice may differ between runs, and the two modes agree only to rounding.
+        # The two modes agree only to rounding, and the cost model's choice may differ between PyTensor
+        # versions and backends: reproducible noise keeps the one arithmetic path it always had.
         self._gradient_mode_setting = "forward" if reproducible and gradient_mode == "auto" else gradient_mode
         self._gradient_mode: str | None = None
+        self._gradient_mode_costs: dict[str, float] = {}  # per row, by mode (_choose_gradient_function)
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
         self._f_clipped_sum = None
@@ -1730,7 +1866,7 @@ class RowLikelihood:
     def warm_gradient(self) -> None:
         """Build the per-row gradient function now (raises if the likelihood is not differentiable).
 
-        In index mode this chooses :attr:`gradient_mode` (``"auto"``: a timed probe, see there)
+        In index mode this chooses :attr:`gradient_mode` (``"auto"``: a cost model, see there)
         and compiles one function of θ and a batch of rows, used for subsets, chunks and all
         rows alike; in slice mode the all-rows forward-mode Jacobian.
         """
@@ -1754,44 +1890,77 @@ class RowLikelihood:
           the summed log-likelihood with respect to Θ is the per-row gradient matrix, at the
           cost of about one reverse pass (triangular solves, special functions).
 
-        ``gradient_mode="auto"`` (the default) compiles both on a batch of rows and times each
-        on 4,096 rows of zeros (data-free inputs of the data's shape and type: the choice
-        depends on the graph only, never on data values), keeping the faster; the reverse form
-        is dropped if it cannot be built or compiled, or warns (an op without a vectorised
-        form). Slice mode is always forward. Both give the same matrix (tested to 1e-10), but
-        only to rounding: with ``reproducible=True`` (reproducible noise) ``"auto"`` is forward
-        mode, chosen without timing, so that reruns are bit-identical.
+        ``gradient_mode="auto"`` (the default) compiles both as functions of θ and a batch of
+        rows and keeps the one a cost model estimates cheaper per row (forward on a tie): the
+        elementary operations of every node of each compiled graph, from its op (elementwise
+        scalar ops weighted by kind, matrix products and solves by their multiply-adds, a
+        ``Blockwise`` loop per iteration, views free) and its shapes, which PyTensor's shape
+        inference gives for a batch of :data:`COST_PROBE_ROWS` rows of zeros (data-free inputs
+        of the data's shapes and types). Nothing is timed and no data value is read, so the
+        same model gets the same mode on any machine and under any load. The reverse form is
+        dropped if it cannot be built, compiled or run on that batch, or warns (an op without a
+        vectorised form); if the cost of either cannot be estimated, forward mode. Slice mode
+        is always forward. Both give the same matrix (tested to 1e-10), but only to rounding:
+        with ``reproducible=True`` (reproducible noise) ``"auto"`` is forward mode, so that
+        reruns are bit-identical. Figures: ``benchmarks/gradient_modes.py``.
         """
         self.warm_gradient()
         return self._gradient_mode
 
     def _choose_gradient_function(self):
-        """(mode, compiled function of θ and a batch of rows) for the per-row gradient matrix."""
+        """(mode, compiled function of θ and a batch of rows) for the per-row gradient matrix.
+
+        ``"auto"``: the mode whose compiled graph :func:`_graph_cost` estimates cheaper per row
+        (:attr:`_gradient_mode_costs`), forward on a tie; never timed, so the same model gives
+        the same mode on any machine and under any load. The reverse form is dropped (forward
+        mode) when it cannot be built, compiled or run on a data-free batch, or warns.
+        """
         forward = None
         if self._gradient_mode_setting in ("auto", "forward"):
             forward = self._compile_batch_grad("forward")
             if self._gradient_mode_setting == "forward":
                 return "forward", forward
+        probe = [self._public_theta(), *self._probe_batch(COST_PROBE_ROWS)]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # e.g. Numba's object mode for an op without a vectorised form
                 reverse = self._compile_batch_grad("reverse")
-                probe = self._probe_batch()
-                reverse(self._theta_initial, *probe)
+                with np.errstate(all="ignore"):
+                    reverse(*probe)
         except Exception:  # no reverse form for this graph: forward mode
             if forward is None:
                 forward = self._compile_batch_grad("forward")
             return "forward", forward
         if forward is None:
             return "reverse", reverse
-        times = {
-            mode: _best_time(fn, self._theta_initial, probe)
-            for mode, fn in (("forward", forward), ("reverse", reverse))
-        }
-        return ("reverse", reverse) if times["reverse"] < times["forward"] else ("forward", forward)
+        self._gradient_mode_costs = self._estimate_costs({"forward": forward, "reverse": reverse}, probe)
+        cheaper = self._gradient_mode_costs["reverse"] < self._gradient_mode_costs["forward"]
+        return ("reverse", reverse) if cheaper else ("forward", forward)
 
-    def _probe_batch(self, size: int = 4096) -> list[np.ndarray]:
-        """Data-free inputs of the row data's shapes and types (zeros) for timing the two modes."""
+    def _estimate_costs(self, functions: Mapping[str, Any], probe: Sequence[np.ndarray]) -> dict[str, float]:
+        """Estimated elementary operations per row of each compiled gradient function (:func:`_graph_cost`).
+
+        An estimate that cannot be made (an op without shape inference or a Python
+        implementation) is infinite for both modes, so that the choice falls to forward mode.
+        """
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return {
+                    mode: _graph_cost(fn.maker.fgraph, probe, _backend(fn)) / COST_PROBE_ROWS
+                    for mode, fn in functions.items()
+                }
+        except Exception:
+            return dict.fromkeys(functions, np.inf)
+
+    def _public_theta(self) -> np.ndarray:
+        """θ at PyMC's default initial point, every ``initval=`` ignored (never the data's)."""
+        from pymc_dp.starts import public_initial_point
+
+        return self._flat_initial(public_initial_point(self.model))
+
+    def _probe_batch(self, size: int = COST_PROBE_ROWS) -> list[np.ndarray]:
+        """Data-free inputs of the row data's shapes and types (zeros), for the cost model and compile checks."""
         return [np.zeros((size, *np.shape(v.get_value(borrow=True))[1:]), dtype=v.dtype) for v in self._row_index_vars]
 
     def _compile_batch_grad(self, mode: str):
