@@ -36,6 +36,7 @@ import numpy as np
 
 from pymc_dp.accounting.events import format_epsilon
 from pymc_dp.results import group, group_names, posterior_attrs
+from pymc_dp.usability import PoorMixingError, PoorMixingWarning, clipping_problem  # re-exported: their home
 
 __all__ = [
     "ESS_MIN",
@@ -55,21 +56,6 @@ R_HAT_MAX = 1.05
 ESS_MIN = 100.0
 #: What :func:`pymc_dp.sample` may do with a result whose draws are not a usable posterior.
 ON_POOR_MIXING = ("warn", "raise", "ignore")
-
-
-class PoorMixingWarning(UserWarning):
-    """The released draws are not a usable posterior (see ``dp_diagnostics``)."""
-
-
-class PoorMixingError(RuntimeError):
-    """Raised with ``on_poor_mixing="raise"``; ``result`` holds the (published, priced) result anyway.
-
-    The run was charged: its result is kept on the error so that nothing paid for is lost.
-    """
-
-    def __init__(self, message: str, result: Any) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 def _ess(x: np.ndarray, method: str) -> float:
@@ -212,60 +198,6 @@ def poor_mixing_message(
         "(pmdp.release_statistics for conjugate families, DPADVI)" + start + ". pmdp.plan(model, epsilon=..., "
         "delta=...) predicts, before any data access, what each method can deliver. Diagnostics are in "
         "posterior.attrs['dp_diagnostics']."
-    )
-
-
-#: What to change when too many rows are clipped, and when the clip check's noise hides the answer, in
-#: the arguments of the object that set the bound: pmdp.sample's private bound (``"auto"``), or DPADVI's
-#: ``grad_clip`` (a number it is given) checked by a release of ``clip_check_share`` of its ε.
-_CLIPPING_ADVICE = {
-    "sample": (
-        "raise clip_margin or clip_quantile (pmdp.sample), or use a likelihood with bounded scores",
-        "give llr_clip (and grad_clip) as numbers from public knowledge, or raise clip_epsilon_share or N·ε",
-    ),
-    "DPADVI": (
-        "raise DPADVI's grad_clip, or use a likelihood with bounded scores",
-        "raise DPADVI's clip_check_share or N·ε",
-    ),
-}
-
-
-def clipping_problem(clipping: dict[str, Any] | None, setter: str = "sample") -> str | None:
-    """A plain-words problem when the private clip bound clips too many rows (None when it does not).
-
-    ``clipping`` is the ``clip_bound`` record of a :func:`pymc_dp.sample` run. The last
-    release's noisy share of rows whose score norm is above the bound (at its reference
-    point) is compared with 1/√N: the first-order clipping bias of the posterior mean is about
-    √N × that share × (the clipped rows' excess over the bound, relative to a typical score)
-    posterior standard deviations, so above 1/√N it is of the order of one posterior standard
-    deviation or more. The share is noisy: it flags only when it exceeds 1/√N by three of its
-    standard deviations (``share_above_bound_sd``), so that noise alone rarely flags a result
-    (at small N·ε the check is weak; the mixing diagnostics usually flag such runs anyway).
-    Post-processing of released values. ``setter`` (``"sample"`` or ``"DPADVI"``) names whose
-    arguments the advice names.
-    """
-    if setter not in _CLIPPING_ADVICE:
-        raise ValueError(f"`setter` must be one of {sorted(_CLIPPING_ADVICE)}. Found {setter!r}.")
-    too_many, unresolved = _CLIPPING_ADVICE[setter]
-    if not clipping or not clipping.get("releases"):
-        return None
-    last = clipping["releases"][-1]
-    if last.get("resolvable") is False:
-        return (
-            f"clip bound: the private histogram's noise ({last['count_noise_rows']:.3g} rows in a cumulative count) "
-            "is larger than half the rows above the quantile asked for, so the released bound "
-            f"{last['bound']:.3g} may be anywhere between far too small (clipping bias) and far too large (noise): "
-            + unresolved
-        )
-    share, threshold = last["share_above_bound_at_reference"], last["bias_threshold_share"]
-    share_sd = last.get("share_above_bound_sd", 0.0)
-    if share - 3.0 * share_sd <= threshold:
-        return None
-    return (
-        f"clipping: about {100 * share:.2g} % (± {100 * share_sd:.2g} %) of rows' scores are above the clip bound "
-        f"{last['bound']:.3g} at {last['reference']} (noisy; above 1/√N = {100 * threshold:.2g} % the clipping bias "
-        "of the posterior mean "
-        "is of the order of a posterior standard deviation or more, and R-hat cannot see it): " + too_many
     )
 
 

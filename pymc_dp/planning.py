@@ -96,6 +96,8 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_no
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
+from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route
+from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS, dpadvi_mean_error
 
 __all__ = [
     "DPADVI_MAX_MEAN_ERROR",
@@ -118,14 +120,10 @@ __all__ = [
     "released_statistics_route",
 ]
 
-#: ESS per parameter below which a run is not a usable posterior (as :mod:`pymc_dp.diagnostics` flags).
-MIN_USEFUL_ESS = 100.0
 #: ESS per iteration of random-walk Metropolis at the optimal scale, times P (Roberts et al. 1997).
 _RWM_EFFICIENCY = 0.331
 #: Optimal speed ℓ² · 2Φ(−ℓ/2) of random-walk Metropolis, at ℓ = 2.38.
 _RWM_SPEED = 1.325
-#: DPADVI's expected mean error (in posterior sds) above which its fit is not a usable posterior.
-DPADVI_MAX_MEAN_ERROR = 0.5
 #: Expected rows per DPADVI batch when no sampling rate is given.
 DPADVI_BATCH_ROWS = 1000.0
 #: Fraction of the iterations the plan spends on tuning.
@@ -427,21 +425,6 @@ def _hmc_plan(
     )
 
 
-def dpadvi_mean_error(
-    noise_multiplier: float, sampling_rate: float, n_rows: int, iterations: int, neighbouring: str = "substitute"
-) -> float:
-    """Expected error of DPADVI's (averaged) mean from the gradient noise, in posterior standard deviations.
-
-    One released gradient carries noise of standard deviation σκC/q per coordinate; a step
-    of one posterior standard deviation s = 2/(C√N) (per-row score ≈ C/2, as for the
-    samplers) changes the data part of the gradient by about N (C/2)² s = C√N/2. Averaging
-    the second half of the T iterates divides the noise by about √(T/2), so the mean's
-    error is about 2σκ / (q √N √(T/2)) posterior standard deviations (C cancels).
-    """
-    kappa = _sensitivity_factor(neighbouring)
-    return 2 * noise_multiplier * kappa / (sampling_rate * math.sqrt(n_rows) * math.sqrt(max(iterations / 2, 1)))
-
-
 def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate, iterations) -> MethodPlan:
     sigma = poisson_gaussian_noise_multiplier(
         epsilon * (1.0 - CALIBRATION_MARGIN), delta, sampling_rate, iterations, neighbouring
@@ -465,6 +448,55 @@ def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate,
         usable,
         note,
     )
+
+
+def _posterior_sd(posterior_sd: Any, n_params: int, n_rows: int, llr_clip: float) -> tuple[float, str]:
+    """s and where it comes from: the root mean square of the sds given, or the default guess 2√P/(b√N)."""
+    if posterior_sd is None:
+        return 2.0 * math.sqrt(n_params) / (llr_clip * math.sqrt(n_rows)), "2√P/(b√N): per-row score norm ≈ llr_clip/2"
+    sd = np.asarray(posterior_sd, dtype=float)
+    if sd.size == 0 or not np.all(np.isfinite(sd)) or np.any(sd <= 0):
+        raise ValueError(f"`posterior_sd` must be positive and finite. Found {posterior_sd!r}.")
+    return float(np.sqrt(np.mean(sd**2))), "given"
+
+
+def _recommend(
+    methods: tuple[MethodPlan, ...],
+    chains: int,
+    released_statistics: str | None,
+    epsilon: float,
+    delta: float,
+    n_params: int,
+) -> tuple[str | None, str]:
+    """The method recommended (``Plan.recommended``) and the recommendation in words."""
+    # Only the model checked against measured ESS (the random walk's) is used to recommend.
+    best = methods[0]
+    dpadvi = methods[-1]
+    recommended = best.method if best.usable else ("DPADVI" if dpadvi.usable else None)
+    if best.usable:
+        recommendation = (
+            f"{best.method} with {best.tune} tuning and {best.draws} draws per chain "
+            f"(expected ESS ≈ {best.expected_ess * chains:.3g} in all)"
+        )
+    else:
+        recommendation = (
+            f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, "
+            + (f"about {best.expected_ess * chains:.2g}" if best.expected_ess * chains >= 0.01 else "below 0.01")
+            + "); with N·ε this small use more ε, more rows, released sufficient "
+            "statistics with the noise-aware likelihood for a conjugate model or a linear or logistic regression "
+            "(pmdp.release_statistics)"
+            + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
+        )
+    noise = ""
+    if released_statistics is not None:
+        ratio = gaussian_to_laplace_variance(released_statistics, n_params, epsilon, delta)
+        if ratio < 1.0:
+            noise = f", mechanism='gaussian', delta={delta:g}"
+    if released_statistics is not None:  # one release, then any sampler at no further cost: recommended
+        route = RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)
+        recommendation = f"{route}; otherwise {recommendation}" if recommended else f"{route}; {recommendation}"
+        recommended = "release_statistics"
+    return recommended, recommendation
 
 
 def plan_from_settings(
@@ -509,14 +541,7 @@ def plan_from_settings(
         raise ValueError(f"`grad_budget_share` must be in (0, 1). Found {grad_budget_share!r}.")
     dpadvi_iterations = check_positive_int("dpadvi_iterations", dpadvi_iterations)
     max_iterations = check_positive_int("max_iterations", max_iterations)
-    if posterior_sd is None:
-        s = 2.0 * math.sqrt(n_params) / (llr_clip * math.sqrt(n_rows))
-        source = "2√P/(b√N): per-row score norm ≈ llr_clip/2"
-    else:
-        sd = np.asarray(posterior_sd, dtype=float)
-        if sd.size == 0 or not np.all(np.isfinite(sd)) or np.any(sd <= 0):
-            raise ValueError(f"`posterior_sd` must be positive and finite. Found {posterior_sd!r}.")
-        s, source = float(np.sqrt(np.mean(sd**2))), "given"
+    s, source = _posterior_sd(posterior_sd, n_params, n_rows, llr_clip)
     if dpadvi_sampling_rate is None:
         dpadvi_sampling_rate = default_dpadvi_sampling_rate(n_rows)
     mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
@@ -536,33 +561,7 @@ def plan_from_settings(
         ),
         _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, dpadvi_sampling_rate, dpadvi_iterations),
     )
-    # Only the model checked against measured ESS (the random walk's) is used to recommend.
-    best = methods[0]
-    dpadvi = methods[-1]
-    recommended = best.method if best.usable else ("DPADVI" if dpadvi.usable else None)
-    if best.usable:
-        recommendation = (
-            f"{best.method} with {best.tune} tuning and {best.draws} draws per chain "
-            f"(expected ESS ≈ {best.expected_ess * chains:.3g} in all)"
-        )
-    else:
-        recommendation = (
-            f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, "
-            + (f"about {best.expected_ess * chains:.2g}" if best.expected_ess * chains >= 0.01 else "below 0.01")
-            + "); with N·ε this small use more ε, more rows, released sufficient "
-            "statistics with the noise-aware likelihood for a conjugate model or a linear or logistic regression "
-            "(pmdp.release_statistics)"
-            + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
-        )
-    noise = ""
-    if released_statistics is not None:
-        ratio = gaussian_to_laplace_variance(released_statistics, n_params, epsilon, delta)
-        if ratio < 1.0:
-            noise = f", mechanism='gaussian', delta={delta:g}"
-    if released_statistics is not None:  # one release, then any sampler at no further cost: recommended
-        route = RELEASE_ROUTES[released_statistics].format(epsilon=epsilon, noise=noise)
-        recommendation = f"{route}; otherwise {recommendation}" if recommended else f"{route}; {recommendation}"
-        recommended = "release_statistics"
+    recommended, recommendation = _recommend(methods, chains, released_statistics, epsilon, delta, n_params)
     the_plan = Plan(
         epsilon,
         delta,
@@ -620,159 +619,6 @@ def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, del
     fam = get_family(family, n_features=n_features, x_bounds=bounds, **extra)
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
-
-
-@dataclass(frozen=True)
-class RegressionParts:
-    """Where a linear or logistic regression's pieces sit in a model's graph (no data values).
-
-    The linear predictor is η = ``intercept`` + ``matrix`` @ ``coefficients`` exactly.
-
-    Attributes
-    ----------
-    family : {"logistic_regression", "linear_regression"}
-        The :func:`pymc_dp.release_statistics` family that describes the likelihood.
-    outcome : Variable
-        The observed random variable.
-    matrix : Variable
-        The data matrix: a ``pm.Data`` container or a constant with one row per observation.
-    coefficients : Variable
-        The vector multiplied by ``matrix``: a graph of the free variables only.
-    intercept : Variable or None
-        The scalar added to the product (a graph of the free variables only), if any.
-    sigma : Variable or None
-        The Normal's standard deviation (linear regression): a scalar graph of the free
-        variables and constants only.
-    """
-
-    family: str
-    outcome: Any
-    matrix: Any
-    coefficients: Any
-    intercept: Any = None
-    sigma: Any = None
-
-
-def regression_parts(model: Any = None) -> RegressionParts | None:
-    """The pieces of ``model``'s likelihood when it is a linear or logistic regression, or ``None``.
-
-    Reads the graph only (no data values): one observed variable, Bernoulli with p = σ(η)
-    (``logit_p=η``) → ``"logistic_regression"``, or Normal with mean η and a scalar standard
-    deviation that reads no data → ``"linear_regression"``, where η is exactly a product of
-    a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
-    vector of free variables, plus optionally a scalar that reads no data (the intercept).
-    Anything else in η that reads the rows (a group effect indexed by a data column), a
-    non-scalar term that reads none (one effect per row) or a function of the product other
-    than this sum is not a regression whose statistics the release describes.
-    """
-    import pytensor.tensor as pt
-    from pytensor.compile.ops import ViewOp
-    from pytensor.graph.traversal import ancestors
-    from pytensor.tensor.elemwise import DimShuffle, Elemwise
-    from pytensor.tensor.random.basic import BernoulliRV, NormalRV
-    from pytensor.tensor.variable import TensorConstant
-
-    from pymc_dp.data import _is_matrix_product
-
-    model = modelcontext(model)
-    if len(model.observed_RVs) != 1:
-        return None
-    rv = model.observed_RVs[0]
-    n_rows = _row_structure(model)[0]
-    op = rv.owner.op if rv.owner is not None else None
-    free = set(model.free_RVs)
-    data_vars = set(model.data_vars)
-
-    def is_data(v) -> bool:
-        return v in data_vars or (isinstance(v, TensorConstant) and v.ndim == 2 and v.type.shape[0] == n_rows)
-
-    def reads_data(v) -> bool:  # a data container, or any constant with one entry per row
-        return any(
-            a in data_vars or (isinstance(a, TensorConstant) and a.ndim >= 1 and a.type.shape[0] == n_rows)
-            for a in ancestors([v])
-        )
-
-    def scalar(v) -> bool:
-        return all(v.type.broadcastable)
-
-    def product_of(v) -> tuple[Any, Any] | None:
-        # X @ w with w a vector; or X @ w[:, None] squeezed back to a vector (what `x @ w` builds for a NumPy x)
-        if v.owner is not None and _is_matrix_product(v.owner):
-            matrix, coefficients = v.owner.inputs
-            return (matrix, coefficients) if coefficients.ndim == 1 and v.ndim == 1 else None
-        if v.owner is None or not isinstance(v.owner.op, DimShuffle) or v.ndim != 1:
-            return None
-        inner = v.owner.inputs[0]
-        if inner.owner is None or not _is_matrix_product(inner.owner) or inner.ndim != 2:
-            return None
-        matrix, column = inner.owner.inputs
-        if column.ndim != 2 or not column.type.broadcastable[1] or not inner.type.broadcastable[1]:
-            return None
-        if column.owner is not None and isinstance(column.owner.op, DimShuffle) and column.owner.inputs[0].ndim == 1:
-            return matrix, column.owner.inputs[0]
-        return matrix, column[:, 0]
-
-    def affine(eta) -> tuple[Any, Any, Any] | None:
-        # η = X @ w, or η = X @ w + (scalars that read no data): one product of a data matrix and a vector of free
-        # variables, added to nothing else that reads the rows or varies per row.
-        others: list[Any] = []
-        while eta.owner is not None and isinstance(eta.owner.op, ViewOp):  # a named view (pm.Deterministic, Bambi)
-            eta = eta.owner.inputs[0]
-        found = product_of(eta)
-        if found is None:
-            if not (
-                eta.owner is not None
-                and isinstance(eta.owner.op, Elemwise)
-                and type(eta.owner.op.scalar_op).__name__ == "Add"
-            ):
-                return None
-            terms = [(v, product_of(v)) for v in eta.owner.inputs]
-            products = [(v, f) for v, f in terms if f is not None]
-            if len(products) != 1:
-                return None
-            product, found = products[0]
-            others = [v for v in eta.owner.inputs if v is not product]
-        matrix, coefficients = found
-        if not is_data(matrix):
-            return None
-        if not any(v in free for v in ancestors([coefficients])) or reads_data(coefficients):
-            return None
-        if any(reads_data(v) or not scalar(v) for v in others):
-            return None
-        intercept = None
-        if others:
-            intercept = others[0].sum() if others[0].ndim else others[0]
-            for v in others[1:]:
-                intercept = intercept + (v.sum() if v.ndim else v)
-            intercept = pt.as_tensor_variable(intercept)
-        return matrix, coefficients, intercept
-
-    if isinstance(op, BernoulliRV):
-        (p,) = op.dist_params(rv.owner)
-        scalar_op = getattr(getattr(p.owner, "op", None), "scalar_op", None)
-        if p.owner is not None and type(scalar_op).__name__ == "Sigmoid":
-            found = affine(p.owner.inputs[0])
-            if found is not None:
-                return RegressionParts("logistic_regression", rv, *found)
-    if isinstance(op, NormalRV):
-        mu, sigma = op.dist_params(rv.owner)
-        found = affine(mu)
-        if found is not None and not reads_data(sigma) and scalar(sigma):
-            return RegressionParts("linear_regression", rv, *found, sigma=sigma.sum() if sigma.ndim else sigma)
-    return None
-
-
-def released_statistics_route(model: Any = None) -> str | None:
-    """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
-
-    Reads the graph only (no data values): ``regression_parts(model).family`` — one observed
-    variable, Bernoulli with p = σ(η) (``logit_p=η``) → ``"logistic_regression"``, or Normal
-    with mean η and a scalar standard deviation that reads no data → ``"linear_regression"``,
-    where η is an optional intercept plus exactly one product of a data matrix (a ``pm.Data``
-    container or an array with one row per observation) and a vector of free variables.
-    """
-    parts = regression_parts(model)
-    return None if parts is None else parts.family
 
 
 #: What ``pmdp.sample`` runs without a ``step`` (:func:`one_call_route`).

@@ -86,7 +86,7 @@ def test_the_plan_for_a_bambi_regression_recommends_what_runs_on_it():
 def test_a_data_reading_deterministic_left_out_of_the_result_is_named(regression, caplog):
     # Issue 35, deliverable 6: a deterministic that reads data is dropped from pmdp.sample's result; PyMC's
     # logger says which (names only: they come from the model's code).
-    from pymc_dp.sampling import _stored_variables
+    from pymc_dp.sample_plan import _stored_variables
 
     model, _, _ = regression
     with caplog.at_level(logging.INFO, logger="pymc"):

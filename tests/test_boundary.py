@@ -89,11 +89,12 @@ ALLOWED = {
     # N is public under substitute neighbours and the row dimension's name is a public coordinate
     # name: these modules take only item 0 (N) or item 1 (the row dimension) of the result
     # (PUBLIC_PARTS), never item 2 (the observed variables, i.e. the data).
-    ("sampling.py", "_row_structure"): "N, to check the steps and the budget against the model's rows",
+    ("sample_plan.py", "_row_structure"): "N, to check the steps and the budget against the model's rows",
     ("results.py", "_row_structure"): "the row dimension's name, to drop row coordinates from results",
     ("variational/dpadvi.py", "_row_structure"): "N, for the budget and the accountant record",
     ("exponential_family/ops.py", "_row_structure"): "N, for the budget before anything is charged",
     ("planning.py", "_row_structure"): "N, to plan a run from public quantities before any data access",
+    ("regression_graph.py", "_row_structure"): "N, to tell a data matrix (one row per observation) in the graph",
     # One posterior sample is the exponential mechanism run by NUTS: tempered_model builds the clipped,
     # tempered per-row log-likelihood sum (the utility) into the model that NUTS samples, and
     # one_posterior_sample checks the row structure before charging. Until OPS moves into the mechanism

@@ -37,13 +37,12 @@ from pymc_dp.accounting.events import (
 )
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import _row_structure
-from pymc_dp.diagnostics import PoorMixingWarning, clipping_problem
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
 from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivity
-from pymc_dp.planning import DPADVI_MAX_MEAN_ERROR, dpadvi_mean_error
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import user_initval_record, user_initvals, warn_user_initvals
+from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, PoorMixingWarning, clipping_problem, dpadvi_mean_error
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
 from pymc_dp.variational.trace_laplace import TraceLaplace, trace_laplace
@@ -222,8 +221,8 @@ class _DPApproximationMixin:
         post-processing of public values: the spread of the last fit's second half of
         iterates per coordinate of μ (unconstrained scale), and, under substitute
         neighbours, the expected error of the averaged mean from σ, q, N and the iterations
-        (:func:`pymc_dp.planning.dpadvi_mean_error`, in posterior sds). A fit whose expected
-        error exceeds :data:`pymc_dp.planning.DPADVI_MAX_MEAN_ERROR` is flagged as unusable.
+        (:func:`pymc_dp.usability.dpadvi_mean_error`, in posterior sds). A fit whose expected
+        error exceeds :data:`pymc_dp.usability.DPADVI_MAX_MEAN_ERROR` is flagged as unusable.
         ``approx.sample`` draws from q with each variance widened by the iterate spread² and
         (error × q's sd)² (``inflate=True``, the default; ``"inflated"`` in the result), or
         from q unchanged, flagged when q is narrower than the iterate spread

@@ -1,0 +1,332 @@
+"""``pmdp.sample`` without a step: the one-call route the planner recommends, run and recorded.
+
+:func:`sample_one_call` checks the arguments, asks :func:`pymc_dp.plan` for the route
+(``Plan.one_call_route``, from public quantities only: the graph, N, P, ε, δ and the chains),
+refuses settings the route would ignore, and runs it: the released statistics of a linear or
+logistic regression and NUTS on their noise-aware likelihood, DPPenaltyMH through
+:func:`pymc_dp.sample` itself, or DPADVI. The result records the route (``dp_route``,
+``dp_accountant["route"]``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pymc_dp._errors import withholds_chains
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_nonnegative_int,
+    check_positive_int,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting.budget import PrivacyBudget
+from pymc_dp.data import data_dependent_deterministics
+from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poor_mixing
+from pymc_dp.planning import Plan
+from pymc_dp.planning import plan as plan_run
+from pymc_dp.regression_graph import RegressionParts, regression_parts
+from pymc_dp.results import posterior_attrs, write_privacy_attrs
+from pymc_dp.sample_plan import _check_sample_kwargs, _stored_variables
+from pymc_dp.starts import check_init
+from pymc_dp.step_methods.penalty import DPPenaltyMH
+from pymc_dp.variational.dpadvi import DPADVI
+
+__all__ = ["ONE_CALL_DPADVI", "ONE_CALL_GRAD_CLIP", "sample_one_call"]
+
+#: pmdp.sample's settings that only the DP sampler route uses, with their defaults.
+_SAMPLER_SETTINGS = {
+    "init": "auto",
+    "init_epsilon_share": 0.2,
+    "clip_quantile": 0.95,
+    "clip_margin": 2.0,
+    "clip_epsilon_share": 0.05,
+}
+#: pm.sample keywords the DPADVI route uses (the others configure a sampler it does not run).
+_DPADVI_KWARGS = ("random_seed", "progressbar")
+#: DPADVI's settings on the one-call route: those the utility benchmark measured (docs/choosing_a_method.md).
+ONE_CALL_DPADVI = {"approximation": "meanfield", "optimizer": "adam", "learning_rate": 0.05}
+#: DPADVI's per-row gradient bound on the one-call route when none is given: the planner's assumption.
+ONE_CALL_GRAD_CLIP = 1.0
+
+
+def _check_one_call(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> tuple[float, float, Any, Any, int, Any]:
+    """(epsilon, delta, draws, tune, chains, grad_clip) checked, with every other argument, before planning."""
+    delta, budget, tune, draws, grad_clip = s["delta"], s["budget"], s["tune"], s["draws"], s["grad_clip"]
+    if delta is None and isinstance(budget, PrivacyBudget):
+        delta = budget.delta
+    if delta is None:
+        raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
+    delta = check_unit_interval_open("delta", delta)
+    if s["epsilon"] is None:
+        raise ValueError(
+            "`epsilon` must be given when `step` is not: pmdp.sample chooses the route from it (pmdp.plan). Found None."
+        )
+    epsilon = check_finite_positive("epsilon", s["epsilon"])
+    chains = check_positive_int("chains", s["chains"])
+    if tune is not None:
+        tune = check_nonnegative_int("tune", tune)
+    if draws is not None and not (isinstance(draws, str) and draws == "auto"):
+        draws = check_positive_int("draws", draws)
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
+    _check_sample_kwargs(kwargs)
+    check_on_poor_mixing(s["on_poor_mixing"])
+    check_init(s["init"])
+    if grad_clip is not None:
+        grad_clip = check_finite_positive("grad_clip", grad_clip)
+    if s["var_names"] is not None:
+        _stored_variables(model, s["var_names"])  # refuses unknown names and deterministics that read data
+    return epsilon, delta, draws, tune, chains, grad_clip
+
+
+def _refuse_unused(route: str, reason: str, s: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Refuse a setting the chosen route does not use (it would be silently ignored)."""
+    unused: dict[str, Any] = {}
+    if route != "DPPenaltyMH":
+        unused.update({k: s[k] for k, default in _SAMPLER_SETTINGS.items() if s[k] != default})
+        if isinstance(s["draws"], str):
+            unused["draws"] = s["draws"]
+    if route != "release_statistics":
+        unused.update({k: s[k] for k in ("x_bounds", "y_bounds") if s[k] is not None})
+    if route != "DPADVI" and s["grad_clip"] is not None:
+        unused["grad_clip"] = s["grad_clip"]
+    if route == "DPADVI":
+        unused.update({k: s[k] for k in ("tune", "var_names") if s[k] is not None})
+        unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
+    if route == "release_statistics" and s["backend"] not in ("default", None):
+        unused["backend"] = s["backend"]
+    if unused:
+        name, value = next(iter(unused.items()))
+        raise ValueError(
+            f"`{name}` must be left unset: it does not apply to the route pmdp.sample takes without a step here "
+            f"({reason}). Found {name}={value!r}; pass step= to run another route."
+        )
+
+
+@withholds_chains
+def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: dict[str, Any], **settings: Any) -> Any:
+    """``pmdp.sample`` without a step: run the route :func:`pymc_dp.plan` recommends (public quantities only).
+
+    ``settings`` are :func:`pymc_dp.sample`'s arguments besides ``step``, ``model`` and the
+    ``pm.sample`` keywords ``kwargs``; ``sample_with_step`` is :func:`pymc_dp.sample` itself,
+    which runs the DPPenaltyMH route. Every argument is checked, and the route's own checks
+    run, before its one charge.
+    """
+    s = dict(settings)
+    s["epsilon"], s["delta"], s["draws"], s["tune"], s["chains"], s["grad_clip"] = _check_one_call(model, s, kwargs)
+    the_plan = plan_run(model, epsilon=s["epsilon"], delta=s["delta"], chains=s["chains"], grad_clip=s["grad_clip"])
+    route = the_plan.one_call_route
+    if route is None:
+        raise ValueError(
+            "`epsilon` must buy a usable posterior of this model by some route. pmdp.plan: "
+            f"{the_plan.one_call_reason}. Found epsilon={s['epsilon']!r} at N = {the_plan.n_rows}."
+        )
+    _refuse_unused(route, the_plan.one_call_reason, s, kwargs)
+    record = {
+        "name": route,
+        "reason": the_plan.one_call_reason,
+        "chosen_from": "pmdp.plan's recommendation: the graph, N, P, epsilon, delta and chains (public)",
+    }
+    try:
+        if route == "release_statistics":
+            idata = _release_route(model, the_plan, s, record, kwargs)
+        elif route == "DPADVI":
+            idata = _dpadvi_route(model, the_plan, s, kwargs)
+        else:
+            passed = (*_SAMPLER_SETTINGS, "epsilon", "delta", "tune", "chains", "budget", "var_names", "on_poor_mixing")
+            idata = sample_with_step(
+                step=DPPenaltyMH(model=model),
+                draws="auto" if s["draws"] is None else s["draws"],
+                model=model,
+                backend=s["backend"],
+                **{k: s[k] for k in passed},
+                **kwargs,
+            )
+    except PoorMixingError as error:  # the priced result rides on the error: it says its route too
+        _record_route(error.result, record)
+        raise
+    return _record_route(idata, record)
+
+
+def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> tuple[dict[str, Any], Any]:
+    """The release's settings from the public bounds (checked), and the family they describe (reads nothing)."""
+    from pymc_dp.exponential_family.families import get_family
+
+    family = parts.family
+    linear = family == "linear_regression"
+    width = parts.matrix.type.shape[1]
+    if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
+        width = int(parts.matrix.shape[1].eval())
+    if x_bounds is None:
+        raise ValueError(
+            f"`x_bounds` must be given for the released-statistics route ({family}): public (lower, upper) bounds of "
+            f"each of the data matrix's {width} columns. Found None."
+        )
+    if linear and y_bounds is None:
+        raise ValueError(
+            "`y_bounds` must be given for the released-statistics route (linear_regression): public (lower, upper) "
+            "bounds of the outcome. Found None."
+        )
+    if not linear and y_bounds is not None:
+        raise ValueError(
+            f"`y_bounds` must be None for a logistic regression (its outcome is 0 or 1). Found {y_bounds!r}."
+        )
+    lower, upper = _bounds_pair("x_bounds", x_bounds, width)
+    if parts.intercept is not None:  # the intercept is the coefficient of a column of ones
+        lower, upper = np.concatenate([[1.0], lower]), np.concatenate([[1.0], upper])
+    settings: dict[str, Any] = {"n_features": lower.size, "x_bounds": (lower.tolist(), upper.tolist())}
+    if linear:
+        y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
+        settings["y_bounds"] = (float(y_lower[0]), float(y_upper[0]))
+    return settings, get_family(family, **settings)  # checks the settings
+
+
+def _likelihood_parameters(model: Any, prior: Any, parts: RegressionParts) -> dict[str, Any]:
+    """The noise-aware likelihood's parameters (``beta``, and ``sigma`` for a linear regression) on ``prior``'s
+    variables: the model's coefficients, intercept and σ graphs with its free variables replaced."""
+    import pytensor.tensor as pt
+    from pytensor.graph.replace import graph_replace
+
+    to_prior = {rv: prior[rv.name] for rv in model.free_RVs}
+    pieces = [parts.coefficients, *(p for p in (parts.intercept, parts.sigma) if p is not None)]
+    replaced = dict(zip([id(p) for p in pieces], graph_replace(pieces, to_prior, strict=False), strict=True))
+    beta = replaced[id(parts.coefficients)]
+    if parts.intercept is not None:
+        beta = pt.concatenate([pt.atleast_1d(replaced[id(parts.intercept)]), beta])
+    params = {"beta": beta}
+    if parts.family == "linear_regression":
+        params["sigma"] = replaced[id(parts.sigma)]
+    return params
+
+
+def _release_route(
+    model: Any, the_plan: Plan, s: dict[str, Any], record: dict[str, Any], kwargs: dict[str, Any]
+) -> Any:
+    """Release the regression's statistics once (:func:`pymc_dp.release_statistics`), then NUTS on their
+    noise-aware likelihood in a copy of the model's priors. Everything is checked before the release."""
+    from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+    from pymc_dp.data import check_prior_reads_no_data
+    from pymc_dp.exponential_family import release_statistics
+
+    parts = regression_parts(model)
+    family, epsilon, delta = parts.family, s["epsilon"], s["delta"]
+    n_rows = the_plan.n_rows  # N, read from the data's shape by the plan
+    settings, fam = _release_settings(parts, s["x_bounds"], s["y_bounds"])
+    # The mechanism whose noise variance is the smaller at these public bounds (the planner's rule).
+    tau = noise_multiplier_for_target(epsilon, delta, 1)
+    gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
+    noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
+    anchors = 0 if family == "linear_regression" else 2
+
+    # The priors, and the likelihood's parameters on them, before anything is released.
+    prior = _prior_model(model, parts.outcome)
+    check_prior_reads_no_data(prior, n_rows)
+    params = _likelihood_parameters(model, prior, parts)
+    name = parts.outcome.name
+    while any(n == name or n.startswith(f"{name}_") for n in prior.named_vars):
+        name = f"{name}_release"
+    design = _observed_array(parts.matrix)
+    if parts.intercept is not None:
+        design = np.column_stack([np.ones(n_rows), design])
+    outcome = _observed_array(model.rvs_to_values[parts.outcome])
+    release = release_statistics(  # the one access to the rows, charged once
+        family,
+        (design, outcome),
+        epsilon=epsilon,
+        budget=s["budget"],
+        covariate_anchors=anchors,
+        **noise,
+        **settings,
+    )
+    record.update(family=family, mechanism=noise["mechanism"], covariate_anchors=anchors, likelihood=name)
+    with prior:
+        release.likelihood(name, **params)
+    run = {"draws": s["draws"] or 1000, "tune": 1000 if s["tune"] is None else s["tune"], "chains": s["chains"]}
+    if s["var_names"] is not None:
+        run["var_names"] = list(s["var_names"])
+    return release.sample(model=prior, on_poor_mixing=s["on_poor_mixing"], **run, **kwargs)
+
+
+def _dpadvi_route(model: Any, the_plan: Plan, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """DPADVI at the plan's iterations and sampling rate; draws from its widened fit, flagged as it says."""
+    planned = the_plan.method("DPADVI")
+    seed = kwargs.get("random_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+        raise TypeError(f"`random_seed` must be an int or None on the DPADVI route. Found {type(seed).__name__}.")
+    fit = DPADVI(
+        epsilon=s["epsilon"],
+        delta=s["delta"],
+        sampling_rate=planned.noise["sampling_rate"],
+        grad_clip=ONE_CALL_GRAD_CLIP if s["grad_clip"] is None else s["grad_clip"],
+        budget=s["budget"],
+        model=model,
+        random_seed=None if seed is None else int(seed),
+        backend="default" if s["backend"] is None else s["backend"],
+        **ONE_CALL_DPADVI,
+    )
+    fit.prepare(model)  # DPADVI's model checks: before the charge
+    approx = fit.fit(planned.iterations, progressbar=bool(kwargs.get("progressbar", True)))
+    on_poor_mixing = s["on_poor_mixing"]
+    with warnings.catch_warnings():
+        if on_poor_mixing != "warn":  # said once below ("raise") or not at all ("ignore")
+            warnings.simplefilter("ignore", PoorMixingWarning)
+        idata = approx.sample(s["draws"] or 1000, random_seed=seed)
+    diagnostics = json.loads(posterior_attrs(idata)["dp_diagnostics"])
+    if on_poor_mixing == "raise" and diagnostics.get("usable") is False:
+        raise PoorMixingError(str(diagnostics["reasons"][0]), idata)
+    return idata
+
+
+def _record_route(idata: Any, route: dict[str, Any]) -> Any:
+    """Add the one-call route to the result's record (``dp_accountant["route"]``) and as ``dp_route``.
+
+    The record is rewritten with the same events, ε and draws, and its digest (``dp_integrity``)
+    recomputed; ``dp_diagnostics`` is left as the route wrote it.
+    """
+    attrs = posterior_attrs(idata)
+    record = json.loads(attrs["dp_accountant"])
+    record["route"] = dict(route)
+    write_privacy_attrs(idata, record)
+    attrs["dp_route"] = str(route["name"])
+    return idata
+
+
+def _bounds_pair(name: str, bounds: Any, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper), each of ``width`` finite numbers with lower ≤ upper, from a pair of numbers or arrays."""
+    try:
+        lower, upper = bounds
+        lower = np.broadcast_to(np.asarray(lower, dtype=float), (width,)).copy()
+        upper = np.broadcast_to(np.asarray(upper, dtype=float), (width,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds). "
+            f"Found {bounds!r}."
+        ) from None
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
+        raise ValueError(f"`{name}` must hold finite bounds with lower ≤ upper. Found {bounds!r}.")
+    return lower, upper
+
+
+def _prior_model(model: Any, outcome: Any) -> Any:
+    """A copy of ``model`` without its likelihood: no observed variable, data container or deterministic that
+    reads data (PyMC's model graph, ``pymc.model.fgraph``); the priors and data-free potentials are kept."""
+    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
+
+    drop = {outcome.name, *data_dependent_deterministics(model), *(v.name for v in model.data_vars)}
+    fgraph, _ = fgraph_from_model(model, inlined_views=True)
+    for index in reversed(range(len(fgraph.outputs))):
+        if fgraph.outputs[index].name in drop:
+            fgraph.remove_output(index)
+    return model_from_fgraph(fgraph, mutate_fgraph=True)
+
+
+def _observed_array(variable: Any) -> np.ndarray:
+    """The raw values held by a data container or constant: handed to the mechanism only (never inspected)."""
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    return np.asarray(variable.get_value(borrow=True) if isinstance(variable, SharedVariable) else variable.data)

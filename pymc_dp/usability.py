@@ -1,0 +1,113 @@
+"""When a DP result is a usable posterior: the thresholds, the flags and the warning they raise.
+
+Shared by the planner (:mod:`pymc_dp.planning`, which predicts before a run), the diagnostics
+(:mod:`pymc_dp.diagnostics`, which measure the released draws after it) and DPADVI (which
+flags its own fit), so that the three agree and DPADVI needs neither the planner nor the
+diagnostics. Everything here is a function of public settings or of released values
+(post-processing): nothing reads data or releases anything.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pymc_dp.clip_math import sensitivity_of_clipped_sum
+
+__all__ = [
+    "DPADVI_MAX_MEAN_ERROR",
+    "MIN_USEFUL_ESS",
+    "PoorMixingError",
+    "PoorMixingWarning",
+    "clipping_problem",
+    "dpadvi_mean_error",
+]
+
+#: ESS per parameter below which a run is not a usable posterior (as :mod:`pymc_dp.diagnostics` flags).
+MIN_USEFUL_ESS = 100.0
+#: DPADVI's expected mean error (in posterior sds) above which its fit is not a usable posterior.
+DPADVI_MAX_MEAN_ERROR = 0.5
+
+
+class PoorMixingWarning(UserWarning):
+    """The released draws are not a usable posterior (see ``dp_diagnostics``)."""
+
+
+class PoorMixingError(RuntimeError):
+    """Raised with ``on_poor_mixing="raise"``; ``result`` holds the (published, priced) result anyway.
+
+    The run was charged: its result is kept on the error so that nothing paid for is lost.
+    """
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def dpadvi_mean_error(
+    noise_multiplier: float, sampling_rate: float, n_rows: int, iterations: int, neighbouring: str = "substitute"
+) -> float:
+    """Expected error of DPADVI's (averaged) mean from the gradient noise, in posterior standard deviations.
+
+    One released gradient carries noise of standard deviation σκC/q per coordinate; a step
+    of one posterior standard deviation s = 2/(C√N) (per-row score ≈ C/2, as for the
+    samplers) changes the data part of the gradient by about N (C/2)² s = C√N/2. Averaging
+    the second half of the T iterates divides the noise by about √(T/2), so the mean's
+    error is about 2σκ / (q √N √(T/2)) posterior standard deviations (C cancels).
+    """
+    kappa = sensitivity_of_clipped_sum(1.0, neighbouring)  # κ: 2 substitute, 1 add/remove
+    return 2 * noise_multiplier * kappa / (sampling_rate * math.sqrt(n_rows) * math.sqrt(max(iterations / 2, 1)))
+
+
+#: What to change when too many rows are clipped, and when the clip check's noise hides the answer, in
+#: the arguments of the object that set the bound: pmdp.sample's private bound (``"auto"``), or DPADVI's
+#: ``grad_clip`` (a number it is given) checked by a release of ``clip_check_share`` of its ε.
+_CLIPPING_ADVICE = {
+    "sample": (
+        "raise clip_margin or clip_quantile (pmdp.sample), or use a likelihood with bounded scores",
+        "give llr_clip (and grad_clip) as numbers from public knowledge, or raise clip_epsilon_share or N·ε",
+    ),
+    "DPADVI": (
+        "raise DPADVI's grad_clip, or use a likelihood with bounded scores",
+        "raise DPADVI's clip_check_share or N·ε",
+    ),
+}
+
+
+def clipping_problem(clipping: dict[str, Any] | None, setter: str = "sample") -> str | None:
+    """A plain-words problem when the private clip bound clips too many rows (None when it does not).
+
+    ``clipping`` is the ``clip_bound`` record of a :func:`pymc_dp.sample` run. The last
+    release's noisy share of rows whose score norm is above the bound (at its reference
+    point) is compared with 1/√N: the first-order clipping bias of the posterior mean is about
+    √N × that share × (the clipped rows' excess over the bound, relative to a typical score)
+    posterior standard deviations, so above 1/√N it is of the order of one posterior standard
+    deviation or more. The share is noisy: it flags only when it exceeds 1/√N by three of its
+    standard deviations (``share_above_bound_sd``), so that noise alone rarely flags a result
+    (at small N·ε the check is weak; the mixing diagnostics usually flag such runs anyway).
+    Post-processing of released values. ``setter`` (``"sample"`` or ``"DPADVI"``) names whose
+    arguments the advice names.
+    """
+    if setter not in _CLIPPING_ADVICE:
+        raise ValueError(f"`setter` must be one of {sorted(_CLIPPING_ADVICE)}. Found {setter!r}.")
+    too_many, unresolved = _CLIPPING_ADVICE[setter]
+    if not clipping or not clipping.get("releases"):
+        return None
+    last = clipping["releases"][-1]
+    if last.get("resolvable") is False:
+        return (
+            f"clip bound: the private histogram's noise ({last['count_noise_rows']:.3g} rows in a cumulative count) "
+            "is larger than half the rows above the quantile asked for, so the released bound "
+            f"{last['bound']:.3g} may be anywhere between far too small (clipping bias) and far too large (noise): "
+            + unresolved
+        )
+    share, threshold = last["share_above_bound_at_reference"], last["bias_threshold_share"]
+    share_sd = last.get("share_above_bound_sd", 0.0)
+    if share - 3.0 * share_sd <= threshold:
+        return None
+    return (
+        f"clipping: about {100 * share:.2g} % (± {100 * share_sd:.2g} %) of rows' scores are above the clip bound "
+        f"{last['bound']:.3g} at {last['reference']} (noisy; above 1/√N = {100 * threshold:.2g} % the clipping bias "
+        "of the posterior mean "
+        "is of the order of a posterior standard deviation or more, and R-hat cannot see it): " + too_many
+    )
