@@ -9,7 +9,9 @@ so that a machine shared with other jobs disturbs the comparison as little as it
 milliseconds per call in each mode, the mode chosen, the cost model's estimate for each mode
 (``RowLikelihood._gradient_mode_costs``, in elementary operations per row), the ratio
 chosen ÷ faster, and whether it is within 1.2x (the issue's target). Timings are never
-asserted in tests.
+asserted in tests. Run with ``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1``: on a loaded machine
+OpenBLAS's threads made a 10⁴ × 10 matrix product 20-100x slower, which swamps the modes.
+Figures: docs/data.md.
 """
 
 from __future__ import annotations
