@@ -20,6 +20,8 @@ from pymc_dp.data import ModelStructureError
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, SecureNoise, poisson_gradient, poisson_sample
 from pymc_dp.results import group as _group
 from pymc_dp.results import group_names as _group_names
+from pymc_dp.step_methods import kernels
+from pymc_dp.step_methods.host_releases import HostReleases
 from pymc_dp.variational import AdaGrad, Adam, DPFullRank, DPMeanField, FullRankFamily, MeanFieldFamily
 
 Z_CRIT = stats.norm.isf(0.5e-4)  # two-sided 1e-4 per test
@@ -223,7 +225,8 @@ def test_noise_free_unclipped_gradient_is_the_exact_reparameterisation_gradient(
     packed = np.random.default_rng(7).normal(scale=0.3, size=family.size)
     eps = np.random.default_rng(8).normal(size=(3, 2))
     mechanism = dpadvi._row_mechanisms.poisson_gradient_sum(1e9, 1e-18, 1.0, "substitute")
-    ours = dpadvi._gradient(packed, eps, mechanism)
+    releases = HostReleases(dpadvi._prior, np.random.default_rng(9), batch_gradient=mechanism)
+    ours, _ = kernels.advi_gradient(kernels.NUMPY_OPS, releases, packed, eps, dpadvi._advi_settings())
     thetas = family.draws(packed, eps)
     grads = [exact_log_density_gradient(t, design, y)[None, :] for t in thetas]
     expected = family.chain_rule(packed, eps, grads)[0] + family.entropy_gradient(packed)

@@ -564,96 +564,6 @@ class JaxRows:
         """Rows per chunk of a padded batch of ``batch_rows`` (a power of two): at most :attr:`chunk_rows`."""
         return min(batch_rows, 1 << (max(self.chunk_rows, 1).bit_length() - 1))
 
-    def advi_iterations(self, prior, family, to_rows, optimizer, n_mc: int, iterations: int, batch_rows: int):
-        """``iterations`` DPADVI iterations in one jitted ``lax.scan`` (None in float32).
-
-        Each iteration is :meth:`pymc_dp.DPADVI._gradient` followed by the optimiser's step:
-        θ_s = μ + Lε_s for the host's Monte Carlo draws ε, the reparameterisation's Jacobians
-        M_s (forward-mode derivatives of the draw, :func:`_family_functions`), the batch's
-        clipped sum (:meth:`noisy_batch_gradient_sum`'s, on row indices the host drew) plus
-        the noise (standard normals drawn on the host), divided by q, the exact prior and
-        entropy gradients, and ``optimizer.update`` (its pure-function form, traced). The
-        variational parameters and the optimiser's state are the scan's carry. An iteration
-        whose ``active`` flag is False (the padding of a fit's last block) leaves the carry
-        unchanged and computes nothing. Batches are padded to ``batch_rows`` indices (one
-        compilation per size). Built and compiled on first use; one per (iterations, size).
-        """
-        if self.dtype != "float64":
-            return None
-        if self._f_batch_sum is None:
-            self._build_batch_sum()
-        key = ("advi", id(optimizer), family, int(n_mc), int(iterations), int(batch_rows))
-        if key not in self._device_calls:
-            self._device_calls[key] = self._build_advi_iterations(
-                prior, family, np.asarray(to_rows), optimizer, int(n_mc), int(iterations), int(batch_rows)
-            )
-        return self._device_calls[key]
-
-    def _build_advi_iterations(self, prior, family, to_rows, optimizer, n_mc, iterations, batch_rows):
-        jax, jnp = self._jax, self._jnp
-        lax = jax.lax
-        _, prior_grad = self._prior_functions(prior, gradient=True)
-        draw, entropy = _family_functions(family, jnp)
-        jacobian = jax.jacfwd(draw)  # M_s = ∂θ_s/∂[μ, ·] (P × D), in q's order
-        entropy_gradient = jax.grad(entropy)
-        batch_sum, n_params = self._f_batch_sum, self.n_params
-        chunk = self._batch_chunk(batch_rows)
-        state_zero = optimizer.state(np.zeros(family.size))
-
-        def run(packed, state, eps, index, keep, z, active, scales, data):
-            bound, std, rate = scales
-
-            def iteration(carry, inputs):
-                packed, state = carry
-                eps_k, index_k, keep_k, z_k = inputs
-                draws = jnp.stack([draw(packed, e) for e in eps_k])[:, to_rows]  # the data layer's order
-                maps = jnp.stack([jacobian(packed, e)[to_rows] for e in eps_k])
-                clipped = batch_sum(draws, maps, bound, index_k, keep_k, data)
-                data_part = (clipped + std * z_k) / rate  # as JaxPoissonGradientSum.release
-                prior_part = prior_grad(draws[0]) @ maps[0]
-                for s in range(1, n_mc):
-                    prior_part = prior_part + prior_grad(draws[s]) @ maps[s]
-                gradient = data_part + prior_part / n_mc + entropy_gradient(packed)
-                updated, state = optimizer.update(packed, gradient, state, xp=jnp)
-                traced = (draws.mean(axis=0), data_part[:n_params][to_rows])  # as _GradientTrace.add
-                return (updated, state), (updated, state, *traced)
-
-            _, outputs = lax.scan(_active_only(jax, iteration), (packed, state), (eps, index, keep, z, active))
-            return outputs
-
-        scanned = jax.jit(run)
-        spec = jax.ShapeDtypeStruct
-        index_type = np.int64 if jax.config.jax_enable_x64 else np.int32
-        shapes = (
-            spec((family.size,), np.float64),
-            tuple(spec(np.shape(a), np.float64) for a in state_zero),
-            spec((iterations, n_mc, n_params), np.float64),
-            spec((iterations, batch_rows // chunk, chunk), index_type),
-            spec((iterations, batch_rows // chunk, chunk), np.bool_),
-            spec((iterations, family.size), np.float64),
-            spec((iterations,), np.bool_),
-            spec((3,), np.float64),
-        )
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_ASSERT_WARNING, category=UserWarning)
-            scanned.lower(*shapes, self._data).compile()
-
-        def call(packed, state, eps, index, keep, z, active, scales):
-            outputs = scanned(
-                jnp.asarray(np.asarray(packed, dtype=np.float64)),
-                tuple(jnp.asarray(np.asarray(a, dtype=np.float64)) for a in state),
-                jnp.asarray(eps),
-                jnp.asarray(index.reshape(iterations, batch_rows // chunk, chunk)),
-                jnp.asarray(keep.reshape(iterations, batch_rows // chunk, chunk)),
-                jnp.asarray(z),
-                jnp.asarray(active),
-                jnp.asarray(scales),
-                self._data,
-            )
-            return jax.tree_util.tree_map(np.asarray, outputs)
-
-        return call
-
     # -- DPBarkerMH's subsampled test: a batch of rows given by index ------------------------
     def _build_batch_ratio(self) -> None:
         """The jitted mean and population variance of the clipped log-likelihood ratios of a batch of rows."""
@@ -749,8 +659,11 @@ class JaxRows:
     def _build_kernel_iterations(self, prior, kernel, releases: tuple, iterations: int, static: tuple, shapes: tuple):
         jax, jnp = self._jax, self._jnp
         kinds = dict(releases)
-        prior_logp, prior_grad = self._prior_functions(prior, gradient="gradient" in kinds)
+        prior_logp, prior_grad = self._prior_functions(prior, gradient="gradient" in kinds or "batch_gradient" in kinds)
+        if "batch_gradient" in kinds and self._f_batch_sum is None:
+            self._build_batch_sum()
         functions = {
+            "batch_sum": self._f_batch_sum,
             "jnp": jnp,
             "prior_logp": prior_logp,
             "prior_grad": prior_grad,
@@ -843,21 +756,24 @@ def _jax_ops(jax):
     return SimpleNamespace(xp=jnp, loop=loop, when=when, select=jnp.where)
 
 
+def _traced(value) -> bool:
+    """Whether a settings field is traced (floats, float arrays, tuples of floats) rather than fixed (anything else)."""
+    if isinstance(value, float | np.floating):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "f"
+    return isinstance(value, tuple) and bool(value) and all(isinstance(v, float | np.floating) for v in value)
+
+
 def _split_settings(settings) -> tuple[Any, tuple]:
-    """(traced fields, static part) of kernel settings: a NamedTuple's ints, bools and None are static."""
+    """(traced fields, static part) of kernel settings: a NamedTuple's floats are traced, the rest fixed (hashable)."""
     if isinstance(settings, tuple) and hasattr(settings, "_fields"):
+        fields = settings._asdict()
+        traced = {name: np.asarray(value, dtype=float) for name, value in fields.items() if _traced(value)}
         fixed = tuple(
-            (name, value)
-            for name, value in settings._asdict().items()
-            if value is None or isinstance(value, bool | int | np.integer | np.bool_)
-        )
-        names = {name for name, _ in fixed}
-        traced = {
-            name: np.asarray(value, dtype=float) for name, value in settings._asdict().items() if name not in names
-        }
-        fixed = tuple(
-            (name, None if value is None else value.item() if hasattr(value, "item") else value)
-            for name, value in fixed
+            (name, value.item() if isinstance(value, np.generic) else value)
+            for name, value in fields.items()
+            if name not in traced
         )
         return traced, (type(settings), fixed)
     return (None if settings is None else np.asarray(settings, dtype=float)), (None, ())
@@ -882,6 +798,11 @@ def _noise_shapes(jax, kinds: dict, n_params: int) -> dict:
         shapes["barker"] = spec((), np.float64)
         shapes["correction"] = spec((), np.float64)
         shapes["batch"] = spec((max(kinds["barker"], 1),), index_type)
+    if "batch_gradient" in kinds:  # (padded batch rows, rows per chunk, D): the Poisson batch and the normals
+        batch_rows, chunk, size = kinds["batch_gradient"]
+        shapes["batch_gradient"] = spec((size,), np.float64)
+        shapes["index"] = spec((batch_rows // chunk, chunk), index_type)
+        shapes["keep"] = spec((batch_rows // chunk, chunk), np.bool_)
     return shapes
 
 
@@ -947,6 +868,13 @@ class _DeviceReleases:
 
     def barker_correction(self):
         return self._noise["correction"]
+
+    def batch_gradient(self, thetas, jacobians):
+        # As JaxPoissonGradientSum.release: (the batch's clipped sum + σ·z) / q on the rows the host drew.
+        bound, std, rate = self._scales["batch_gradient"]
+        maps = self._f["jnp"].stack(jacobians)
+        clipped = self._f["batch_sum"](thetas, maps, bound, self._noise["index"], self._noise["keep"], self._data)
+        return (clipped + std * self._noise["batch_gradient"]) / rate
 
     def keep(self, accepted) -> None:
         if self._proposed is not None:
@@ -1028,48 +956,6 @@ def _padded_batches(batches: list[np.ndarray], size: int, count: int | None = No
     for k, batch in enumerate(batches):
         index[k, : len(batch)], keep[k, : len(batch)] = batch, True
     return index, keep
-
-
-def _head(tree, count: int):
-    """The first ``count`` rows of every array of a (nested) tuple of NumPy arrays."""
-    if isinstance(tree, tuple | list):
-        return tuple(_head(t, count) for t in tree)
-    return tree[:count]
-
-
-def _family_functions(family, jnp):
-    """The draw θ = μ + Lε of one ε (P,) and the entropy term of q, in ``jax.numpy``, for DPADVI's blocks.
-
-    The same maps as :mod:`pymc_dp.variational.families` (mean-field: L = diag(softplus(ρ));
-    full-rank: the lower triangle in ``numpy.tril_indices`` order with a softplus diagonal);
-    their derivatives (the Jacobian M, the entropy gradient) are taken by JAX and tested
-    against the families' own.
-    """
-    p = family.n_params
-    if family.name == "meanfield":
-
-        def draw(packed, eps):
-            return packed[:p] + jnp.logaddexp(0.0, packed[p:]) * eps
-
-        def entropy(packed):
-            return jnp.sum(jnp.log(jnp.logaddexp(0.0, packed[p:])))
-
-        return draw, entropy
-    rows, cols = np.tril_indices(p)
-    diagonal = rows == cols
-
-    def cholesky(packed):
-        raw = packed[p:]
-        entries = jnp.where(diagonal, jnp.logaddexp(0.0, raw), raw)
-        return jnp.zeros((p, p), dtype=raw.dtype).at[rows, cols].set(entries)
-
-    def draw(packed, eps):
-        return packed[:p] + cholesky(packed) @ eps
-
-    def entropy(packed):
-        return jnp.sum(jnp.where(diagonal, jnp.log(jnp.logaddexp(0.0, packed[p:])), 0.0))
-
-    return draw, entropy
 
 
 @contextlib.contextmanager
@@ -1408,10 +1294,9 @@ class JaxRowMechanisms(RowMechanisms):
         Whether :meth:`kernel_block` runs the samplers' kernels on the device (DPHMC one call
         per iteration while tuning, and blocks).
     scan_iterations : int, default 1
-        Iterations per device call of the samplers' blocks (:meth:`kernel_block`: after tuning, and
-        within a tuning interval or mass-matrix window) and of DPADVI's
-        (:meth:`fused_advi_iterations`); 1: none in blocks. The samplers' need
-        ``whole_transition``.
+        Iterations per device call of the kernels' blocks (:meth:`kernel_block`: the samplers'
+        after tuning and within a tuning interval or mass-matrix window, and DPADVI's updates);
+        1: none in blocks. Blocks need ``whole_transition``.
 
     Notes
     -----
@@ -1463,51 +1348,6 @@ class JaxRowMechanisms(RowMechanisms):
             self.device_rows, grad_clip, noise_multiplier, sampling_rate, neighbouring, self._noise
         )
 
-    def fused_advi_iterations(self, mechanism, prior, family, to_rows, optimizer, n_mc: int):
-        """DPADVI's iterations, ``scan_iterations`` per device call (``lax.scan``), or None where that does not apply.
-
-        Each iteration releases what ``mechanism.release`` releases (the Poisson batch's
-        clipped gradient sum in the variational parameters plus N(0, σ²Δ² I), divided by q:
-        the same sensitivity, noise scale and accounting) and takes the optimiser's step on
-        the device (:meth:`JaxRows.advi_iterations`). The block's Poisson batches and normals
-        are drawn on the host first, iteration by iteration in the release's order (batch,
-        then normals), from the same source, and sent as row indices and arrays, so with
-        ``reproducible_noise`` a block gives one call per iteration's fit (tested). A block of
-        fewer than ``scan_iterations`` iterations (a fit's last) draws for those only; the
-        rest of the scan is inactive. None unless ``scan_iterations`` > 1, the dtype is float64
-        and ``mechanism`` was built here.
-
-        Returns
-        -------
-        callable or None
-            ``f(packed, state, eps, count, rng)`` → (parameters, optimiser states, draws'
-            means, released μ-gradients), one row per iteration, ``count`` rows; ``eps``
-            holds the Monte Carlo draws of those ``count`` iterations.
-        """
-        if self.scan_iterations <= 1 or self.dtype != "float64":
-            return None
-        if not isinstance(mechanism, JaxPoissonGradientSum) or mechanism._rows is not self.device_rows:
-            return None
-        iterations, rows = self.scan_iterations, self.device_rows
-        scales = np.array([float(rows._bound(mechanism.grad_clip)), mechanism.std, mechanism.sampling_rate])
-        size = family.size
-
-        def block(packed, state, eps, count, rng):
-            noise = _noise_source(mechanism._noise, rng)
-            batches, z = [], np.zeros((iterations, size))
-            for k in range(count):  # the release's order: the batch, then its normals
-                batches.append(poisson_sample(noise, rows.n_rows, mechanism.sampling_rate))
-                z[k] = noise.normal(0.0, 1.0, size=size)
-            longest = max(len(b) for b in batches)
-            batch_rows = max(advi_batch_rows(rows.n_rows, mechanism.sampling_rate), _power_of_two(longest))
-            index, keep = _padded_batches(batches, batch_rows, iterations)
-            device = rows.advi_iterations(prior, family, to_rows, optimizer, n_mc, iterations, batch_rows)
-            active = np.arange(iterations) < count
-            outputs = device(packed, state, _padded(eps, iterations), index, keep, z, active, scales)
-            return _head(outputs, count)
-
-        return block
-
     def check_batch_gradient(self) -> None:
         """Compile the batch release now (raises if JAX cannot run it); releases nothing."""
         if self.device_rows._f_batch_sum is None:
@@ -1523,18 +1363,22 @@ class JaxRowMechanisms(RowMechanisms):
         ratio=None,
         barker=None,
         correction=None,
+        batch_gradient=None,
+        batch_gradient_size: int = 0,
         iterations: int | None = None,
     ):
         """A sampler's ``kernel`` run for a block of iterations per device call (``lax.scan``), or None.
 
         The step hands over its transition (:mod:`pymc_dp.step_methods.kernels`) and the
         mechanisms it releases through — ``gradient`` (``gradient_releases`` per iteration),
-        ``ratio``, ``barker`` (with ``correction``, the source of V_cor) — and this backend
+        ``ratio``, ``barker`` (with ``correction``, the source of V_cor), ``batch_gradient``
+        (DPADVI's, in ``batch_gradient_size`` variational parameters) — and this backend
         runs the kernel on :class:`_DeviceReleases`: the same clipped sums, sensitivities,
         noise scales and accounting as the mechanisms' one-by-one releases. Per iteration the
         host draws from the noise source, in the default backend's order, the gradients'
         standard normals, the batch (subsampled Barker), the ratio's or Barker statistic's
-        standard normal and V_cor; so with ``reproducible_noise`` a block gives the one-call
+        standard normal and V_cor, or DPADVI's Poisson batch and then its normals (sent as row
+        indices padded to a power of two); so with ``reproducible_noise`` a block gives the one-call
         chain (tested). A block may run past the end of a chain; the iterations not used are
         never released (their noise is drawn only for the iterations asked for), and every
         iteration used was priced before the run. None unless ``whole_transition`` is set, the
@@ -1555,8 +1399,13 @@ class JaxRowMechanisms(RowMechanisms):
                 return None
             iterations = self.scan_iterations
         rows = self.device_rows
-        used = [m for m in (gradient, ratio, barker) if m is not None]
-        expected = {id(gradient): JaxClippedGradient, id(ratio): JaxLogLikelihoodRatio, id(barker): JaxBarkerStatistic}
+        used = [m for m in (gradient, ratio, barker, batch_gradient) if m is not None]
+        expected = {
+            id(gradient): JaxClippedGradient,
+            id(ratio): JaxLogLikelihoodRatio,
+            id(barker): JaxBarkerStatistic,
+            id(batch_gradient): JaxPoissonGradientSum,
+        }
         if not used or any(not isinstance(m, expected[id(m)]) or m._rows is not rows for m in used):
             return None
         releases = []
@@ -1577,6 +1426,11 @@ class JaxRowMechanisms(RowMechanisms):
             scales["ratio"] = np.array([ratio.llr_clip, per_distance, 0.0])
         if barker is not None:
             scales["barker"] = np.array([barker.llr_clip, barker.likelihood_scale, barker.correction_variance])
+        if batch_gradient is not None:
+            rate = batch_gradient.sampling_rate
+            scales["batch_gradient"] = np.array(
+                [float(rows._bound(batch_gradient.grad_clip)), batch_gradient.std, rate]
+            )
         loglik_owner = ratio if ratio is not None else (barker if batch_size is None else None)
         n_params, n_rows = rows.n_params, rows.n_rows
 
@@ -1604,11 +1458,19 @@ class JaxRowMechanisms(RowMechanisms):
             traced, static = _split_settings(settings)
             state = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=float), state)
             draws = jax.tree_util.tree_map(lambda v: _padded(v, iterations), draws)
+            source = _noise_source(self._noise, rng)
+            if batch_gradient is None:
+                noise, block_releases = draw_noise(source, count), releases
+            else:
+                noise, block_releases = self._draw_batches(
+                    source, batch_gradient, batch_gradient_size, count, iterations
+                )
             device = rows.kernel_iterations(
-                prior, kernel, releases, iterations, static, _abstract(jax, (state, _first(draws), traced))
+                prior, kernel, block_releases, iterations, static, _abstract(jax, (state, _first(draws), traced))
             )
-            noise = draw_noise(_noise_source(self._noise, rng), count)
-            point = np.asarray(state[0] if isinstance(state, tuple) else state, dtype=float)
+            point = np.zeros(n_params)
+            if loglik_owner is not None:
+                point = np.asarray(state[0] if isinstance(state, tuple) else state, dtype=float)
             current = loglik_owner._loglik(point) if loglik_owner is not None else np.float64(0.0)
             active = np.arange(iterations) < count
             states, infos, point, current = device(state, point, current, draws, noise, active, traced, scales)
@@ -1619,6 +1481,30 @@ class JaxRowMechanisms(RowMechanisms):
             return jax.tree_util.tree_map(lambda v: v[:count], (states, infos))
 
         return block
+
+    def batch_gradient_release(self, sampling_rate: float, size: int, longest: int = 0) -> tuple:
+        """The kernels' releases entry of DPADVI's batch release: ("batch_gradient", (batch rows, chunk, D)).
+
+        The batch is padded to :func:`advi_batch_rows` rows (or the next power of two above
+        ``longest``, the longest batch of a block), split into chunks of at most the device
+        rows' chunk size; one compilation per entry.
+        """
+        rows = self.device_rows
+        batch_rows = max(advi_batch_rows(rows.n_rows, sampling_rate), _power_of_two(max(int(longest), 1)))
+        return ("batch_gradient", (batch_rows, rows._batch_chunk(batch_rows), int(size)))
+
+    def _draw_batches(self, source, mechanism, size: int, count: int, iterations: int) -> tuple[dict, tuple]:
+        """DPADVI's noise for ``count`` iterations in the release's order (the Poisson batch, then its normals)."""
+        rows = self.device_rows
+        batches, z = [], np.zeros((iterations, size))
+        for k in range(count):
+            batches.append(poisson_sample(source, rows.n_rows, mechanism.sampling_rate))
+            z[k] = source.normal(0.0, 1.0, size=size)
+        entry = self.batch_gradient_release(mechanism.sampling_rate, size, max(len(b) for b in batches))
+        batch_rows, chunk, _ = entry[1]
+        index, keep = _padded_batches(batches, batch_rows, iterations)
+        shape = (iterations, batch_rows // chunk, chunk)
+        return {"batch_gradient": z, "index": index.reshape(shape), "keep": keep.reshape(shape)}, (entry,)
 
     def compile_kernel(self, kernel, prior, state, draws, settings, *, releases: tuple, iterations: int) -> None:
         """Compile ``kernel``'s block for these (example) state, draws and settings now; releases nothing.

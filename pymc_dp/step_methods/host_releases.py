@@ -19,10 +19,11 @@ class HostReleases:
     noise : numpy.random.Generator or SecureNoise
         The step's noise source (OS entropy unless ``reproducible_noise``); every release draws
         its noise from it, in the order the kernel asks.
-    gradient, ratio, barker : mechanism, optional
+    gradient, ratio, barker, batch_gradient : mechanism, optional
         :class:`pymc_dp.mechanisms.NoisyClippedGradient`, a log-likelihood-ratio release
         (:class:`pymc_dp.mechanisms.NoisyLogLikelihoodRatio` or a subclass's statistic with its
-        ``release``/``keep``), :class:`pymc_dp.mechanisms.NoisyBarkerStatistic`.
+        ``release``/``keep``), :class:`pymc_dp.mechanisms.NoisyBarkerStatistic`,
+        :class:`pymc_dp.mechanisms.NoisyPoissonGradientSum` (DPADVI's).
     correction : LogisticCorrection, optional
         The Barker test's V_cor, drawn from ``noise`` after the statistic's release.
 
@@ -33,9 +34,12 @@ class HostReleases:
     is not finite: a function of public or released values only.
     """
 
-    def __init__(self, prior: Any, noise: Any, *, gradient=None, ratio=None, barker=None, correction=None) -> None:
+    def __init__(
+        self, prior: Any, noise: Any, *, gradient=None, ratio=None, barker=None, correction=None, batch_gradient=None
+    ) -> None:
         self._prior, self._noise = prior, noise
         self._gradient, self._ratio, self._barker, self._correction = gradient, ratio, barker, correction
+        self._batch_gradient = batch_gradient
 
     def prior_logp(self, theta: np.ndarray) -> float:
         return self._prior.prior_logp(theta)
@@ -60,6 +64,9 @@ class HostReleases:
 
     def barker_correction(self) -> float:
         return self._correction.sample(self._noise)
+
+    def batch_gradient(self, thetas: np.ndarray, jacobians: list[np.ndarray]) -> np.ndarray:
+        return self._batch_gradient.release(thetas, jacobians, self._noise)
 
     def keep(self, accepted: bool) -> None:
         if self._ratio is not None:

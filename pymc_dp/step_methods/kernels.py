@@ -33,6 +33,8 @@ import numpy as np
 
 __all__ = [
     "NUMPY_OPS",
+    "ADVIInfo",
+    "ADVISettings",
     "ArrayOps",
     "BarkerDraws",
     "BarkerInfo",
@@ -43,6 +45,8 @@ __all__ = [
     "PenaltyInfo",
     "Releases",
     "adaptive_hmc_kernel",
+    "advi_gradient",
+    "advi_kernel",
     "barker_kernel",
     "dual_averaging_update",
     "hmc_kernel",
@@ -128,6 +132,9 @@ class Releases(Protocol):
 
     def barker_correction(self) -> Any:
         """V_cor, the draw that completes the Barker test's logistic noise."""
+
+    def batch_gradient(self, thetas: Any, jacobians: Any) -> Any:
+        """DPADVI's release: a Poisson batch's clipped gradient sum in the variational parameters, noised, ÷ q."""
 
     def keep(self, accepted: Any) -> None:
         """Which point the chain kept after the last ratio or Barker release (a release's cache)."""
@@ -438,3 +445,80 @@ def barker_kernel(ops: ArrayOps, releases: Releases, theta, draws: BarkerDraws, 
     accepted = log_alpha + correction > 0.0  # a NaN statistic is rejected
     releases.keep(accepted)
     return ops.select(accepted, proposal, theta), BarkerInfo(released, log_alpha, accepted)
+
+
+# -- DPADVI ---------------------------------------------------------------------------------------
+class ADVISettings(NamedTuple):
+    """DPADVI's public settings for an update: the family, the optimiser, θ's order map, P (all fixed for a fit)."""
+
+    family: Any
+    optimizer: Any
+    to_rows: tuple[int, ...]
+    n_params: int
+
+
+class ADVIInfo(NamedTuple):
+    """The draws' mean and the released log-likelihood gradient's μ block (data order): the fit's trace."""
+
+    mean: Any
+    released: Any
+
+
+def advi_kernel(ops: ArrayOps, releases: Releases, state, draws, settings: ADVISettings):
+    """One DPADVI update: the DP estimate of ∇ELBO at the variational parameters, then the optimiser's step.
+
+    θ_s = μ + Lε_s for the Monte Carlo draws ε (``draws``, S × P); the data term is one release
+    of the Poisson batch's clipped sum of per-row gradients in the variational parameters,
+    mean_s ∇θ log p(xᵢ | θ_s) M_s (M_s the reparameterisation's Jacobian), plus Gaussian noise,
+    divided by the sampling rate q; the prior and entropy terms read no data and are exact.
+
+    Parameters
+    ----------
+    ops : ArrayOps
+        The backend's array namespace and control flow.
+    releases : Releases
+        Its ``batch_gradient(θ draws, Jacobians)`` is the release.
+    state : tuple
+        (packed variational parameters, the optimiser's state).
+    draws : array
+        ε, S × P.
+    settings : ADVISettings
+        The family, the optimiser, θ's order map and P.
+
+    Returns
+    -------
+    ((parameters, optimiser state), ADVIInfo)
+
+    Notes
+    -----
+    One release per update, with the sensitivity and neighbouring relation of the Poisson
+    gradient sum (Poisson sampling at rate q, add/remove or substitute neighbours).
+
+    References
+    ----------
+    .. [1] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+       inference for non-conjugate models. UAI, §3 and Algorithm 1.
+    """
+    packed, optimizer_state = state
+    gradient, info = advi_gradient(ops, releases, packed, draws, settings)
+    updated, optimizer_state = settings.optimizer.update(packed, gradient, optimizer_state, xp=ops.xp)
+    return (updated, optimizer_state), info
+
+
+def advi_gradient(ops: ArrayOps, releases: Releases, packed, draws, settings: ADVISettings):
+    """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``draws`` (S × P): one release.
+
+    Returns (gradient, ADVIInfo); see :func:`advi_kernel`.
+    """
+    xp = ops.xp
+    family, to_rows = settings.family, xp.asarray(settings.to_rows)
+    thetas = family.draws(packed, draws, xp)[:, to_rows]  # (S, P) in the data layer's order
+    # θ_rows = θ_approx[to_rows], so a gradient in the data layer's order maps through M_s[to_rows].
+    jacobians = [family.parameter_jacobian(packed, draws[s], xp)[to_rows] for s in range(draws.shape[0])]
+    data_part = releases.batch_gradient(thetas, jacobians)
+    # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
+    prior_part = releases.prior_grad(thetas[0]) @ jacobians[0]
+    for s in range(1, len(jacobians)):
+        prior_part = prior_part + releases.prior_grad(thetas[s]) @ jacobians[s]
+    gradient = data_part + prior_part / len(jacobians) + family.entropy_gradient(packed, xp)
+    return gradient, ADVIInfo(thetas.mean(axis=0), data_part[: settings.n_params][to_rows])

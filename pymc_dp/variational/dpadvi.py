@@ -42,6 +42,8 @@ from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivit
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import user_initval_record, user_initvals, warn_user_initvals
+from pymc_dp.step_methods import kernels
+from pymc_dp.step_methods.host_releases import HostReleases
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, PoorMixingWarning, clipping_problem, dpadvi_mean_error
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.optimizers import OPTIMIZERS, make_optimizer
@@ -831,7 +833,7 @@ class DPADVI(Inference):
                 reproducible_noise=self.reproducible_noise,
                 dtype=self._backend.dtype,
                 chunk_rows=self._backend.chunk_rows,
-                whole_transition=False,
+                whole_transition=True,  # DPADVI's update (advi_kernel) runs on the device in blocks
                 scan_iterations=self._backend.scan_iterations,
             )
             mechanisms.check_batch_gradient()
@@ -874,17 +876,16 @@ class DPADVI(Inference):
         if mechanisms.scan_iterations <= 1 or mechanisms.dtype != "float64":
             mechanisms.scan_iterations = 1
             return
-        from pymc_dp.mechanisms.jax_rows import advi_batch_rows
-
+        size = self._family.size
         try:
-            mechanisms.device_rows.advi_iterations(
+            mechanisms.compile_kernel(
+                kernels.advi_kernel,
                 prior,
-                self._family,
-                self._to_rows,
-                self._optimizer_state,
-                self.n_mc,
-                mechanisms.scan_iterations,
-                advi_batch_rows(prior.n_rows, self.sampling_rate),
+                (np.zeros(size), self._optimizer_state.state(np.zeros(size))),
+                np.zeros((self.n_mc, prior.n_params)),
+                self._advi_settings(),
+                releases=(mechanisms.batch_gradient_release(self.sampling_rate, size),),
+                iterations=mechanisms.scan_iterations,
             )
         except Exception as error:  # a piece the block adds (the prior) has no JAX form: one call per iteration
             warnings.warn(
@@ -904,30 +905,23 @@ class DPADVI(Inference):
             # Fresh arrays every step (the optimiser never updates in place): no copy needed.
             shared.set_value(np.asarray(value, dtype=shared.dtype), borrow=True)
 
-    def _gradient(
-        self,
-        packed: np.ndarray,
-        eps: np.ndarray,
-        mechanism: NoisyPoissonGradientSum,
-        trace: _GradientTrace | None = None,
-    ) -> np.ndarray:
-        """The DP estimate of ∇ELBO at ``packed`` for the Monte Carlo draws ``eps`` (S, P): one release."""
-        family = self._family
-        draws = family.draws(packed, eps)[:, self._to_rows]  # (S, P) in the data layer's order
-        # θ_rows = θ_approx[to_rows], so a gradient in the data layer's order maps through M_s[to_rows].
-        jacobians = [family.parameter_jacobian(packed, e)[self._to_rows] for e in eps]
-        data_part = mechanism.release(draws, jacobians, self._noise_rng)
-        if trace is not None:  # the released log-likelihood gradient (μ block) at the draws' mean, data order
-            trace.add(draws.mean(axis=0), data_part[: self._prior.n_params][self._to_rows])
-        # Prior, Jacobian and entropy terms read no data: exact, neither clipped nor noised.
-        prior_part = sum(self._prior.prior_logp_and_grad(t)[1] @ m for t, m in zip(draws, jacobians, strict=True))
-        return data_part + prior_part / len(draws) + family.entropy_gradient(packed)
+    def _advi_settings(self) -> kernels.ADVISettings:
+        return kernels.ADVISettings(
+            self._family, self._optimizer_state, tuple(int(i) for i in self._to_rows), self._prior.n_params
+        )
 
     def _make_step(self, mechanism: NoisyPoissonGradientSum, tail: _IterateTail, trace: _GradientTrace, n: int):
+        """One iteration of :func:`pymc_dp.step_methods.kernels.advi_kernel`: here, or from the backend's blocks."""
+        settings = self._advi_settings()
+
         def step() -> None:
             packed = self._packed()
             eps = self._mc_rng.standard_normal((self.n_mc, self._prior.n_params))
-            updated = self._optimizer_state.step(packed, self._gradient(packed, eps, mechanism, trace))
+            releases = HostReleases(self._prior, self._noise_rng, batch_gradient=mechanism)
+            state = (packed, self._optimizer_state.state(packed))
+            (updated, optimizer_state), info = kernels.advi_kernel(kernels.NUMPY_OPS, releases, state, eps, settings)
+            self._optimizer_state.set_state(optimizer_state)
+            trace.add(info.mean, info.released)
             tail.add(updated)
             self._unpack(updated)
 
@@ -947,9 +941,11 @@ class DPADVI(Inference):
             if not pending:
                 count = min(size, remaining[0])
                 eps = self._mc_rng.standard_normal((count, self.n_mc, self._prior.n_params))
-                state = self._optimizer_state.state(packed)
-                updated, states, means, released = block(packed, state, eps, count, self._noise_rng)
-                pending.extend((updated[k], tuple(a[k] for a in states), means[k], released[k]) for k in range(count))
+                state = (packed, self._optimizer_state.state(packed))
+                (updated, states), info = block(state, eps, settings, self._noise_rng)
+                pending.extend(
+                    (updated[k], tuple(a[k] for a in states), info.mean[k], info.released[k]) for k in range(count)
+                )
             updated, state, mean, released = pending.pop(0)
             remaining[0] -= 1
             trace.add(mean, released)
@@ -963,10 +959,10 @@ class DPADVI(Inference):
 
     def _block(self, mechanism: NoisyPoissonGradientSum):
         """The JAX backend's iterations in ``lax.scan`` blocks for this fit (None: one call per iteration)."""
-        fused = getattr(self._row_mechanisms, "fused_advi_iterations", None)
-        if fused is None:
+        build = getattr(self._row_mechanisms, "kernel_block", None)
+        if build is None:
             return None
-        return fused(mechanism, self._prior, self._family, self._to_rows, self._optimizer_state, self.n_mc)
+        return build(kernels.advi_kernel, self._prior, batch_gradient=mechanism, batch_gradient_size=self._family.size)
 
     @withholds_chains
     def fit(

@@ -1,4 +1,4 @@
-"""Reparameterised Gaussian families of PyMC's ADVI, as plain NumPy (no PyMC, no data).
+"""Reparameterised Gaussian families of PyMC's ADVI, as plain array code (no PyMC, no data).
 
 Both families write a draw as θ = μ + L ε with ε ~ N(0, I):
 
@@ -30,8 +30,22 @@ from scipy import special
 __all__ = ["FullRankFamily", "MeanFieldFamily", "family_for"]
 
 
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x)
+def _softplus(x: np.ndarray, xp=np) -> np.ndarray:
+    return xp.logaddexp(0.0, x)
+
+
+def _expit(x: np.ndarray, xp=np) -> np.ndarray:
+    """The logistic sigmoid: SciPy's on the host, 1/(1 + e^{−x}) in another array namespace."""
+    return special.expit(x) if xp is np else 1.0 / (1.0 + xp.exp(-x))
+
+
+def _scatter(xp, shape: tuple[int, int], index: tuple[np.ndarray, np.ndarray], values):
+    """A zero matrix of ``shape`` with ``values`` at ``index``: in place on the host, ``.at[].set`` in JAX."""
+    if xp is np:
+        out = np.zeros(shape)
+        out[index] = values
+        return out
+    return xp.zeros(shape).at[index].set(values)
 
 
 @dataclass(frozen=True)
@@ -51,19 +65,15 @@ class MeanFieldFamily:
         p = self.n_params
         return {"mu": packed[:p], "rho": packed[p:]}
 
-    def draws(self, packed: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        """θ_s = μ + σ ⊙ ε_s for every row of ``eps`` (S, P)."""
+    def draws(self, packed: np.ndarray, eps: np.ndarray, xp=np) -> np.ndarray:
+        """θ_s = μ + σ ⊙ ε_s for every row of ``eps`` (S, P); ``xp``: NumPy or ``jax.numpy``."""
         parts = self.split(packed)
-        return parts["mu"] + _softplus(parts["rho"]) * eps
+        return parts["mu"] + _softplus(parts["rho"], xp) * eps
 
-    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray) -> np.ndarray:
+    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray, xp=np) -> np.ndarray:
         """M (P × 2P) with ∂f/∂[μ, ρ] = ∇θ f(θ) M at θ = μ + σ ⊙ ε: M = [I | diag(ε ⊙ sigmoid(ρ))]."""
-        p = self.n_params
-        diagonal = np.arange(p)
-        out = np.zeros((p, 2 * p))
-        out[diagonal, diagonal] = 1.0
-        out[diagonal, p + diagonal] = eps_draw * special.expit(self.split(packed)["rho"])
-        return out
+        scale = eps_draw * _expit(self.split(packed)["rho"], xp)
+        return xp.concatenate([xp.eye(self.n_params), xp.diag(scale)], axis=1)
 
     def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients w.r.t. [μ, ρ], averaged over the S draws: (B, 2P).
@@ -72,10 +82,10 @@ class MeanFieldFamily:
         """
         return _average_chain_rule(self, packed, eps, theta_grads)
 
-    def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
+    def entropy_gradient(self, packed: np.ndarray, xp=np) -> np.ndarray:
         """∇ of Σ log softplus(ρ) w.r.t. [μ, ρ]."""
         rho = self.split(packed)["rho"]
-        return np.concatenate([np.zeros(self.n_params), special.expit(rho) / _softplus(rho)])
+        return xp.concatenate([xp.zeros(self.n_params), _expit(rho, xp) / _softplus(rho, xp)])
 
     def mean_std(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of q in the unconstrained space."""
@@ -110,38 +120,34 @@ class FullRankFamily:
         rows, cols = self.tril
         return rows == cols
 
-    def cholesky(self, packed: np.ndarray) -> np.ndarray:
+    def cholesky(self, packed: np.ndarray, xp=np) -> np.ndarray:
         """L, with softplus applied to the diagonal entries of l."""
         p = self.n_params
         raw = self.split(packed)["L_tril"]
-        entries = np.where(self._is_diagonal(), _softplus(raw), raw)
-        out = np.zeros((p, p))
-        out[self.tril] = entries
-        return out
+        entries = xp.where(self._is_diagonal(), _softplus(raw, xp), raw)
+        return _scatter(xp, (p, p), self.tril, entries)
 
-    def draws(self, packed: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        """θ_s = μ + L ε_s for every row of ``eps`` (S, P)."""
-        return self.split(packed)["mu"] + eps @ self.cholesky(packed).T
+    def draws(self, packed: np.ndarray, eps: np.ndarray, xp=np) -> np.ndarray:
+        """θ_s = μ + L ε_s for every row of ``eps`` (S, P); ``xp``: NumPy or ``jax.numpy``."""
+        return self.split(packed)["mu"] + eps @ self.cholesky(packed, xp).T
 
-    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray) -> np.ndarray:
+    def parameter_jacobian(self, packed: np.ndarray, eps_draw: np.ndarray, xp=np) -> np.ndarray:
         """M (P × D) with ∂f/∂[μ, l] = ∇θ f(θ) M at θ = μ + L ε: ∂θ_j/∂l_k = ε_{col k} (× sigmoid on the diagonal)."""
         rows, cols = self.tril
         raw = self.split(packed)["L_tril"]
-        dentry = np.where(self._is_diagonal(), special.expit(raw), 1.0)
-        block = np.zeros((self.n_params, rows.size))
-        block[rows, np.arange(rows.size)] = eps_draw[cols] * dentry
-        return np.concatenate([np.eye(self.n_params), block], axis=1)
+        dentry = xp.where(self._is_diagonal(), _expit(raw, xp), 1.0)
+        block = _scatter(xp, (self.n_params, rows.size), (rows, np.arange(rows.size)), eps_draw[cols] * dentry)
+        return xp.concatenate([xp.eye(self.n_params), block], axis=1)
 
     def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients w.r.t. [μ, l], averaged over the S draws: (B, P + P(P+1)/2)."""
         return _average_chain_rule(self, packed, eps, theta_grads)
 
-    def entropy_gradient(self, packed: np.ndarray) -> np.ndarray:
+    def entropy_gradient(self, packed: np.ndarray, xp=np) -> np.ndarray:
         """∇ of Σ log softplus(l_jj) w.r.t. [μ, l]."""
         raw = self.split(packed)["L_tril"]
-        diagonal = self._is_diagonal()
-        grad_l = np.where(diagonal, special.expit(raw) / _softplus(raw), 0.0)
-        return np.concatenate([np.zeros(self.n_params), grad_l])
+        grad_l = xp.where(self._is_diagonal(), _expit(raw, xp) / _softplus(raw, xp), 0.0)
+        return xp.concatenate([xp.zeros(self.n_params), grad_l])
 
     def mean_std(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and marginal standard deviations of q in the unconstrained space."""
