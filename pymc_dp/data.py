@@ -1320,7 +1320,7 @@ def _node_cost(node, shapes: Mapping[Variable, tuple[int, ...]], backend: str = 
     return out  # gathers, scatters, allocations: one write per element
 
 
-def _backend(fn) -> str:
+def _compiled_backend(fn) -> str:
     """``"numba"`` for a function compiled by PyTensor's Numba backend, else ``"c"`` (C or Python)."""
     return "numba" if "numba" in type(fn.maker.linker).__name__.lower() else "c"
 
@@ -1390,6 +1390,16 @@ def _retyped(graph: Variable, replace: Mapping[Variable, Variable]) -> Variable:
 def _batch_placeholder(var: Variable) -> Variable:
     """An input for a gathered batch of ``var``'s rows (static shape of the non-row axes kept)."""
     return pt.tensor(f"{var.name}_batch", dtype=var.dtype, shape=(None, *var.type.shape[1:]))
+
+
+def _check_row_settings(gradient_mode: str, chunk_bytes: int | None) -> None:
+    """Refuse a bad ``gradient_mode`` or ``chunk_bytes`` of :class:`RowLikelihood`, naming it (public settings only)."""
+    if gradient_mode not in ("auto", "forward", "reverse"):
+        raise ValueError(f"`gradient_mode` must be 'auto', 'forward' or 'reverse'. Found {gradient_mode!r}.")
+    if chunk_bytes is not None and (
+        isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int | np.integer) or chunk_bytes <= 0
+    ):
+        raise ValueError(f"`chunk_bytes` must be a positive integer number of bytes or None. Found {chunk_bytes!r}.")
 
 
 class RowLikelihood:
@@ -1481,14 +1491,7 @@ class RowLikelihood:
         chunk_bytes: int | None = None,
         reproducible: bool = False,
     ) -> None:
-        if gradient_mode not in ("auto", "forward", "reverse"):
-            raise ValueError(f"`gradient_mode` must be 'auto', 'forward' or 'reverse'. Found {gradient_mode!r}.")
-        if chunk_bytes is not None and (
-            isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int | np.integer) or chunk_bytes <= 0
-        ):
-            raise ValueError(
-                f"`chunk_bytes` must be a positive integer number of bytes or None. Found {chunk_bytes!r}."
-            )
+        _check_row_settings(gradient_mode, chunk_bytes)
         # pm.compile keeps or removes parameter checks by the model context open when it runs (not by
         # `model`): recorded, so that another backend compiles these graphs as they are compiled here.
         try:
@@ -1961,7 +1964,9 @@ class RowLikelihood:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                costs = {mode: _graph_cost(fn.maker.fgraph, probes, _backend(fn)) for mode, fn in functions.items()}
+                costs = {
+                    mode: _graph_cost(fn.maker.fgraph, probes, _compiled_backend(fn)) for mode, fn in functions.items()
+                }
         except Exception:
             return dict.fromkeys(functions, np.inf)
         return {mode: (large - small) / COST_PROBE_ROWS for mode, (small, large) in costs.items()}

@@ -549,7 +549,8 @@ def _check_group(name: str, dataset: Any, stored: dict[str, Any], record: dict[s
 
 def _check_record(record: dict[str, Any], attrs: Any) -> None:
     """The record's ε is its events' composition, and the ``dp_*`` attributes say what it says."""
-    from pymc_dp.accounting.events import compose_epsilon, event_from_dict
+    from pymc_dp.accounting.composition import compose_epsilon
+    from pymc_dp.accounting.events import event_from_dict
 
     try:
         events = [event_from_dict(e) for e in record["events"]]

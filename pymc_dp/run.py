@@ -34,7 +34,8 @@ from pymc_dp._errors import data_free_errors
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PrivacyEvent, compose_epsilon, format_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
 from pymc_dp.accounting.ledger import plain_json_value
 from pymc_dp.results import ACCOUNTANT_FORMAT, finalize_result
 

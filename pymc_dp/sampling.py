@@ -20,7 +20,8 @@ from pymc.model import modelcontext
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_unit_interval_open, model_from_context
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, compose_epsilon, event_from_dict
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.diagnostics import attach_diagnostics
 from pymc_dp.jax_backend import attach_backend, backend_record

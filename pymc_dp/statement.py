@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_dp.accounting.events import compose_epsilon, event_from_dict, format_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import event_from_dict, format_epsilon
 from pymc_dp.results import check_publishable, group_names, posterior_attrs
 
 __all__ = ["BIBTEX", "PrivacyStatement", "privacy_statement"]

@@ -242,11 +242,6 @@ def test_accounting_modules_import_each_other_without_cycles():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pymc_dp.accounting.")
         }
 
-    # events.py hands out compose_epsilon on first use (a module __getattr__) for the callers that still
-    # import it from there; composition.py holds it and imports the events. Remove once no caller imports
-    # compose_epsilon from pymc_dp.accounting.events (tests/test_layers.py lists the same edge).
-    edges["events"].discard("composition")
-
     def reaches(start, target, seen=()):
         return any(n == target or (n not in seen and reaches(n, target, (*seen, n))) for n in edges.get(start, ()))
 
@@ -279,8 +274,6 @@ def test_every_event_answers_rdp_at_and_the_old_import_paths_still_work():
         assert curve.shape == orders.shape and np.all(curve > 0)
         if cls in expected:
             np.testing.assert_allclose(curve, expected[cls], rtol=1e-12)
-    assert events.compose_epsilon is composition.compose_epsilon is accounting.compose_epsilon
+    assert composition.compose_epsilon is accounting.compose_epsilon
     assert events.PrivacySpent is spent.PrivacySpent is accounting.PrivacySpent
     assert events.format_epsilon is spent.format_epsilon
-    with pytest.raises(AttributeError, match="no_such_name"):
-        events.no_such_name  # noqa: B018

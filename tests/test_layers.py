@@ -102,11 +102,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 #: Edges left out of the cycle check, with why.
-KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # events.py hands out compose_epsilon on first use (a module __getattr__, imported inside it) for
-    # the callers that still import it from there; composition.py holds it and imports the events.
-    ("pymc_dp.accounting.events", "pymc_dp.accounting.composition"): "compatibility re-export of compose_epsilon",
-}
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 #: The issue's targets (issue 38).
 MAX_MODULE_LINES = 800

@@ -1054,3 +1054,52 @@ def test_anchored_logistic_release_matches_nuts_on_binary_covariates_at_large_ep
     assert [e["type"] for e in record["events"]] == ["gaussian"] * 3 and len(record["covariate_anchors"]) == 2
     assert anchored.posterior.attrs["dp_epsilon"] == pytest.approx(1e9, rel=1e-6)
     assert "2 covariate anchor(s) were released" in pmdp.privacy_statement(anchored).text
+
+
+def test_noise_aware_sample_defaults_pick_jax_only_where_the_caller_chose_nothing():
+    """adapt_diag always (unless a step is given); the JAX compile mode only with JAX and no choice of the caller's."""
+    from pymc_dp.exponential_family import compile_mode
+
+    jax = compile_mode.jax_available()
+    plain = compile_mode.noise_aware_sample_kwargs({"draws": 5})
+    assert plain["init"] == "adapt_diag" and plain["draws"] == 5
+    assert ("compile_kwargs" in plain) is jax and (plain.get("mp_ctx") == "forkserver") is jax
+    if jax:
+        assert plain["compile_kwargs"] == {"mode": "JAX"}
+    given = {"init": "jitter+adapt_diag", "compile_kwargs": {}, "mp_ctx": "spawn"}
+    assert compile_mode.noise_aware_sample_kwargs(given) == given
+    assert compile_mode.noise_aware_sample_kwargs({"step": "s"}) == {"step": "s"}
+    assert "compile_kwargs" not in compile_mode.noise_aware_sample_kwargs({"nuts_sampler": "numpyro"})
+
+
+@pytest.mark.parametrize("family", ["linear_regression", "logistic_regression"])
+def test_the_jax_compiled_release_likelihood_is_the_same_function(family):
+    """The JAX-compiled joint log density and gradient equal PyTensor's C ones at random points (float64)."""
+    pytest.importorskip("jax")
+    from pymc.blocking import DictToArrayBijection
+
+    rng = np.random.default_rng(34)
+    n = 500
+    x = np.column_stack([np.ones(n), np.clip(rng.normal(0.2, 0.4, (n, 2)), -1, 1)])
+    settings = {"n_features": 3, "x_bounds": ([1.0, -1.0, -1.0], [1.0, 1.0, 1.0])}
+    if family == "linear_regression":
+        data = (x, np.clip(x @ [0.3, 1.0, -0.5] + rng.normal(0, 0.3, n), -3, 3))
+        settings["y_bounds"] = (-3.0, 3.0)
+    else:
+        data = (x, (rng.random(n) < special.expit(x @ [-0.5, 1.2, 0.4])).astype(int))
+        settings.update(mechanism="gaussian", delta=1e-4, covariate_anchors=2)
+    rel = release_statistics(family, data, epsilon=2.0, random_seed=5, **settings)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        params = {"sigma": pm.HalfNormal("sigma", 1.0)} if family == "linear_regression" else {}
+        rel.likelihood("y", beta=beta, **params)
+    functions = {}
+    for mode in (None, "JAX"):
+        functions[mode] = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+        functions[mode].set_extra_values({})
+    point = model.initial_point()
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
+    for shift in [np.zeros(x0.size)] + [0.3 * rng.normal(size=x0.size) for _ in range(4)]:
+        (c_logp, c_grad), (j_logp, j_grad) = (functions[m](x0 + shift) for m in (None, "JAX"))
+        assert np.isfinite(c_logp) and j_logp == pytest.approx(c_logp, rel=1e-9, abs=1e-9)
+        np.testing.assert_allclose(j_grad, c_grad, rtol=1e-7, atol=1e-7 * np.max(np.abs(c_grad)))

@@ -170,7 +170,7 @@ def test_no_row_count_in_messages_under_add_remove(conjugate_normal):
 
 def test_dpadvi_started_from_a_private_start_composes_its_events(covariate_model):
     # Before: a PrivateStart given as DPADVI's `start` was recorded as "user" and its ε dropped.
-    from pymc_dp.accounting.events import compose_epsilon
+    from pymc_dp.accounting.composition import compose_epsilon
 
     model, _ = covariate_model
     settings = dict(noise_multiplier=2.0, sampling_rate=0.2, grad_clip=2.0, delta=1e-5)

@@ -14,7 +14,8 @@ import pytest
 import pymc_dp
 from pymc_dp._errors import PrivateRunError
 from pymc_dp.accounting import GaussianReleases, PrivacyBudget, PrivacyBudgetExceededError
-from pymc_dp.accounting.events import PureDPReleases, compose_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.run import AccountantRecord, PrivateRun
 

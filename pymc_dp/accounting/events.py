@@ -370,17 +370,3 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
     raise ValueError(
         f"`type` of a privacy event must be 'gaussian', 'rdp', 'pure' or 'poisson_gaussian'. Found {kind!r}."
     )
-
-
-def __getattr__(name: str):
-    """``compose_epsilon`` from this module, as before the split (it lives in :mod:`~pymc_dp.accounting.composition`).
-
-    Imported on first use, not at import time: the composition imports the vocabulary, so a
-    module-level import here would be a cycle. New code imports it from
-    :mod:`pymc_dp.accounting.composition` or :mod:`pymc_dp.accounting`.
-    """
-    if name == "compose_epsilon":
-        from pymc_dp.accounting.composition import compose_epsilon
-
-        return compose_epsilon
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,9 +22,10 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.accounting.events import compose_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.exponential_family.compile_mode import noise_aware_sample_kwargs
 from pymc_dp.exponential_family.families import (
     ANCHOR_HESSIAN_WEIGHT,
     ExponentialFamily,
@@ -527,7 +528,10 @@ def sample_releases(
         a noise-aware regression likelihood ``init`` defaults to ``"adapt_diag"``: every
         chain starts at the model's initial point, whose covariate moments are read from the
         release, without PyMC's ±1 jitter (it would start those sharply determined
-        moments many posterior sds out, where the first trajectories diverge and overflow).
+        moments many posterior sds out, where the first trajectories diverge and overflow);
+        with JAX installed its log density is compiled by PyTensor's JAX backend (the same
+        function, one XLA program instead of ~850 small C calls per gradient; see
+        :mod:`pymc_dp.exponential_family.compile_mode`) unless ``compile_kwargs`` is given.
 
     Notes
     -----
@@ -557,11 +561,8 @@ def sample_releases(
     public += [a.noisy_statistics for r in releases for a in r.covariate_anchors]
     check_prior_reads_no_data(model, releases[0].n_rows, public=public)
     covariate_moments = _has_covariate_moments(model, releases)
-    if "init" not in kwargs and "step" not in kwargs and covariate_moments:
-        # The noise-aware regressions' covariate moments are pinned down by the release to about
-        # 1/√N of their scale, and they start there (read from the release); PyMC's default ±1
-        # jitter would start them many posterior sds out, where the first trajectories diverge.
-        kwargs["init"] = "adapt_diag"
+    if covariate_moments:  # init="adapt_diag" (they start at the release), and JAX-compiled where installed
+        kwargs = noise_aware_sample_kwargs(kwargs)
     nuisance = set(nuisance_variables(model))
     if nuisance and not keep_nuisance and kwargs.get("var_names") is None:
         # Sampled with the user's variables, not stored: PyMC's convergence checks and dp_diagnostics then

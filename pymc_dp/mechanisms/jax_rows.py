@@ -1399,59 +1399,28 @@ class JaxRowMechanisms(RowMechanisms):
                 return None
             iterations = self.scan_iterations
         rows = self.device_rows
-        used = [m for m in (gradient, ratio, barker, batch_gradient) if m is not None]
-        expected = {
-            id(gradient): JaxClippedGradient,
-            id(ratio): JaxLogLikelihoodRatio,
-            id(barker): JaxBarkerStatistic,
-            id(batch_gradient): JaxPoissonGradientSum,
-        }
-        if not used or any(not isinstance(m, expected[id(m)]) or m._rows is not rows for m in used):
+        mechanisms = {"gradient": gradient, "ratio": ratio, "barker": barker, "batch_gradient": batch_gradient}
+        if not self._ours(mechanisms):
             return None
-        releases = []
-        if gradient is not None:
-            releases.append(("gradient", int(gradient_releases)))
-        if ratio is not None:
-            releases.append(("ratio", 1))
-        batch_size = None
-        if barker is not None:
-            batch_size = None if barker.batch_size is None else int(barker.batch_size)
-            releases.append(("barker", batch_size or 0))
-        releases = tuple(releases)
-        scales = {}
-        if gradient is not None:
-            scales["gradient"] = np.array([gradient.grad_clip, gradient.std, 0.0])
-        if ratio is not None:
-            per_distance = sensitivity_of_clipped_sum(ratio.llr_clip, ratio.neighbouring) * ratio.noise_multiplier
-            scales["ratio"] = np.array([ratio.llr_clip, per_distance, 0.0])
-        if barker is not None:
-            scales["barker"] = np.array([barker.llr_clip, barker.likelihood_scale, barker.correction_variance])
-        if batch_gradient is not None:
-            rate = batch_gradient.sampling_rate
-            scales["batch_gradient"] = np.array(
-                [float(rows._bound(batch_gradient.grad_clip)), batch_gradient.std, rate]
-            )
+        releases, scales = self._releases_and_scales(mechanisms, gradient_releases)
+        batch_size = None if barker is None or barker.batch_size is None else int(barker.batch_size)
         loglik_owner = ratio if ratio is not None else (barker if batch_size is None else None)
-        n_params, n_rows = rows.n_params, rows.n_rows
+        n_params, jax = rows.n_params, rows._jax
+        shapes = _noise_shapes(jax, dict(releases), n_params)
 
         def draw_noise(source, count: int) -> dict:
             noise = {kind: np.zeros((iterations, *s.shape), dtype=s.dtype) for kind, s in shapes.items()}
             for k in range(count):  # the default backend's order, iteration by iteration
                 if gradient is not None:
                     noise["gradient"][k] = source.normal(0.0, 1.0, size=(gradient_releases, n_params))
-                if barker is not None and batch_size is not None:
-                    noise["batch"][k] = sample_without_replacement(source, n_rows, batch_size)
+                if batch_size is not None:
+                    noise["batch"][k] = sample_without_replacement(source, rows.n_rows, batch_size)
                 if ratio is not None:
                     noise["ratio"][k] = source.normal(0.0, 1.0)
                 if barker is not None:
                     noise["barker"][k] = source.normal(0.0, 1.0)
                     noise["correction"][k] = correction.sample(source)
             return noise
-
-        jax = rows._jax
-        shapes = {
-            kind: np.zeros(s.shape, dtype=s.dtype) for kind, s in _noise_shapes(jax, dict(releases), n_params).items()
-        }
 
         def block(state, draws, settings, rng):
             count = len(jax.tree_util.tree_leaves(draws)[0])
@@ -1481,6 +1450,42 @@ class JaxRowMechanisms(RowMechanisms):
             return jax.tree_util.tree_map(lambda v: v[:count], (states, infos))
 
         return block
+
+    def _ours(self, mechanisms: dict) -> bool:
+        """Whether every mechanism given is this backend's own, on these device rows (else no block)."""
+        types = {
+            "gradient": JaxClippedGradient,
+            "ratio": JaxLogLikelihoodRatio,
+            "barker": JaxBarkerStatistic,
+            "batch_gradient": JaxPoissonGradientSum,
+        }
+        used = {kind: m for kind, m in mechanisms.items() if m is not None}
+        return bool(used) and all(
+            isinstance(m, types[kind]) and m._rows is self.device_rows for kind, m in used.items()
+        )
+
+    def _releases_and_scales(self, mechanisms: dict, gradient_releases: int) -> tuple[tuple, dict]:
+        """The kernels' releases entries (kind, count or batch size) and each release's public scales on the device.
+
+        Gradient: (b_g, σ); ratio: (b, τ·Δ per unit of ‖θ′ − θ‖); Barker: (B, t or N₀, C);
+        DPADVI's batch: (b, σ, q). The batch's own entry is set per block (its padded size).
+        """
+        gradient, ratio, barker, batch = (mechanisms[k] for k in ("gradient", "ratio", "barker", "batch_gradient"))
+        releases, scales = [], {}
+        if gradient is not None:
+            releases.append(("gradient", int(gradient_releases)))
+            scales["gradient"] = np.array([gradient.grad_clip, gradient.std, 0.0])
+        if ratio is not None:
+            per_distance = sensitivity_of_clipped_sum(ratio.llr_clip, ratio.neighbouring) * ratio.noise_multiplier
+            releases.append(("ratio", 1))
+            scales["ratio"] = np.array([ratio.llr_clip, per_distance, 0.0])
+        if barker is not None:
+            releases.append(("barker", 0 if barker.batch_size is None else int(barker.batch_size)))
+            scales["barker"] = np.array([barker.llr_clip, barker.likelihood_scale, barker.correction_variance])
+        if batch is not None:
+            bound = float(self.device_rows._bound(batch.grad_clip))
+            scales["batch_gradient"] = np.array([bound, batch.std, batch.sampling_rate])
+        return tuple(releases), scales
 
     def batch_gradient_release(self, sampling_rate: float, size: int, longest: int = 0) -> tuple:
         """The kernels' releases entry of DPADVI's batch release: ("batch_gradient", (batch rows, chunk, D)).

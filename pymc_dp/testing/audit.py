@@ -43,7 +43,8 @@ from scipy import stats
 
 from pymc_dp._validation import check_positive_int, check_unit_interval_open
 from pymc_dp.accounting.barker import barker_subsampled_rdp
-from pymc_dp.accounting.events import PoissonGaussianReleases, PureDPReleases, compose_epsilon
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.accounting.events import PoissonGaussianReleases, PureDPReleases
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.accounting.rdp import rdp_to_epsilon
 from pymc_dp.exponential_family.families import Normal

@@ -29,10 +29,10 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.budget import PrivacyBudget, PrivacyBudgetExceededError
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import (
     PrivacyEvent,
     PrivacySpent,
-    compose_epsilon,
     event_from_dict,
 )
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
