@@ -1072,9 +1072,13 @@ def test_noise_aware_sample_defaults_pick_jax_only_where_the_caller_chose_nothin
     assert "compile_kwargs" not in compile_mode.noise_aware_sample_kwargs({"nuts_sampler": "numpyro"})
 
 
-@pytest.mark.parametrize("family", ["linear_regression", "logistic_regression"])
+@pytest.mark.parametrize("family", [pytest.param("linear_regression", marks=pytest.mark.slow), "logistic_regression"])
 def test_the_jax_compiled_release_likelihood_is_the_same_function(family):
-    """The JAX-compiled joint log density and gradient equal PyTensor's C ones at random points (float64)."""
+    """The JAX-compiled joint log density and gradient equal PyTensor's C ones at random points (float64).
+
+    Logistic: the quick start's route (anchored, two free covariates, an LKJ factor); linear
+    regression (slow: about 40 s of compilation) the same check on the other family.
+    """
     pytest.importorskip("jax")
     from pymc.blocking import DictToArrayBijection
 
