@@ -46,8 +46,8 @@ def main() -> None:
 
     import distributed
 
+    from pymc_dp.backends.dask import ClusterRows, DaskClippedGradient, DaskLogLikelihoodRatio
     from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, model_access
-    from pymc_dp.mechanisms.dask_backend import ClusterRows, DaskClippedGradient, DaskLogLikelihoodRatio
 
     print(environment(), f"| dask/distributed {distributed.__version__} | {os.cpu_count()} CPUs", flush=True)
     print(f"load average at start: {os.getloadavg()}", flush=True)

@@ -1,7 +1,7 @@
 """Time of one clipped sum on the JAX backend, float64 and float32 (issue 33, hole 6: float32 sums in float64).
 
 Run: ``python benchmarks/bench_jax_float32_sums.py [--rows 100000] [--repeats 40] [--against OLD.py]``.
-For each dtype (and, with ``--against``, for another version of ``pymc_dp/mechanisms/jax_rows.py`` in
+For each dtype (and, with ``--against``, for another version of ``pymc_dp/backends/jax_rows.py`` in
 float32, loaded beside the current one on the same data layer) it builds ``JaxRowMechanisms``
 (default chunks) and times, in milliseconds per call (median; two warm-up calls, then the versions'
 calls interleaved, so that a busy machine slows them alike; compilation excluded; noise-free:
@@ -26,8 +26,8 @@ import numpy as np
 import pymc as pm
 from _common import environment, logistic_regression
 
+from pymc_dp.backends import jax_rows
 from pymc_dp.data import RowLikelihood
-from pymc_dp.mechanisms import jax_rows
 from pymc_dp.mechanisms.access import RowMechanisms
 
 

@@ -25,9 +25,9 @@ import time
 import numpy as np
 from _common import environment, logistic_regression
 
+from pymc_dp.backends.jax_rows import JaxRowMechanisms, import_jax
 from pymc_dp.data import RowLikelihood
 from pymc_dp.mechanisms.access import RowMechanisms
-from pymc_dp.mechanisms.jax_rows import JaxRowMechanisms, import_jax
 
 
 def blocked_seconds(fn, repeats: int) -> float:

@@ -37,8 +37,8 @@ import pymc as pm
 from _common import environment, logistic_regression, matched_hmc_steps, seconds_per_iteration
 
 import pymc_dp as pmdp
-from pymc_dp.jax_backend import attach_backend
-from pymc_dp.mechanisms.jax_rows import import_jax
+from pymc_dp.backends.jax import attach_backend
+from pymc_dp.backends.jax_rows import import_jax
 
 
 def device_bandwidth(jax) -> float:

@@ -13,6 +13,8 @@ from pymc_dp.accounting import (
     PrivacyLedger,
     PrivacySpent,
 )
+from pymc_dp.backends.dask import DaskBackend, DaskBackendError
+from pymc_dp.backends.jax import JaxBackend
 from pymc_dp.bambi import from_bambi
 from pymc_dp.data import ModelStructureError, RowLikelihood
 from pymc_dp.exponential_family import (
@@ -21,8 +23,6 @@ from pymc_dp.exponential_family import (
     one_posterior_sample,
     release_statistics,
 )
-from pymc_dp.jax_backend import JaxBackend
-from pymc_dp.mechanisms.dask_backend import DaskBackend, DaskBackendError
 from pymc_dp.planning import Plan, plan
 from pymc_dp.public_data import public
 from pymc_dp.publish import publish

@@ -2202,7 +2202,7 @@ def _linear_clipped_sum(
 
     With ``precomputed=True`` each ``A`` and its per-row squared norms ‖Aᵢ‖² — functions of
     the rows alone — become inputs of the graph, to be computed once per run instead of on
-    every release (the JAX backend, :mod:`pymc_dp.mechanisms.jax_rows`): two passes over A
+    every release (the JAX backend, :mod:`pymc_dp.backends.jax_rows`): two passes over A
     per release (``A @ w`` and Aᵀ(c ⊙ g)) instead of four. Returns ``(total, pieces)`` with
     ``pieces`` a list of ``(A, ‖A‖², A input, ‖A‖² input)``: the expressions in the rows and
     the inputs to feed them to, A's input with every non-finite row set to zero (such a row's

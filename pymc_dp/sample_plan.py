@@ -33,9 +33,9 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.backends.jax import check_backend
 from pymc_dp.data import _row_structure, data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingWarning, check_on_poor_mixing
-from pymc_dp.jax_backend import check_backend
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
     clipping_summary,
@@ -161,7 +161,7 @@ def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, A
     """
     if backend is None or isinstance(backend, str):
         return None
-    from pymc_dp.mechanisms.dask_backend import DaskBackend
+    from pymc_dp.backends.dask import DaskBackend
 
     if not isinstance(backend, DaskBackend):
         return None  # check_backend names what is accepted

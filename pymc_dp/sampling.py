@@ -23,8 +23,8 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.backends.jax import attach_backend, backend_record
 from pymc_dp.diagnostics import attach_diagnostics
-from pymc_dp.jax_backend import attach_backend, backend_record
 from pymc_dp.results import (
     PrivateStart,
     check_cumulative_statistic,

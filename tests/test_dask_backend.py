@@ -27,7 +27,7 @@ from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2
 distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
 import dask  # noqa: E402  (installed with distributed)
 
-from pymc_dp.mechanisms.dask_backend import (  # noqa: E402
+from pymc_dp.backends.dask import (  # noqa: E402
     ClusterRows,
     DaskBackendError,
     DaskClippedGradient,
@@ -189,7 +189,7 @@ def test_a_failing_task_carries_no_data_text(client, logistic):
     cluster = ClusterRows(client, mechanisms._rows, 2, None)
 
     def install():
-        from pymc_dp.mechanisms import dask_backend
+        from pymc_dp.backends import dask as dask_backend
 
         dask_backend._TASKS["leak"] = _leaky_task
 
@@ -206,7 +206,7 @@ def test_a_failing_task_carries_no_data_text(client, logistic):
         assert caught.value.__cause__ is None and caught.value.__suppress_context__
         assert not any(f"{v:.4f}"[:6] in text for v in x[:3, 0])
     finally:
-        client.run(lambda: __import__("pymc_dp.mechanisms.dask_backend").mechanisms.dask_backend._TASKS.pop("leak"))
+        client.run(lambda: __import__("pymc_dp.backends.dask").backends.dask._TASKS.pop("leak"))
         cluster.close()
 
 
@@ -305,7 +305,7 @@ def test_data_owners_on_workers_give_the_same_draws_and_accounting(client, logis
 
 
 def test_an_owner_generator_is_drawn_on_its_worker_without_reproducible_noise(client, logistic):
-    from pymc_dp.mechanisms.dask_backend import _OS_ENTROPY, DaskRowMechanisms
+    from pymc_dp.backends.dask import _OS_ENTROPY, DaskRowMechanisms
 
     mechanisms, _ = _mechanisms(logistic[0])
     cluster = ClusterRows(client, mechanisms._rows, 2, None)

@@ -20,15 +20,15 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import pymc_dp as pmdp  # noqa: E402
-from pymc_dp.data import RowLikelihood  # noqa: E402
-from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, RowMechanisms  # noqa: E402
-from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2  # noqa: E402
-from pymc_dp.mechanisms.jax_rows import (  # noqa: E402
+from pymc_dp.backends.jax_rows import (  # noqa: E402
     BufferedSecureNoise,
     JaxClippedGradient,
     JaxLogLikelihoodRatio,
     JaxRowMechanisms,
 )
+from pymc_dp.data import RowLikelihood  # noqa: E402
+from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, RowMechanisms  # noqa: E402
+from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2  # noqa: E402
 
 RTOL = 1e-10
 
@@ -229,8 +229,8 @@ def test_releases_are_the_default_mechanisms_with_the_same_noise(glm_whole):
 def test_full_data_barker_release_is_the_default_mechanism_with_the_same_noise(rows_pair):
     # Across the zoo (invalid rows included): z = t Σ clip(rᵢ, ±B) + N(0, C), the same standard normal drawn
     # from the same generator; the cached current point gives the same value after an accepted move.
+    from pymc_dp.backends.jax_rows import JaxBarkerStatistic
     from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
-    from pymc_dp.mechanisms.jax_rows import JaxBarkerStatistic
 
     rows, device = rows_pair
     settings = dict(correction_variance=2.0, llr_clip=0.05, likelihood_scale=0.7)
@@ -247,8 +247,8 @@ def test_full_data_barker_release_is_the_default_mechanism_with_the_same_noise(r
 def test_subsampled_barker_release_is_the_default_mechanism_with_the_same_batch_and_noise(rows_pair):
     # Eq. 18 across the zoo (invalid rows included): the same secret batch of b distinct rows and the same
     # normal, drawn in the same order from the same generator; z = N₀ r̄ + N(0, C − s²) to 1e-10.
+    from pymc_dp.backends.jax_rows import JaxBarkerStatistic
     from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
-    from pymc_dp.mechanisms.jax_rows import JaxBarkerStatistic
 
     rows, device = rows_pair
     settings = dict(correction_variance=2.0, llr_clip=0.01, likelihood_scale=40.0, batch_size=50)
@@ -449,7 +449,7 @@ def _assert_same_tuning(run, reference, stats, rtol: float):
 def _counted_kernel_calls(monkeypatch) -> dict:
     """Count the device calls of the samplers' kernels: blocks (``count``; ``tuning``: DPHMC's adaptive
     kernel) and one-iteration calls (``one_call``)."""
-    from pymc_dp.mechanisms.jax_rows import JaxRows
+    from pymc_dp.backends.jax_rows import JaxRows
     from pymc_dp.step_methods import kernels
 
     calls = {"count": 0, "tuning": 0, "one_call": 0}
@@ -636,7 +636,7 @@ def test_blocks_draw_their_noise_from_os_entropy(normal_mean, monkeypatch):
 def test_a_block_is_dropped_when_the_chain_is_not_where_it_ended(normal_mean):
     # Iteration k of a block starts where k − 1 left the chain: a point moved by anything else discards the
     # rest of the block (never released) and runs a new block from that point.
-    from pymc_dp.jax_backend import attach_backend
+    from pymc_dp.backends.jax import attach_backend
 
     model, _ = normal_mean
     with model:
@@ -690,11 +690,11 @@ def test_dphmc_whole_transition_in_one_call_gives_the_per_release_draws(normal_m
 def test_the_package_imports_without_jax_and_refuses_the_backend_by_name():
     script = (
         "import sys\n"
-        "import pymc_dp, pymc_dp.jax_backend\n"
+        "import pymc_dp, pymc_dp.backends.jax\n"
         "assert 'jax' not in sys.modules, 'pymc_dp imported jax'\n"  # lazy: imported on first use only
         "sys.modules['jax'] = None\n"  # as if JAX were not installed
         "try:\n"
-        "    pymc_dp.jax_backend.check_backend('jax', [], {})\n"
+        "    pymc_dp.backends.jax.check_backend('jax', [], {})\n"
         "except ImportError as err:\n"
         "    print(err)\n"
     )

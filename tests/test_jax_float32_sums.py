@@ -26,9 +26,9 @@ import pytest
 
 pytest.importorskip("jax")
 
+from pymc_dp.backends.jax_rows import JaxRowMechanisms
 from pymc_dp.data import RowLikelihood
 from pymc_dp.mechanisms import RowMechanisms
-from pymc_dp.mechanisms.jax_rows import JaxRowMechanisms
 
 N_ROWS = 1 << 16
 CHANGED = N_ROWS // 3

@@ -121,7 +121,7 @@ def test_secure_noise_moments_and_freshness():
 @pytest.mark.parametrize("extreme", [b"\xff", b"\x00"])
 def test_secure_noise_stays_finite_and_in_range_at_the_extreme_words(monkeypatch, extreme):
     # All-ones words would round (2⁵³ − ½)/2⁵³ up to 1.0: an infinite Laplace variate and an index N out of range.
-    from pymc_dp.mechanisms.jax_rows import BufferedSecureNoise
+    from pymc_dp.backends.jax_rows import BufferedSecureNoise
 
     monkeypatch.setattr("os.urandom", lambda size: extreme * size)
     for noise in (SecureNoise(), BufferedSecureNoise(block_bytes=64)):

@@ -509,8 +509,8 @@ def _check_dpadvi_backend(backend: Any):
     """None for the default backend, else the JaxBackend (JAX imported now: refused here if missing)."""
     if isinstance(backend, str) and backend == "default":
         return None
-    from pymc_dp.jax_backend import JaxBackend
-    from pymc_dp.mechanisms.jax_rows import import_jax
+    from pymc_dp.backends.jax import JaxBackend
+    from pymc_dp.backends.jax_rows import import_jax
 
     if isinstance(backend, str) and backend == "jax":
         backend = JaxBackend()
@@ -591,7 +591,7 @@ class DPADVI(Inference):
         Where the release runs. ``"jax"``: the rows are put on a JAX device once; each
         iteration's Poisson batch (drawn on the host, secret) is gathered, differentiated
         (``vmap(grad(row_loglik))`` or the batch's forward Jacobian), mapped to the variational
-        parameters, clipped, summed and noised there (:class:`pymc_dp.mechanisms.jax_rows.
+        parameters, clipped, summed and noised there (:class:`pymc_dp.backends.jax_rows.
         JaxPoissonGradientSum`): the same release, noise draws and accounting as the default
         backend (tested to 1e-10 in float64), the batches and noise drawn from the operating
         system's CSPRNG (``os.urandom``) unless ``reproducible_noise``. In float64 the
@@ -826,7 +826,7 @@ class DPADVI(Inference):
         )
         mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
         if self._backend is not None:  # the rows go to the device; the batch release is compiled, not run
-            from pymc_dp.mechanisms.jax_rows import JaxRowMechanisms
+            from pymc_dp.backends.jax_rows import JaxRowMechanisms
 
             mechanisms = JaxRowMechanisms(
                 mechanisms,
@@ -1151,7 +1151,7 @@ class DPADVI(Inference):
         """The public description of the backend (no data)."""
         if self._backend is None:
             return {"name": "default"}
-        from pymc_dp.mechanisms.jax_rows import import_jax
+        from pymc_dp.backends.jax_rows import import_jax
 
         jax = import_jax()
         return {

@@ -4,7 +4,7 @@
 the same steps, with the same transitions, tuning, statistics, calibration and accounting as
 the default backend; only the releases — the per-row log-likelihood ratios and gradients,
 clipped, summed and noised — run on the device, through
-:class:`pymc_dp.mechanisms.jax_rows.JaxRowMechanisms` (the mechanism layer). This module reads
+:class:`pymc_dp.backends.jax_rows.JaxRowMechanisms` (the mechanism layer). This module reads
 no data: it checks the settings, swaps a step's mechanisms for the run and records the backend.
 See docs/jax.md.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_dp.mechanisms.jax_rows import JAX_DTYPES, JaxRowMechanisms, import_jax
+from pymc_dp.backends.jax_rows import JAX_DTYPES, JaxRowMechanisms, import_jax
 
 __all__ = ["SUPPORTED_STEPS", "JaxBackend", "attach_backend", "check_backend"]
 
@@ -75,7 +75,7 @@ class JaxBackend:
     -----
     Neighbouring relation, sensitivities, noise scales and accounting: those of the steps, as
     on the default backend. The noise comes from the operating system's CSPRNG
-    (``os.urandom`` read in blocks: :class:`pymc_dp.mechanisms.jax_rows.BufferedSecureNoise`),
+    (``os.urandom`` read in blocks: :class:`pymc_dp.backends.jax_rows.BufferedSecureNoise`),
     drawn on the host and sent to the device with each release, unless the step has
     ``reproducible_noise=True`` (testing only), which draws it from the same seeded
     generator as the default backend.
@@ -106,6 +106,14 @@ class JaxBackend:
         if isinstance(scan, bool) or not isinstance(scan, numbers.Integral) or scan < 1:
             raise ValueError(f"`scan_iterations` must be a positive integer. Found {scan!r}.")
         object.__setattr__(self, "scan_iterations", int(scan))  # a NumPy integer, as a plain int
+
+    def check(self, steps: list[Any], kwargs: dict[str, Any]) -> None:
+        """:class:`pymc_dp.backends.Backend`'s check: refuse, naming the setting, what this backend cannot run."""
+        check_backend(self, steps, kwargs)
+
+    def attach(self, steps: list[Any]) -> Callable[[], None]:
+        """:class:`pymc_dp.backends.Backend`'s attach: the JAX mechanisms for the run (compiled, nothing released)."""
+        return attach_backend(self, steps)
 
 
 def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> JaxBackend | None:
