@@ -47,6 +47,45 @@ def correlated_gaussian(n_rows: int = 100_000, dim: int = 10, seed: int = 0) -> 
     return model
 
 
+def mvnormal(n_rows: int, dim: int = 20, seed: int = 0) -> pm.Model:
+    """MvNormal with an unknown mean and a fixed dense covariance (P = 20)."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(dim, dim))
+    cov = a @ a.T / dim + np.eye(dim)
+    x = rng.multivariate_normal(np.zeros(dim), cov, size=n_rows)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5, size=dim)
+        pm.MvNormal("x", mu, cov=cov, observed=x)
+    return model
+
+
+def negative_binomial(n_rows: int, features: int = 14, seed: int = 0) -> pm.Model:
+    """Negative-binomial regression with a log link (P = features + 2 = 16)."""
+    rng = np.random.default_rng(seed)
+    x = 0.3 * rng.normal(size=(n_rows, features))
+    y = rng.negative_binomial(5, 5 / (5 + np.exp(0.5 + x @ rng.normal(size=features) * 0.3)))
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 1, size=features)
+        alpha = pm.HalfNormal("alpha", 5)
+        pm.NegativeBinomial("y", mu=pm.math.exp(a + x @ b), alpha=alpha, observed=y)
+    return model
+
+
+def hierarchical(n_rows: int, groups: int = 10, seed: int = 0) -> pm.Model:
+    """Normal hierarchical model with a numpy group index ``theta[g]`` (P = groups + 3)."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, size=n_rows)
+    y = rng.normal(0.3 * g, 1.0)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfNormal("tau", 2)
+        theta = pm.Normal("theta", mu, tau, size=groups)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("y", theta[g], sigma, observed=y)
+    return model
+
+
 def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 5) -> float:
     """Median over ``repeats`` rounds of the mean time of ``number`` calls (after one warm-up call)."""
     fn()
