@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pymc_dp.backends.jax_rows import _jax_ops
 from pymc_dp.step_methods import kernels
 
 jax = pytest.importorskip("jax")
@@ -58,17 +59,10 @@ class ToyReleases:
         self.kept = accepted
 
 
-def _jax_ops():
-    def loop(count, body, carry, stop=None):
-        return jax.lax.fori_loop(0, int(count), body, carry)
-
-    return kernels.ArrayOps(jnp, loop, lambda c, compute, otherwise: jnp.where(c, compute(), otherwise), jnp.where)
-
-
 def _run_both(kernel, state, draws, settings, noise):
     """(NumPy result, jitted JAX result) of one kernel call on the toy releases."""
     host = kernel(kernels.NUMPY_OPS, ToyReleases(np, noise, kernels.NUMPY_OPS.select), state, draws, settings)
-    ops = _jax_ops()
+    ops = _jax_ops(jax)  # the JAX backend's own ops
 
     def call(state, draws, noise):
         return kernel(ops, ToyReleases(jnp, noise, jnp.where), state, draws, settings)

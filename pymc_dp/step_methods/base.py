@@ -338,11 +338,7 @@ class DPStep(ArrayStepShared):
         length = self._tuning_block_length() if tuning else None
         if tuning and length is None:
             return None
-        key = (*args, *sorted(kwargs.items()))
-        cached = getattr(self, "_block_cache", None)
-        if cached is None or len(cached[0]) != len(key) or not all(_same(a, b) for a, b in zip(cached[0], key)):
-            cached = self._block_cache = (key, build(*args, **kwargs))
-        block = cached[1]
+        block = self._kept("_block_cache", (*args, *sorted(kwargs.items())), lambda: build(*args, **kwargs))
         if block is None:
             return None
         if length is None:
@@ -427,9 +423,14 @@ class DPStep(ArrayStepShared):
         if build is None or self.shared:
             return None
         key = (kernel, *sorted(releases.items()))
-        cached = getattr(self, "_fused_cache", None)
+        return self._kept("_fused_cache", key, lambda: build(kernel, self._prior, iterations=1, **releases))
+
+    def _kept(self, attribute: str, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()``, kept in ``attribute`` with ``key`` until an entry of the key changes (object or value)."""
+        cached = getattr(self, attribute, None)
         if cached is None or len(cached[0]) != len(key) or not all(_same(a, b) for a, b in zip(cached[0], key)):
-            cached = self._fused_cache = (key, build(kernel, self._prior, iterations=1, **releases))
+            cached = (key, build())
+            setattr(self, attribute, cached)
         return cached[1]
 
     def _block_kernel(self, kernel: Callable[..., Any], adaptive: bool) -> Callable[..., Any]:

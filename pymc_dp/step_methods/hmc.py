@@ -23,15 +23,10 @@ from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
 from pymc_dp.step_methods import kernels
-from pymc_dp.step_methods.base import DPStep, TransitionInfo
+from pymc_dp.step_methods.base import DPStep, TransitionInfo, _row
 from pymc_dp.step_methods.kernels import NUMPY_OPS, dual_averaging_update
 
 __all__ = ["DPHMC", "DualAveraging", "dual_averaging_update", "kinetic_energy", "leapfrog"]
-
-
-def _first(draws: Any) -> Any:
-    """Iteration 0 of stacked draws."""
-    return type(draws)(*(field[0] for field in draws))
 
 
 class DualAveraging:
@@ -506,7 +501,7 @@ class DPHMC(DPStep):
                 kernel,
                 releases,
                 self._kernel_state(theta, adaptive),
-                _first(self._kernel_draws(theta, 1, adaptive, rng)),
+                _row(self._kernel_draws(theta, 1, adaptive, rng), 0),
                 self._kernel_settings(adaptive),
                 iterations,
             )

@@ -22,9 +22,9 @@ from pymc_dp.step_methods.base import (
     GaussianNoiseMultiplier,
     RandomWalkTuning,
     TransitionInfo,
+    _row,
     check_proposal_scale,
 )
-from pymc_dp.step_methods.host_releases import HostReleases
 from pymc_dp.step_methods.kernels import penalty_log_acceptance
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
@@ -225,28 +225,17 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         if scan_iterations <= 1 or type(self) is not DPPenaltyMH:
             return []
         theta = np.zeros(self._prior.n_params)
-        draws = self._kernel_draws(theta, 1, False, np.random.default_rng(0))  # shapes only
-        draws = kernels.PenaltyDraws(*(field[0] for field in draws))
+        draws = _row(self._kernel_draws(theta, 1, False, np.random.default_rng(0)), 0)  # shapes only
         return [(kernels.penalty_kernel, (("ratio", 1),), theta, draws, self.temperature, scan_iterations)]
 
     def transition(self, theta: np.ndarray) -> tuple[np.ndarray, TransitionInfo]:
         """Algorithm 1 of Yıldırım and Ermiş (2019): propose, release λ̂, the penalty test.
 
         :func:`pymc_dp.step_methods.kernels.penalty_kernel`, here or in the backend's blocks
-        (after tuning, and within a tuning interval); subclasses release other statistics
-        through the same kernel, one call per iteration.
+        (after tuning, and within a tuning interval); a subclass's statistic (not a backend's
+        mechanism) runs through the same kernel here, one call per iteration.
         """
         mechanism = self._get_mechanism()
         if self.shared:  # other parameters may have moved since our last step
             mechanism.forget()
-        if type(self) is not DPPenaltyMH:  # no backend blocks for a subclass's statistic
-            return self._host_kernel_transition(theta, mechanism)
         return self._kernel_transition(theta, kernels.penalty_kernel, {"ratio": mechanism})
-
-    def _host_kernel_transition(self, theta: np.ndarray, mechanism: Any) -> tuple[np.ndarray, TransitionInfo]:
-        theta = np.asarray(theta, dtype=float)
-        draws = self._kernel_draws(theta, 1, False, self.rng)
-        draws = kernels.PenaltyDraws(*(field[0] for field in draws))
-        releases = HostReleases(self._prior, self.noise_rng, ratio=mechanism)
-        point, info = kernels.penalty_kernel(kernels.NUMPY_OPS, releases, theta, draws, self.temperature)
-        return np.asarray(point, dtype=float), self._transition_info(info)
