@@ -57,7 +57,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pymc_dp.exponential_family.families",
         ),
     ),
-    # The model's rows: per-row log-likelihoods and gradients, and the data-free prior handle.
+    # The model below its rows: the data-free prior (PriorDensity), compiled without any row.
+    ("model", ("pymc_dp.prior",)),
+    # The model's rows: per-row log-likelihoods and gradients (RowLikelihood), compiled from the model.
     ("data", ("pymc_dp.data",)),
     # Where rows become releasable: clip, sum, add calibrated noise, state the cost. The code to audit.
     ("mechanisms", ("pymc_dp.mechanisms", "pymc_dp.mechanisms.*")),
