@@ -3,6 +3,7 @@
 See ``docs/exponential_family.md``.
 """
 
+from pymc_dp.exponential_family.counts import PoissonRegression  # registers "poisson_regression"
 from pymc_dp.exponential_family.families import (
     SUPPORTED_FAMILIES,
     Bernoulli,
@@ -37,6 +38,7 @@ __all__ = [
     "LogisticRegression",
     "Normal",
     "Poisson",
+    "PoissonRegression",
     "ReleasedStatistics",
     "annotate_releases",
     "get_family",

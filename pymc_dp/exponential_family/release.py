@@ -304,14 +304,18 @@ class ReleasedStatistics:
                 stacklevel=2,
             )
         before = set(model.named_vars)
+        family_loglik = getattr(self.family, "release_loglik", None)  # a family with its own (counts.py)
+        loglik = (
+            family_loglik(self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params)
+            if family_loglik is not None
+            else release_loglik(
+                self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params
+            )
+        )
         potential = pm.Potential(
             name,
-            declare_constants_public(  # built from the release and public bounds; the params are checked as priors
-                release_loglik(
-                    self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params
-                ),
-                params.values(),
-            ),
+            # built from the release and public bounds; the params are checked as priors
+            declare_constants_public(loglik, params.values()),
         )
         # The latent variables the likelihood added (covariate moments, noise variances): nuisance parameters.
         setattr(potential.tag, NUISANCE_TAG, tuple(n for n in model.named_vars if n not in before and n != name))
@@ -640,7 +644,10 @@ def release_statistics(
         ``sigma``, public ``bounds``), ``"linear_regression"`` (``n_features``, public
         ``x_bounds`` and ``y_bounds``; ``data=(X, y)``), ``"logistic_regression"``
         (``n_features``, public ``x_bounds``; ``data=(X, y)`` with y in {0, 1}; see
-        ``covariate_anchors``), or a family instance.
+        ``covariate_anchors``), ``"poisson_regression"`` (``n_features``, public ``x_bounds``
+        and count bound ``y_max``; ``data=(X, y)`` with counts y clipped to [0, y_max];
+        ``covariate_anchors`` ≥ 1 required: :mod:`pymc_dp.exponential_family.counts`), or a
+        family instance.
     data : array or (X, y)
         The raw rows. Rows outside the public bounds are mapped into them (``out_of_bounds``).
     epsilon : float
@@ -668,7 +675,10 @@ def release_statistics(
         δ of a Gaussian release, in (0, 1); required with ``mechanism="gaussian"``, not allowed
         with Laplace.
     covariate_anchors : int, default 0
-        Logistic regression only: after the release of (Σ s·x, Σ xxᵀ), release k anchors
+        Logistic and Poisson regression only (Poisson: at least 1; its anchors release
+        F̂ = Σᵢ m(λᵢ)·xᵢ and Σᵢ h(λᵢ)xᵢxᵢᵀ at λᵢ = exp(xᵢᵀβ̂), see
+        :class:`pymc_dp.exponential_family.counts.PoissonCovariateAnchor`). Logistic
+        regression: after the release of (Σ s·x, Σ xxᵀ), release k anchors
         F̂ = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ + noise, each at the estimate β̂ computed from the releases
         before it (:func:`pymc_dp.exponential_family.noise_aware.logistic_anchor_point`).
         Each anchor also releases the slope Σᵢ (1 − gᵢ²)xᵢxᵢᵀ, so each is a Newton step on the
@@ -895,10 +905,17 @@ def _check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) 
             f"`covariate_anchors` must be at most {MAX_COVARIATE_ANCHORS} (each anchor is a Newton step of the "
             f"estimate: two or three suffice). Found {covariate_anchors}."
         )
-    if covariate_anchors and type(family) is not LogisticRegression:
+    anchored = type(family) is LogisticRegression or hasattr(family, "anchor_family")
+    if covariate_anchors and not anchored:
         raise ValueError(
-            f"`covariate_anchors` applies to logistic_regression only. Found {covariate_anchors} for the "
-            f"{family.name} family."
+            f"`covariate_anchors` applies to logistic_regression only, or to poisson_regression. Found "
+            f"{covariate_anchors} for the {family.name} family."
+        )
+    least = getattr(family, "min_covariate_anchors", 0)
+    if covariate_anchors < least:
+        raise ValueError(
+            f"`covariate_anchors` must be at least {least} for {family.name} (its noise-aware likelihood reads the "
+            f"last anchor; 1 is recommended). Found {covariate_anchors}."
         )
     return covariate_anchors
 
@@ -919,8 +936,12 @@ def _release_anchors(
     released: list[CovariateAnchor] = []
     for setting in settings:
         previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
-        point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
-        anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
+        if hasattr(family, "anchor_family"):  # a family that places its own anchors (counts.py)
+            point = family.anchor_point(noisy, n_rows, previous)  # post-processing of earlier releases
+            anchor_family = family.anchor_family(point)
+        else:
+            point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
+            anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
         grid_scale = _grid_scale(anchor_family, mechanism, setting) if noise == "discrete" else None
         private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds, grid_scale=grid_scale)
         values, scale = _noisy(private, mechanism, noise, setting, rng)
@@ -939,9 +960,10 @@ def _check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> f
         if delta not in (None, 0, 0.0):
             raise ValueError(f"`delta` must be None for a Laplace release, which is (ε, 0)-DP. Found {delta!r}.")
         return 0.0
-    if not isinstance(family, LinearRegression | LogisticRegression):
+    if not (isinstance(family, LinearRegression | LogisticRegression) or getattr(family, "gaussian_noise", False)):
         raise ValueError(
-            "`mechanism`='gaussian' is supported for linear_regression and logistic_regression only (their "
+            "`mechanism`='gaussian' is supported for linear_regression, logistic_regression and poisson_regression "
+            "only (their "
             f"noise-aware likelihoods model Gaussian noise exactly). Found the {family.name} family."
         )
     if delta is None:
