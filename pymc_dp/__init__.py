@@ -23,6 +23,7 @@ from pymc_dp.exponential_family import (
     one_posterior_sample,
     release_statistics,
 )
+from pymc_dp.mechanisms.centred import CentringAnchor, release_anchor
 from pymc_dp.planning import Plan, plan
 from pymc_dp.public_data import public
 from pymc_dp.publish import publish
@@ -49,6 +50,7 @@ __all__ = [
     "DPADVI",
     "DPHMC",
     "AlteredResultError",
+    "CentringAnchor",
     "CovariateModelWarning",
     "DPBarkerMH",
     "DPMultiOwnerPenaltyMH",
@@ -80,6 +82,7 @@ __all__ = [
     "privacy_statement",
     "public",
     "publish",
+    "release_anchor",
     "release_statistics",
     "sample",
     "sample_posterior_predictive",

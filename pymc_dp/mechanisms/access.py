@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
+from pymc_dp.mechanisms.centred import CentredClippedGradient, CentredLogLikelihoodRatio
 from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
@@ -53,6 +54,18 @@ class RowMechanisms:
     ) -> NoisyPoissonGradientSum:
         """A :class:`NoisyPoissonGradientSum` on Poisson batches of the rows."""
         return NoisyPoissonGradientSum(self._rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+
+    def centred_log_likelihood_ratio(
+        self, anchor: Any, lipschitz: float, noise_multiplier: float, neighbouring: str
+    ) -> CentredLogLikelihoodRatio:
+        """A :class:`CentredLogLikelihoodRatio` on every row, centred on a released anchor (issue 36)."""
+        return CentredLogLikelihoodRatio(self._rows, anchor, lipschitz, noise_multiplier, neighbouring)
+
+    def centred_gradient(
+        self, anchor: Any, lipschitz: float, noise_multiplier: float, neighbouring: str
+    ) -> CentredClippedGradient:
+        """A :class:`CentredClippedGradient` on every row, centred on a released anchor (issue 36)."""
+        return CentredClippedGradient(self._rows, anchor, lipschitz, noise_multiplier, neighbouring)
 
     def owner_ratio(
         self, owner_rows: np.ndarray, llr_clip: float, noise_multiplier: float, rng: Any, neighbouring: str

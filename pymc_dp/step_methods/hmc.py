@@ -24,6 +24,7 @@ from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
 from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, _row
+from pymc_dp.step_methods.centred import Centring
 from pymc_dp.step_methods.kernels import NUMPY_OPS, dual_averaging_update
 
 __all__ = ["DPHMC", "DualAveraging", "dual_averaging_update", "kinetic_energy", "leapfrog"]
@@ -92,7 +93,23 @@ class HMCInfo(TransitionInfo):
         return {**super().statistics(), "dp_step_size": float(self.step_size)}
 
 
-class DPHMC(DPStep):
+def _noise_pair(grad_noise_multiplier: Any, llr_noise_multiplier: Any) -> tuple[float | None, float | None]:
+    """DPHMC's two noise multipliers: both positive and finite, or both None (left to calibration)."""
+    if (grad_noise_multiplier is None) != (llr_noise_multiplier is None):
+        raise ValueError(
+            "`grad_noise_multiplier` and `llr_noise_multiplier` must be given together (or both left to "
+            f"calibration). Found grad_noise_multiplier={grad_noise_multiplier!r}, "
+            f"llr_noise_multiplier={llr_noise_multiplier!r}."
+        )
+    if grad_noise_multiplier is None:
+        return None, None
+    return (
+        check_finite_positive("grad_noise_multiplier", grad_noise_multiplier),
+        check_finite_positive("llr_noise_multiplier", llr_noise_multiplier),
+    )
+
+
+class DPHMC(Centring, DPStep):
     """Differentially private Hamiltonian Monte Carlo (DP-HMC).
 
     Each iteration draws p ~ N(0, M), runs L leapfrog steps in which every gradient of the
@@ -150,6 +167,17 @@ class DPHMC(DPStep):
         knows the seed can regenerate the noise and subtract it from the releases. By
         default it comes from the operating system's CSPRNG
         (:func:`pymc_dp.mechanisms.mechanism_rng`).
+    anchor : CentringAnchor, optional
+        Centre every release on a released anchor (:func:`pymc_dp.release_anchor`; issue 36):
+        each gradient is Ĝ + Σᵢ clip_L2(gᵢ(θ) − g̃ᵢ(θ̂), κ‖θ − θ̂‖) + noise
+        (:class:`pymc_dp.mechanisms.centred.CentredClippedGradient`) and the test's ratio the
+        centred one (:class:`pymc_dp.mechanisms.centred.CentredLogLikelihoodRatio`): the noise
+        shrinks near θ̂. Needs ``centre_lipschitz`` and both noise multipliers; ``grad_clip``
+        and ``llr_clip`` are then unused. The anchor's release is charged once, with the
+        iterations.
+    centre_lipschitz : float, optional
+        κ, a public per-row bound on the Lipschitz constant of the score (logistic regression
+        with ‖xᵢ‖ ≤ B: B²/4). Rows that break it are clipped.
     tune : bool, default True
         Adapt η and M during tuning.
     model, rng, initial_point, compile_kwargs, blocked
@@ -173,6 +201,12 @@ class DPHMC(DPStep):
     **Exactness.** Without clipping of the ratios the chain leaves the posterior (tempered
     when T ≠ 1) invariant for any gradient noise (Räisä et al. 2021, Theorem 3.1); clipped
     gradients only change the proposal.
+
+    **Centred** (``anchor=``). The gradient's sensitivity is 2κ‖θ − θ̂‖ and the ratio's
+    2κ‖θ′ − θ‖·max(‖θ − θ̂‖, ‖θ′ − θ̂‖) (halved under add/remove), functions of public values;
+    with σ = τΔ the per-iteration μ is unchanged, and ε also covers the anchor's one release.
+    The chain leaves p(θ | X)·exp(T ηᵀθ) invariant without clipping, η the anchor's noise
+    (``docs/centred.md``).
 
     Sampler statistics (all privatized or public):
 
@@ -222,6 +256,8 @@ class DPHMC(DPStep):
         temperature: float = 1.0,
         neighbouring: str = "substitute",
         reproducible_noise: bool = False,
+        anchor: Any = None,
+        centre_lipschitz: float | None = None,
         tune: bool = True,
         model=None,
         rng=None,
@@ -233,22 +269,7 @@ class DPHMC(DPStep):
         self.n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
         self.grad_clip = check_clip_bound("grad_clip", grad_clip)
         self.llr_clip = check_clip_bound("llr_clip", llr_clip)
-        if (grad_noise_multiplier is None) != (llr_noise_multiplier is None):
-            raise ValueError(
-                "`grad_noise_multiplier` and `llr_noise_multiplier` must be given together (or both left to "
-                f"calibration). Found grad_noise_multiplier={grad_noise_multiplier!r}, "
-                f"llr_noise_multiplier={llr_noise_multiplier!r}."
-            )
-        self.grad_noise_multiplier = (
-            None
-            if grad_noise_multiplier is None
-            else check_finite_positive("grad_noise_multiplier", grad_noise_multiplier)
-        )
-        self.llr_noise_multiplier = (
-            None
-            if llr_noise_multiplier is None
-            else check_finite_positive("llr_noise_multiplier", llr_noise_multiplier)
-        )
+        self.grad_noise_multiplier, self.llr_noise_multiplier = _noise_pair(grad_noise_multiplier, llr_noise_multiplier)
         share = check_finite_positive("grad_budget_share", grad_budget_share)
         if share >= 1.0:
             raise ValueError(f"`grad_budget_share` must be in the open interval (0, 1). Found {grad_budget_share!r}.")
@@ -270,6 +291,11 @@ class DPHMC(DPStep):
         tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         if step_size is not None:
             step_size = check_finite_positive("step_size", step_size)
+        self._check_centring_arguments(
+            anchor,
+            centre_lipschitz,
+            {"grad_noise_multiplier": grad_noise_multiplier, "llr_noise_multiplier": llr_noise_multiplier},
+        )
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
             vars, model, initial_point, compile_kwargs, "DPHMC", self.neighbouring, reproducible_noise
@@ -277,6 +303,7 @@ class DPHMC(DPStep):
         self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows
         size = self._prior.n_params
+        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars])
         if step_size is None:
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)
@@ -331,9 +358,13 @@ class DPHMC(DPStep):
         self._check_ready()
         label = f"DPHMC[{','.join(self.var_names)}]"
         count = int(n_iterations)
-        return NoisyLogLikelihoodRatio.events(
-            self.llr_noise_multiplier, count, f"{label} log-likelihood ratio"
-        ) + NoisyClippedGradient.events(self.grad_noise_multiplier, count * (self.n_leapfrog + 1), f"{label} gradient")
+        return (
+            NoisyLogLikelihoodRatio.events(self.llr_noise_multiplier, count, f"{label} log-likelihood ratio")
+            + NoisyClippedGradient.events(
+                self.grad_noise_multiplier, count * (self.n_leapfrog + 1), f"{label} gradient"
+            )
+            + self._anchor_events()
+        )
 
     def set_noise_for_mu(self, mu_per_iteration: float) -> None:
         mu = check_finite_positive("mu_per_iteration", mu_per_iteration)
@@ -362,6 +393,7 @@ class DPHMC(DPStep):
             "neighbouring": self.neighbouring,
             "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": {"llr": 1, "gradient": self.n_leapfrog + 1},
+            **self._centring_settings(),
         }
 
     # -- per-chain state ------------------------------------------------------------------
@@ -372,9 +404,22 @@ class DPHMC(DPStep):
         self._drop_block()
         if self._llr_mechanism is not None:
             self._llr_mechanism.forget()
+        if self._grad_mechanism is not None and hasattr(self._grad_mechanism, "forget"):
+            self._grad_mechanism.forget()
 
     def _get_mechanism(self) -> tuple[NoisyLogLikelihoodRatio, NoisyClippedGradient]:
         llr, grad = self._llr_mechanism, self._grad_mechanism
+        if self.anchor is not None:
+            noises = (self.llr_noise_multiplier, self.grad_noise_multiplier)
+            if llr is None or grad is None or (llr.noise_multiplier, grad.noise_multiplier) != noises:
+                self._check_ready()
+                self._llr_mechanism = self._row_mechanisms.centred_log_likelihood_ratio(
+                    self.anchor, self.centre_lipschitz, self.llr_noise_multiplier, self.neighbouring
+                )
+                self._grad_mechanism = self._row_mechanisms.centred_gradient(
+                    self.anchor, self.centre_lipschitz, self.grad_noise_multiplier, self.neighbouring
+                )
+            return self._llr_mechanism, self._grad_mechanism
         current = (
             self.llr_noise_multiplier,
             self.llr_clip,
@@ -488,6 +533,8 @@ class DPHMC(DPStep):
         return {"gradient": grad_mechanism, "gradient_releases": self.n_leapfrog + 1, "ratio": llr_mechanism}
 
     def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
+        if self.anchor is not None:  # the centred releases run on the host (no device block for them yet)
+            return []
         releases = (("gradient", self.n_leapfrog + 1), ("ratio", 1))
         theta = np.zeros(self._size)
         rng = np.random.default_rng(0)  # examples of the draws' shapes: nothing here is used

@@ -15,6 +15,7 @@ from pymc_dp._validation import (
     check_neighbouring,
     check_positive_int,
 )
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
 from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import (
@@ -25,12 +26,13 @@ from pymc_dp.step_methods.base import (
     _row,
     check_proposal_scale,
 )
+from pymc_dp.step_methods.centred import Centring
 from pymc_dp.step_methods.kernels import penalty_log_acceptance
 
 __all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
 
 
-class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
+class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     """Differentially private random-walk Metropolis by the penalty algorithm.
 
     Each iteration proposes θ′ = θ + s·z (z ~ N(0, I) on the unconstrained scale), releases
@@ -71,6 +73,17 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         knows the seed can regenerate the noise and subtract it from the releases. By
         default it comes from the operating system's CSPRNG
         (:func:`pymc_dp.mechanisms.mechanism_rng`).
+    anchor : CentringAnchor, optional
+        Centre every release on a released anchor (:func:`pymc_dp.release_anchor`; issue 36):
+        each iteration releases only the rows' residuals against their first-order expansion at
+        θ̂, clipped at c = κ‖θ′ − θ‖·max(‖θ − θ̂‖, ‖θ′ − θ̂‖)
+        (:class:`pymc_dp.mechanisms.centred.CentredLogLikelihoodRatio`), so the noise shrinks
+        near θ̂ instead of staying b‖θ′ − θ‖. Needs ``centre_lipschitz`` and
+        ``noise_multiplier``; ``llr_clip`` is then unused. The anchor's release is charged
+        once, with the iterations.
+    centre_lipschitz : float, optional
+        κ, a public per-row bound on the Lipschitz constant of the score (logistic regression
+        with ‖xᵢ‖ ≤ B: B²/4). Rows that break it are clipped.
     tune : bool, default True
         Tune the proposal scale during the tuning iterations.
     tune_interval : int, default 100
@@ -97,6 +110,13 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
 
     **Exactness.** Without clipping the chain leaves the posterior (tempered when T ≠ 1)
     exactly invariant (Yıldırım and Ermiş 2019, §2.1).
+
+    **Centred** (``anchor=``). Sensitivity 2c (c under add/remove), c = κ‖θ′ − θ‖·max(‖θ − θ̂‖,
+    ‖θ′ − θ̂‖), a function of public values; σ = τ·2c, so each iteration still costs
+    μ = 1/(2τ²), and ε also covers the anchor's one release (μ = 1/(2τ_G²)). Without clipping
+    the chain leaves p(θ | X)·exp(T ηᵀθ) invariant, η the anchor's noise (public covariance
+    σ_G² I): see :func:`pymc_dp.mechanisms.centred.widen_for_anchor_noise` and
+    ``docs/centred.md``.
 
     Sampler statistics (all privatized or public):
 
@@ -139,6 +159,8 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         temperature: float = 1.0,
         neighbouring: str = "substitute",
         reproducible_noise: bool = False,
+        anchor: Any = None,
+        centre_lipschitz: float | None = None,
         tune: bool = True,
         tune_interval: int = 100,
         model=None,
@@ -157,11 +179,13 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         self.tune_interval = check_positive_int("tune_interval", tune_interval)
         tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
         scale = check_proposal_scale(proposal_scale)
+        self._check_centring_arguments(anchor, centre_lipschitz, {"noise_multiplier": noise_multiplier})
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
             vars, model, initial_point, compile_kwargs, "DPPenaltyMH", self.neighbouring, reproducible_noise
         )
         size = self._prior.n_params
+        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars])
         self.n_rows = self._prior.n_rows
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
@@ -185,7 +209,11 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             "neighbouring": self.neighbouring,
             "reproducible_noise": self.reproducible_noise,
             "releases_per_iteration": 1,
+            **self._centring_settings(),
         }
+
+    def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
+        return super().privacy_events(n_iterations) + self._anchor_events()
 
     # -- sampling -------------------------------------------------------------------------
     def _reset_chain_state(self) -> None:
@@ -198,6 +226,13 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
 
     def _get_mechanism(self) -> NoisyLogLikelihoodRatio:
         mechanism = self._mechanism
+        if self.anchor is not None:
+            if mechanism is None or mechanism.noise_multiplier != self.noise_multiplier:
+                self._check_ready()
+                self._mechanism = self._row_mechanisms.centred_log_likelihood_ratio(
+                    self.anchor, self.centre_lipschitz, self.noise_multiplier, self.neighbouring
+                )
+            return self._mechanism
         if mechanism is None or (mechanism.noise_multiplier, mechanism.llr_clip, mechanism.neighbouring) != (
             self.noise_multiplier,
             self.llr_clip,
@@ -222,7 +257,7 @@ class DPPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         return self.temperature
 
     def kernel_compilations(self, scan_iterations: int) -> list[tuple[Any, ...]]:
-        if scan_iterations <= 1 or type(self) is not DPPenaltyMH:
+        if scan_iterations <= 1 or type(self) is not DPPenaltyMH or self.anchor is not None:
             return []
         theta = np.zeros(self._prior.n_params)
         draws = _row(self._kernel_draws(theta, 1, False, np.random.default_rng(0)), 0)  # shapes only

@@ -1,0 +1,124 @@
+"""Centred releases for the DP steps (issue 36): the settings and accounting that a centred step adds.
+
+A step that takes ``anchor=`` (a :class:`pymc_dp.mechanisms.centred.CentringAnchor`, released by
+:func:`pymc_dp.release_anchor`) and ``centre_lipschitz=`` κ releases through the centred
+mechanisms of :mod:`pymc_dp.mechanisms.centred` instead of the plain ones; its kernel is
+unchanged (:mod:`pymc_dp.step_methods.kernels`). This mixin holds what is common: argument
+checks, the anchor's one release in the step's accounting, and the record.
+
+Notes
+-----
+The anchor's release is charged once per run, in the step's ``privacy_events`` (which
+:func:`pymc_dp.sample` and :func:`pymc_dp.publish` compose over the run's total iterations),
+and in each chain's ``dp_mu_cumulative`` at its first iteration (so a plain result priced from
+the statistics counts it once per chain: never less than spent). Because calibration splits a
+target over iterations alone, a centred step needs its noise multipliers given: the anchor's
+share of ε is the caller's choice (:func:`centred_noise_multipliers`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.mechanisms.centred import CentringAnchor, check_anchor, check_centre_lipschitz
+
+__all__ = ["Centring", "centred_noise_multipliers"]
+
+
+def centred_noise_multipliers(
+    epsilon: float, delta: float, iterations: int, anchor_share: float = 0.3, releases_per_iteration: int = 1
+) -> tuple[float, float]:
+    """(τ_G, τ): the anchor's and each iteration's noise multipliers for a target (ε, δ), Gaussian composition.
+
+    The run's μ (:func:`pymc_dp.accounting.gaussian_mu_for_target`) is split: ``anchor_share``
+    to the anchor's one release, the rest evenly over ``iterations`` × ``releases_per_iteration``
+    releases (``iterations``: chains × (tune + draws)). Public settings only.
+
+    Returns
+    -------
+    (float, float)
+        τ_G = (2 μ_G)^(-1/2) and τ = (2 μ_it)^(-1/2), each rounded up by 1e-9 relative (towards privacy).
+    """
+    share = check_finite_positive("anchor_share", anchor_share)
+    if share >= 1:
+        raise ValueError(f"`anchor_share` must be in (0, 1). Found {anchor_share!r}.")
+    mu = gaussian_mu_for_target(epsilon, delta)
+    count = int(iterations) * int(releases_per_iteration)
+    if count < 1:
+        raise ValueError(f"`iterations` × `releases_per_iteration` must be at least 1. Found {count}.")
+    anchor_tau = math.sqrt(0.5 / (share * mu)) * (1 + 1e-9)
+    tau = math.sqrt(0.5 * count / ((1 - share) * mu)) * (1 + 1e-9)
+    return anchor_tau, tau
+
+
+class Centring:
+    """Mixin of a DP step that may centre its releases on a released anchor (``anchor``, ``centre_lipschitz``)."""
+
+    anchor: CentringAnchor | None = None
+    centre_lipschitz: float | None = None
+
+    def _check_centring_arguments(self, anchor: Any, lipschitz: Any, noises: dict[str, Any]) -> None:
+        """Validate ``anchor`` with κ and the given noise multipliers, before anything is built."""
+        if anchor is None:
+            if lipschitz is not None:
+                raise ValueError(
+                    f"`centre_lipschitz` needs an `anchor` (pymc_dp.release_anchor(...)). Found centre_lipschitz="
+                    f"{lipschitz!r} and anchor=None."
+                )
+            return
+        if not isinstance(anchor, CentringAnchor):
+            raise TypeError(
+                f"`anchor` must be a CentringAnchor from pymc_dp.release_anchor(...). Found {type(anchor).__name__}."
+            )
+        if lipschitz is None:
+            raise ValueError(
+                "`centre_lipschitz` must be given with `anchor`: a public per-row bound κ on the score's Lipschitz "
+                "constant (logistic regression with ‖x‖ ≤ B: B²/4). Found None."
+            )
+        check_centre_lipschitz(lipschitz)
+        unset = [name for name, value in noises.items() if value is None]
+        if unset:
+            raise ValueError(
+                f"{', '.join(f'`{n}`' for n in unset)} must be given with `anchor` (calibration does not split ε with "
+                "the anchor): take them from pymc_dp.step_methods.centred.centred_noise_multipliers(epsilon, delta, "
+                "iterations). Found None."
+            )
+
+    def _set_anchor(self, anchor: Any, lipschitz: Any, size: int, names: list[str]) -> None:
+        if anchor is None:
+            self.anchor, self.centre_lipschitz = None, None
+            return
+        self.anchor = check_anchor(anchor, size, self.neighbouring)
+        if anchor.var_names and list(anchor.var_names) != list(names):
+            raise ValueError(
+                f"`anchor` must be released for the step's variables {names}. Found {list(anchor.var_names)}."
+            )
+        self.centre_lipschitz = check_centre_lipschitz(lipschitz)
+
+    @property
+    def auto_clip_attributes(self) -> tuple[str, ...]:
+        """None when centred: the centred bound replaces the plain clip bounds."""
+        if self.anchor is not None:
+            return ()
+        return super().auto_clip_attributes
+
+    def _anchor_events(self) -> list[PrivacyEvent]:
+        """The anchor's one release (none when not centred)."""
+        if self.anchor is None:
+            return []
+        return self.anchor.events(f"{type(self).__name__}[{','.join(self.var_names)}] centring anchor")
+
+    def _iteration_mu(self) -> float:
+        mu = super()._iteration_mu()
+        if self.anchor is not None and self._iterations_chain == 1:  # the anchor, once per chain (never less)
+            mu += self.anchor.mu
+        return mu
+
+    def _centring_settings(self) -> dict[str, Any]:
+        if self.anchor is None:
+            return {}
+        return {"centring": {**self.anchor.record(), "lipschitz": self.centre_lipschitz}}
