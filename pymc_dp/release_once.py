@@ -1,0 +1,457 @@
+"""Release once, then draw: a private Laplace (Bernstein–von Mises) posterior from noisy Newton steps.
+
+:func:`release_once` takes K Newton steps θ ← θ + Â⁻¹ĝ on the log posterior in the model's
+unconstrained parameters, each from one release of the clipped per-row score sum
+(:class:`pymc_dp.mechanisms.NoisyClippedGradient`) and one of the clipped per-row Hessian sum
+(:class:`pymc_dp.mechanisms.hessian.NoisyClippedHessian`) at the current anchor, with the prior's
+exact gradient and Hessian added (the prior reads no data). The result is the Gaussian
+N(θ_K, Σ) with Σ = Â⁻¹ + Â⁻¹ S Â⁻¹: the Laplace covariance at the last anchor, widened by the
+known covariance S of the release noise carried through the last Newton step. Draws from it are
+transformed back to the model's variables. Every release is priced before the first row is read.
+
+This module reads no data: the rows are reached only through the mechanisms of
+:func:`pymc_dp.mechanisms.model_access`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from pymc_dp._validation import (
+    check_finite_positive,
+    check_neighbouring,
+    check_positive_int,
+    check_unit_interval_open,
+)
+from pymc_dp.accounting.budget import PrivacyBudget
+from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.data import data_dependent_deterministics, sorted_value_vars
+from pymc_dp.mechanisms import mechanism_rng, model_access
+from pymc_dp.mechanisms.hessian import clipped_hessian
+from pymc_dp.results import PrivateStart, posterior_attrs
+from pymc_dp.run import PrivateRun
+from pymc_dp.starts import public_initial_point
+
+__all__ = ["RELEASE_ONCE_MAX_LAST_STEP", "RELEASE_ONCE_MAX_NOISE_RATIO", "release_once", "release_once_events"]
+
+#: A result whose release noise widens some coordinate's sd by more than this factor over the Laplace
+#: sd is flagged as unusable (dp_diagnostics["usable"] False): the noise, not the data, sets its width.
+RELEASE_ONCE_MAX_NOISE_RATIO = 5.0
+#: A result whose last Newton step moved some coordinate by more than this many posterior sds is flagged:
+#: near the mode a step is of the size of the noise the earlier anchors carried (a few sds at most).
+RELEASE_ONCE_MAX_LAST_STEP = 10.0
+#: Relative step of the central differences of the prior's gradient (its Hessian; data-free).
+_PRIOR_STEP = 6e-6
+
+
+def _check_share(name: str, value: Any) -> float:
+    value = float(value) if isinstance(value, int | float | np.floating | np.integer) else value
+    if isinstance(value, bool) or not isinstance(value, float) or not 0.0 < value < 1.0:
+        raise ValueError(f"`{name}` must be a number strictly between 0 and 1. Found {value!r}.")
+    return value
+
+
+def _step_shares(newton_steps: int, final_share: float) -> list[float]:
+    """Each Newton step's share of the run's μ: ``final_share`` for the last, the rest split evenly."""
+    if newton_steps == 1:
+        return [1.0]
+    early = (1.0 - final_share) / (newton_steps - 1)
+    return [early] * (newton_steps - 1) + [final_share]
+
+
+def release_once_events(
+    epsilon: float, delta: float, newton_steps: int, hessian_share: float, final_share: float
+) -> tuple[list[PrivacyEvent], list[tuple[float, float]]]:
+    """The run's events and each step's (τ_g, τ_H), from public settings alone.
+
+    The μ that (ε, δ) allows (one Gaussian release at τ₁, μ = 1/(2τ₁²)) is split: step k gets
+    sₖ of it (:func:`_step_shares`), of which ``hessian_share`` goes to the Hessian release and
+    the rest to the score release; a release with share s has τ = τ₁/√s, so the μ add up to the
+    total. τ is raised by 10⁻⁹ relative, towards privacy.
+    """
+    tau_one = noise_multiplier_for_target(epsilon, delta, 1)
+    taus, events = [], []
+    for share in _step_shares(newton_steps, final_share):
+        tau_g = tau_one / math.sqrt(share * (1.0 - hessian_share)) * (1.0 + 1e-9)
+        tau_h = tau_one / math.sqrt(share * hessian_share) * (1.0 + 1e-9)
+        taus.append((tau_g, tau_h))
+    # One event per distinct τ (the early steps share theirs).
+    early = taus[:-1]
+    if early:
+        events.append(GaussianReleases(early[0][0], len(early), label="release_once score (early steps)"))
+        events.append(GaussianReleases(early[0][1], len(early), label="release_once Hessian (early steps)"))
+    events.append(GaussianReleases(taus[-1][0], 1, label="release_once score (last step)"))
+    events.append(GaussianReleases(taus[-1][1], 1, label="release_once Hessian (last step)"))
+    return events, taus
+
+
+def _check_settings(s: dict[str, Any]) -> dict[str, Any]:
+    """Every setting checked (public values only); nothing read or charged."""
+    if s["epsilon"] is None:
+        raise ValueError("`epsilon` must be given: a positive number, the run's target ε. Found None.")
+    s["epsilon"] = check_finite_positive("epsilon", s["epsilon"])
+    if s["delta"] is None:
+        raise ValueError("`delta` must be given (a number in (0, 1), typically below 1/N). Found None.")
+    s["delta"] = check_unit_interval_open("delta", s["delta"])
+    s["newton_steps"] = check_positive_int("newton_steps", s["newton_steps"])
+    for name in ("grad_clip", "hessian_clip"):
+        if s[name] is None:
+            raise ValueError(
+                f"`{name}` must be given: a public bound on each row's "
+                f"{'score norm' if name == 'grad_clip' else 'Hessian (Frobenius norm)'} in the model's "
+                "unconstrained parameters. Found None."
+            )
+        s[name] = check_finite_positive(name, s[name])
+    s["hessian_share"] = _check_share("hessian_share", s["hessian_share"])
+    s["final_share"] = _check_share("final_share", s["final_share"])
+    if s["max_step"] is not None:
+        s["max_step"] = check_finite_positive("max_step", s["max_step"])
+    s["draws"] = check_positive_int("draws", s["draws"])
+    s["chains"] = check_positive_int("chains", s["chains"])
+    s["neighbouring"] = check_neighbouring("neighbouring", s["neighbouring"])
+    if s["budget"] is not None and not isinstance(s["budget"], PrivacyBudget):
+        raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(s['budget']).__name__}.")
+    if not isinstance(s["reproducible_noise"], bool):
+        raise TypeError(f"`reproducible_noise` must be True or False. Found {type(s['reproducible_noise']).__name__}.")
+    seed = s["random_seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+        raise TypeError(f"`random_seed` must be an int or None. Found {type(seed).__name__}.")
+    return s
+
+
+def _start_point(model: Any, start: Any) -> tuple[dict[str, np.ndarray], tuple[PrivacyEvent, ...], dict[str, str]]:
+    """The first anchor on the unconstrained scale, the events it depends on, and its record.
+
+    None: PyMC's default initial point with every ``initval=`` ignored (public). A dict of
+    variable values (constrained scale) is the caller's public start; a
+    :class:`pymc_dp.results.PrivateStart` (a DP start, e.g. ``DPADVI``'s) uses its first
+    point and composes its events into the result.
+    """
+    from pymc.initial_point import make_initial_point_fn
+
+    if start is None:
+        return public_initial_point(model), (), {"source": "public", "note": "PyMC's default initial point"}
+    events: tuple[PrivacyEvent, ...] = ()
+    record = {"source": "user", "note": "a start given by the caller: not covered by ε, must be public"}
+    if isinstance(start, PrivateStart):
+        if len(start) == 0:
+            raise ValueError("`start` must hold at least one point. Found an empty PrivateStart.")
+        events, record = start.events, {"source": "dp", "note": start.source}
+        start = start[0]
+    if not isinstance(start, dict):
+        raise TypeError(
+            f"`start` must be None, a dict of variable values or a PrivateStart. Found {type(start).__name__}."
+        )
+    by_name = {rv.name: rv for rv in model.free_RVs}
+    unknown = sorted(set(start) - set(by_name))
+    if unknown:
+        raise ValueError(f"`start` must name free variables of the model ({sorted(by_name)}). Found {unknown}.")
+    overrides = {rv: (np.asarray(start[name]) if name in start else None) for name, rv in by_name.items()}
+    point = make_initial_point_fn(model=model, overrides=overrides)(None)
+    point = {name: np.asarray(value) for name, value in point.items()}
+    if not all(np.all(np.isfinite(v)) for v in point.values()):
+        raise ValueError("`start` must give finite values inside each variable's support. Found a value outside.")
+    return point, events, record
+
+
+def _prior_curvature(prior: Any, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The prior's (with the transforms' log-Jacobian) gradient and Hessian at θ (data-free; central differences)."""
+    _, grad = prior.prior_logp_and_grad(theta)
+    p = theta.size
+    hessian = np.empty((p, p))
+    for j in range(p):
+        h = _PRIOR_STEP * max(1.0, abs(float(theta[j])))
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        hessian[:, j] = (prior.prior_logp_and_grad(up)[1] - prior.prior_logp_and_grad(down)[1]) / (2.0 * h)
+    return np.asarray(grad, dtype=float), 0.5 * (hessian + hessian.T)
+
+
+def _precision(negative_hessian: np.ndarray, floor: float) -> tuple[np.ndarray, int]:
+    """The nearest matrix with every eigenvalue ≥ ``floor`` (public post-processing), and how many were raised."""
+    values, vectors = np.linalg.eigh(0.5 * (negative_hessian + negative_hessian.T))
+    floor = max(floor, 1e-10 * max(float(np.max(np.abs(values))), 1e-300))
+    raised = int(np.sum(values < floor))
+    values = np.maximum(values, floor)
+    return (vectors * values) @ vectors.T, raised
+
+
+def _newton(mechanisms: Any, prior: Any, theta: np.ndarray, s: dict[str, Any], taus, rng) -> dict[str, Any]:
+    """K noisy Newton steps from θ; returns the mean, the widened covariance and the steps' public summary."""
+    p = theta.size
+    steps = []
+    for k, (tau_g, tau_h) in enumerate(taus):
+        score = mechanisms.clipped_gradient(s["grad_clip"], tau_g, s["neighbouring"])
+        curvature = clipped_hessian(mechanisms, s["hessian_clip"], tau_h, s["neighbouring"])
+        g_hat = score.release(theta, rng)
+        h_hat = curvature.release(theta, rng)
+        # Post-processing of the releases and the (data-free) prior from here on.
+        g_prior, h_prior = _prior_curvature(prior, theta)
+        gradient = g_hat + g_prior
+        floor = 2.0 * math.sqrt(p) * curvature.std  # about the spectral norm of the Hessian noise
+        precision, raised = _precision(-(h_hat + h_prior), floor)
+        step = np.linalg.solve(precision, gradient)
+        norm = float(np.linalg.norm(step))
+        shortened = s["max_step"] is not None and norm > s["max_step"]
+        if shortened:
+            step = step * (s["max_step"] / norm)
+        steps.append({"step_norm": norm, "shortened": bool(shortened), "eigenvalues_raised": raised})
+        last = k == len(taus) - 1
+        if last:
+            covariance_inverse = np.linalg.inv(precision)
+            _, var_off = curvature.noise_covariance()
+            # Noise of the last step: Â⁻¹ξ_g, and −Â⁻¹E v for the Hessian noise E acting on the step v;
+            # Cov(E v) = (σ_H²/2)(‖v‖² I + v vᵀ) for the isometric symmetric noise (var_off = σ_H²/2).
+            noise = score.std**2 * np.eye(p) + var_off * (float(step @ step) * np.eye(p) + np.outer(step, step))
+            widening = covariance_inverse @ noise @ covariance_inverse
+            laplace, last_step = covariance_inverse, step
+        theta = theta + step
+    covariance = laplace + widening
+    covariance = 0.5 * (covariance + covariance.T)
+    return {"mean": theta, "covariance": covariance, "laplace": laplace, "steps": steps, "last_step": last_step}
+
+
+def _diagnostics(fit: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """Public summary of the fit (functions of the releases and public settings only)."""
+    laplace_sd = np.sqrt(np.diag(fit["laplace"]))
+    sd = np.sqrt(np.diag(fit["covariance"]))
+    ratio = sd / laplace_sd
+    reasons = []
+    last = fit["steps"][-1]
+    if last["shortened"]:
+        reasons.append(
+            f"release_once: the last Newton step was shortened to max_step={s['max_step']:g}: the anchors had not "
+            "reached the mode; use more newton_steps, a larger max_step or a start nearer the mode"
+        )
+    last_in_sds = float(np.max(np.abs(fit["last_step"]) / sd))
+    if last_in_sds > RELEASE_ONCE_MAX_LAST_STEP:
+        reasons.append(
+            f"release_once: the last Newton step moved a coordinate {last_in_sds:.3g} posterior sds (more than "
+            f"{RELEASE_ONCE_MAX_LAST_STEP:g}): the anchors had not converged; use more newton_steps or a start "
+            "nearer the mode"
+        )
+    if float(np.max(ratio)) > RELEASE_ONCE_MAX_NOISE_RATIO:
+        reasons.append(
+            f"release_once: the release noise widens a coordinate's sd {float(np.max(ratio)):.3g}× over the "
+            f"Laplace sd (more than {RELEASE_ONCE_MAX_NOISE_RATIO:g}×): N, ε or the clip bounds are too small "
+            "for this route to say much"
+        )
+    if last["eigenvalues_raised"]:
+        reasons.append(
+            f"release_once: {last['eigenvalues_raised']} eigenvalue(s) of the last anchor's curvature were raised to "
+            "the noise floor: the posterior is flat or not log-concave there, and the Gaussian approximation is poor"
+        )
+    return {
+        "route": "release_once",
+        "posterior": "laplace, widened by the release noise",
+        "usable": not reasons,
+        "reasons": reasons,
+        "newton_steps": fit["steps"],
+        "noise_sd_ratio": [float(r) for r in ratio],
+        "mean_unconstrained": [float(v) for v in fit["mean"]],
+        "covariance_unconstrained": [[float(v) for v in row] for row in fit["covariance"]],
+    }
+
+
+def _draw_dataset(model: Any, value_vars: list, fit: dict[str, Any], s: dict[str, Any], point: dict) -> Any:
+    """Draws of N(mean, Σ) on θ, transformed to the model's variables, as an InferenceData / DataTree."""
+    import arviz as az
+    from pymc.util import get_default_varnames
+
+    rng = np.random.default_rng(s["random_seed"])  # data-free: the draws post-process the releases
+    total = s["chains"] * s["draws"]
+    theta = rng.multivariate_normal(fit["mean"], fit["covariance"], size=total, method="eigh")
+    dropped = set(data_dependent_deterministics(model))
+    wanted = [
+        v for v in get_default_varnames(model.unobserved_value_vars, include_transformed=False) if v.name not in dropped
+    ]
+    fn = model.compile_fn(wanted, inputs=value_vars, on_unused_input="ignore", point_fn=False)
+    sizes = [int(np.asarray(point[v.name]).size) for v in value_vars]
+    shapes = [np.asarray(point[v.name]).shape for v in value_vars]
+    offsets = np.cumsum([0, *sizes])
+    columns: dict[str, list] = {v.name: [] for v in wanted}
+    for row in theta:
+        args = [row[offsets[i] : offsets[i + 1]].reshape(shapes[i]) for i in range(len(value_vars))]
+        for var, value in zip(wanted, fn(*args), strict=True):
+            columns[var.name].append(np.asarray(value))
+    posterior = {
+        name: np.stack(values).reshape(s["chains"], s["draws"], *np.shape(values[0]))
+        for name, values in columns.items()
+    }
+    dims = {name: list(model.named_vars_to_dims[name]) for name in posterior if name in model.named_vars_to_dims}
+    used = {d for names in dims.values() for d in names}
+    coords = {d: np.asarray(v) for d, v in model.coords.items() if d in used and v is not None}
+    if int(az.__version__.split(".")[0]) >= 1:
+        return az.from_dict({"posterior": posterior}, dims=dims, coords=coords)
+    return az.from_dict(posterior=posterior, dims=dims, coords=coords)
+
+
+def release_once(
+    model: Any = None,
+    *,
+    epsilon: float,
+    delta: float,
+    grad_clip: float,
+    hessian_clip: float,
+    newton_steps: int = 4,
+    hessian_share: float = 0.25,
+    final_share: float = 0.5,
+    max_step: float | None = 2.0,
+    start: Any = None,
+    draws: int = 1000,
+    chains: int = 1,
+    budget: PrivacyBudget | None = None,
+    neighbouring: str = "substitute",
+    random_seed: int | None = None,
+    reproducible_noise: bool = False,
+) -> Any:
+    """A private Laplace posterior from clipped score and Hessian sums released at a few noisy Newton anchors.
+
+    For any model whose rows are independent (the data layer's row checks) and whose
+    log-likelihood is smooth in the unconstrained parameters θ. Starting from a public or DP
+    anchor θ₀, step k releases ĝₖ = Σᵢ clip₂(∇ℓᵢ(θₖ), b_g) + ξₖ and
+    Ĥₖ = Σᵢ clip_F(∇²ℓᵢ(θₖ), b_H) + Eₖ, adds the prior's exact gradient and Hessian (the prior
+    reads no data), raises the eigenvalues of Âₖ = −(Ĥₖ + ∇²log p(θₖ)) to at least the Hessian
+    noise's spectral scale 2√P σ_H, and moves θₖ₊₁ = θₖ + Âₖ⁻¹(ĝₖ + ∇log p(θₖ)) (shortened to
+    ``max_step`` if longer). The posterior returned is N(θ_K, Σ), Σ = Â⁻¹ + Â⁻¹ S Â⁻¹ with Â the
+    last anchor's precision and S = σ_g² I + (σ_H²/2)(‖v‖² I + v vᵀ) the covariance of the noise
+    the last step v carries (score noise, and the Hessian noise acting on v): the Laplace
+    (Bernstein–von Mises) posterior, widened by the known release noise. Its draws are
+    transformed back to the model's variables.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        Taken from the context if omitted.
+    epsilon, delta : float
+        The run's (ε, δ): every release together.
+    grad_clip : float
+        b_g > 0, public bound on each row's score norm ‖∇θ log p(xᵢ | θ)‖₂ (unconstrained θ).
+    hessian_clip : float
+        b_H > 0, public bound on the Frobenius norm of each row's Hessian.
+    newton_steps : int, default 4
+        K, the number of anchors (each one score and one Hessian release).
+    hessian_share : float, default 0.25
+        Share of each step's μ that goes to its Hessian release (the rest to its score).
+    final_share : float, default 0.5
+        Share of the run's μ that goes to the last step (its noise is the posterior's); the
+        earlier steps split the rest evenly.
+    max_step : float or None, default 2.0
+        Longest Newton step (Euclidean, unconstrained scale); None: no limit.
+    start : None, dict or PrivateStart
+        The first anchor: None for PyMC's default initial point (``initval=`` ignored; public),
+        a dict of public values by variable name, or a DP start (:class:`pymc_dp.results.PrivateStart`,
+        e.g. ``DPADVI``'s ``dp_start``), whose events are composed into the result.
+    draws, chains : int
+        Draws per chain and chains of the returned posterior (independent draws, free of ε).
+    budget : PrivacyBudget, optional
+        Charged with every release before the first row is read.
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        The neighbouring relation of every release (see Notes).
+    random_seed : int, optional
+        Seeds the draws from the Gaussian (and, with ``reproducible_noise``, the release noise).
+    reproducible_noise : bool, default False
+        Derive the release noise from ``random_seed`` (testing only; do not publish).
+
+    Returns
+    -------
+    InferenceData (ArviZ 0.x) or DataTree (ArviZ 1.x)
+        The draws, with ``dp_epsilon``, ``dp_delta``, ``dp_accountant`` (``mechanism``
+        ``"pymc_dp.release_once"``, the Newton settings, the start) and ``dp_diagnostics``
+        (``usable``, its reasons, each step's norm, the noise's widening of each sd, and the
+        Gaussian's mean and covariance on the unconstrained scale in the data layer's order of
+        the value variables).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For a bad setting (the message names it), a model the data layer refuses, or a run
+        over ``epsilon`` or the budget: nothing is read or charged.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public; default) or add/remove.
+    Each score release is the Gaussian mechanism on a sum of rows clipped to L2 norm b_g
+    (Δ = 2b_g, or b_g under add/remove) and each Hessian release the Gaussian mechanism on a
+    sum of rows clipped to Frobenius norm b_H (Δ = 2b_H or b_H), so the 2K releases compose
+    to the μ that (ε, δ) allows (:func:`release_once_events`); the anchors θₖ are public or
+    post-processing of earlier releases, and the draws post-process the releases. ε covers
+    every release of this call (and a DP start's, composed); the start's own cost was charged
+    when it was made.
+
+    Where it is poor: small N (the posterior is then far from Gaussian and the noise, which
+    does not shrink with N, dominates), multimodal or heavy-tailed posteriors, variance
+    components near zero (a curvature that is not positive definite, raised to the noise
+    floor and flagged), and clip bounds below the rows' scores or Hessians at the mode (the
+    fit then targets the clipped estimating equation, a bias the widening does not cover).
+    See docs/release_once.md.
+
+    References
+    ----------
+    .. [1] Avella-Medina, M., Bradshaw, C. and Loh, P.-L. (2023). Differentially private
+       inference via noisy optimization. The Annals of Statistics 51(5), 2067–2092.
+    """
+    import pymc as pm
+
+    s = _check_settings(dict(locals()))
+    model = pm.modelcontext(model)
+    value_vars = sorted_value_vars(model, None)
+    point, start_events, start_record = _start_point(model, start)
+    events, taus = release_once_events(
+        s["epsilon"], s["delta"], s["newton_steps"], s["hessian_share"], s["final_share"]
+    )
+    prior, mechanisms = model_access(
+        model, value_vars, None, point, None, neighbouring=s["neighbouring"], reproducible=reproducible_noise
+    )  # builds the row checks; reads no value yet
+    theta = np.concatenate([np.asarray(point[v.name], dtype=float).ravel() for v in prior.value_vars])
+    run = PrivateRun(
+        "pymc_dp.release_once",
+        delta=s["delta"],
+        neighbouring=s["neighbouring"],
+        n_rows=prior.n_rows,
+        epsilon=s["epsilon"],
+        budget=budget,
+    )
+    run_epsilon = run.plan(
+        events,
+        depends_on=start_events,
+        advice="use fewer newton_steps or a larger epsilon (the noise is calibrated to epsilon: this is a rounding "
+        "or a DP start's cost).",
+    )
+    seed_source = np.random.default_rng(s["random_seed"])
+    with run.releasing(f"release_once: {s['newton_steps']} Newton steps"):
+        rng = mechanism_rng(seed_source, reproducible_noise)
+        fit = _newton(mechanisms, prior, theta, s, taus, rng)
+    diagnostics = _diagnostics(fit, s)
+    idata = _draw_dataset(model, list(prior.value_vars), fit, s, point)
+    record = run.record(
+        start=start_record,
+        reproducible_noise=reproducible_noise,
+        run_epsilon=run_epsilon,
+        chains=s["chains"],
+        draws=s["draws"],
+        settings={
+            "newton_steps": s["newton_steps"],
+            "grad_clip": s["grad_clip"],
+            "hessian_clip": s["hessian_clip"],
+            "hessian_share": s["hessian_share"],
+            "final_share": s["final_share"],
+            "max_step": s["max_step"],
+            "noise_multipliers": [list(t) for t in taus],
+        },
+    )
+    run.publish(idata, model, record)
+    posterior_attrs(idata)["dp_diagnostics"] = json.dumps(diagnostics)
+    if not diagnostics["usable"]:
+        import warnings
+
+        from pymc_dp.diagnostics import PoorMixingWarning
+
+        warnings.warn(diagnostics["reasons"][0], PoorMixingWarning, stacklevel=2)
+    return idata
