@@ -27,6 +27,7 @@ from pymc_dp.mechanisms.centred import CentringAnchor, release_anchor
 from pymc_dp.planning import Plan, plan
 from pymc_dp.public_data import public
 from pymc_dp.publish import publish
+from pymc_dp.release_once import release_once
 from pymc_dp.results import (
     AlteredResultError,
     PrivateStart,
@@ -83,6 +84,7 @@ __all__ = [
     "public",
     "publish",
     "release_anchor",
+    "release_once",
     "release_statistics",
     "sample",
     "sample_posterior_predictive",
