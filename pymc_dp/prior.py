@@ -11,16 +11,26 @@ imports nothing of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
-from pytensor.graph.basic import Variable
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
 
-__all__ = ["PriorDensity", "prior_graph"]
+from pymc_dp.model_structure import (
+    ModelStructureError,
+    _array_shape,
+    _equal_array,
+    _row_length_axes,
+    _row_structure,
+    _same_data,
+)
+
+__all__ = ["PriorDensity", "check_prior_reads_no_data", "prior_graph"]
 
 
 def prior_graph(model) -> Variable:
@@ -45,6 +55,169 @@ def prior_graph(model) -> Variable:
     terms = [model.logp(vars=model.free_RVs, jacobian=True, sum=True)]
     terms += [model.logp(vars=[pot], sum=True) for pot in model.potentials]  # data-free: checked
     return pt.add(*terms) if len(terms) > 1 else terms[0]
+
+
+def check_prior_reads_no_data(
+    model,
+    n_rows: int | None = None,
+    public: Sequence[np.ndarray] = (),
+    expressions: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse a prior, potential or parameter expression that reads data or a table that may be private.
+
+    Only the likelihood may read data: everything else enters the computation exactly,
+    neither clipped nor noised. Unless declared public (:func:`pymc_dp.public`, or
+    ``public``):
+
+    - a ``pm.Potential`` may read no non-scalar constant or shared variable at all;
+    - a free variable's prior (its parameters as built, and its log density with transforms)
+      may read non-scalar constants only as per-element parameters: none with an axis longer
+      than the largest axis of the variable (``pm.Normal("b", np.zeros(3), 1, shape=3)`` and
+      ``pm.MvNormal(..., cov=np.eye(3))`` pass; a scalar reading an 80-vector does not), and
+      no non-scalar shared variable;
+    - an expression (``expressions``) follows the prior's rule, against its own shape;
+    - none reads observed values, ``pm.Data`` containers, or an array with an axis of length
+      N (the number of rows).
+
+    Integer arrays that only give shapes (a random variable's ``size``, a reshape's target)
+    are not tables and pass.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model.
+    n_rows : int, optional
+        N; taken from the observed variables if omitted (a model without observed variables
+        then only has its ``pm.Data`` containers checked).
+    public : sequence of arrays, optional
+        Arrays known to be public (e.g. released statistics) that may be read whatever their
+        shape, compared by value; variables declared with :func:`pymc_dp.public` are public too.
+    expressions : mapping of str to tensor, optional
+        Further graphs that enter an exact (unclipped) computation, by the name the caller
+        knows them by: e.g. :class:`pymc_dp.DPSuffStatsPenaltyMH`'s ``params``, whose
+        natural parameters multiply the noisy statistics. Each must not read data either.
+
+    Raises
+    ------
+    ModelStructureError
+        Naming the potential, the prior or the expression, never a value or a shape.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove. No mechanism covers the prior or a
+    potential; one reading a private table (the rows, or a second table of any length) would
+    release it unclipped and unnoised. A table reduced in NumPy before the model was built (a
+    scalar ``x.mean()`` baked into a prior) looks like a public constant and cannot be
+    detected; nor can a per-element parameter computed from private data.
+    """
+    from pytensor.tensor.variable import TensorVariable
+
+    from pymc_dp.public_data import graph_variables as _graph_variables
+    from pymc_dp.public_data import is_public
+
+    observed_values = []
+    if model.observed_RVs:
+        n_found, _, observed_values = _row_structure(model)
+        n_rows = n_found if n_rows is None else n_rows
+    data = [v for v in observed_values if isinstance(v, Constant | SharedVariable)] + list(model.data_vars)
+    public = list(public)
+
+    def declared(v: Variable) -> bool:
+        return is_public(v) or (isinstance(v, Constant) and any(_equal_array(v.data, p) for p in public))
+
+    def reads(graph: Variable, limit: int | None = None, strict: bool = False) -> bool:
+        """Whether ``graph`` reads data; ``strict``: or any table longer than ``limit`` (None: any table)."""
+        variables = _graph_variables([graph])
+        public.extend(np.asarray(v.data) for v in variables if isinstance(v, Constant) and is_public(v))
+        shape_only = _shape_only_constants([graph]) if strict else set()
+        for v in variables:
+            if not isinstance(v, Constant | SharedVariable) or is_public(v):
+                continue
+            if any(_same_data(v, d) for d in data):
+                return True
+            if declared(v):
+                continue
+            if getattr(v, "ndim", 0) >= 1 and _row_length_axes(v, n_rows):  # any axis of length N
+                return True
+            if strict and getattr(v, "ndim", 0) >= 1 and v not in shape_only:
+                if isinstance(v, SharedVariable) or limit is None or max(_array_shape(v), default=0) > limit:
+                    return True
+        return False
+
+    def reads_public(graphs: Sequence[Variable]) -> bool:
+        return any(is_public(v) for v in _graph_variables(graphs))
+
+    # The graphs as built, checked strictly (every table they read is in them, inner graphs
+    # included); the log densities (model.logp constant-folds, so a derived constant may
+    # appear there only) for data and arrays of length N, unless the built graph reads a
+    # declared array (its folded derivatives are not marked).
+    hint = "declare it with pmdp.public(array) if it is public"
+    for pot in model.potentials:
+        built = model.replace_rvs_by_values([pot])
+        folded = [] if reads_public(built) else [model.logp(vars=[pot], sum=True)]
+        if any(reads(g, strict=True) for g in built) or any(reads(g) for g in folded):
+            raise ModelStructureError(
+                f"Potential `{pot.name}` reads data or a non-scalar array (a table that may be private): it "
+                "enters the posterior exactly, neither clipped nor noised. Express data as an observed variable "
+                f"with a row axis; for an array, {hint}."
+            )
+    if model.free_RVs:
+        shapes = model.eval_rv_shapes()
+        for rv in model.free_RVs:
+            params = [i for i in rv.owner.inputs if isinstance(i, TensorVariable)]
+            built = model.replace_rvs_by_values(params) if params else []
+            folded = [] if reads_public(built) else [model.logp(vars=[rv], jacobian=True, sum=True)]
+            limit = max((int(d) for d in shapes.get(rv.name, ())), default=1)
+            if any(reads(g, limit, strict=True) for g in built) or any(reads(g) for g in folded):
+                raise ModelStructureError(
+                    f"The prior of free variable `{rv.name}` reads row data or an array larger than the variable "
+                    "(a table that may be private); a prior may read arrays only as per-element parameters, and "
+                    f"only the likelihood may depend on rows. For a public array, {hint}."
+                )
+    for name, expression in (expressions or {}).items():
+        [graph] = model.replace_rvs_by_values([pt.as_tensor_variable(expression)])
+        limit = max(_static_or_evaluated_shape(model, graph), default=1)
+        if reads(graph, limit, strict=True):
+            raise ModelStructureError(
+                f"`{name}` reads data or an array larger than itself: it enters the computation exactly, neither "
+                f"clipped nor noised. Build it from the model's free variables and public constants only ({hint})."
+            )
+
+
+def _shape_only_constants(outputs: Sequence[Variable]) -> set[Variable]:
+    """Integer constants whose every use is as a shape (a random variable's size, a reshape's or alloc's shape)."""
+    from pytensor.tensor.basic import Alloc
+    from pytensor.tensor.random.op import RandomVariable
+    from pytensor.tensor.shape import Reshape, SpecifyShape
+
+    from pymc_dp.public_data import graph_variables
+
+    uses: dict[Variable, list[bool]] = {}
+    for v in graph_variables(outputs):
+        node = v.owner
+        if node is None:
+            continue
+        for position, i in enumerate(node.inputs):
+            if isinstance(i, Constant):
+                op = node.op
+                as_shape = (
+                    (isinstance(op, RandomVariable) and position == 1)
+                    or (isinstance(op, Reshape) and position == 1)
+                    or (isinstance(op, Alloc | SpecifyShape) and position >= 1)
+                )
+                uses.setdefault(i, []).append(as_shape)
+    integer = ("int", "uint")
+    return {v for v, used in uses.items() if all(used) and str(getattr(v, "dtype", "")).startswith(integer)}
+
+
+def _static_or_evaluated_shape(model, graph: Variable) -> tuple[int, ...]:
+    """Shape of a graph from its static type, else evaluated at the model's initial point (shapes only)."""
+    static = getattr(graph.type, "shape", ())
+    if all(d is not None for d in static):
+        return tuple(int(d) for d in static)
+    point = model.initial_point()
+    fn = pytensor.function(model.value_vars, graph.shape, on_unused_input="ignore")
+    return tuple(int(d) for d in fn(*[point[v.name] for v in model.value_vars]))
 
 
 def _compile_data_free(inputs, outputs, compile_kwargs: dict[str, Any]):

@@ -1,14 +1,15 @@
 """The privacy boundary is structural: only the data and mechanism layers read rows.
 
 The test parses every module of the installed package and fails if any module outside the
-data layer (``pymc_dp/data.py``) and the mechanism layer (``pymc_dp/mechanisms/``, with the
-backends in ``pymc_dp/backends/`` that compute its sums elsewhere)
+data layer (``pymc_dp/data.py`` and the modules split out of it, :data:`DATA_LAYER`) and the
+mechanism layer (``pymc_dp/mechanisms/``, with the backends in ``pymc_dp/backends/`` that
+compute its sums elsewhere)
 
 - reaches into row data through an attribute: a ``RowLikelihood``'s per-row functions and
   internals, an exponential family's per-row formulas (``check_data``, ``row_statistics``)
   applied to data, the exact sum a statistics mechanism holds, a step's raw ``_data``;
-- imports from ``pymc_dp.data`` anything but its data-free API (:data:`DATA_FREE`): every
-  other function of the data layer (``_row_structure``, ``row_loglik``, ``_value_of``, …,
+- imports from ``pymc_dp.data`` (or another data-layer module) anything but its data-free
+  API (:data:`DATA_FREE`): every other function of the data layer (``_row_structure``, ``row_loglik``, ``_value_of``, …,
   and any helper added there later) is treated as row access;
 - builds a ``RowLikelihood``.
 
@@ -83,7 +84,10 @@ DATA_FREE = {
 }
 #: Only the data and mechanism layers build the per-row functions.
 ROW_CONSTRUCTORS = {"RowLikelihood"}
-ROW_LAYERS = ("data.py", "mechanisms/", "backends/")  # the backends compute the mechanisms' sums elsewhere
+#: The data layer's modules: the compiled rows (data.py) and, below them, the model's structure, the
+#: per-row graph and the prior with its check (they read which arrays are rows, split out of data.py).
+DATA_LAYER = ("data.py", "model_structure.py", "row_graph.py", "prior.py")
+ROW_LAYERS = (*DATA_LAYER, "mechanisms/", "backends/")  # the backends compute the mechanisms' sums elsewhere
 
 #: Remaining uses outside the two layers, by (module, name), with the reason each is tolerated.
 ALLOWED = {
@@ -104,12 +108,16 @@ ALLOWED = {
 }
 #: For allow-listed functions: the items of their result that may be used (subscripted at the call).
 PUBLIC_PARTS = {"_row_structure": {0, 1}}
+#: The data layer's modules by import name: importing from any of them is checked like ``pymc_dp.data``.
+DATA_MODULES = {f"pymc_dp.{module.removesuffix('.py')}" for module in DATA_LAYER}
 
 
 def _data_layer_names() -> set[str]:
-    """Top-level functions and classes of ``pymc_dp/data.py`` that are not data-free."""
-    tree = ast.parse((PACKAGE / "data.py").read_text())
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    """Top-level functions and classes of the data layer's modules (:data:`DATA_LAYER`) that are not data-free."""
+    defined = set()
+    for module in DATA_LAYER:
+        tree = ast.parse((PACKAGE / module).read_text())
+        defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     return defined - DATA_FREE
 
 
@@ -138,7 +146,7 @@ def _uses(root: Path = PACKAGE):
                 yield relative, node.lineno, node.attr, id(node) in public
             elif isinstance(node, ast.Name) and node.id in row_functions:
                 yield relative, node.lineno, node.id, id(node) in public
-            elif isinstance(node, ast.ImportFrom) and node.module == "pymc_dp.data":
+            elif isinstance(node, ast.ImportFrom) and node.module in DATA_MODULES:
                 for alias in node.names:
                     if alias.name not in DATA_FREE:  # renamed, its uses could not be checked for public parts
                         yield relative, node.lineno, alias.name, alias.name in PUBLIC_PARTS and not alias.asname

@@ -1,0 +1,476 @@
+"""The per-row log-likelihood graph, checked row-wise, and the data-free probes that test it.
+
+:func:`row_loglik` builds the vector of per-row log-likelihoods from the model, applies every
+``check_parameters`` condition row by row (:func:`_row_term`), runs the allow-list walk of
+:mod:`pymc_dp.model_structure` and a one-row perturbation probe on synthetic rows
+(:func:`_perturbation_probe`), and guards indices read from the rows (:func:`_guard_row_indexing`).
+The graph holds the row data as inputs but nothing here evaluates the real rows, except
+:func:`evaluate_rowwise`, which the data layer (:mod:`pymc_dp.data`) and its backends call with
+the rows they hold. The helpers at the end rebuild the graph for a batch of rows and its
+per-row Jacobians (forward and reverse mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.traversal import ancestors
+
+from pymc_dp.clip_graph import _toposort_nodes
+from pymc_dp.model_structure import (
+    ModelStructureError,
+    _array_shape,
+    _check_rowwise,
+    _check_rowwise_params,
+    _model_row_inputs,
+    _row_dim_lengths,
+    _row_structure,
+)
+
+__all__ = ["evaluate_rowwise", "row_loglik"]
+
+
+def _jvp(output: Variable, wrt: Variable, tangent: Variable) -> Variable:
+    pushforward = getattr(pytensor.gradient, "pushforward", None)
+    if pushforward is not None:  # PyTensor 3 (PyMC 6): Rop is deprecated
+        return pushforward(output, wrt, tangent)
+    return pytensor.gradient.Rop(output, wrt, tangent)
+
+
+def _rowsum(term: Variable) -> Variable:
+    return term if term.ndim <= 1 else term.sum(axis=tuple(range(1, term.ndim)))
+
+
+# -- row independence ---------------------------------------------------------------------------
+#
+# Per-row clipping bounds one row's influence only if row i's log-likelihood depends on row i's
+# data alone. Two things break that in ordinary PyMC graphs: ``check_parameters`` reduces its
+# conditions over *all* rows (one invalid row makes every row −∞), and models may aggregate
+# data in the graph (``x - x.mean()``). The first is rewritten row-wise
+# (:func:`_rowwise_checks`), the second refused by an allow-list walk (:func:`_check_rowwise`)
+# and, as a last line of defence, by a one-row perturbation probe (:func:`_perturbation_probe`).
+
+try:  # PyMC 5.x and 6.x both define it here; older releases in dist_math
+    from pymc.logprob.utils import CheckParameterValue as _CheckParameterValue
+except ImportError:  # pragma: no cover
+    from pymc.distributions.dist_math import CheckParameterValue as _CheckParameterValue
+
+
+def _split_conditions(cond: Variable) -> list[Variable]:
+    """The tensors ``check_parameters`` reduced into one scalar: ``all([all(c) for c in conds])``."""
+    from pytensor.tensor.basic import MakeVector, ScalarFromTensor
+    from pytensor.tensor.math import All
+
+    node = cond.owner
+    if node is not None and isinstance(node.op, ScalarFromTensor):
+        cond = node.inputs[0]
+        node = cond.owner
+    else:
+        cond = pt.as_tensor_variable(cond)
+        node = cond.owner
+    if node is None or not isinstance(node.op, All) or node.op.axis is not None:
+        return [cond]
+    inner = node.inputs[0]
+    parts = inner.owner.inputs if inner.owner is not None and isinstance(inner.owner.op, MakeVector) else [inner]
+    out = []
+    for part in parts:
+        if part.owner is not None and isinstance(part.owner.op, All) and part.owner.op.axis is None:
+            out.append(part.owner.inputs[0])
+        else:
+            out.append(part)
+    return out
+
+
+def _rowwise_checks(term: Variable) -> tuple[Variable, list[Variable]]:
+    """``term`` without its ``CheckParameterValue`` nodes, and the conditions they held."""
+    conds: list[Variable] = []
+    while True:
+        node = next(
+            (
+                v.owner
+                for v in ancestors([term, *conds])
+                if v.owner is not None and isinstance(v.owner.op, _CheckParameterValue)
+            ),
+            None,
+        )
+        if node is None:
+            return term, conds
+        new_conds = _split_conditions(node.inputs[1])
+        outs = graph_replace([term, *conds, *new_conds], {node.outputs[0]: node.inputs[0]}, strict=False)
+        term, conds = outs[0], list(outs[1:])
+
+
+def _row_term(term: Variable, row_inputs: Sequence[Variable]) -> Variable:
+    """Per-row log-likelihood of one observed variable, with parameter checks applied row-wise.
+
+    Each condition of a ``CheckParameterValue`` that reads row data (``row_inputs``) is
+    reduced over its non-row axes only (a per-row mask, or a length-1 mask broadcast to all
+    rows); a data-free condition is reduced fully (it depends on θ alone). Rows whose
+    mask is false get −∞ (the mechanisms clip them). If a condition did mix rows the walk of
+    :func:`_check_rowwise` on the result refuses the model.
+    """
+    value, conds = _rowwise_checks(term)
+    row = _rowsum(value)
+    if not conds:
+        return row
+    masks = []
+    row_ids = {id(v) for v in row_inputs}
+    for c in conds:
+        c = pt.as_tensor_variable(c)
+        if c.ndim >= 1 and any(id(v) in row_ids for v in ancestors([c])):
+            masks.append(c.all(axis=tuple(range(1, c.ndim))) if c.ndim > 1 else c)
+        else:
+            masks.append(pt.all(c))
+    ok = masks[0]
+    for m in masks[1:]:
+        ok = pt.and_(ok, m)
+    return pt.switch(ok, row, pt.constant(-np.inf, dtype=row.dtype))
+
+
+def _index_positions(node) -> list[tuple[int, int]]:
+    """(input position, indexed axis) of each tensor index of an advanced-indexing node."""
+    idx_list = getattr(node.op, "idx_list", None)
+    if idx_list:  # PyTensor 3: slices in idx_list, tensor indices as inputs numbered by their entry
+        return [(1 + entry, axis) for axis, entry in enumerate(idx_list) if not isinstance(entry, slice)]
+    return list(zip(range(1, len(node.inputs)), range(len(node.inputs) - 1), strict=True))
+
+
+def _guard_row_indexing(row: Variable, row_inputs: Sequence[Variable]) -> Variable:
+    """``row`` with every index read from the rows kept in range, and a row whose index was not made NaN.
+
+    The walk accepts a data-free tensor indexed by a row-indexed integer vector
+    (``alpha[group_idx]``, ``mu[(x > t) * 2]``). An index outside its axis would make the
+    whole evaluation raise (PyTensor's ``IndexError``, which quotes the index: a raw value),
+    or, in some compiled modes, read another entry. Here each such index ``i`` into an axis
+    of length n is replaced by ``switch(-n <= i < n, i, 0)``, and the row's log-likelihood
+    by NaN where any of its indices was out of range: the row then counts as a row that
+    cannot be computed (clipped to the bound, left out of clipped sums), a function of that
+    row alone, on every backend and in one-posterior sampling alike. In-range indices are
+    unchanged, so the values of every other row are too.
+    """
+    from pytensor.tensor.subtensor import AdvancedSubtensor
+
+    try:  # PyTensor 2 (PyMC 5); PyTensor 3 has only AdvancedSubtensor
+        from pytensor.tensor.subtensor import AdvancedSubtensor1
+    except ImportError:  # pragma: no cover - PyTensor 3
+        AdvancedSubtensor1 = AdvancedSubtensor
+    row_data = set(row_inputs)
+    replace: dict[Variable, Variable] = {}
+    invalid: list[Variable] = []
+    for node in _toposort_nodes([row]):
+        if not isinstance(node.op, AdvancedSubtensor1 | AdvancedSubtensor):
+            continue
+        inputs = list(node.inputs)
+        for position, axis in _index_positions(node):
+            index = inputs[position]
+            if (
+                getattr(index, "ndim", None) != 1
+                or not np.issubdtype(np.dtype(index.dtype), np.integer)
+                or not row_data.intersection(ancestors([index]))
+            ):
+                continue
+            length = pt.cast(inputs[0].shape[axis], index.dtype)
+            in_range = pt.and_(pt.ge(index, -length), pt.lt(index, length))
+            inputs[position] = pt.switch(in_range, index, 0)
+            invalid.append(pt.invert(in_range))
+        if inputs != list(node.inputs):
+            replace[node.outputs[0]] = node.op.make_node(*inputs).outputs[0]
+    if not replace:
+        return row
+    guarded = graph_replace(row, replace, strict=False)
+    out_of_range = functools.reduce(pt.or_, invalid)
+    return pt.switch(out_of_range, pt.as_tensor(np.nan, dtype=row.dtype), guarded)
+
+
+def row_loglik(
+    model, *, neighbouring: str = "substitute", initial_point: dict[str, np.ndarray] | None = None
+) -> tuple[Variable, int, str | None, list[Variable]]:
+    """The model's per-row log-likelihood graph, checked row-wise.
+
+    Returns the vector (N,) of per-row log-likelihoods summed over all observed variables,
+    as a function of the model's value variables, with every ``check_parameters`` condition
+    applied row by row; N; the row dimension name; and the row-indexed roots of the graph.
+    Every entry point that reads rows (:class:`RowLikelihood`, hence every step and DPADVI;
+    :func:`pymc_dp.one_posterior_sample`) gets its per-row graph here, so every one of them
+    gets all three checks: the row-wise parameter checks, the allow-list walk and the one-row
+    perturbation probe.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model.
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        Under add/remove N is private: a per-row value that depends on the number of rows
+        (read from a shape or from the row dim's length) is refused, and error messages
+        never show a length.
+    initial_point : dict, optional
+        Parameter values for the perturbation probe (default: PyMC's default initial point,
+        every ``initval=`` ignored: :func:`pymc_dp.starts.public_initial_point`). Must be
+        public: the probe's outcome depends on it.
+
+    Raises
+    ------
+    ModelStructureError
+        When a row's term could read another row's data (see docs/data.md), the model is not
+        made of rows, or (add/remove) a row's term reads N. Messages name the variable and the
+        operation, never data values.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove of one row. Per-row clipping bounds the
+    sensitivity only if row i's value depends on row i's data alone (and, under add/remove,
+    not on how many other rows there are); this function checks that on the graph (an
+    allow-list of row-wise operations) and with a probe that changes one row. It cannot see
+    constants computed from the data in NumPy before the model was built (e.g. a scalar
+    ``x.mean()``).
+
+    References
+    ----------
+    .. [1] Dwork, C. and Roth, A. (2014). The algorithmic foundations of differential privacy.
+       Foundations and Trends in Theoretical Computer Science 9(3–4), §2.3 (neighbouring data
+       sets, sensitivity).
+    """
+    from pymc_dp._validation import check_neighbouring
+
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    n_private = neighbouring == "add_remove"
+    n_rows, row_dim, observed_values = _row_structure(model, neighbouring)
+    n_roots = _row_dim_lengths(model, n_rows) if n_private else []
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    rows = []
+    for rv, term in zip(model.observed_RVs, terms, strict=True):
+        if term.ndim == 0:
+            raise ModelStructureError(
+                f"Observed variable `{rv.name}` has a log-likelihood without a row axis (a scalar)."
+            )
+        _check_rowwise_params(rv, model, n_rows, row_dim, observed_values, n_private)
+        row = _row_term(term, _model_row_inputs(model, [term], n_rows, row_dim, observed_values, rv.name))
+        row_inputs = _model_row_inputs(model, [row], n_rows, row_dim, observed_values, rv.name)
+        _check_rowwise(row, row_inputs, rv.name, n_private, n_roots)
+        rows.append(_guard_row_indexing(row, row_inputs))
+    lik = pt.add(*rows) if len(rows) > 1 else rows[0]
+    row_data = _model_row_inputs(model, [lik], n_rows, row_dim, observed_values)
+    lik_ancestors = set(ancestors([lik]))
+    row_data = [v for v in row_data if v in lik_ancestors]
+    # The probe's points are public: PyMC's default point, never an initval= (it may come from the data).
+    from pymc_dp.starts import public_initial_point
+
+    point = public_initial_point(model) if initial_point is None else initial_point
+    _perturbation_probe(model.value_vars, lik, [np.asarray(point[v.name]) for v in model.value_vars], row_data, n_rows)
+    return lik, n_rows, row_dim, row_data
+
+
+def _probe_points(values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+    """``values`` and a deterministic shift of its floating-point entries (data-free probe points)."""
+    shifted = []
+    for value in values:
+        value = np.asarray(value)
+        if np.issubdtype(value.dtype, np.floating):
+            offsets = 0.5 * np.cos(np.arange(1, value.size + 1, dtype=float)).reshape(value.shape)
+            value = (value + offsets).astype(value.dtype)
+        shifted.append(value)
+    return [list(values), shifted]
+
+
+def _synthetic_rows(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """Data-free stand-in rows of the given shape and dtype (never computed from the data).
+
+    Floating-point entries are spread over (0.25, 0.75), inside the support of most
+    likelihoods (bounded, positive and real-valued alike); integer entries are 0 (a valid
+    index, count and category code); booleans alternate. The construction probes
+    (:func:`_perturbation_probe`, :meth:`RowLikelihood._build_index_mode`) evaluate these
+    instead of the real rows, so that whether a model is accepted never depends on the data.
+    """
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    if np.issubdtype(dtype, np.bool_):
+        return (np.arange(size) % 2 == 0).reshape(shape)
+    if np.issubdtype(dtype, np.integer):
+        return np.zeros(shape, dtype=dtype)
+    if np.issubdtype(dtype, np.complexfloating) or np.issubdtype(dtype, np.floating):
+        spread = 0.25 + 0.5 * ((np.arange(size, dtype=np.float64) * 0.6180339887498949) % 1.0)
+        return spread.reshape(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _perturbed_row(rows: np.ndarray) -> np.ndarray:
+    """A copy of synthetic ``rows`` with row 0 changed (integers to 1, booleans negated, floats to row 1's value)."""
+    copy = np.array(rows, copy=True)
+    if copy.shape[0] < 2:
+        return copy
+    if np.issubdtype(copy.dtype, np.bool_):
+        copy[0] = ~copy[0]
+    elif np.issubdtype(copy.dtype, np.integer):
+        copy[0] = 1
+    else:
+        copy[0] = copy[1]
+    return copy
+
+
+@contextlib.contextmanager
+def _synthetic_values(shared: Sequence[SharedVariable]) -> Iterator[None]:
+    """Hold synthetic rows (:func:`_synthetic_rows`) in ``shared`` for the body, then the data again."""
+    saved = [v.get_value(borrow=True) for v in shared]
+    try:
+        for v, value in zip(shared, saved, strict=True):
+            v.set_value(_synthetic_rows(np.shape(value), np.asarray(value).dtype), borrow=True)
+        yield
+    finally:
+        for v, value in zip(shared, saved, strict=True):
+            v.set_value(value, borrow=True)
+
+
+def _perturbation_probe(
+    inputs: Sequence[Variable], lik: Variable, values: Sequence[np.ndarray], row_data: Sequence[Variable], n_rows: int
+) -> None:
+    """Change one synthetic row and check no other row's log-likelihood moves.
+
+    The probe never reads the real rows: every row-indexed array is replaced by data-free
+    synthetic rows of its shape and dtype (:func:`_synthetic_rows`), and row 0 of each is
+    changed (:func:`_perturbed_row`). Whether a model is refused therefore depends on the
+    model's graph alone, never on the data (privacy contract, rule 5). The check runs at
+    ``values`` and at a second, shifted point (:func:`_probe_points`): at a start where a
+    coefficient is zero, ``b * (x - x.mean())`` would not show that it mixes rows.
+
+    A graph that cannot be evaluated on the synthetic rows (an index computed from a row that
+    falls outside its array, say) is not probed: the same on every data set. At run time such
+    a row contributes its clipped bound or nothing (:func:`evaluate_rowwise`).
+    """
+    if n_rows < 2 or not row_data:
+        return
+    placeholders = [d.type() for d in row_data]
+    probe_graph = graph_replace(lik, dict(zip(row_data, placeholders, strict=True)), strict=False)
+    fn = pytensor.function([*inputs, *placeholders], probe_graph, mode="FAST_COMPILE", on_unused_input="ignore")
+    synthetic = [_synthetic_rows(_array_shape(d), d.dtype) for d in row_data]
+    # Every array with row 0 changed; if that cannot be evaluated (an integer code 1 out of range),
+    # the floating-point arrays alone. Both choices depend on the graph only.
+    candidates = [
+        [_perturbed_row(s) for s in synthetic],
+        [_perturbed_row(s) if np.issubdtype(s.dtype, np.inexact) else s for s in synthetic],
+    ]
+    moved = False
+    for point in _probe_points(values):
+        try:
+            with np.errstate(all="ignore"):
+                before = np.asarray(fn(*point, *synthetic), dtype=float)
+        except Exception:  # not evaluable on the synthetic rows here: nothing to compare (data-free)
+            continue
+        for perturbed in candidates:
+            try:
+                with np.errstate(all="ignore"):
+                    after = np.asarray(fn(*point, *perturbed), dtype=float)
+            except Exception:
+                continue
+            moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
+            break
+    if moved:
+        raise ModelStructureError(
+            "Changing one row's data changed other rows' log-likelihoods: the likelihood is not computed row "
+            "by row (see docs/data.md)."
+        )
+
+
+def evaluate_rowwise(
+    fn: Callable[..., Any], args: Sequence[Any], rows: Sequence[np.ndarray], *, tail: tuple[int, ...], summed: bool
+) -> np.ndarray:
+    """``fn(*args, *rows)``, where a row whose evaluation raises counts as a row that cannot be computed.
+
+    ``rows`` are the row-indexed inputs of one batch (axis 0 the rows: gathered data, or an
+    index array). If the call raises, the batch is halved and each half evaluated the same
+    way, down to single rows; a row that still raises gets NaN as its per-row value (the
+    mechanisms clip NaN to a bound or leave the row out, as for any row that cannot be
+    computed) or, for a ``summed`` output, contributes nothing.
+
+    Parameters
+    ----------
+    fn : callable
+        A compiled function of ``*args, *rows``: per-row values of shape ``(B, *tail)``, or
+        (``summed``) their sum of shape ``tail``.
+    args : sequence
+        The inputs that are not row-indexed (θ, a bound).
+    rows : sequence of arrays
+        The row-indexed inputs, all with the same number of rows B.
+    tail : tuple of int
+        The shape of one row's value (``()`` for log-likelihoods, ``(P,)`` for gradients).
+    summed : bool
+        Whether ``fn`` returns a sum over the rows rather than per-row values.
+
+    Notes
+    -----
+    Neighbouring relation: substitute or add/remove of one row. Whether a run fails must
+    not depend on the rows (privacy contract, rule 5): an error raised by one row's data (an
+    index computed from a row that falls outside its array, say) would otherwise end the run,
+    a bit about that row released at no price. Here the row's term is what it is for any row
+    that cannot be computed, a function of that row alone, so the sensitivity argument of
+    the mechanism that consumes the values holds unchanged. Nothing of the error is kept.
+    The extra evaluations cost O(k log B) calls for k failing rows; their time is not
+    released.
+    """
+    try:
+        return np.asarray(fn(*args, *rows))
+    except Exception:  # handled below, outside the handler: nothing of the error is kept or chained
+        pass
+    n = int(np.shape(rows[0])[0]) if rows else 0
+    if n <= 1:
+        return np.zeros(tail) if summed else np.full((n, *tail), np.nan)
+    half = n // 2
+    first = evaluate_rowwise(fn, args, [r[:half] for r in rows], tail=tail, summed=summed)
+    second = evaluate_rowwise(fn, args, [r[half:] for r in rows], tail=tail, summed=summed)
+    return first + second if summed else np.concatenate([first, second])
+
+
+def _indexable(data: Variable, k: int) -> Variable:
+    """A row-indexed array as a shared variable (itself if it is one; a numpy constant wrapped, not copied)."""
+    if isinstance(data, SharedVariable):
+        return data
+    value = np.asarray(data.data)
+    shape = (None, *data.type.shape[1:])  # keep the static non-row axes (broadcastable ones stay so)
+    return pytensor.shared(value, name=data.name or f"row_data_{k}", borrow=True, shape=shape)
+
+
+def _retyped(graph: Variable, replace: Mapping[Variable, Variable]) -> Variable:
+    """``graph`` with ``replace`` applied, its nodes rebuilt for the new (less static) types.
+
+    ``graph_replace`` would pin a constant's static row count on its replacement with a
+    ``SpecifyShape``; rebuilding the nodes lets the graph take any number of rows.
+    """
+    from pytensor.graph.replace import clone_replace
+
+    replace = {old: new for old, new in replace.items() if old is not new}
+    return clone_replace(graph, replace, rebuild_strict=False) if replace else graph
+
+
+def _batch_placeholder(var: Variable) -> Variable:
+    """An input for a gathered batch of ``var``'s rows (static shape of the non-row axes kept)."""
+    return pt.tensor(f"{var.name}_batch", dtype=var.dtype, shape=(None, *var.type.shape[1:]))
+
+
+def forward_jacobian(lik: Variable, theta: Variable, n_params: int) -> Variable:
+    """(rows × P) Jacobian of the per-row vector ``lik`` w.r.t. θ: one JVP vectorised over the unit tangents."""
+    tangent = pt.vector("tangent", dtype=theta.dtype)
+    jvp = _jvp(lik, theta, tangent)
+    return vectorize_graph(jvp, {tangent: pt.eye(n_params, dtype=theta.dtype)}).T
+
+
+def reverse_jacobian(batch: Sequence[Variable], lik_batch: Variable, theta: Variable, n_params: int) -> Variable:
+    """(rows × P) Jacobian of ``lik_batch`` in reverse mode, vectorised over rows with a per-row θ.
+
+    One row's log-likelihood (each batch input replaced by one row, kept as a 1-row batch)
+    is vectorised over the rows with θ replaced by Θ, θ repeated per row; the gradient of
+    the summed result with respect to Θ has row i = ∇θ log p(xᵢ | θ).
+    """
+    one = [pt.tensor(f"{b.name}_row", dtype=b.dtype, shape=b.type.shape[1:]) for b in batch]
+    lik_one = graph_replace(lik_batch, {b: r[None] for b, r in zip(batch, one, strict=True)}, strict=False)[0]
+    per_row_theta = pt.alloc(theta, batch[0].shape[0], n_params)
+    replace = {**dict(zip(one, batch, strict=True)), theta: per_row_theta}
+    lik_rows = vectorize_graph(lik_one, replace)
+    return pytensor.grad(lik_rows.sum(), per_row_theta)
