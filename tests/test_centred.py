@@ -304,6 +304,17 @@ def test_bad_centring_arguments_are_refused_by_name(conjugate_normal):
             pmdp.release_anchor({"m": 0.0}, grad_clip=0.0, noise_multiplier=1.0)
 
 
+def test_an_anchor_needs_every_free_variable_in_the_step():
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("y", a, s, observed=np.array([0.1, -0.3, 0.5]))
+        with pytest.raises(ValueError, match="`anchor` needs the step to sample every free variable"):
+            pmdp.DPPenaltyMH(
+                [a], anchor=_anchor([0.1], [0.0], names=("a",)), centre_lipschitz=1.0, noise_multiplier=1.0
+            )
+
+
 def test_widening_adds_the_anchors_known_covariance():
     rng = np.random.default_rng(0)
     cov = np.array([[0.04, 0.01], [0.01, 0.09]])

@@ -226,8 +226,8 @@ class CentredLogLikelihoodRatio(NoisyLogLikelihoodRatio):
         theta_proposed = np.asarray(theta_proposed, dtype=float)
         step = theta_proposed - theta
         bound = self.bound(theta, theta_proposed)
-        if not math.isfinite(bound):
-            raise ValueError(f"The centred clip bound must be finite. Found {bound!r} (a point out of range).")
+        if not math.isfinite(bound):  # a point out of range (public): nothing read, the move is rejected
+            return math.nan, 0.0
         if self._anchor_rows is None:
             self._anchor_rows = _clipped_anchor_rows(self._rows, self.anchor)
         current = self._loglik(theta)
@@ -289,8 +289,8 @@ class CentredClippedGradient(NoisyClippedGradient):
         """One centred noisy gradient of the log-likelihood at θ, shape (P,)."""
         theta = np.asarray(theta, dtype=float)
         bound = self.bound(theta)
-        if not math.isfinite(bound):
-            raise ValueError(f"The centred clip bound must be finite. Found {bound!r} (a point out of range).")
+        if not math.isfinite(bound):  # a point out of range (public): nothing read, the trajectory is rejected
+            return np.full(self._rows.n_params, np.nan)
         if bound == 0.0:  # at the anchor: the residuals are zero by construction, nothing to read
             return self.anchor.gradient.copy()
         if self._anchor_rows is None:

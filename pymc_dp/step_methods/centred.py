@@ -88,10 +88,15 @@ class Centring:
                 "iterations). Found None."
             )
 
-    def _set_anchor(self, anchor: Any, lipschitz: Any, size: int, names: list[str]) -> None:
+    def _set_anchor(self, anchor: Any, lipschitz: Any, size: int, names: list[str], shared: Any) -> None:
         if anchor is None:
             self.anchor, self.centre_lipschitz = None, None
             return
+        if shared:
+            raise ValueError(
+                "`anchor` needs the step to sample every free variable: the anchor's scores were released at fixed "
+                f"values of the others. Found other free variables besides {names}; sample them all with this step."
+            )
         self.anchor = check_anchor(anchor, size, self.neighbouring)
         if anchor.var_names and list(anchor.var_names) != list(names):
             raise ValueError(

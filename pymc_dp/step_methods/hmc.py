@@ -303,7 +303,7 @@ class DPHMC(Centring, DPStep):
         self._build_gradients([v.name for v in value_vars])
         self.n_rows = self._prior.n_rows
         size = self._prior.n_params
-        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars])
+        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars], shared)
         if step_size is None:
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)

@@ -185,7 +185,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             vars, model, initial_point, compile_kwargs, "DPPenaltyMH", self.neighbouring, reproducible_noise
         )
         size = self._prior.n_params
-        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars])
+        self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars], shared)
         self.n_rows = self._prior.n_rows
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
