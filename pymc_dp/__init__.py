@@ -16,7 +16,7 @@ from pymc_dp.accounting import (
 from pymc_dp.backends.dask import DaskBackend, DaskBackendError
 from pymc_dp.backends.jax import JaxBackend
 from pymc_dp.bambi import from_bambi
-from pymc_dp.data import ModelStructureError, RowLikelihood
+from pymc_dp.data import ModelStructureError
 from pymc_dp.exponential_family import (
     CovariateModelWarning,
     ReleasedStatistics,
@@ -71,7 +71,6 @@ __all__ = [
     "PrivateRunError",
     "PrivateStart",
     "ReleasedStatistics",
-    "RowLikelihood",
     "UnpublishableResultError",
     "UserInitvalWarning",
     "__version__",

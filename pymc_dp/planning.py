@@ -94,7 +94,7 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.data import _row_structure
+from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS, dpadvi_mean_error
@@ -745,7 +745,7 @@ def plan(
     the_plan = plan_from_settings(
         epsilon=epsilon,
         delta=delta,
-        n_rows=_row_structure(model)[0],
+        n_rows=observed_rows(model),
         n_params=max(n_params, 1),
         chains=chains,
         llr_clip=llr_clip,

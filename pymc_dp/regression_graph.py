@@ -14,7 +14,7 @@ from typing import Any
 
 from pymc.model import modelcontext
 
-from pymc_dp.data import _is_matrix_product, _row_structure
+from pymc_dp.data import _is_matrix_product, observed_rows
 
 __all__ = ["RegressionParts", "regression_parts", "released_statistics_route"]
 
@@ -73,7 +73,7 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
     if len(model.observed_RVs) != 1:
         return None
     rv = model.observed_RVs[0]
-    n_rows = _row_structure(model)[0]
+    n_rows = observed_rows(model)
     op = rv.owner.op if rv.owner is not None else None
     free = set(model.free_RVs)
     data_vars = set(model.data_vars)

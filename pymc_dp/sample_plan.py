@@ -34,7 +34,7 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.backends.jax import check_backend
-from pymc_dp.data import _row_structure, data_dependent_deterministics
+from pymc_dp.data import data_dependent_deterministics, observed_rows
 from pymc_dp.diagnostics import PoorMixingWarning, check_on_poor_mixing
 from pymc_dp.mechanisms.clip_bound import (
     NoisyScoreNormHistogram,
@@ -124,7 +124,7 @@ def _check_steps(steps: list[Any], model: Any) -> tuple[str, int]:
             )
         n_rows = steps[0].n_rows
     else:
-        n_rows = _row_structure(model)[0]
+        n_rows = observed_rows(model)
     if any(s.n_rows != n_rows for s in steps):
         raise ValueError(
             "`step` must be built on the model's current data: the number of rows changed since it was built "

@@ -75,7 +75,7 @@ ROW_ATTRIBUTES = {
 DATA_FREE = {
     "ModelStructureError",
     "PriorDensity",
-    "RowLikelihood",  # the type may be named (the public API re-exports it); building one is checked below
+    "RowLikelihood",  # the type may be named (internal, no longer public); building one is checked below
     "check_prior_reads_no_data",  # refuses a prior or potential that reads data; returns nothing
     "data_dependent_deterministics",  # names of deterministics to drop from results
     "sorted_value_vars",  # the model's free value variables in model order
@@ -91,15 +91,16 @@ ROW_LAYERS = (*DATA_LAYER, "mechanisms/", "backends/")  # the backends compute t
 
 #: Remaining uses outside the two layers, by (module, name), with the reason each is tolerated.
 ALLOWED = {
-    # N is public under substitute neighbours and the row dimension's name is a public coordinate
-    # name: these modules take only item 0 (N) or item 1 (the row dimension) of the result
-    # (PUBLIC_PARTS), never item 2 (the observed variables, i.e. the data).
-    ("sample_plan.py", "_row_structure"): "N, to check the steps and the budget against the model's rows",
+    # N (observed_rows, the data layer's public accessor: the observed variables' shapes, never their
+    # values) is public under substitute neighbours; under add/remove each caller must keep it unreleased.
+    ("sample_plan.py", "observed_rows"): "N, to check the steps and the budget against the model's rows",
+    ("variational/dpadvi.py", "observed_rows"): "N, for the budget and the accountant record",
+    ("exponential_family/ops.py", "observed_rows"): "N, for the budget before anything is charged",
+    ("planning.py", "observed_rows"): "N, to plan a run from public quantities before any data access",
+    ("regression_graph.py", "observed_rows"): "N, to tell a data matrix (one row per observation) in the graph",
+    # The row dimension's name is a public coordinate name: this module takes only item 1 of the
+    # result (PUBLIC_PARTS), never item 2 (the observed variables, i.e. the data).
     ("results.py", "_row_structure"): "the row dimension's name, to drop row coordinates from results",
-    ("variational/dpadvi.py", "_row_structure"): "N, for the budget and the accountant record",
-    ("exponential_family/ops.py", "_row_structure"): "N, for the budget before anything is charged",
-    ("planning.py", "_row_structure"): "N, to plan a run from public quantities before any data access",
-    ("regression_graph.py", "_row_structure"): "N, to tell a data matrix (one row per observation) in the graph",
     # One posterior sample is the exponential mechanism run by NUTS: tempered_model builds the clipped,
     # tempered per-row log-likelihood sum (the utility) into the model that NUTS samples, and
     # one_posterior_sample checks the row structure before charging. Until OPS moves into the mechanism

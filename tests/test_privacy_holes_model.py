@@ -19,7 +19,7 @@ import pytest
 from pymc.exceptions import ImputationWarning
 
 import pymc_dp as pmdp
-from pymc_dp.data import ModelStructureError, check_prior_reads_no_data
+from pymc_dp.data import ModelStructureError, RowLikelihood, check_prior_reads_no_data
 from pymc_dp.starts import public_initial_point, user_initvals
 
 RUN = {"draws": 10, "tune": 10, "chains": 1, "cores": 1, "random_seed": 3, "progressbar": False}
@@ -119,7 +119,7 @@ def _refused_without_a_count(call) -> None:
 def test_imputed_observed_values_are_refused_by_every_entry_point(masked):
     model = _missing_model(masked)
     budget = pmdp.PrivacyBudget(10.0, 1e-6, n_rows=N)
-    _refused_without_a_count(lambda: pmdp.RowLikelihood(model))
+    _refused_without_a_count(lambda: RowLikelihood(model))
     _refused_without_a_count(lambda: pmdp.DPPenaltyMH(model=model, llr_clip=2.0))
     _refused_without_a_count(lambda: pmdp.plan(model=model, epsilon=1.0, delta=1e-6))
     _refused_without_a_count(
@@ -198,7 +198,7 @@ def test_a_declared_public_table_may_be_read():
     with pm.Model() as model:
         m = pm.Normal("m", pmdp.public(SECRET).mean(), 1.0)
         pm.Normal("y", m, 1.0, observed=_rows(3))
-    pmdp.RowLikelihood(model)
+    RowLikelihood(model)
 
 
 def test_prior_reading_a_table_longer_than_its_variable_is_refused():
@@ -206,7 +206,7 @@ def test_prior_reading_a_table_longer_than_its_variable_is_refused():
         m = pm.Normal("m", pt.as_tensor_variable(SECRET).mean(), 1.0)  # a scalar reading an 80-vector
         pm.Normal("y", m, 1.0, observed=_rows(3))
     with pytest.raises(ModelStructureError, match=r"prior of free variable `m`.*per-element"):
-        pmdp.RowLikelihood(model)
+        RowLikelihood(model)
 
 
 def test_per_element_prior_parameters_stay_accepted():
@@ -217,7 +217,7 @@ def test_per_element_prior_parameters_stay_accepted():
         s = pm.HalfNormal("s", sigma=np.ones((2, 3)), shape=(2, 3))
         pm.Normal("y", b.sum() + c.sum() + w[0] + s.sum(), 1.0, observed=_rows(3))
     check_prior_reads_no_data(model)
-    pmdp.RowLikelihood(model)
+    RowLikelihood(model)
 
 
 def test_release_likelihood_passes_and_a_user_potential_beside_it_is_refused():

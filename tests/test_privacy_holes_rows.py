@@ -21,7 +21,7 @@ import pytest
 
 import pymc_dp as pmdp
 from pymc_dp._errors import withholds_chains
-from pymc_dp.data import ModelStructureError, evaluate_rowwise
+from pymc_dp.data import ModelStructureError, RowLikelihood, evaluate_rowwise
 
 N = 60
 SECRET = 41257302  # a value that would appear in PyTensor's IndexError text if rows reached it
@@ -61,7 +61,7 @@ def test_construction_is_the_same_on_neighbouring_data(as_data, scale):
     """Hole 1: whether a step can be built must not depend on the rows (edd15ad: IndexError for one of them)."""
     for x in _neighbours():
         model = _indexed_model(x, as_data=as_data, scale=scale)
-        rows = pmdp.RowLikelihood(model)  # edd15ad: the probe raised for the data set with row 0 at 0.9
+        rows = RowLikelihood(model)  # edd15ad: the probe raised for the data set with row 0 at 0.9
         assert rows.n_rows == N
         pmdp.DPPenaltyMH(model=model, llr_clip=2.0)
 
@@ -79,8 +79,8 @@ def test_a_corrupt_group_code_does_not_refuse_the_model():
 def test_a_row_whose_index_is_out_of_range_cannot_be_computed(as_data):
     """Holes 1-2: an index read from a row outside its array makes that row NaN, never an error or another row."""
     x, other = _neighbours()
-    clean = pmdp.RowLikelihood(_indexed_model(x, as_data=as_data))
-    broken = pmdp.RowLikelihood(_indexed_model(other, as_data=as_data))
+    clean = RowLikelihood(_indexed_model(x, as_data=as_data))
+    broken = RowLikelihood(_indexed_model(other, as_data=as_data))
     theta = np.array([0.3, -0.2])
     ll_clean, ll_broken = clean.loglik_rows(theta), broken.loglik_rows(theta)
     assert np.isnan(ll_broken[0]) and not np.isnan(ll_clean).any()
@@ -116,8 +116,8 @@ def _batch_holds_row_zero(points: int):
 def test_a_row_that_raises_is_a_row_that_cannot_be_computed():
     """Hole 2: a row whose evaluation raises gets NaN (values) or no contribution (clipped sums); the rest exact."""
     x, other = _neighbours()
-    clean = pmdp.RowLikelihood(_indexed_model(x, as_data=True))
-    broken = pmdp.RowLikelihood(_indexed_model(other, as_data=True))
+    clean = RowLikelihood(_indexed_model(x, as_data=True))
+    broken = RowLikelihood(_indexed_model(other, as_data=True))
     assert broken.subset_mode == "index" and broken.clipped_sum_mode != "linear"
     theta, theta_new, bound = np.array([0.3, -0.2]), np.array([0.1, 0.4]), 0.5
     # Every compiled function of the data layer raises when its batch holds row 0, as PyTensor does on

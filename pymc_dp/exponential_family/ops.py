@@ -18,7 +18,7 @@ from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
-from pymc_dp.data import _row_structure, check_prior_reads_no_data, data_dependent_deterministics, row_loglik
+from pymc_dp.data import check_prior_reads_no_data, data_dependent_deterministics, observed_rows, row_loglik
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.results import PrivateStart, group_names, posterior_attrs
 from pymc_dp.run import PrivateRun
@@ -278,7 +278,7 @@ def one_posterior_sample(
     else:
         note = "initvals given by the caller: not covered by ε, must not come from the data"
         start = {"source": "user", "note": note}
-    n_rows = _row_structure(model, neighbouring)[0]
+    n_rows = observed_rows(model, neighbouring)
     # Refuses likelihoods that mix rows (walk and one-row perturbation probe), before anything is charged.
     rows = row_loglik(model, neighbouring=neighbouring)[0]
     check_prior_reads_no_data(model, n_rows)

@@ -36,7 +36,7 @@ from pymc_dp.accounting.events import (
     event_from_dict,
 )
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.data import _row_structure
+from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
 from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivity
 from pymc_dp.results import PrivateStart, finalize_result, posterior_attrs
@@ -469,7 +469,7 @@ def group_indexed_parameters(model: Any) -> list[str]:
     except ImportError:
         AdvancedSubtensor1 = AdvancedSubtensor
 
-    n_rows = _row_structure(model)[0]
+    n_rows = observed_rows(model)
     free = set(model.free_RVs)
     names: set[str] = set()
     seen = set()
@@ -1041,7 +1041,7 @@ class DPADVI(Inference):
             if model is not None and modelcontext(model) is not self._approx.model:
                 raise ValueError("`model` must be the model of the first fit. Found another model.")
             model = self._approx.model
-        n_rows = _row_structure(model)[0]
+        n_rows = observed_rows(model)
         run = PrivateRun(
             "DPADVI.fit",
             description="DPADVI",
