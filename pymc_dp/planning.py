@@ -589,6 +589,12 @@ RELEASE_ROUTES = {
         "sampler at no further cost (the anchors correct its Gaussian covariate model for binary or skewed "
         "covariates: docs/exponential_family.md)"
     ),
+    "poisson_regression": (
+        "this is a Poisson regression with a log link: release its polynomial statistics and one covariate anchor "
+        "once, pmdp.release_statistics('poisson_regression', (X, y), epsilon={epsilon:g}{noise}, "
+        "covariate_anchors=1, n_features=..., x_bounds=..., y_max=...), and sample the noise-aware likelihood "
+        "with any sampler at no further cost (docs/exponential_family.md)"
+    ),
     "linear_regression": (
         "this is a linear regression: release its sufficient statistics once, "
         "pmdp.release_statistics('linear_regression', (X, y), epsilon={epsilon:g}{noise}, n_features=..., "
@@ -601,7 +607,8 @@ RELEASE_ROUTES = {
 def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, delta: float) -> float:
     """The Gaussian release's noise variance over the Laplace release's, for a regression of ``n_params``.
 
-    An intercept and n − 1 covariates on [−1, 1] (logistic regression: n = ``n_params``; linear
+    An intercept and n − 1 covariates on [−1, 1] (logistic regression: n = ``n_params``; Poisson
+    regression: the same, with counts clipped to y_max = 10; linear
     regression: n = ``n_params`` − 1, the last parameter being σ, with y on [−1, 1]): (τΔ₂)²
     over 2(Δ₁/ε)², τ the (ε, δ) noise multiplier of one Gaussian release. About τ²ε²/(2d) for d
     statistics of equal width (Δ₂ = Δ₁/√d), so below 1 once the regression has a few
@@ -615,7 +622,7 @@ def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, del
         raise ValueError(f"`family` must be one of {sorted(RELEASE_ROUTES)}. Found {family!r}.")
     n_features = max(n_params - (1 if family == "linear_regression" else 0), 1)
     bounds = ([1.0] + [-1.0] * (n_features - 1), [1.0] * n_features)
-    extra = {"y_bounds": (-1.0, 1.0)} if family == "linear_regression" else {}
+    extra = {"linear_regression": {"y_bounds": (-1.0, 1.0)}, "poisson_regression": {"y_max": 10}}.get(family, {})
     fam = get_family(family, n_features=n_features, x_bounds=bounds, **extra)
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
@@ -639,8 +646,13 @@ def one_call_route(the_plan: Plan) -> tuple[str | None, str]:
     penalty, dpadvi = the_plan.method("DPPenaltyMH"), the_plan.method("DPADVI")
     if the_plan.recommended == "release_statistics":
         family = the_plan.released_statistics or ""
-        bounds = "x_bounds and y_bounds" if family == "linear_regression" else "x_bounds"
-        anchors = " with two covariate anchors" if family == "logistic_regression" else ""
+        bounds = {
+            "linear_regression": "x_bounds and y_bounds",
+            "poisson_regression": "x_bounds and y_bounds=(0, y_max)",
+        }
+        bounds = bounds.get(family, "x_bounds")
+        anchors = {"logistic_regression": " with two covariate anchors", "poisson_regression": " with one anchor"}
+        anchors = anchors.get(family, "")
         return "release_statistics", (
             f"release the {family.replace('_', ' ')}'s statistics{anchors} once (Gaussian or Laplace mechanism, "
             f"whichever adds less noise at your bounds), then NUTS on their noise-aware likelihood at no further "

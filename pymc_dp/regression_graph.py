@@ -27,7 +27,7 @@ class RegressionParts:
 
     Attributes
     ----------
-    family : {"logistic_regression", "linear_regression"}
+    family : {"logistic_regression", "poisson_regression", "linear_regression"}
         The :func:`pymc_dp.release_statistics` family that describes the likelihood.
     outcome : Variable
         The observed random variable.
@@ -54,7 +54,8 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
     """The pieces of ``model``'s likelihood when it is a linear or logistic regression, or ``None``.
 
     Reads the graph only (no data values): one observed variable, Bernoulli with p = σ(η)
-    (``logit_p=η``) → ``"logistic_regression"``, or Normal with mean η and a scalar standard
+    (``logit_p=η``) → ``"logistic_regression"``, Poisson with mu = exp(η) →
+    ``"poisson_regression"``, or Normal with mean η and a scalar standard
     deviation that reads no data → ``"linear_regression"``, where η is exactly a product of
     a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
     vector of free variables, plus optionally a scalar that reads no data (the intercept).
@@ -66,7 +67,7 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
     from pytensor.compile.ops import ViewOp
     from pytensor.graph.traversal import ancestors
     from pytensor.tensor.elemwise import Elemwise
-    from pytensor.tensor.random.basic import BernoulliRV, NormalRV
+    from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
     from pytensor.tensor.variable import TensorConstant
 
     model = modelcontext(model)
@@ -132,6 +133,13 @@ def regression_parts(model: Any = None) -> RegressionParts | None:
             found = affine(p.owner.inputs[0])
             if found is not None:
                 return RegressionParts("logistic_regression", rv, *found)
+    if isinstance(op, PoissonRV):  # mu = exp(η): a Poisson regression with log link
+        (mu,) = op.dist_params(rv.owner)
+        scalar_op = getattr(getattr(mu.owner, "op", None), "scalar_op", None)
+        if mu.owner is not None and type(scalar_op).__name__ == "Exp":
+            found = affine(mu.owner.inputs[0])
+            if found is not None:
+                return RegressionParts("poisson_regression", rv, *found)
     if isinstance(op, NormalRV):
         mu, sigma = op.dist_params(rv.owner)
         found = affine(mu)
@@ -144,7 +152,8 @@ def released_statistics_route(model: Any = None) -> str | None:
     """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
 
     Reads the graph only (no data values): ``regression_parts(model).family`` — one observed
-    variable, Bernoulli with p = σ(η) (``logit_p=η``) → ``"logistic_regression"``, or Normal
+    variable, Bernoulli with p = σ(η) (``logit_p=η``) → ``"logistic_regression"``, Poisson
+    with mu = exp(η) → ``"poisson_regression"``, or Normal
     with mean η and a scalar standard deviation that reads no data → ``"linear_regression"``,
     where η is an optional intercept plus exactly one product of a data matrix (a ``pm.Data``
     container or an array with one row per observation) and a vector of free variables.

@@ -172,7 +172,13 @@ def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> t
             "`y_bounds` must be given for the released-statistics route (linear_regression): public (lower, upper) "
             "bounds of the outcome. Found None."
         )
-    if not linear and y_bounds is not None:
+    counts = family == "poisson_regression"
+    if counts and y_bounds is None:
+        raise ValueError(
+            "`y_bounds` must be given for the released-statistics route (poisson_regression): (0, y_max), the public "
+            "bound the counts are clipped to. Found None."
+        )
+    if not (linear or counts) and y_bounds is not None:
         raise ValueError(
             f"`y_bounds` must be None for a logistic regression (its outcome is 0 or 1). Found {y_bounds!r}."
         )
@@ -183,6 +189,14 @@ def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> t
     if linear:
         y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
         settings["y_bounds"] = (float(y_lower[0]), float(y_upper[0]))
+    if counts:
+        y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
+        if y_lower[0] != 0.0 or y_upper[0] < 1.0 or y_upper[0] != round(y_upper[0]):
+            raise ValueError(
+                "`y_bounds` must be (0, y_max) with y_max a positive integer for a Poisson regression (counts are "
+                f"clipped to 0..y_max). Found {y_bounds!r}."
+            )
+        settings["y_max"] = int(y_upper[0])
     return settings, get_family(family, **settings)  # checks the settings
 
 
@@ -221,7 +235,8 @@ def _release_route(
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
     noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
-    anchors = 0 if family == "linear_regression" else 2
+    # Poisson: one anchor, at the polynomial statistics' estimate (docs/exponential_family.md, count models)
+    anchors = {"linear_regression": 0, "poisson_regression": 1}.get(family, 2)
 
     # The priors, and the likelihood's parameters on them, before anything is released.
     prior = _prior_model(model, parts.outcome)

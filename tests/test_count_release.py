@@ -301,3 +301,70 @@ def test_intervals_cover_the_truth_by_simulation():
     covered = _coverage(60, 2000, 1.0, 1000, 500)
     rate = covered.mean()
     assert abs(rate - 0.9) < 3 * math.sqrt(0.09 / covered.size), (rate, covered.mean(0))
+
+
+# -- the planner's route -------------------------------------------------------------------------------
+def _count_model(n=400, seed=11, link=True):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, size=(n, 2))
+    y = rng.poisson(np.exp(0.3 + x @ [0.4, -0.3]))
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        eta = alpha + x @ beta
+        pm.Poisson("y", mu=pm.math.exp(eta) if link else pm.math.softplus(eta), observed=y)
+    return model
+
+
+def test_the_planner_recognises_a_poisson_regression_with_log_link_from_the_graph():
+    import pymc_dp as pmdp
+    from pymc_dp.regression_graph import regression_parts
+
+    model = _count_model()
+    parts = regression_parts(model)
+    assert parts.family == "poisson_regression" and parts.intercept is not None
+    with model:
+        the_plan = pmdp.plan(epsilon=1.0, delta=1e-6)
+    assert the_plan.released_statistics == "poisson_regression" and the_plan.one_call_route == "release_statistics"
+    assert "y_bounds=(0, y_max)" in the_plan.one_call_reason
+    assert regression_parts(_count_model(link=False)) is None  # another link: not this family's statistics
+
+
+@pytest.mark.parametrize(
+    ("y_bounds", "message"),
+    [
+        (None, "`y_bounds` must be given for the released-statistics route \\(poisson_regression\\)"),
+        ((1, 10), "`y_bounds` must be \\(0, y_max\\)"),
+        ((0, 7.5), "`y_bounds` must be \\(0, y_max\\)"),
+    ],
+)
+def test_the_one_call_route_refuses_bad_count_bounds_before_anything_is_charged(y_bounds, message):
+    import pymc_dp as pmdp
+
+    budget = PrivacyBudget(2.0, 1e-6, n_rows=400)
+    with _count_model(), pytest.raises(ValueError, match=message):
+        pmdp.sample(epsilon=1.0, delta=1e-6, x_bounds=(-1, 1), y_bounds=y_bounds, budget=budget, progressbar=False)
+    assert budget.spent().epsilon == 0.0
+
+
+@pytest.mark.slow  # about a minute: one release and NUTS compiled from scratch
+def test_one_call_sample_takes_the_release_route_for_a_poisson_regression():
+    import pymc_dp as pmdp
+
+    budget = PrivacyBudget(2.0, 1e-6, n_rows=3000)
+    with _count_model(n=3000):
+        idata = pmdp.sample(
+            epsilon=1.0,
+            delta=1e-6,
+            x_bounds=(-1, 1),
+            y_bounds=(0, 10),
+            budget=budget,
+            draws=300,
+            tune=300,
+            chains=2,
+            progressbar=False,
+            random_seed=1,
+        )
+    assert "release_statistics" in idata.posterior.attrs["dp_route"]
+    assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(1.0) and budget.spent().epsilon == pytest.approx(1.0)
+    assert set(idata.posterior.data_vars) == {"alpha", "beta"}
