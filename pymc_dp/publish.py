@@ -16,8 +16,10 @@ from pymc_dp.accounting.events import GaussianReleases
 from pymc_dp.results import (
     check_cumulative_statistic,
     check_integrity,
+    data_reading_deterministics_in,
     finalize_result,
     group,
+    note_dropped_deterministics,
     posterior_attrs,
     strip_private_groups,
 )
@@ -102,14 +104,17 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     """
     model = modelcontext(model)
     attrs = posterior_attrs(idata)
+    dropped = data_reading_deterministics_in(idata, model)  # names only, said before they are stripped
     if "dp_accountant" in attrs:
         check_integrity(idata)  # the object its record priced, before anything is stripped
+        note_dropped_deterministics(dropped)
         strip_private_groups(idata, model)
         privacy_spent(idata, delta, model=model)  # checks what is left
         return idata
     if delta is None:
         raise ValueError("`delta` must be given for a plain pm.sample result (it records no dp_delta). Found None.")
     delta = check_unit_interval_open("delta", float(delta))
+    note_dropped_deterministics(dropped)
     candidate = strip_private_groups(copy.deepcopy(idata), model)
     if step is not None:
         record = _record_from_steps(candidate, _flatten_steps(step), delta)

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -55,8 +57,10 @@ __all__ = [
     "check_cumulative_statistic",
     "check_integrity",
     "check_publishable",
+    "data_reading_deterministics_in",
     "finalize_result",
     "foreign_statistics",
+    "note_dropped_deterministics",
     "private_content",
     "strip_private_groups",
     "write_privacy_attrs",
@@ -359,16 +363,47 @@ def write_privacy_attrs(idata: Any, record: dict[str, Any]) -> Any:
     return idata
 
 
+def data_reading_deterministics_in(idata: Any, model: Any) -> list[str]:
+    """Names of ``model``'s deterministics that read data and that ``idata``'s posterior holds (none without one)."""
+    if model is None or "posterior" not in group_names(idata):
+        return []
+    present = {str(v) for v in group(idata, "posterior").data_vars}
+    return sorted(present & set(data_dependent_deterministics(model)))
+
+
+def note_dropped_deterministics(names: Iterable[str]) -> None:
+    """Say which deterministics that read the data a DP result leaves out (PyMC's logger, WARNING).
+
+    Called by every front-end that drops them (``pymc_dp.sample`` with or without a step,
+    DPADVI's ``approx.sample``, one posterior sample), so that a ``pm.Deterministic`` never
+    disappears from a result without a word. Only the names are said: they come from the
+    model's code, never from the rows; no value is computed. Nothing is said for an empty
+    ``names``. A log record rather than a Python warning, like PyMC's own run messages: it
+    describes the model, not a fault of the run, and the caller can silence it with
+    ``logging.getLogger("pymc")``.
+    """
+    hidden = sorted(set(names))
+    if hidden:
+        logging.getLogger("pymc").warning(
+            "Not stored in the DP result: deterministics that read the data (%s). Their values would be computed "
+            "from the private rows without noise, which no privacy guarantee covers; compute them after sampling from "
+            "the draws and public data (pymc_dp.sample_posterior_predictive(idata, model, data=...)).",
+            ", ".join(hidden),
+        )
+
+
 def finalize_result(
     idata: Any, record: dict[str, Any], model: Any = None, *, foreign_statistics_ok: bool = False
 ) -> Any:
     """Strip, check and annotate a result: the last stage of every private front-end.
 
-    Deletes what reads data (:func:`strip_private_groups`), refuses what cannot be deleted
-    (:func:`check_publishable`), then writes the ``dp_*`` attributes
+    Deletes what reads data (:func:`strip_private_groups`; deterministics that read the data
+    are named on PyMC's logger, :func:`note_dropped_deterministics`), refuses what cannot be
+    deleted (:func:`check_publishable`), then writes the ``dp_*`` attributes
     (:func:`write_privacy_attrs`). Returns ``idata``. ``foreign_statistics_ok`` is for
     results whose non-DP sampler read only released values (NUTS on released statistics).
     """
+    note_dropped_deterministics(data_reading_deterministics_in(idata, model))
     strip_private_groups(idata, model, foreign_statistics_ok=foreign_statistics_ok)
     _check_private_content(idata, model)  # a fresh result: its integrity is written next
     return write_privacy_attrs(idata, record)

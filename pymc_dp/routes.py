@@ -30,7 +30,7 @@ from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poo
 from pymc_dp.planning import Plan
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.regression_graph import RegressionParts, regression_parts
-from pymc_dp.results import posterior_attrs, write_privacy_attrs
+from pymc_dp.results import note_dropped_deterministics, posterior_attrs, write_privacy_attrs
 from pymc_dp.sample_plan import _check_sample_kwargs, _stored_variables
 from pymc_dp.starts import check_init
 from pymc_dp.step_methods.penalty import DPPenaltyMH
@@ -241,6 +241,8 @@ def _release_route(
     # The priors, and the likelihood's parameters on them, before anything is released.
     prior = _prior_model(model, parts.outcome)
     check_prior_reads_no_data(prior, n_rows)
+    if s["var_names"] is None:  # the copy holds no deterministic that reads data: say which are left out
+        note_dropped_deterministics(data_dependent_deterministics(model))
     params = _likelihood_parameters(model, prior, parts)
     name = parts.outcome.name
     while any(n == name or n.startswith(f"{name}_") for n in prior.named_vars):

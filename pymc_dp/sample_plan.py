@@ -12,7 +12,6 @@ neighbours, the steps' settings, ε, δ, the chains).
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import warnings
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from pymc_dp.mechanisms.clip_bound import (
 )
 from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
-from pymc_dp.results import PrivateStart
+from pymc_dp.results import PrivateStart, note_dropped_deterministics
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import (
     check_init,
@@ -137,12 +136,7 @@ def _stored_variables(model: Any, var_names: list[str] | None) -> list[str]:
     """The variables to store: ``var_names`` checked, or every free variable and data-free deterministic."""
     hidden = data_dependent_deterministics(model)
     if var_names is None:
-        if hidden:  # names come from the model's code, never from the rows
-            logging.getLogger("pymc").info(
-                "Not stored in the DP result: deterministics that read the data (%s). Their values would depend on "
-                "the private rows without noise; compute them from the draws and public data after sampling.",
-                ", ".join(sorted(hidden)),
-            )
+        note_dropped_deterministics(hidden)  # names come from the model's code, never from the rows
         return [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     storable = {rv.name for rv in model.free_RVs} | {d.name for d in model.deterministics}
     leaking = [name for name in var_names if name in hidden]

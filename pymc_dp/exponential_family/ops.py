@@ -20,7 +20,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.data import check_prior_reads_no_data, data_dependent_deterministics, observed_rows, row_loglik
 from pymc_dp.mechanisms import mechanism_rng
-from pymc_dp.results import PrivateStart, group_names, posterior_attrs
+from pymc_dp.results import PrivateStart, group_names, note_dropped_deterministics, posterior_attrs
 from pymc_dp.run import PrivateRun
 
 __all__ = ["one_posterior_sample", "ops_temperature", "tempered_model"]
@@ -297,6 +297,7 @@ def one_posterior_sample(
     run.plan(events, advice="use a smaller ε.")
 
     hidden = set(data_dependent_deterministics(model))
+    note_dropped_deterministics(hidden)  # names only, from the model's code
     var_names = [rv.name for rv in model.free_RVs] + [d.name for d in model.deterministics if d.name not in hidden]
     tempered = _tempered_copy(model, rows, temperature, low, high)
     pymc_logger = logging.getLogger("pymc")
