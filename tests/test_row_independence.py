@@ -663,6 +663,20 @@ def test_final_check_message_names_the_operation():
         _check_rowwise(x[None, :] * 2.0, [x], "y")
 
 
+def test_the_row_rules_name_unrelated_op_types():
+    # The walk looks an op's class up along its MRO in a table of per-op rules (model_structure._row_rules).
+    # With no type of the table a subclass of another, an op matches one rule at most, whatever the order,
+    # as in the if/elif chain the table replaced; an op matching none is refused.
+    from pymc_dp.model_structure import _row_rules, _rowwise_axes
+
+    types = list(_row_rules())
+    assert [(a.__name__, b.__name__) for a in types for b in types if a is not b and issubclass(a, b)] == []
+    x = pytensor.shared(np.zeros((N, 2)), name="x")
+    node = pt.cumsum(x, axis=0).owner  # a running sum over the rows: not on the list
+    with pytest.raises(ModelStructureError, match="is not on the list of row-wise operations"):
+        _rowwise_axes(node, [0], "y")
+
+
 def _two_lengths():
     data = _data()
     with pm.Model() as model:
