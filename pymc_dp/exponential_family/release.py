@@ -37,6 +37,7 @@ from pymc_dp.exponential_family.families import (
     psd_projection,
     split_anchor_statistics,
 )
+from pymc_dp.exponential_family.grouped import grouped_family
 from pymc_dp.exponential_family.noise_aware import logistic_anchor_point, release_loglik
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
 from pymc_dp.public_data import declare_constants_public
@@ -766,7 +767,7 @@ def release_statistics(
     .. [4] Mironov, I. (2012). On significance of the least significant bits for differential
        privacy. CCS.
     """
-    fam = get_family(family, **family_settings)
+    fam = _family(family, family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
     out_of_bounds = check_out_of_bounds(out_of_bounds)
     delta = _check_mechanism(fam, mechanism, delta)
@@ -950,6 +951,13 @@ def _release_anchors(
             CovariateAnchor(np.asarray(point, dtype=float), values, float(scale), float(variance), private.grid)
         )
     return tuple(released)
+
+
+def _family(family: str | ExponentialFamily, settings: dict[str, Any]) -> ExponentialFamily:
+    """The family of a release: a grouped regression (one cell per group) when ``n_groups`` is among the settings."""
+    if "n_groups" in settings:
+        return grouped_family(family, **settings)
+    return get_family(family, **settings)
 
 
 def _check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> float:

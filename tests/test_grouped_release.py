@@ -1,0 +1,229 @@
+"""Grouped (hierarchical) regressions on one release of per-group statistics (issue 34, deliverable 3)."""
+
+import itertools
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_dp.accounting import PrivacyBudget
+from pymc_dp.exponential_family import release_statistics
+from pymc_dp.exponential_family.families import LinearRegression, LogisticRegression
+from pymc_dp.exponential_family.grouped import GroupedRegression, grouped_family
+from pymc_dp.mechanisms import PrivateSufficientStatistics
+
+LINEAR = {"n_features": 1, "x_bounds": (-2.0, 3.0), "y_bounds": (-4.0, 5.0)}
+
+
+def _row_statistics(family, x, y, g):
+    """The mechanism's own per-row statistics (the sum over one row), read through the mechanism."""
+    return PrivateSufficientStatistics(family, (np.atleast_2d(x), np.atleast_1d(y), np.atleast_1d(g)))._exact_statistics
+
+
+def _extreme_rows(family):
+    """Every corner row of the bounds, in every group and with an unused label (-1)."""
+    if family.base == "linear_regression":
+        (xl,), (xu,) = family.x_bounds
+        return [([xv], yv, gv) for xv, yv, gv in itertools.product((xl, 0.0, xu), family.y_bounds, (-1, 0, 1, 2))]
+    (xl,), (xu,) = family.x_bounds
+    return [([xv], yv, gv) for xv, yv, gv in itertools.product((xl, 0.0, xu), (0, 1), (-1, 0, 1, 2))]
+
+
+@pytest.mark.parametrize(
+    "base, settings",
+    [("linear_regression", LINEAR), ("logistic_regression", {"n_features": 1, "x_bounds": (-2.0, 3.0)})],
+)
+def test_sensitivities_bound_every_pair_of_rows_under_both_relations_and_do_not_grow_with_groups(base, settings):
+    family = grouped_family(base, n_groups=3, **settings)
+    rows = _extreme_rows(family)
+    stats = [_row_statistics(family, *r) for r in rows]
+    l1_sub, l2_sub = family.sensitivities("substitute")
+    l1_add, l2_add = family.sensitivities("add_remove")
+    worst_sub = max(np.abs(a - b).sum() for a, b in itertools.product(stats, stats))
+    worst_sub2 = max(np.sqrt(((a - b) ** 2).sum()) for a, b in itertools.product(stats, stats))
+    worst_add = max(np.abs(a).sum() for a in stats)
+    worst_add2 = max(np.sqrt((a**2).sum()) for a in stats)
+    # The bounds hold for every pair of corner rows, and they are attained there (corners reach the bounds).
+    assert worst_sub <= l1_sub + 1e-9 and worst_sub2 <= l2_sub + 1e-9
+    assert worst_add <= l1_add + 1e-9 and worst_add2 <= l2_add + 1e-9
+    if base == "linear_regression":
+        assert worst_sub == pytest.approx(l1_sub) and worst_add == pytest.approx(l1_add)
+    # Substitution moves a row between two groups: twice the L1 of add/remove.
+    assert l1_sub == pytest.approx(2.0 * l1_add)
+    many = grouped_family(base, n_groups=500, **settings)
+    assert many.sensitivities("substitute") == pytest.approx((l1_sub, l2_sub))
+    assert family.l1_sensitivity() == l1_sub and family.l2_sensitivity() == l2_sub
+    # The rounded rows' integer sensitivities (discrete noise) cover the continuous ones on the grid.
+    l1_grid, l2_grid = family.grid_sensitivities(-10)
+    assert l1_grid >= l1_sub * 2**10 - 1e-6 and l2_grid >= l2_sub**2 * 2**20 - 1e-6
+
+
+def test_a_row_touches_only_its_own_groups_cell_and_an_unused_label_touches_nothing():
+    family = grouped_family("linear_regression", n_groups=4, **LINEAR)
+    c = family.cell_size
+    for label in range(4):
+        s = family.cells(_row_statistics(family, [1.5], 2.0, label))
+        assert np.count_nonzero(np.any(s != 0.0, axis=1)) == 1 and np.any(s[label] != 0.0)
+        assert s[label, family.count_index] == 1.0
+    for label in (-1, 4, 7, 2.5, np.nan, np.inf):
+        assert np.all(_row_statistics(family, [1.5], 2.0, label) == 0.0), label
+    assert family.dim == 4 * c
+
+
+def test_one_release_covers_every_group_at_the_price_of_one():
+    rng = np.random.default_rng(0)
+    n, g = 400, 25
+    x, y, groups = rng.normal(size=(n, 1)), rng.normal(size=n), rng.integers(0, g, size=n)
+    budget = PrivacyBudget(1.0, 1e-6, n_rows=n)
+    release = release_statistics("linear_regression", (x, y, groups), epsilon=1.0, n_groups=g, budget=budget, **LINEAR)
+    assert budget.spent().epsilon == pytest.approx(1.0)
+    assert len(budget.spent().events) == 1
+    assert release.noisy_statistics.shape == (g * 6,)
+    family = release.family
+    assert release.l1_sensitivity == pytest.approx(family.sensitivities("substitute")[0])
+    assert release.scale == pytest.approx(release.l1_sensitivity / 1.0, rel=1e-6)
+    record = release.accountant_record()
+    assert record["family"]["n_groups"] == g
+
+
+def test_the_group_sums_are_the_ungrouped_release_at_huge_epsilon():
+    rng = np.random.default_rng(1)
+    n, g = 300, 5
+    x, y, groups = rng.uniform(-2, 3, size=(n, 1)), rng.uniform(-4, 5, size=n), rng.integers(0, g, size=n)
+    release = release_statistics("linear_regression", (x, y, groups), epsilon=1e12, n_groups=g, **LINEAR)
+    cells = release.family.cells(release.noisy_statistics)
+    np.testing.assert_allclose(cells[:, 0], np.bincount(groups, minlength=g), atol=1e-6)
+    z = np.column_stack([np.ones(n), x, y])
+    rows, cols = np.triu_indices(3)
+    for k in range(g):
+        expected = (z[groups == k, :][:, rows] * z[groups == k, :][:, cols]).sum(axis=0)
+        np.testing.assert_allclose(cells[k], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"n_groups": 0}, "`n_groups` must be"),
+        ({"n_groups": 2.5}, "`n_groups` must be"),
+        ({"n_groups": 3, "n_features": -1}, "`n_features` must be"),
+        ({"n_groups": 3, "x_bounds": None}, "`x_bounds` must be"),
+        ({"n_groups": 3, "y_bounds": None}, "`y_bounds` must be"),
+        ({"n_groups": 3, "y_bounds": (2.0, 1.0)}, "`y_bounds` must have lower"),
+        ({"n_groups": 3, "sigma": 1.0}, "`sigma` is not a setting"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_parameter_and_nothing_is_charged(settings, message):
+    budget = PrivacyBudget(1.0, 1e-6, n_rows=4)
+    full = {**LINEAR, **settings}
+    full = {k: v for k, v in full.items() if v is not None or k not in ("x_bounds", "y_bounds") or k in settings}
+    data = (np.zeros((4, 1)), np.zeros(4), np.zeros(4))
+    with pytest.raises((ValueError, TypeError), match=message):
+        release_statistics("linear_regression", data, epsilon=1.0, budget=budget, **full)
+    assert budget.spent().epsilon == 0.0
+
+
+def test_bad_data_and_families_are_refused_naming_the_parameter():
+    with pytest.raises(ValueError, match="`family` must be one of"):
+        release_statistics("poisson", (np.zeros(3),), epsilon=1.0, n_groups=2, upper=3)
+    with pytest.raises(TypeError, match="`data` must be a triple"):
+        release_statistics("linear_regression", (np.zeros((3, 1)), np.zeros(3)), epsilon=1.0, n_groups=2, **LINEAR)
+    with pytest.raises(ValueError, match="`data` must hold y and groups"):
+        release_statistics(
+            "linear_regression", (np.zeros((3, 1)), np.zeros(3), np.zeros(2)), epsilon=1.0, n_groups=2, **LINEAR
+        )
+    with pytest.raises(ValueError, match="`covariate_anchors`"):
+        release_statistics(
+            "logistic_regression",
+            (np.zeros((3, 1)), np.zeros(3), np.zeros(3)),
+            epsilon=1.0,
+            n_groups=2,
+            n_features=1,
+            x_bounds=(-1, 1),
+            covariate_anchors=2,
+        )
+
+
+def test_the_family_settings_are_those_of_the_regression_with_a_constant_column():
+    family = GroupedRegression("linear_regression", 3, 2, ((-1, -2), (1, 2)), (-3, 3))
+    assert isinstance(family.cell, LinearRegression)
+    assert family.cell.x_bounds == ((1.0, -1.0, -2.0), (1.0, 1.0, 2.0))
+    logistic = GroupedRegression("logistic_regression", 3, 0)
+    assert isinstance(logistic.cell, LogisticRegression) and logistic.params == ("alpha", "beta")
+    assert logistic.count_index == 1
+
+
+def test_the_likelihood_refuses_parameters_of_the_wrong_shape():
+    rng = np.random.default_rng(2)
+    n, g = 200, 4
+    data = (rng.normal(size=(n, 1)), rng.normal(size=n), rng.integers(0, g, size=n))
+    release = release_statistics("linear_regression", data, epsilon=2.0, n_groups=g, **LINEAR)
+    with pm.Model():
+        with pytest.raises(ValueError, match="`alpha` must be a vector of 4"):
+            release.likelihood("lik", alpha=pm.Normal("a", shape=3), beta=pm.Normal("b", shape=1), sigma=1.0)
+    with pm.Model():
+        with pytest.raises(ValueError, match="parameters of the grouped_linear_regression"):
+            release.likelihood("lik", alpha=pm.Normal("a", shape=4), sigma=1.0)
+
+
+def _varying_intercepts(g, p=1):
+    mu = pm.Normal("mu", 0.0, 5.0)
+    tau = pm.HalfNormal("tau", 2.0)
+    z = pm.Normal("z", 0.0, 1.0, shape=g)
+    alpha = pm.Deterministic("alpha", mu + tau * z)
+    beta = pm.Normal("beta", 0.0, 5.0, shape=p)
+    return alpha, beta
+
+
+def test_at_huge_epsilon_the_release_posterior_matches_nuts_on_the_raw_rows():
+    # ε → ∞: the release is the exact per-group statistics, and the CLT of Gaussian rows given Gaussian covariates is
+    # exact in its first two moments, so the posterior of the group effects is NUTS's on the rows.
+    rng = np.random.default_rng(3)
+    n, g = 600, 6
+    x = rng.normal(size=(n, 1))
+    groups = rng.integers(0, g, size=n)
+    true_alpha = rng.normal(1.0, 0.8, size=g)
+    y = true_alpha[groups] + 0.5 * x[:, 0] + rng.normal(size=n)
+    release = release_statistics(
+        "linear_regression", (x, y, groups), epsilon=1e9, n_groups=g, n_features=1, x_bounds=(-6, 6), y_bounds=(-9, 9)
+    )
+    with pm.Model():
+        alpha, beta = _varying_intercepts(g)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        release.likelihood("lik", alpha=alpha, beta=beta, sigma=sigma)
+        private = release.sample(draws=400, tune=400, chains=2, random_seed=4, progressbar=False)
+    with pm.Model():
+        alpha, beta = _varying_intercepts(g)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("y", alpha[groups] + x[:, 0] * beta[0], sigma, observed=y)
+        exact = pm.sample(draws=400, tune=400, chains=2, random_seed=5, progressbar=False)
+    assert private.posterior.attrs["dp_epsilon"] == pytest.approx(1e9)
+    for name in ("alpha", "beta", "sigma"):
+        mine, ref = private.posterior[name], exact.posterior[name]
+        sd = ref.std(("chain", "draw")).values
+        # Monte Carlo error of two means of ~300 effective draws each: ~0.08 sd; 0.4 sd is five of them.
+        np.testing.assert_array_less(
+            np.abs(mine.mean(("chain", "draw")).values - ref.mean(("chain", "draw")).values), 0.4 * sd
+        )
+        np.testing.assert_allclose(mine.std(("chain", "draw")).values, sd, rtol=0.3)
+    assert "lik_group_size" not in private.posterior
+
+
+def test_a_small_group_comes_back_wide_and_near_the_population():
+    rng = np.random.default_rng(5)
+    g = 4
+    sizes = [400, 400, 400, 3]
+    groups = np.repeat(np.arange(g), sizes)
+    n = groups.size
+    x = rng.normal(size=(n, 1))
+    y = np.array([0.0, 1.0, 2.0, 4.0])[groups] + 0.5 * x[:, 0] + rng.normal(size=n)
+    release = release_statistics(
+        "linear_regression", (x, y, groups), epsilon=1.0, n_groups=g, random_seed=6, reproducible_noise=True, **LINEAR
+    )
+    with pm.Model():
+        alpha, beta = _varying_intercepts(g)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        release.likelihood("lik", alpha=alpha, beta=beta, sigma=sigma)
+        idata = release.sample(draws=300, tune=300, chains=2, random_seed=7, progressbar=False)
+    sd = idata.posterior["alpha"].std(("chain", "draw")).values
+    # The small group's cell is mostly noise: its intercept's sd is several times the large groups'.
+    assert sd[3] > 3.0 * sd[:3].max()
