@@ -482,9 +482,13 @@ def _recommend(
         recommendation = (
             f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, "
             + (f"about {best.expected_ess * chains:.2g}" if best.expected_ess * chains >= 0.01 else "below 0.01")
-            + "); with N·ε this small use more ε, more rows, released sufficient "
-            "statistics with the noise-aware likelihood for a conjugate model or a linear or logistic regression "
-            "(pmdp.release_statistics)"
+            + (
+                ")"  # the release route, said first, is the advice
+                if released_statistics is not None
+                else "); with N·ε this small use more ε, more rows, released sufficient statistics with the "
+                "noise-aware likelihood for a conjugate model or a linear or logistic regression "
+                "(pmdp.release_statistics)"
+            )
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
     noise = ""
