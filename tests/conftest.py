@@ -4,7 +4,18 @@ The models are built once per session: on PyMC 6 every compiled function is JIT-
 Numba on first use, so reusing models keeps the suite fast.
 """
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+# JAX's persistent compilation cache, for the JAX-backend tests: identical XLA programs (the same kernels built
+# by many tests, by both xdist workers and by later runs) are compiled once and read back from disk. Set before
+# anything imports JAX (JAX reads these at import); the caller's own settings win.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pymc-dp-tests" / "jax"),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import numpy as np
 import pymc as pm
