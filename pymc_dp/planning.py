@@ -594,9 +594,10 @@ RELEASE_ROUTES = {
         "covariates: docs/exponential_family.md)"
     ),
     "poisson_regression": (
-        "this is a Poisson regression with a log link: release its polynomial statistics and one covariate anchor "
+        "this is a Poisson regression with a log link: release its polynomial statistics and covariate anchors "
         "once, pmdp.release_statistics('poisson_regression', (X, y), epsilon={epsilon:g}{noise}, "
-        "covariate_anchors=1, n_features=..., x_bounds=..., y_max=...), and sample the noise-aware likelihood "
+        "covariate_anchors=1 (2 from N·ε = 50,000), n_features=..., x_bounds=..., y_max=...), and sample the "
+        "noise-aware likelihood "
         "with any sampler at no further cost (docs/exponential_family.md)"
     ),
     "linear_regression": (
@@ -655,7 +656,10 @@ def one_call_route(the_plan: Plan) -> tuple[str | None, str]:
             "poisson_regression": "x_bounds and y_bounds=(0, y_max)",
         }
         bounds = bounds.get(family, "x_bounds")
-        anchors = {"logistic_regression": " with two covariate anchors", "poisson_regression": " with one anchor"}
+        anchors = {
+            "logistic_regression": " with two covariate anchors",
+            "poisson_regression": " with one or two anchors",
+        }
         anchors = anchors.get(family, "")
         return "release_statistics", (
             f"release the {family.replace('_', ' ')}'s statistics{anchors} once (Gaussian or Laplace mechanism, "

@@ -235,8 +235,10 @@ def _release_route(
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
     noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
-    # Poisson: one anchor, at the polynomial statistics' estimate (docs/exponential_family.md, count models)
-    anchors = {"linear_regression": 0, "poisson_regression": 1}.get(family, 2)
+    # Poisson: one anchor below N·ε = 50,000, where a Newton step on the noisy Hessian does not pay; two above,
+    # where the first one's expansion bias shows (docs/exponential_family.md, count models; public N and ε only)
+    poisson_anchors = 1 if n_rows * epsilon < 50_000 else 2
+    anchors = {"linear_regression": 0, "poisson_regression": poisson_anchors}.get(family, 2)
 
     # The priors, and the likelihood's parameters on them, before anything is released.
     prior = _prior_model(model, parts.outcome)
