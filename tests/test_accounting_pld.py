@@ -145,12 +145,14 @@ def test_calibration_matches_dp_accounting_planning_value():
 
 
 def test_calibration_counts_earlier_releases_and_refuses_when_nothing_is_left():
+    # ε = 1 over 100 iterations at q = 0.02 (σ ≈ 0.77 alone, 0.82 after the earlier releases): the same properties
+    # as at ε = 2 over 500 at q = 0.01, in 13.4 CPU-seconds instead of 27.8 (Python 3.11).
     earlier = (GaussianReleases(100.0, 100),)
-    alone = poisson_gaussian_noise_multiplier(2.0, 1e-5, 0.01, 500)
-    after = poisson_gaussian_noise_multiplier(2.0, 1e-5, 0.01, 500, earlier=earlier)
+    alone = poisson_gaussian_noise_multiplier(1.0, 1e-5, 0.02, 100)
+    after = poisson_gaussian_noise_multiplier(1.0, 1e-5, 0.02, 100, earlier=earlier)
     assert after > alone
-    total = compose_epsilon([*earlier, PoissonGaussianReleases(after, 0.01, 500)], 1e-5)[0]
-    assert total <= 2.0
+    total = compose_epsilon([*earlier, PoissonGaussianReleases(after, 0.02, 100)], 1e-5)[0]
+    assert total <= 1.0
     with pytest.raises(ValueError, match="already used up"):
         poisson_gaussian_noise_multiplier(0.5, 1e-5, 0.01, 500, earlier=(GaussianReleases(1.0, 100),))
 
