@@ -345,7 +345,28 @@ def _prior_model(model: Any, outcome: Any) -> Any:
 
 
 def _observed_array(variable: Any) -> np.ndarray:
-    """The raw values held by a data container or constant: handed to the mechanism only (never inspected)."""
-    from pytensor.compile.sharedvalue import SharedVariable
+    """The raw values held by a data container or constant: handed to the mechanism only (never inspected).
 
-    return np.asarray(variable.get_value(borrow=True) if isinstance(variable, SharedVariable) else variable.data)
+    An observed ``pm.Data`` container may reach the model through a cast (PyMC wraps integer
+    containers observed by a discrete variable as ``Cast{int64}(y)``): that container-only graph
+    is evaluated, row for row.
+    """
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import ancestors
+
+    if isinstance(variable, SharedVariable):
+        return np.asarray(variable.get_value(borrow=True))
+    if isinstance(variable, Constant):
+        return np.asarray(variable.data)
+    from pytensor.tensor.random.type import RandomType
+
+    inputs = [v for v in ancestors([variable]) if v.owner is None]
+    if not inputs or not all(
+        isinstance(v, SharedVariable | Constant) and not isinstance(v.type, RandomType) for v in inputs
+    ):
+        raise ValueError(
+            "The observed variable must hold data (a pm.Data container, an array, or one of them cast). "
+            f"Found a graph of {type(variable).__name__}."
+        )
+    return np.asarray(variable.eval())
