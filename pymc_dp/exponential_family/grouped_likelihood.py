@@ -54,7 +54,6 @@ from pymc_dp.exponential_family.noise_aware import (
     _release_noise_variance,
     _tensor,
     gaussian_covariates,
-    linear_regression_moments,
     logistic_regression_moments,
 )
 
@@ -88,24 +87,56 @@ def batched_gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
     return pt.switch(ok & ~bad, logp, -np.inf)
 
 
+def batched_product_moments(mu: Any, cov: Any, rows: np.ndarray, cols: np.ndarray) -> tuple[Any, Any]:
+    """Means (G × K) and covariances (G × K × K) of t = (zⱼzₖ) over (rows, cols), z_g ~ N(mu_g, cov_g) (PyTensor).
+
+    :func:`~pymc_dp.exponential_family.noise_aware.product_moments` (Isserlis' theorem with a mean)
+    for a batch of G Gaussians at once, by broadcasting: ``mu`` is G × D, ``cov`` G × D × D.
+    """
+    i, j = np.asarray(rows), np.asarray(cols)
+    ik, jk, il, jl = i[:, None], j[:, None], i[None, :], j[None, :]
+    mean = cov[:, i, j] + mu[:, i] * mu[:, j]
+    second = (
+        cov[:, ik, il] * cov[:, jk, jl]
+        + cov[:, ik, jl] * cov[:, jk, il]
+        + mu[:, i][:, :, None] * mu[:, i][:, None, :] * cov[:, jk, jl]
+        + mu[:, i][:, :, None] * mu[:, j][:, None, :] * cov[:, jk, il]
+        + mu[:, j][:, :, None] * mu[:, i][:, None, :] * cov[:, ik, jl]
+        + mu[:, j][:, :, None] * mu[:, j][:, None, :] * cov[:, ik, il]
+    )
+    return mean, second
+
+
 def grouped_cell_moments(
     family: Any, x_mean: Any, x_cov: Any, coefficients: Any, sigma: Any, keep: np.ndarray
 ) -> tuple[Any, Any]:
     """(m, V): G × K means and G × K × K covariances of one row's cell statistic, coordinates ``keep`` (PyTensor).
 
     Row g uses the coefficients ``coefficients[g]`` = (α_g, β_g) on x̃ = (1, x); x̃ ~ N(``x_mean``,
-    ``x_cov``) (its first entry the constant 1). Linear regression: the moments of zzᵀ, z = (x̃, y),
-    y | x ~ N(x̃ᵀb, σ²); logistic regression: of (s·x̃, x̃x̃ᵀ). One group's graph is vectorised over the G rows of
-    ``coefficients`` (:func:`pytensor.graph.replace.vectorize_graph`).
+    ``x_cov``) (its first entry the constant 1). Linear regression: z = (x̃, y) with y | x ~ N(x̃ᵀb, σ²) is
+    Gaussian with mean (μ, μᵀb) and covariance [[Σ, Σb], [bᵀΣ, bᵀΣb + σ²]], and the moments of zzᵀ follow
+    from Isserlis' theorem for all groups at once (:func:`batched_product_moments`; the same numbers as
+    :func:`~pymc_dp.exponential_family.noise_aware.linear_regression_moments`). Logistic regression: the
+    moments of (s·x̃, x̃x̃ᵀ) of :func:`~pymc_dp.exponential_family.noise_aware.logistic_regression_moments`,
+    vectorised over the groups (:func:`pytensor.graph.replace.vectorize_graph`).
     """
-    one = pt.vector(f"{family.name}_coefficients", dtype="float64")
-    rows, cols = np.triu_indices(family.n_features + (2 if family.base == "linear_regression" else 1))
+    coefficients = pt.as_tensor_variable(coefficients)
     if family.base == "linear_regression":
-        mean, cov = linear_regression_moments(x_mean, x_cov, one, sigma, rows[keep], cols[keep])
-    else:
-        mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
-        mean, cov = mean[keep], cov[keep][:, keep]
-    return tuple(vectorize_graph([mean, cov], {one: pt.as_tensor_variable(coefficients)}))
+        rows, cols = np.triu_indices(family.n_features + 2)
+        mu_y = pt.dot(coefficients, x_mean)  # G
+        xb = pt.dot(coefficients, x_cov)  # G × (p + 1): (Σb)ᵀ per group
+        yy = pt.sum(xb * coefficients, axis=1) + sigma * sigma
+        g = coefficients.shape[0]
+        mu = pt.concatenate([pt.broadcast_to(x_mean[None, :], (g, x_mean.shape[0])), mu_y[:, None]], axis=1)
+        top = pt.concatenate([pt.broadcast_to(x_cov[None, :, :], (g, *x_cov.shape)), xb[:, :, None]], axis=2)
+        bottom = pt.concatenate([xb, yy[:, None]], axis=1)[:, None, :]
+        cov = pt.concatenate([top, bottom], axis=1)
+        return batched_product_moments(mu, cov, rows[keep], cols[keep])
+    one = pt.vector(f"{family.name}_coefficients", dtype="float64")
+    rows, cols = np.triu_indices(family.n_features + 1)
+    mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
+    mean, cov = mean[keep], cov[keep][:, keep]
+    return tuple(vectorize_graph([mean, cov], {one: coefficients}))
 
 
 def grouped_release_loglik(
