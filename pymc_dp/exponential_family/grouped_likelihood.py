@@ -62,6 +62,13 @@ __all__ = ["batched_gaussian_logpdf", "grouped_cell_moments", "grouped_release_l
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
+def _diagonal(matrices: Any, unit: np.ndarray | None) -> Any:
+    """The diagonals of a batch of square matrices (PyTensor): Σ_k M[..., j, k]·I[j, k] when the size is static."""
+    if unit is None:
+        return pt.diagonal(matrices, axis1=-2, axis2=-1)
+    return pt.sum(matrices * unit, axis=-1)
+
+
 def batched_gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
     """Σ_g log N(value_g; mean_g, cov_g) over the leading axis (PyTensor), by Cholesky factors.
 
@@ -71,7 +78,10 @@ def batched_gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
     """
     value, mean, cov = _tensor(value), _tensor(mean), _tensor(cov)
     size = value.shape[-1]
-    sd = pt.sqrt(pt.maximum(pt.diagonal(cov, axis1=-2, axis2=-1), 1e-300))
+    # Diagonals as sums against a constant identity: the gradient of pt.diagonal on a batch is a Python-looped
+    # Blockwise AllocDiag (measured: 42 % of the log density's gradient time at G = 20).
+    unit = np.eye(int(np.asarray(cov.type.shape[-1]))) if cov.type.shape[-1] is not None else None
+    sd = pt.sqrt(pt.maximum(_diagonal(cov, unit), 1e-300))
     scaled = cov / (sd[..., :, None] * sd[..., None, :])
     r = (value - mean) / sd
     ok = ~(pt.any(pt.isinf(scaled) | pt.isnan(scaled)) | pt.any(pt.isinf(r) | pt.isnan(r)))
@@ -82,7 +92,7 @@ def batched_gaussian_logpdf(value: Any, mean: Any, cov: Any) -> Any:
     bad = pt.any(pt.isnan(chol))
     chol = pt.switch(bad, eye, chol)
     w = pt.linalg.solve_triangular(chol, r[..., None], lower=True)[..., 0]
-    logdet = 2.0 * pt.sum(pt.log(pt.diagonal(chol, axis1=-2, axis2=-1)))
+    logdet = 2.0 * pt.sum(pt.log(_diagonal(chol, unit)))
     logp = -0.5 * pt.sum(w * w) - 0.5 * logdet - pt.sum(pt.log(sd)) - _HALF_LOG_2PI * value.shape[0] * size
     return pt.switch(ok & ~bad, logp, -np.inf)
 
