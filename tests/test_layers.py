@@ -86,6 +86,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pymc_dp.variational.*",
             "pymc_dp.exponential_family",
             "pymc_dp.exponential_family.*",
+            "pymc_dp.release_once",
         ),
     ),
     # What users call: pmdp.sample, publish, the bambi bridge, the public namespace, the audit tools.
