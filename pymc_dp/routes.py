@@ -348,25 +348,32 @@ def _observed_array(variable: Any) -> np.ndarray:
     """The raw values held by a data container or constant: handed to the mechanism only (never inspected).
 
     An observed ``pm.Data`` container may reach the model through a cast (PyMC wraps integer
-    containers observed by a discrete variable as ``Cast{int64}(y)``): that container-only graph
-    is evaluated, row for row.
+    containers observed by a discrete variable as ``Cast{int64}(y)``): a chain of elementwise
+    casts over exactly one container or constant is read through, and it is evaluated row for row.
+    Any other graph is refused from its structure alone: an expression that mixes rows (a
+    comparison with the data's mean, an index that repeats a row) would let one person move many
+    released rows, so the release's sensitivity would not hold.
     """
     from pytensor.compile.sharedvalue import SharedVariable
     from pytensor.graph.basic import Constant
-    from pytensor.graph.traversal import ancestors
-
-    if isinstance(variable, SharedVariable):
-        return np.asarray(variable.get_value(borrow=True))
-    if isinstance(variable, Constant):
-        return np.asarray(variable.data)
+    from pytensor.scalar.basic import Cast, Identity
+    from pytensor.tensor.elemwise import Elemwise
     from pytensor.tensor.random.type import RandomType
 
-    inputs = [v for v in ancestors([variable]) if v.owner is None]
-    if not inputs or not all(
-        isinstance(v, SharedVariable | Constant) and not isinstance(v.type, RandomType) for v in inputs
-    ):
+    node = variable
+    while node.owner is not None:
+        op = node.owner.op
+        if not (isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast | Identity) and len(node.owner.inputs) == 1):
+            raise ValueError(
+                "The observed variable (and the design matrix) must hold data: a pm.Data container, an array, "
+                f"or one of them cast elementwise. Found a graph computed by {type(op).__name__}."
+            )
+        [node] = node.owner.inputs
+    if isinstance(node.type, RandomType) or not isinstance(node, SharedVariable | Constant):
         raise ValueError(
-            "The observed variable must hold data (a pm.Data container, an array, or one of them cast). "
-            f"Found a graph of {type(variable).__name__}."
+            "The observed variable (and the design matrix) must hold data: a pm.Data container, an array, "
+            f"or one of them cast elementwise. Found {type(node).__name__}."
         )
+    if variable is node:
+        return np.asarray(node.get_value(borrow=True) if isinstance(node, SharedVariable) else node.data)
     return np.asarray(variable.eval())
