@@ -411,3 +411,27 @@ def test_audit_of_centred_releases_stays_below_the_claim(make):
 def test_audit_catches_broken_centred_variants(scenario):
     result = audit(scenario, runs=20_000, seed=1)
     assert result.epsilon_lower_bound > result.claimed_epsilon
+
+
+# -- the anchor's release is priced and charged before any row is read ------------------------------
+def test_release_anchor_charges_its_budget_before_reading_rows(conjugate_normal):
+    budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-6, n_rows=200)
+    with conjugate_normal.model:
+        anchor = pmdp.release_anchor({"m": np.array(0.4)}, grad_clip=5.0, noise_multiplier=3.0, budget=budget)
+    expected = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-6, n_rows=200).would_spend(anchor.events()).epsilon
+    assert budget.spent().epsilon == pytest.approx(expected) and expected > 0
+    tight = pmdp.PrivacyBudget(epsilon=0.01, delta=1e-6, n_rows=200)
+    with conjugate_normal.model, mock.patch.object(NoisyClippedGradient, "release") as read:
+        with pytest.raises(pmdp.PrivacyBudgetExceededError):
+            pmdp.release_anchor({"m": np.array(0.4)}, grad_clip=5.0, noise_multiplier=3.0, budget=tight)
+    read.assert_not_called()
+    assert tight.spent().epsilon == 0.0
+
+
+def test_release_anchor_refuses_a_subset_of_the_free_variables():
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        pm.Normal("b", 0, 1)
+        pm.Normal("y", a, 1.0, observed=np.zeros(10))
+        with pytest.raises(ValueError, match="`vars` must be every free variable"):
+            pmdp.release_anchor({"a": np.array(0.0)}, grad_clip=1.0, noise_multiplier=1.0, vars=[a])
