@@ -174,6 +174,7 @@ def _varying_intercepts(g, p=1):
     return alpha, beta
 
 
+@pytest.mark.slow
 def test_at_huge_epsilon_the_release_posterior_matches_nuts_on_the_raw_rows():
     # ε → ∞: the release is the exact per-group statistics, and the CLT of Gaussian rows given Gaussian covariates is
     # exact in its first two moments, so the posterior of the group effects is NUTS's on the rows.
@@ -208,6 +209,7 @@ def test_at_huge_epsilon_the_release_posterior_matches_nuts_on_the_raw_rows():
     assert "lik_group_size" not in private.posterior
 
 
+@pytest.mark.slow
 def test_a_small_group_comes_back_wide_and_near_the_population():
     rng = np.random.default_rng(5)
     g = 4
