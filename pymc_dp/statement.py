@@ -318,12 +318,37 @@ def _g(value: Any) -> str:
     return f"{float(value):.4g}"
 
 
+def _centred_step_text(name: str, on: str, step: dict[str, Any], factor: str, cite: _Citations) -> str:
+    """A step whose releases are centred on a released anchor (issue 36; ``docs/centred.md``)."""
+    cite("yildirim2019exact")
+    centring = step["centring"]
+    released = "one sum of log-likelihood ratios per iteration"
+    noise = f"noise multiplier τ = {_g(step.get('noise_multiplier', float('nan')))}"
+    if name == "DPHMC":
+        cite("raisa2021dphmc")
+        released = f"{step['n_leapfrog'] + 1} gradient sums and one sum of log-likelihood ratios per iteration"
+        noise = (
+            f"noise multipliers {_g(step.get('grad_noise_multiplier', float('nan')))} (gradients) and "
+            f"{_g(step.get('llr_noise_multiplier', float('nan')))} (ratios)"
+        )
+    return (
+        f"{name}{on}, centred on a released anchor: the clipped sum of per-row scores at a public point θ̂, each "
+        f"row's score clipped to L2 norm {_g(centring['grad_clip'])}, released once with Gaussian noise of noise "
+        f"multiplier {_g(centring['noise_multiplier'])}. The chain then releases {released}, each row's term taken "
+        f"against its first-order expansion at θ̂ and clipped at κ‖θ′ − θ‖·max(‖θ − θ̂‖, ‖θ′ − θ̂‖) "
+        f"(ratios) or κ‖θ − θ̂‖ (gradients), κ = {_g(centring['lipschitz'])}, with Gaussian {noise} (noise standard "
+        f"deviation τ·Δ, where Δ, the L2 sensitivity of each clipped sum, is {factor})."
+    )
+
+
 def _step_text(step: dict[str, Any], record: dict[str, Any], cite: _Citations) -> str:
     name = step.get("step", "a DP step")
     vars_ = ", ".join(step.get("vars", []))
     on = f" on {vars_}" if vars_ else ""
     relation = step.get("neighbouring", record.get("neighbouring"))
     factor = "twice the clip bound" if relation == "substitute" else "the clip bound"
+    if step.get("centring") and name in ("DPPenaltyMH", "DPHMC"):
+        return _centred_step_text(name, on, step, factor, cite)
     if name in ("DPPenaltyMH", "DPMultiOwnerPenaltyMH"):
         cite("yildirim2019exact")
         text = (

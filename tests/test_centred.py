@@ -435,3 +435,14 @@ def test_release_anchor_refuses_a_subset_of_the_free_variables():
         pm.Normal("y", a, 1.0, observed=np.zeros(10))
         with pytest.raises(ValueError, match="`vars` must be every free variable"):
             pmdp.release_anchor({"a": np.array(0.0)}, grad_clip=1.0, noise_multiplier=1.0, vars=[a])
+
+
+def test_privacy_statement_describes_a_centred_run(conjugate_normal):
+    with conjugate_normal.model:
+        anchor = pmdp.release_anchor({"m": np.array(0.4)}, grad_clip=5.0, noise_multiplier=3.0)
+        step = pmdp.DPPenaltyMH(anchor=anchor, centre_lipschitz=1.0, noise_multiplier=20.0)
+        idata = pmdp.sample(
+            step=step, draws=20, tune=10, chains=1, delta=1e-6, progressbar=False, on_poor_mixing="ignore"
+        )
+    text = pmdp.privacy_statement(idata).text
+    assert "centred on a released anchor" in text and "κ = 1" in text
