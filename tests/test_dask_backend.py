@@ -21,6 +21,7 @@ from pymc.pytensorf import make_shared_replacements
 
 import pymc_dp as pmdp
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio, NoisyScoreNormHistogram, model_access
+from pymc_dp.mechanisms.centred import CentringAnchor
 from pymc_dp.mechanisms.clip_bound import norm_histogram
 from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2
 
@@ -327,7 +328,10 @@ def test_refusals_name_the_parameter_and_charge_nothing(client, logistic):
     with model:
         barker = pmdp.DPBarkerMH(batch_size=100)
         penalty = pmdp.DPPenaltyMH(llr_clip=1.0)
+        anchor = CentringAnchor(np.zeros(3), np.zeros(3), 1.0, 3.0, "substitute", ("beta",))
+        centred = pmdp.DPPenaltyMH(anchor=anchor, centre_lipschitz=1.0, noise_multiplier=5.0)
     cases = [
+        (dict(step=centred, backend=backend), ValueError, "`backend` runs uncentred releases only"),
         (dict(step=barker, backend=backend), ValueError, "`backend` runs the steps"),
         (dict(step=penalty, backend="dask"), ValueError, "`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or"),
         (dict(step=penalty, backend=backend, cores=2), ValueError, "`cores` must be 1"),

@@ -231,3 +231,14 @@ def test_poisson_batches_stay_in_range_at_tiny_sampling_rates():
         for _ in range(20):
             batch = poisson_sample(source, 10, 1e-19)
             assert batch.size == 0 or (batch.min() >= 0 and batch.max() < 10)
+
+
+def test_a_positive_bound_whose_noise_underflows_is_refused_and_a_zero_bound_releases_zero():
+    """An unnoised sum must never leave: a positive bound whose σ = τ·Δ underflows to 0 is refused (public values
+    only), and a zero bound releases 0 whatever the rows (every term is clipped to 0)."""
+    from pymc_dp.mechanisms.noise import noisy_clipped_sum
+
+    rows = np.array([0.3, -0.2, 0.9])
+    with pytest.raises(ValueError, match="noise underflows to 0"):
+        noisy_clipped_sum(rows, 1e-300, 1e-300, np.random.default_rng(0), "substitute")
+    assert noisy_clipped_sum(rows, 0.0, 1.0, np.random.default_rng(0), "substitute") == (0.0, 0.0)

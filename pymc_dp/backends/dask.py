@@ -579,6 +579,12 @@ class DaskRowMechanisms(RowMechanisms):
     def poisson_gradient_sum(self, *args, **kwargs):
         self._refuse("DPADVI's Poisson-subsampled gradient")
 
+    def centred_log_likelihood_ratio(self, *args, **kwargs):
+        self._refuse("a centred log-likelihood ratio (anchor=; its per-row anchor scores are not on the workers)")
+
+    def centred_gradient(self, *args, **kwargs):
+        self._refuse("a centred gradient (anchor=; its per-row anchor scores are not on the workers)")
+
     def owner_ratio(self, owner_rows, llr_clip, noise_multiplier, rng, neighbouring) -> DaskOwnerRatio:
         return DaskOwnerRatio(
             self._cluster, owner_rows, llr_clip, noise_multiplier, rng, neighbouring, self._reproducible
@@ -656,6 +662,12 @@ class DaskBackend:
             raise ValueError(
                 f"`backend` runs the steps {', '.join(SUPPORTED_STEPS)} on a Dask cluster. Found "
                 f"{', '.join(unsupported)}; run those without a backend."
+            )
+        centred = [n for n, s in zip(names, steps, strict=True) if getattr(s, "anchor", None) is not None]
+        if centred:
+            raise ValueError(
+                "`backend` runs uncentred releases only: a step's `anchor` (centred releases, issue 36) keeps its "
+                f"per-row anchor scores in this process. Found anchor= on {', '.join(centred)}; run it without a backend."
             )
         from pymc_dp.data import ModelStructureError
 

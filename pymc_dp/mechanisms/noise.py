@@ -71,10 +71,15 @@ def noisy_clipped_sum(
     bound = _check_bound("bound", bound)
     if math.isinf(bound):
         raise ValueError(f"`bound` must be finite for a private release. Found {bound!r}.")
-    clipped_sum = float(np.sum(clip_values(values, bound)))
     std = noise_multiplier * sensitivity_of_clipped_sum(bound, neighbouring)
-    if std == 0.0:
-        return clipped_sum, 0.0
+    if bound == 0.0:  # every term clipped to 0: the sum is 0 whatever the data, nothing to hide
+        return 0.0, 0.0
+    if std == 0.0:  # a positive bound whose noise underflows: refused from public values, nothing read
+        raise ValueError(
+            f"`bound` × `noise_multiplier` must give a positive noise standard deviation. Found bound={bound!r} "
+            f"and noise_multiplier={noise_multiplier!r}, whose noise underflows to 0."
+        )
+    clipped_sum = float(np.sum(clip_values(values, bound)))
     return clipped_sum + float(rng.normal(0.0, std)), std
 
 
