@@ -33,7 +33,7 @@ from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.data import data_dependent_deterministics, sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
 from pymc_dp.mechanisms.hessian import clipped_hessian
-from pymc_dp.results import PrivateStart, posterior_attrs
+from pymc_dp.results import PrivateStart, note_dropped_deterministics, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import public_initial_point
 
@@ -268,6 +268,7 @@ def _draw_dataset(model: Any, value_vars: list, fit: dict[str, Any], s: dict[str
     total = s["chains"] * s["draws"]
     theta = rng.multivariate_normal(fit["mean"], fit["covariance"], size=total, method="eigh")
     dropped = set(data_dependent_deterministics(model))
+    note_dropped_deterministics(sorted(dropped))
     wanted = [
         v for v in get_default_varnames(model.unobserved_value_vars, include_transformed=False) if v.name not in dropped
     ]

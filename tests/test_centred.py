@@ -446,3 +446,8 @@ def test_privacy_statement_describes_a_centred_run(conjugate_normal):
         )
     text = pmdp.privacy_statement(idata).text
     assert "centred on a released anchor" in text and "κ = 1" in text
+
+
+def test_centred_noise_multipliers_refuse_a_fractional_iteration_count():
+    with pytest.raises(TypeError, match="`iterations` must be a positive integer"):
+        centred_noise_multipliers(1.0, 1e-6, 2.9)

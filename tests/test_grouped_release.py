@@ -131,6 +131,10 @@ def test_bad_data_and_families_are_refused_naming_the_parameter():
         release_statistics(
             "linear_regression", (np.zeros((3, 1)), np.zeros(3), np.zeros(2)), epsilon=1.0, n_groups=2, **LINEAR
         )
+    secret = np.array([["secret-123"], ["0.5"], ["1.0"]])  # a value that cannot be read: never in the message
+    with pytest.raises(TypeError, match="`X` must be an array of numbers") as refused:
+        release_statistics("linear_regression", (secret, np.zeros(3), np.zeros(3)), epsilon=1.0, n_groups=2, **LINEAR)
+    assert "secret" not in str(refused.value) and refused.value.__cause__ is None
     with pytest.raises(ValueError, match="`covariate_anchors`"):
         release_statistics(
             "logistic_regression",

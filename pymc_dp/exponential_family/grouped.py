@@ -246,7 +246,7 @@ class GroupedRegression(ExponentialFamily):
             if self.n_features:
                 raise ValueError(f"`data` must hold X of shape (rows, {self.n_features}). Found None.")
             x = np.empty((n, 0))
-        x = np.asarray(x, dtype=float)
+        x = _as_rows(x, "X")
         if x.ndim == 1 and self.n_features == 1:
             x = x.reshape(-1, 1)
         if x.ndim != 2 or x.shape != (n, self.n_features):

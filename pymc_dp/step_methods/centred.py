@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pymc_dp._validation import check_finite_positive
+from pymc_dp._validation import check_finite_positive, check_positive_int
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import CentringAnchor, check_anchor, check_centre_lipschitz
@@ -47,9 +47,9 @@ def centred_noise_multipliers(
     if share >= 1:
         raise ValueError(f"`anchor_share` must be in (0, 1). Found {anchor_share!r}.")
     mu = gaussian_mu_for_target(epsilon, delta)
-    count = int(iterations) * int(releases_per_iteration)
-    if count < 1:
-        raise ValueError(f"`iterations` × `releases_per_iteration` must be at least 1. Found {count}.")
+    count = check_positive_int("iterations", iterations) * check_positive_int(
+        "releases_per_iteration", releases_per_iteration
+    )
     anchor_tau = math.sqrt(0.5 / (share * mu)) * (1 + 1e-9)
     tau = math.sqrt(0.5 * count / ((1 - share) * mu)) * (1 + 1e-9)
     return anchor_tau, tau
