@@ -59,18 +59,17 @@ from scipy import special
 
 from pymc_dp._validation import check_positive_int
 from pymc_dp.exponential_family.families import (
-    ANCHOR_HESSIAN_WEIGHT,
     SUPPORTED_FAMILIES,
     ExponentialFamily,
     _admit_integers,
     _check_bounds,
     _check_finite_real,
+    _CovariateAnchorBase,
     _product_intervals,
     _psd_triu,
     _regression_rows,
     _symmetric,
     psd_projection,
-    split_anchor_statistics,
 )
 
 __all__ = [
@@ -306,7 +305,7 @@ class PoissonRegression(ExponentialFamily):
 
 
 @dataclass(frozen=True, repr=False)
-class PoissonCovariateAnchor(ExponentialFamily):
+class PoissonCovariateAnchor(_CovariateAnchorBase):
     """The clipped-count mean function and its slope at one public point β̂ (Σ over rows).
 
     S(x, y) = (m(λ)·x, w·(upper triangle of h(λ)·xxᵀ)) with λ = exp(xᵀβ̂), m(λ) = E[min(Y, M)]
@@ -340,20 +339,13 @@ class PoissonCovariateAnchor(ExponentialFamily):
     anchor: tuple[float, ...] = ()
     name: ClassVar[str] = "poisson_covariate_anchor"
     params: ClassVar[tuple[str, ...]] = ()
+    _model: ClassVar[str] = "Poisson-regression"
 
-    def __post_init__(self) -> None:
-        d = check_positive_int("n_features", self.n_features)
-        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
-        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+    def _check_settings(self) -> None:
         object.__setattr__(self, "y_max", _y_max(self.y_max))
-        anchor = np.asarray(self.anchor, dtype=float)
-        if anchor.shape != (d,) or not np.all(np.isfinite(anchor)):
-            raise ValueError(f"`anchor` must be {d} finite numbers (one per feature). Found shape {anchor.shape}.")
-        object.__setattr__(self, "anchor", tuple(map(float, anchor)))
 
-    @property
-    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.triu_indices(self.n_features)
+    def _extra_settings(self) -> dict[str, Any]:
+        return {"y_max": self.y_max}
 
     @property
     def weight_bound(self) -> float:
@@ -367,45 +359,20 @@ class PoissonCovariateAnchor(ExponentialFamily):
         top = float(np.sum(np.maximum(xl * beta, xu * beta)))
         return float(min(float(self.y_max), np.exp(min(top, _MAX_LINEAR_PREDICTOR))))
 
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        xl, xu = (np.asarray(b) for b in self.x_bounds)
-        m = self.weight_bound
-        f_lo, f_hi = _hull(xl, xu, m)
-        lo, hi = _product_intervals(list(zip(xl, xu, strict=True)), *self._triu)
-        w = ANCHOR_HESSIAN_WEIGHT * m
-        return np.concatenate([f_lo, w * np.minimum(lo, 0.0)]), np.concatenate([f_hi, w * np.maximum(hi, 0.0)])
-
-    def settings(self) -> dict[str, Any]:
-        return {
-            "family": self.name,
-            "n_features": self.n_features,
-            "x_bounds": [list(b) for b in self.x_bounds],
-            "y_max": self.y_max,
-            "anchor": list(self.anchor),
-            "hessian_weight": ANCHOR_HESSIAN_WEIGHT,
-        }
-
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
         return _count_rows(data, self.n_features, out_of_bounds, self.x_bounds, self.y_max)
 
-    def row_statistics(self, data: np.ndarray) -> np.ndarray:
-        x = data[:, :-1]
+    def _mean_intervals(self, xl: np.ndarray, xu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _hull(xl, xu, self.weight_bound)
+
+    def _hessian_bound(self) -> float:
+        return self.weight_bound
+
+    def _row_weights(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lam = np.exp(np.minimum(x @ np.asarray(self.anchor), _MAX_LINEAR_PREDICTOR))
         cap = self.weight_bound  # m, h ≤ cap exactly; the clip only guards floating-point rounding
         mean = np.minimum(clamped_poisson_mean(lam, self.y_max), cap)
-        weight = ANCHOR_HESSIAN_WEIGHT * np.minimum(clamped_poisson_hessian_weight(lam, self.y_max), cap)
-        rows, cols = self._triu
-        return np.column_stack([mean[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
-
-    def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(F, H) from a (noisy) statistic vector (:func:`~.families.split_anchor_statistics`)."""
-        return split_anchor_statistics(statistics, self.n_features)
-
-    def natural(self, **params: Any) -> tuple[Any, Any]:
-        raise ValueError(
-            "The covariate anchor has no likelihood of its own: it is read by the noise-aware Poisson-regression "
-            "likelihood of the release it belongs to."
-        )
+        return mean, np.minimum(clamped_poisson_hessian_weight(lam, self.y_max), cap)
 
 
 #: Ridge (per-row-mean scale) on the anchor steps' linear systems: keeps them solvable when the

@@ -737,8 +737,99 @@ def split_anchor_statistics(statistics: np.ndarray, n_features: int) -> tuple[np
 ANCHOR_HESSIAN_WEIGHT = 0.5
 
 
+class _CovariateAnchorBase(ExponentialFamily):
+    """What the covariate anchors of the regression families share (not a family on its own).
+
+    A covariate anchor at a public point β̂ releases S(x) = (m·x, w·(upper triangle of h·xxᵀ)),
+    with per-row weights m and h of the model at xᵀβ̂ and w = :data:`ANCHOR_HESSIAN_WEIGHT`.
+    Subclasses are frozen dataclasses with the fields ``n_features``, ``x_bounds`` and ``anchor``
+    (and their own public settings), and define ``check_data``, :meth:`_mean_intervals` (the
+    per-coordinate bounds of m·x), :meth:`_hessian_bound` (c with h ∈ [0, c]) and
+    :meth:`_row_weights` (m and h per row); :attr:`_model` names the likelihood that reads them.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public). Coordinate (j, k) of the
+    Hessian block lies in w·c times the hull of {0} and the interval of xⱼxₖ; Δ₁ and Δ₂ are the
+    L1 and L2 norms of the widths: functions of the public bounds and of β̂, which is public.
+    """
+
+    _model: ClassVar[str] = ""
+
+    n_features: int
+    x_bounds: tuple[Any, Any]
+    anchor: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        d = check_positive_int("n_features", self.n_features)
+        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
+        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        self._check_settings()
+        anchor = np.asarray(self.anchor, dtype=float)
+        if anchor.shape != (d,) or not np.all(np.isfinite(anchor)):
+            raise ValueError(f"`anchor` must be {d} finite numbers (one per feature). Found shape {anchor.shape}.")
+        object.__setattr__(self, "anchor", tuple(map(float, anchor)))
+
+    def _check_settings(self) -> None:
+        """Check and normalise the subclass's own public settings (after the bounds, before the anchor)."""
+
+    def _extra_settings(self) -> dict[str, Any]:
+        """The subclass's own public settings, as recorded by :meth:`settings`."""
+        return {}
+
+    def _mean_intervals(self, xl: np.ndarray, xu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of m·x per coordinate over the public box."""
+        raise NotImplementedError
+
+    def _hessian_bound(self) -> float:
+        """c: h ∈ [0, c] for every admissible row."""
+        raise NotImplementedError
+
+    def _row_weights(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(m, h), one value per row of the covariates ``x``."""
+        raise NotImplementedError
+
+    @property
+    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.triu_indices(self.n_features)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        xl, xu = (np.asarray(b) for b in self.x_bounds)
+        f_lo, f_hi = self._mean_intervals(xl, xu)
+        lo, hi = _product_intervals(list(zip(xl, xu, strict=True)), *self._triu)
+        w = ANCHOR_HESSIAN_WEIGHT * self._hessian_bound()
+        return np.concatenate([f_lo, w * np.minimum(lo, 0.0)]), np.concatenate([f_hi, w * np.maximum(hi, 0.0)])
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "x_bounds": [list(b) for b in self.x_bounds],
+            **self._extra_settings(),
+            "anchor": list(self.anchor),
+            "hessian_weight": ANCHOR_HESSIAN_WEIGHT,
+        }
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        x = data[:, :-1]
+        mean, hessian = self._row_weights(x)
+        weight = ANCHOR_HESSIAN_WEIGHT * hessian
+        rows, cols = self._triu
+        return np.column_stack([mean[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
+
+    def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(F, H) from a (noisy) statistic vector (:func:`split_anchor_statistics`)."""
+        return split_anchor_statistics(statistics, self.n_features)
+
+    def natural(self, **params: Any) -> tuple[Any, Any]:
+        raise ValueError(
+            f"The covariate anchor has no likelihood of its own: it is read by the noise-aware {self._model} "
+            "likelihood of the release it belongs to."
+        )
+
+
 @dataclass(frozen=True, repr=False)
-class LogisticCovariateAnchor(ExponentialFamily):
+class LogisticCovariateAnchor(_CovariateAnchorBase):
     """The logistic model's mean function and its slope at one public point β̂ (Σ over rows).
 
     S(x) = (g·x, w·(upper triangle of (1 − g²)·xxᵀ)) with g = tanh(xᵀβ̂/2) and w =
@@ -769,55 +860,21 @@ class LogisticCovariateAnchor(ExponentialFamily):
     anchor: tuple[float, ...] = ()
     name: ClassVar[str] = "logistic_covariate_anchor"
     params: ClassVar[tuple[str, ...]] = ()
-
-    def __post_init__(self) -> None:
-        d = check_positive_int("n_features", self.n_features)
-        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
-        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
-        anchor = np.asarray(self.anchor, dtype=float)
-        if anchor.shape != (d,) or not np.all(np.isfinite(anchor)):
-            raise ValueError(f"`anchor` must be {d} finite numbers (one per feature). Found shape {anchor.shape}.")
-        object.__setattr__(self, "anchor", tuple(map(float, anchor)))
-
-    @property
-    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.triu_indices(self.n_features)
-
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        xl, xu = self.x_bounds
-        reach = np.maximum(np.abs(xl), np.abs(xu))
-        lo, hi = _product_intervals(list(zip(xl, xu, strict=True)), *self._triu)
-        w = ANCHOR_HESSIAN_WEIGHT
-        return np.concatenate([-reach, w * np.minimum(lo, 0.0)]), np.concatenate([reach, w * np.maximum(hi, 0.0)])
-
-    def settings(self) -> dict[str, Any]:
-        return {
-            "family": self.name,
-            "n_features": self.n_features,
-            "x_bounds": [list(b) for b in self.x_bounds],
-            "anchor": list(self.anchor),
-            "hessian_weight": ANCHOR_HESSIAN_WEIGHT,
-        }
+    _model: ClassVar[str] = "logistic-regression"
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
         return _logistic_rows(data, self.n_features, out_of_bounds, self.x_bounds)
 
-    def row_statistics(self, data: np.ndarray) -> np.ndarray:
-        x = data[:, :-1]
+    def _mean_intervals(self, xl: np.ndarray, xu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        reach = np.maximum(np.abs(xl), np.abs(xu))  # |g| ≤ 1
+        return -reach, reach
+
+    def _hessian_bound(self) -> float:
+        return 1.0  # 1 − g² ∈ [0, 1]
+
+    def _row_weights(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g = np.tanh(0.5 * (x @ np.asarray(self.anchor)))
-        rows, cols = self._triu
-        weight = ANCHOR_HESSIAN_WEIGHT * (1.0 - g * g)
-        return np.column_stack([g[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
-
-    def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(F, H) from a (noisy) statistic vector (:func:`split_anchor_statistics`)."""
-        return split_anchor_statistics(statistics, self.n_features)
-
-    def natural(self, **params: Any) -> tuple[Any, Any]:
-        raise ValueError(
-            "The covariate anchor has no likelihood of its own: it is read by the noise-aware logistic-regression "
-            "likelihood of the release it belongs to."
-        )
+        return g, 1.0 - g * g
 
 
 SUPPORTED_FAMILIES: dict[str, type[ExponentialFamily]] = {
