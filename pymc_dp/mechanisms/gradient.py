@@ -12,7 +12,29 @@ from pymc_dp.mechanisms.noise import SecureNoise
 __all__ = ["NoisyClippedGradient"]
 
 
-class NoisyClippedGradient:
+class _GaussianClippedSum:
+    """What the Gaussian releases of a clipped per-row sum share: σ = τΔ and their accounting.
+
+    Δ = κ·b is the L2 sensitivity of a sum of per-row terms each clipped to norm b (κ = 2 under
+    substitute neighbours, 1 under add/remove: :func:`~pymc_dp.mechanisms.clipping.
+    sensitivity_of_clipped_sum`); each release is a Gaussian mechanism with Δ/σ = 1/τ.
+    """
+
+    def _set_noise(self, clip_name: str, clip: float, noise_multiplier: float, neighbouring: str) -> float:
+        """Check the clip bound (named ``clip_name``), τ and the relation; set them and σ; return the bound."""
+        clip = check_finite_positive(clip_name, clip)
+        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(clip, self.neighbouring)
+        return clip
+
+    @staticmethod
+    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
+        """The accounting of ``count`` releases from public settings: Gaussian, Δ/σ = 1/τ each."""
+        return [GaussianReleases(noise_multiplier, int(count), label=label)]
+
+
+class NoisyClippedGradient(_GaussianClippedSum):
     """The DP-HMC gradient release: clipped per-row gradients, summed, plus Gaussian noise.
 
     Releases Σᵢ clip_L2(∇θ log p(xᵢ | θ), b_g) + ξ with ξ ~ N(0, σ² I), σ = τ Δ and
@@ -46,20 +68,12 @@ class NoisyClippedGradient:
 
     def __init__(self, rows, grad_clip: float, noise_multiplier: float, neighbouring: str = "substitute") -> None:
         self._rows = rows
-        self.grad_clip = check_finite_positive("grad_clip", grad_clip)
-        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
-        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
+        self.grad_clip = self._set_noise("grad_clip", grad_clip, noise_multiplier, neighbouring)
 
     @staticmethod
     def sensitivity(grad_clip: float, neighbouring: str) -> float:
         """L2 sensitivity of the clipped gradient sum: 2C (substitute) or C (add/remove)."""
         return sensitivity_of_clipped_sum(grad_clip, neighbouring)
-
-    @staticmethod
-    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
-        """The accounting of ``count`` releases from public settings: Gaussian, Δ/σ = 1/τ each."""
-        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     def release(self, theta: np.ndarray, rng: np.random.Generator | SecureNoise) -> np.ndarray:
         """One noisy clipped gradient of the log-likelihood at θ, shape (P,)."""

@@ -11,9 +11,8 @@ import math
 
 import numpy as np
 
-from pymc_dp._validation import check_finite_positive, check_neighbouring
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.clipping import clipped_sum_l2, row_chunks, sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.gradient import _GaussianClippedSum
 from pymc_dp.mechanisms.noise import SecureNoise
 
 __all__ = [
@@ -65,7 +64,7 @@ def symmetric_from_packed(packed: np.ndarray, n_params: int) -> np.ndarray:
     return matrix
 
 
-class NoisyClippedHessian:
+class NoisyClippedHessian(_GaussianClippedSum):
     """The clipped sum of per-row Hessians plus symmetric Gaussian noise.
 
     Releases Ĥ = Σᵢ clip_F(Hᵢ(θ), b_H) + E, where Hᵢ(θ) is row i's Hessian of its
@@ -113,21 +112,13 @@ class NoisyClippedHessian:
 
     def __init__(self, rows, hessian_clip: float, noise_multiplier: float, neighbouring: str = "substitute") -> None:
         self._rows = rows
-        self.hessian_clip = check_finite_positive("hessian_clip", hessian_clip)
-        self.noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
-        self.neighbouring = check_neighbouring("neighbouring", neighbouring)
+        self.hessian_clip = self._set_noise("hessian_clip", hessian_clip, noise_multiplier, neighbouring)
         self.n_params = int(rows.n_params)
-        self.std = self.noise_multiplier * sensitivity_of_clipped_sum(self.hessian_clip, self.neighbouring)
 
     @staticmethod
     def sensitivity(hessian_clip: float, neighbouring: str) -> float:
         """Frobenius (packed L2) sensitivity of the clipped Hessian sum: 2 b_H (substitute) or b_H (add/remove)."""
         return sensitivity_of_clipped_sum(hessian_clip, neighbouring)
-
-    @staticmethod
-    def events(noise_multiplier: float, count: int, label: str) -> list[PrivacyEvent]:
-        """The accounting of ``count`` releases from public settings: Gaussian, Δ/σ = 1/τ_H each."""
-        return [GaussianReleases(noise_multiplier, int(count), label=label)]
 
     def noise_covariance(self) -> tuple[float, float]:
         """(variance of a diagonal entry, variance of an off-diagonal entry) of the noise E: (σ², σ²/2)."""
