@@ -16,8 +16,9 @@ class _GaussianClippedSum:
     """What the Gaussian releases of a clipped per-row sum share: σ = τΔ and their accounting.
 
     Δ = κ·b is the L2 sensitivity of a sum of per-row terms each clipped to norm b (κ = 2 under
-    substitute neighbours, 1 under add/remove: :func:`~pymc_dp.mechanisms.clipping.
-    sensitivity_of_clipped_sum`); each release is a Gaussian mechanism with Δ/σ = 1/τ.
+    substitute neighbours, 1 under add/remove:
+    :func:`~pymc_dp.mechanisms.clipping.sensitivity_of_clipped_sum`); each release is a Gaussian
+    mechanism with Δ/σ = 1/τ.
     """
 
     def _set_noise(self, clip_name: str, clip: float, noise_multiplier: float, neighbouring: str) -> float:
