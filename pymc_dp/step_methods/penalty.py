@@ -142,7 +142,6 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     mechanism_class = NoisyLogLikelihoodRatio
     noise_attributes = ("noise_multiplier",)
     clip_attributes = ("llr_clip",)
-    clip_attributes = ("llr_clip",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
         **DPStep.common_stats,
         "dp_proposal_scale": (np.float64, []),
