@@ -60,11 +60,10 @@ from scipy import special
 from pymc_dp._validation import check_positive_int
 from pymc_dp.exponential_family.families import (
     SUPPORTED_FAMILIES,
-    ExponentialFamily,
     _admit_integers,
-    _check_bounds,
     _check_finite_real,
     _CovariateAnchorBase,
+    _CovariateFamily,
     _product_intervals,
     _psd_triu,
     _regression_rows,
@@ -141,7 +140,7 @@ def _hull(low: np.ndarray, high: np.ndarray, factor: float) -> tuple[np.ndarray,
 
 
 @dataclass(frozen=True, repr=False)
-class PoissonRegression(ExponentialFamily):
+class PoissonRegression(_CovariateFamily):
     """y | x ~ Poisson(exp(xᵀβ)), counts clipped to [0, ``y_max``], public bounds on every feature.
 
     The statistic of a row is S(x, y) = (y·x, x, upper triangle of xxᵀ) (d + d + d(d+1)/2
@@ -204,9 +203,7 @@ class PoissonRegression(ExponentialFamily):
     gaussian_noise: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        d = check_positive_int("n_features", self.n_features)
-        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
-        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        self._check_covariates()
         object.__setattr__(self, "y_max", _y_max(self.y_max))
         try:
             low, high = self.approximation_interval
@@ -226,10 +223,6 @@ class PoissonRegression(ExponentialFamily):
         """(a₀, a₁, a₂) of exp(u) ≈ a₀ + a₁u + a₂u² on ``approximation_interval`` (:func:`chebyshev_exp`)."""
         return self._coefficients
 
-    @property
-    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.triu_indices(self.n_features)
-
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
         xl, xu = (np.asarray(b) for b in self.x_bounds)
         yx_lo, yx_hi = _hull(xl, xu, float(self.y_max))
@@ -238,9 +231,7 @@ class PoissonRegression(ExponentialFamily):
 
     def settings(self) -> dict[str, Any]:
         return {
-            "family": self.name,
-            "n_features": self.n_features,
-            "x_bounds": [list(b) for b in self.x_bounds],
+            **self._covariate_settings(),
             "y_max": self.y_max,
             "approximation_interval": list(self.approximation_interval),
         }

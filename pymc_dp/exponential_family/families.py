@@ -614,8 +614,37 @@ def _logistic_rows(data: Any, n_features: int, out_of_bounds: str, x_bounds: Any
     return np.column_stack([x, y])
 
 
+class _CovariateFamily(ExponentialFamily):
+    """A family whose rows carry d covariates in a public box (fields ``n_features``, ``x_bounds``).
+
+    Shared by the logistic and Poisson regressions and their covariate anchors: the check of
+    those two settings, the upper-triangle indices of xxᵀ and the head of :meth:`settings`.
+    """
+
+    n_features: int
+    x_bounds: tuple[Any, Any]
+
+    def _check_covariates(self) -> int:
+        """Check ``n_features`` and ``x_bounds`` (stored as float tuples); return d."""
+        d = check_positive_int("n_features", self.n_features)
+        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
+        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        return d
+
+    @property
+    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.triu_indices(self.n_features)
+
+    def _covariate_settings(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "x_bounds": [list(b) for b in self.x_bounds],
+        }
+
+
 @dataclass(frozen=True, repr=False)
-class LogisticRegression(ExponentialFamily):
+class LogisticRegression(_CovariateFamily):
     """y ∈ {0, 1} with P(y = 1 | x) = σ(xᵀβ), public bounds on every feature (Kulkarni et al. 2021).
 
     With s = 2y − 1 ∈ {−1, 1} the log-likelihood of a row is log σ(s xᵀβ). Its degree-2
@@ -662,9 +691,7 @@ class LogisticRegression(ExponentialFamily):
     params: ClassVar[tuple[str, ...]] = ("beta",)
 
     def __post_init__(self) -> None:
-        d = check_positive_int("n_features", self.n_features)
-        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
-        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        self._check_covariates()
         coefficients = chebyshev_log_sigmoid(self.approximation_radius)
         object.__setattr__(self, "approximation_radius", float(self.approximation_radius))
         object.__setattr__(self, "_coefficients", coefficients)
@@ -673,10 +700,6 @@ class LogisticRegression(ExponentialFamily):
     def coefficients(self) -> np.ndarray:
         """(a₀, a₁, a₂) of log σ(u) ≈ a₀ + a₁u + a₂u² on [−R, R] (:func:`chebyshev_log_sigmoid`)."""
         return self._coefficients
-
-    @property
-    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.triu_indices(self.n_features)
 
     def product_positions(self) -> dict[tuple[int, int], int]:
         """{(j, k), j ≤ k: index of Σ xⱼxₖ in the statistic vector} (after the d entries of Σ s·x)."""
@@ -690,12 +713,7 @@ class LogisticRegression(ExponentialFamily):
         return np.concatenate([-reach, lo]), np.concatenate([reach, hi])
 
     def settings(self) -> dict[str, Any]:
-        return {
-            "family": self.name,
-            "n_features": self.n_features,
-            "x_bounds": [list(b) for b in self.x_bounds],
-            "approximation_radius": self.approximation_radius,
-        }
+        return {**self._covariate_settings(), "approximation_radius": self.approximation_radius}
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
         return _logistic_rows(data, self.n_features, out_of_bounds, self.x_bounds)
@@ -737,7 +755,7 @@ def split_anchor_statistics(statistics: np.ndarray, n_features: int) -> tuple[np
 ANCHOR_HESSIAN_WEIGHT = 0.5
 
 
-class _CovariateAnchorBase(ExponentialFamily):
+class _CovariateAnchorBase(_CovariateFamily):
     """What the covariate anchors of the regression families share (not a family on its own).
 
     A covariate anchor at a public point β̂ releases S(x) = (m·x, w·(upper triangle of h·xxᵀ)),
@@ -756,14 +774,10 @@ class _CovariateAnchorBase(ExponentialFamily):
 
     _model: ClassVar[str] = ""
 
-    n_features: int
-    x_bounds: tuple[Any, Any]
     anchor: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        d = check_positive_int("n_features", self.n_features)
-        xl, xu = _check_bounds("x_bounds", self.x_bounds, d)
-        object.__setattr__(self, "x_bounds", (tuple(map(float, xl)), tuple(map(float, xu))))
+        d = self._check_covariates()
         self._check_settings()
         anchor = np.asarray(self.anchor, dtype=float)
         if anchor.shape != (d,) or not np.all(np.isfinite(anchor)):
@@ -789,10 +803,6 @@ class _CovariateAnchorBase(ExponentialFamily):
         """(m, h), one value per row of the covariates ``x``."""
         raise NotImplementedError
 
-    @property
-    def _triu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.triu_indices(self.n_features)
-
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
         xl, xu = (np.asarray(b) for b in self.x_bounds)
         f_lo, f_hi = self._mean_intervals(xl, xu)
@@ -802,9 +812,7 @@ class _CovariateAnchorBase(ExponentialFamily):
 
     def settings(self) -> dict[str, Any]:
         return {
-            "family": self.name,
-            "n_features": self.n_features,
-            "x_bounds": [list(b) for b in self.x_bounds],
+            **self._covariate_settings(),
             **self._extra_settings(),
             "anchor": list(self.anchor),
             "hessian_weight": ANCHOR_HESSIAN_WEIGHT,
