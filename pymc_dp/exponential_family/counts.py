@@ -169,10 +169,9 @@ class PoissonRegression(_CovariateFamily):
 
     Parameters
     ----------
-    n_features : int
-        d, the number of columns of X (an intercept column included).
-    x_bounds : (lower, upper)
-        Scalars or one value per feature.
+    n_features, x_bounds
+        As for :class:`~pymc_dp.exponential_family.families.LogisticRegression`: d, the number of
+        columns of X (an intercept column included), and their bounds (scalars or one per feature).
     y_max : int
         M, the public bound on the counts: y is clipped to [0, M] before anything is summed.
         The model of the noise-aware likelihood is that of the clipped counts, so a bound below
@@ -285,13 +284,7 @@ class PoissonRegression(_CovariateFamily):
         **params: Any,
     ) -> Any:
         """The noise-aware likelihood of a release of this family (:func:`poisson_regression_loglik`)."""
-        missing = [p for p in self.params if p not in params]
-        extra = [p for p in params if p not in self.params]
-        if missing or extra:
-            raise ValueError(
-                f"The parameters of the {self.name} likelihood must be exactly {list(self.params)}. "
-                f"Found {sorted(params)}."
-            )
+        self._check_params(params)
         return poisson_regression_loglik(self, noisy, n_rows, scale, params["beta"], noise_variance, anchor)
 
 

@@ -106,6 +106,20 @@ def project_onto_scaled_simplex(values: np.ndarray, total: float) -> np.ndarray:
     return np.maximum(v - shift, 0.0)
 
 
+def _check_param_names(family: Any, params: dict[str, Any]) -> None:
+    """Refuse a likelihood's parameters unless their names are exactly ``family.params``.
+
+    Reads the names only (never the values), so the error holds nothing but public names.
+    """
+    missing = [p for p in family.params if p not in params]
+    extra = [p for p in params if p not in family.params]
+    if missing or extra:
+        raise ValueError(
+            f"The parameters of the {family.name} likelihood must be exactly {list(family.params)}. "
+            f"Found {sorted(params)}."
+        )
+
+
 class ExponentialFamily:
     """Base class: a conjugate exponential-family likelihood known through Σᵢ S(xᵢ).
 
@@ -193,15 +207,13 @@ class ExponentialFamily:
         """(φ(θ) as a length-d vector, log g(θ) as a scalar) — PyTensor graphs."""
         raise NotImplementedError
 
+    def _check_params(self, params: dict[str, Any]) -> None:
+        """Refuse the parameters unless their names are exactly :attr:`params` (:func:`_check_param_names`)."""
+        _check_param_names(self, params)
+
     def loglik(self, statistics: Any, n_rows: int, **params: Any) -> Any:
         """n log g(θ) + φ(θ)ᵀ S: the log-likelihood up to a θ-free constant (Yıldırım and Ermiş 2019, eq. 7)."""
-        missing = [p for p in self.params if p not in params]
-        extra = [p for p in params if p not in self.params]
-        if missing or extra:
-            raise ValueError(
-                f"The parameters of the {self.name} likelihood must be exactly {list(self.params)}. "
-                f"Found {sorted(params)}."
-            )
+        self._check_params(params)
         phi, log_g = self.natural(**params)
         return n_rows * log_g + pt.dot(phi, pt.as_tensor_variable(np.asarray(statistics, dtype=float)))
 

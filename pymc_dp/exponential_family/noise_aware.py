@@ -371,13 +371,7 @@ def release_loglik(
     """
     from pymc_dp.exponential_family import families as fams
 
-    missing = [p for p in family.params if p not in params]
-    extra = [p for p in params if p not in family.params]
-    if missing or extra:
-        raise ValueError(
-            f"The parameters of the {family.name} likelihood must be exactly {list(family.params)}. "
-            f"Found {sorted(params)}."
-        )
+    fams._check_param_names(family, params)
     noisy = np.asarray(noisy, dtype=float)
     kind = type(family)
     regression = kind in (fams.LinearRegression, fams.LogisticRegression)
