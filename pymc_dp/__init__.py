@@ -23,7 +23,7 @@ from pymc_dp.exponential_family import (
     one_posterior_sample,
     release_statistics,
 )
-from pymc_dp.mechanisms.centred import CentringAnchor, release_anchor
+from pymc_dp.mechanisms.centred import CentringAnchor
 from pymc_dp.planning import Plan, plan
 from pymc_dp.public_data import public
 from pymc_dp.publish import publish
@@ -39,6 +39,7 @@ from pymc_dp.sampling import privacy_spent, sample
 from pymc_dp.starts import UserInitvalWarning
 from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
+from pymc_dp.step_methods.centred import release_anchor
 from pymc_dp.variational import DPADVI
 from pymc_dp.workflow import sample_posterior_predictive
 

@@ -13,6 +13,7 @@ from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_unit_interval_open
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import GaussianReleases
+from pymc_dp.diagnostics import attach_diagnostics
 from pymc_dp.results import (
     check_cumulative_statistic,
     check_integrity,
@@ -72,9 +73,11 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     Returns
     -------
     InferenceData or DataTree
-        ``idata`` itself, stripped and annotated. ``dp_start`` is ``"not recorded"``: a
-        plain ``pm.sample`` run does not say where its chains started (``initvals`` are not
-        covered by ε).
+        ``idata`` itself, stripped and annotated, with ``dp_diagnostics`` computed from its
+        released draws (like every result; no warning is raised here, the attribute says
+        whether the draws are usable). ``dp_start`` is ``"not recorded"``: a plain
+        ``pm.sample`` run does not say where its chains started (``initvals`` are not covered
+        by ε).
 
     Raises
     ------
@@ -121,7 +124,10 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     else:
         record = _record_from_statistics(candidate, model, delta)
     strip_private_groups(idata, model)
-    return finalize_result(idata, record, model)
+    finalize_result(idata, record, model)
+    # Every result carries diagnostics from its released draws. No warning here: the run happened in plain
+    # PyMC (whose own convergence messages applied); the attribute says whether the draws are usable.
+    return attach_diagnostics(idata, on_poor_mixing="ignore")
 
 
 def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, Any]:

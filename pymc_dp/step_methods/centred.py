@@ -21,12 +21,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pymc_dp._validation import check_finite_positive, check_positive_int
-from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.mechanisms.centred import CentringAnchor, check_anchor, check_centre_lipschitz
+import numpy as np
 
-__all__ = ["Centring", "centred_noise_multipliers"]
+from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
+from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.mechanisms.centred import CentringAnchor, anchor_release, check_anchor, check_centre_lipschitz
+
+__all__ = ["Centring", "centred_noise_multipliers", "release_anchor"]
 
 
 def centred_noise_multipliers(
@@ -127,3 +129,122 @@ class Centring:
         if self.anchor is None:
             return {}
         return {"centring": {**self.anchor.record(), "lipschitz": self.centre_lipschitz}}
+
+
+def release_anchor(
+    point: Any,
+    *,
+    grad_clip: float,
+    noise_multiplier: float,
+    model: Any = None,
+    vars: Any = None,
+    neighbouring: str = "substitute",
+    budget: Any = None,
+    delta: float | None = None,
+    rng: Any = None,
+) -> CentringAnchor:
+    """Release the centring anchor: Ĝ = Σᵢ clip_L2(∇θ log p(xᵢ | θ̂), b_g) + N(0, σ_G² I) at a public θ̂.
+
+    The one-call way to make the anchor that :class:`pymc_dp.DPPenaltyMH` and
+    :class:`pymc_dp.DPHMC` take (``anchor=``), for a plain ``pm.sample``: a priced release
+    (its accounting rides with the step that uses it, :meth:`CentringAnchor.events`).
+
+    Parameters
+    ----------
+    point : dict or array
+        θ̂: value-variable name → value on the unconstrained (sampling) scale, or a flat
+        array in the steps' order. Must be public (a DP start, or data-free): ε does not
+        cover it.
+    grad_clip : float
+        b_g > 0, the L2 clip of each row's score at θ̂.
+    noise_multiplier : float
+        τ_G > 0: σ_G = τ_G·2b_g (substitute) or τ_G·b_g (add/remove).
+    model : pm.Model, optional
+        From the context if omitted.
+    vars : list, optional
+        The continuous variables the steps sample: every free variable of the model (the
+        default), since the scores are released at the others' values otherwise.
+    neighbouring : {"substitute", "add_remove"}, default "substitute"
+        The relation the sensitivity is computed for (the steps that take the anchor must use it).
+    budget : pymc_dp.PrivacyBudget, optional
+        Charged the anchor's release before any row is read (refused with nothing read when it
+        does not fit). The step that takes the anchor composes it into its result's ε again (a
+        result's ε covers everything it depends on), so one budget passed to both counts it
+        twice: never less than spent.
+    delta : float, optional
+        δ at which the anchor's ε is stated in its budget entry (default: the budget's δ, else 1e-6).
+    rng : numpy.random.Generator, optional
+        Noise source, for testing only (default: the operating system's CSPRNG).
+
+    Returns
+    -------
+    CentringAnchor
+
+    Notes
+    -----
+    One Gaussian mechanism on a clipped sum (:class:`pymc_dp.mechanisms.NoisyClippedGradient`):
+    sensitivity 2b_g (substitute: N public, one row replaced) or b_g (add/remove), μ = 1/(2τ_G²).
+    It is priced (:class:`pymc_dp.run.PrivateRun`) and ``budget`` charged before any row is
+    read. The other free variables are never fixed at a data-dependent initial value: the
+    anchor is released for every free variable, at ``point``.
+    """
+    from pymc_dp._validation import model_from_context
+    from pymc_dp.data import sorted_value_vars
+    from pymc_dp.mechanisms import model_access
+    from pymc_dp.mechanisms.noise import mechanism_rng
+    from pymc_dp.run import PrivateRun
+    from pymc_dp.starts import public_initial_point
+
+    grad_clip = check_finite_positive("grad_clip", grad_clip)
+    noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    model = model_from_context(model, "release_anchor")
+    value_vars = sorted_value_vars(model, vars)
+    every = sorted_value_vars(model, None)
+    if [v.name for v in value_vars] != [v.name for v in every]:
+        raise ValueError(
+            "`vars` must be every free variable of the model (the anchor's scores would be released at fixed values "
+            f"of the others). Found {[v.name for v in value_vars]} of {[v.name for v in every]}."
+        )
+    if delta is not None:
+        delta = check_finite_positive("delta", delta)
+    initial = public_initial_point(model)  # data-free: any initval= that reads data is ignored
+    if isinstance(point, dict):
+        missing = [v.name for v in value_vars if v.name not in point]
+        if missing:
+            raise ValueError(f"`point` must give every sampled value variable. Found no value for {missing}.")
+        theta = np.concatenate([np.asarray(point[v.name], dtype=float).ravel() for v in value_vars])
+    else:
+        theta = np.asarray(point, dtype=float).ravel()
+    size = sum(np.asarray(initial[v.name]).size for v in value_vars)
+    if theta.shape != (size,) or not np.all(np.isfinite(theta)):
+        raise ValueError(
+            f"`point` must be {size} finite values (the flat unconstrained parameters). Found shape {theta.shape}"
+            f"{'' if theta.shape != (size,) else ' with non-finite values'}."
+        )
+    from pymc.pytensorf import make_shared_replacements
+
+    shared = make_shared_replacements(initial, value_vars, model)
+    prior, mechanisms = model_access(model, value_vars, shared, initial, None, neighbouring=neighbouring)
+    run = PrivateRun(
+        "pymc_dp.release_anchor",
+        delta=delta if delta is not None else (budget.delta if budget is not None else 1e-6),
+        neighbouring=neighbouring,
+        n_rows=prior.n_rows,
+        budget=budget,
+    )
+    run.plan(
+        (GaussianReleases(noise_multiplier, 1, label="centring anchor"),),
+        advice="use a larger noise_multiplier or a larger budget.",
+    )
+    with run.releasing("centring anchor"):
+        source = mechanism_rng(None, False) if rng is None else rng
+        return anchor_release(
+            mechanisms.clipped_gradient,
+            theta,
+            grad_clip,
+            noise_multiplier,
+            neighbouring,
+            source,
+            tuple(v.name for v in value_vars),
+        )
