@@ -667,7 +667,8 @@ class DaskBackend:
         if centred:
             raise ValueError(
                 "`backend` runs uncentred releases only: a step's `anchor` (centred releases, issue 36) keeps its "
-                f"per-row anchor scores in this process. Found anchor= on {', '.join(centred)}; run it without a backend."
+                f"per-row anchor scores in this process. Found anchor= on {', '.join(centred)}; run it without a "
+                "backend."
             )
         from pymc_dp.data import ModelStructureError
 
