@@ -29,10 +29,11 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import data_dependent_deterministics, sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
-from pymc_dp.mechanisms.hessian import clipped_hessian
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian, clipped_hessian
 from pymc_dp.results import PrivateStart, note_dropped_deterministics, posterior_attrs
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import public_initial_point
@@ -82,11 +83,11 @@ def release_once_events(
         taus.append((tau_g, tau_h))
     # One event per distinct τ (the early steps share theirs).
     early = taus[:-1]
-    if early:
-        events.append(GaussianReleases(early[0][0], len(early), label="release_once score (early steps)"))
-        events.append(GaussianReleases(early[0][1], len(early), label="release_once Hessian (early steps)"))
-    events.append(GaussianReleases(taus[-1][0], 1, label="release_once score (last step)"))
-    events.append(GaussianReleases(taus[-1][1], 1, label="release_once Hessian (last step)"))
+    if early:  # the mechanisms price themselves (tests/test_run.py::test_mechanisms_price_themselves)
+        events += NoisyClippedGradient.events(early[0][0], len(early), "release_once score (early steps)")
+        events += NoisyClippedHessian.events(early[0][1], len(early), "release_once Hessian (early steps)")
+    events += NoisyClippedGradient.events(taus[-1][0], 1, "release_once score (last step)")
+    events += NoisyClippedHessian.events(taus[-1][1], 1, "release_once Hessian (last step)")
     return events, taus
 
 

@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
-from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import CentringAnchor, anchor_release, check_anchor, check_centre_lipschitz
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 
 __all__ = ["Centring", "centred_noise_multipliers", "release_anchor"]
 
@@ -234,7 +235,7 @@ def release_anchor(
         budget=budget,
     )
     run.plan(
-        (GaussianReleases(noise_multiplier, 1, label="centring anchor"),),
+        NoisyClippedGradient.events(noise_multiplier, 1, "centring anchor"),
         advice="use a larger noise_multiplier or a larger budget.",
     )
     with run.releasing("centring anchor"):
