@@ -53,7 +53,11 @@ def test_the_last_stage_of_every_front_end_names_what_it_strips(caplog):
     # finalize_result is the last stage of DPADVI's approx.sample, the released-statistics samplers and
     # pmdp.publish: given the model, it names the data-reading deterministics the result still holds.
     model = _model(50)
-    idata = az.from_dict(posterior={name: np.zeros((1, 4)) for name in ("intercept", "fitted", "mean_fit")})
+    posterior = {name: np.zeros((1, 4)) for name in ("intercept", "fitted", "mean_fit")}
+    if int(az.__version__.split(".")[0]) >= 1:  # ArviZ 1.x (PyMC 6): groups in one mapping, a DataTree back
+        idata = az.from_dict({"posterior": posterior})
+    else:
+        idata = az.from_dict(posterior=posterior)
     assert data_reading_deterministics_in(idata, model) == ["fitted", "mean_fit"]
     assert data_reading_deterministics_in(idata, None) == []  # no model: nothing to say
     with caplog.at_level(logging.WARNING, logger="pymc"):
