@@ -21,6 +21,7 @@ def run_example(name: str, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # 25–42 s, nearly all start-up and compilation; DPPenaltyMH is tested in tests/test_penalty.py
 def test_quickstart_runs_and_reports_its_guarantee_on_the_penalty_route():
     # The default route (released statistics) is run by tests/test_readme.py, as the README's command line.
     out = run_example("quickstart.py", "--rows", "5000", "--draws", "100", "--tune", "100", "--method", "penalty")
@@ -49,6 +50,7 @@ def test_dp_hmc_experiments_run_at_a_small_size(tmp_path):
     assert len(spent) == 4 and all(0 < s <= 8.0 for s in spent)
 
 
+@pytest.mark.slow  # 22–39 s at any size (start-up, compilation, the plot); DPBarkerMH: tests/test_barker.py
 def test_dp_barker_gmm_runs_at_a_small_size(tmp_path):
     out = run_example(
         "dp_barker_gmm.py",
