@@ -331,13 +331,31 @@ def _centred_step_text(name: str, on: str, step: dict[str, Any], factor: str, ci
             f"noise multipliers {_g(step.get('grad_noise_multiplier', float('nan')))} (gradients) and "
             f"{_g(step.get('llr_noise_multiplier', float('nan')))} (ratios)"
         )
+    if centring.get("order", 1) == 2:
+        anchor = (
+            f"the clipped sums of per-row scores and of per-row Hessians at a public point θ̂, each row's score "
+            f"clipped to L2 norm {_g(centring['grad_clip'])} and its Hessian to Frobenius norm "
+            f"{_g(centring['hessian_clip'])}, released once each with Gaussian noise of noise multipliers "
+            f"{_g(centring['noise_multiplier'])} (scores) and {_g(centring['hessian_noise_multiplier'])} (Hessians)"
+        )
+        bound = (
+            "its second-order expansion at θ̂ and clipped at ½κ‖θ′ − θ‖·((‖θ − θ̂‖² + ‖θ′ − θ̂‖²)/2 − ‖θ′ − θ‖²/6) "
+            "(ratios) or ½κ‖θ − θ̂‖² (gradients)"
+        )
+    else:
+        anchor = (
+            f"the clipped sum of per-row scores at a public point θ̂, each row's score clipped to L2 norm "
+            f"{_g(centring['grad_clip'])}, released once with Gaussian noise of noise multiplier "
+            f"{_g(centring['noise_multiplier'])}"
+        )
+        bound = (
+            "its first-order expansion at θ̂ and clipped at κ‖θ′ − θ‖·max(‖θ − θ̂‖, ‖θ′ − θ̂‖) (ratios) or "
+            "κ‖θ − θ̂‖ (gradients)"
+        )
     return (
-        f"{name}{on}, centred on a released anchor: the clipped sum of per-row scores at a public point θ̂, each "
-        f"row's score clipped to L2 norm {_g(centring['grad_clip'])}, released once with Gaussian noise of noise "
-        f"multiplier {_g(centring['noise_multiplier'])}. The chain then releases {released}, each row's term taken "
-        f"against its first-order expansion at θ̂ and clipped at κ‖θ′ − θ‖·max(‖θ − θ̂‖, ‖θ′ − θ̂‖) "
-        f"(ratios) or κ‖θ − θ̂‖ (gradients), κ = {_g(centring['lipschitz'])}, with Gaussian {noise} (noise standard "
-        f"deviation τ·Δ, where Δ, the L2 sensitivity of each clipped sum, is {factor})."
+        f"{name}{on}, centred on a released anchor: {anchor}. The chain then releases {released}, each row's term "
+        f"taken against {bound}, κ = {_g(centring['lipschitz'])}, with Gaussian {noise} (noise standard deviation "
+        f"τ·Δ, where Δ, the L2 sensitivity of each clipped sum, is {factor})."
     )
 
 

@@ -8,16 +8,18 @@ checks, the anchor's one release in the step's accounting, and the record.
 
 Notes
 -----
-The anchor's release is charged once per run, in the step's ``privacy_events`` (which
-:func:`pymc_dp.sample` and :func:`pymc_dp.publish` compose over the run's total iterations),
-and in each chain's ``dp_mu_cumulative`` at its first iteration (so a plain result priced from
-the statistics counts it once per chain: never less than spent). Because calibration splits a
-target over iterations alone, a centred step needs its noise multipliers given: the anchor's
-share of ε is the caller's choice (:func:`centred_noise_multipliers`).
+The anchor's release (two at second order: scores and Hessians) is charged once per run, in the
+step's ``privacy_events`` (which :func:`pymc_dp.sample` and :func:`pymc_dp.publish` compose
+over the run's total iterations), and in each chain's ``dp_mu_cumulative`` at its first
+iteration (so a plain result priced from the statistics counts it once per chain: never less
+than spent). Because calibration splits a target over iterations alone, a centred step needs
+its noise multipliers given: the anchor's share of ε is the caller's choice
+(:func:`centred_noise_multipliers`, :func:`second_order_noise_multipliers`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -28,8 +30,9 @@ from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import CentringAnchor, anchor_release, check_anchor, check_centre_lipschitz
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian, clipped_hessian
 
-__all__ = ["Centring", "centred_noise_multipliers", "release_anchor"]
+__all__ = ["Centring", "centred_noise_multipliers", "release_anchor", "second_order_noise_multipliers"]
 
 
 def centred_noise_multipliers(
@@ -58,6 +61,38 @@ def centred_noise_multipliers(
     return anchor_tau, tau
 
 
+def second_order_noise_multipliers(
+    epsilon: float,
+    delta: float,
+    iterations: int,
+    anchor_share: float = 0.3,
+    hessian_share: float = 0.25,
+    releases_per_iteration: int = 1,
+) -> tuple[float, float, float]:
+    """(τ_G, τ_H, τ): a second-order anchor's score and Hessian noise multipliers and each iteration's.
+
+    The run's μ (:func:`pymc_dp.accounting.gaussian_mu_for_target`) is split: ``anchor_share``
+    to the anchor, of which ``hessian_share`` to its Hessian release and the rest to its score
+    release, and the rest evenly over ``iterations`` × ``releases_per_iteration`` releases.
+    The Hessian's noise moves the target's mean by about ΣE(m − θ̂), small next to the score
+    noise's Ση while the anchor is near the mode, hence the smaller default share. Public
+    settings only.
+
+    Returns
+    -------
+    (float, float, float)
+        τ_G, τ_H and τ, each rounded up by 1e-9 relative (towards privacy).
+    """
+    share = check_finite_positive("hessian_share", hessian_share)
+    if share >= 1:
+        raise ValueError(f"`hessian_share` must be in (0, 1). Found {hessian_share!r}.")
+    anchor_tau, tau = centred_noise_multipliers(epsilon, delta, iterations, anchor_share, releases_per_iteration)
+    mu_anchor = 0.5 / anchor_tau**2  # = anchor_share·μ (rounded towards privacy)
+    score_tau = math.sqrt(0.5 / ((1 - share) * mu_anchor)) * (1 + 1e-9)
+    hessian_tau = math.sqrt(0.5 / (share * mu_anchor)) * (1 + 1e-9)
+    return score_tau, hessian_tau, tau
+
+
 class Centring:
     """Mixin of a DP step that may centre its releases on a released anchor (``anchor``, ``centre_lipschitz``)."""
 
@@ -79,8 +114,9 @@ class Centring:
             )
         if lipschitz is None:
             raise ValueError(
-                "`centre_lipschitz` must be given with `anchor`: a public per-row bound κ on the score's Lipschitz "
-                "constant (logistic regression with ‖x‖ ≤ B: B²/4). Found None."
+                "`centre_lipschitz` must be given with `anchor`: a public per-row bound κ on the Lipschitz constant "
+                "of the score for a first-order anchor (logistic regression with ‖x‖ ≤ B: B²/4), of the Hessian for a "
+                "second-order one (logistic: B³/(6√3)). Found None."
             )
         check_centre_lipschitz(lipschitz)
         unset = [name for name, value in noises.items() if value is None]
@@ -132,11 +168,39 @@ class Centring:
         return {"centring": {**self.anchor.record(), "lipschitz": self.centre_lipschitz}}
 
 
+_ANCHOR_ADVICE = "use larger noise multipliers or a larger budget."
+
+
+def _check_hessian_settings(hessian_clip: Any, hessian_noise_multiplier: Any) -> tuple[Any, Any]:
+    """Both None (a first-order anchor), or both positive and finite (second order)."""
+    if (hessian_clip is None) != (hessian_noise_multiplier is None):
+        raise ValueError(
+            "`hessian_clip` and `hessian_noise_multiplier` must be given together (a second-order anchor) or not at "
+            f"all. Found hessian_clip={hessian_clip!r} and hessian_noise_multiplier={hessian_noise_multiplier!r}."
+        )
+    if hessian_clip is None:
+        return None, None
+    return (
+        check_finite_positive("hessian_clip", hessian_clip),
+        check_finite_positive("hessian_noise_multiplier", hessian_noise_multiplier),
+    )
+
+
+def _anchor_release_events(noise_multiplier: float, hessian_noise_multiplier: float | None) -> list[PrivacyEvent]:
+    """The anchor's releases: its score sum, and its Hessian sum at second order."""
+    events = NoisyClippedGradient.events(noise_multiplier, 1, "centring anchor")
+    if hessian_noise_multiplier is not None:
+        events = events + NoisyClippedHessian.events(hessian_noise_multiplier, 1, "centring anchor (Hessian)")
+    return events
+
+
 def release_anchor(
     point: Any,
     *,
     grad_clip: float,
     noise_multiplier: float,
+    hessian_clip: float | None = None,
+    hessian_noise_multiplier: float | None = None,
     model: Any = None,
     vars: Any = None,
     neighbouring: str = "substitute",
@@ -144,7 +208,11 @@ def release_anchor(
     delta: float | None = None,
     rng: Any = None,
 ) -> CentringAnchor:
-    """Release the centring anchor: Ĝ = Σᵢ clip_L2(∇θ log p(xᵢ | θ̂), b_g) + N(0, σ_G² I) at a public θ̂.
+    """Release the centring anchor at a public θ̂: Ĝ = Σᵢ clip_L2(gᵢ(θ̂), b_g) + η, and Ĥ = Σᵢ clip_F(Hᵢ(θ̂), b_H) + E.
+
+    Ĥ (second order) only with ``hessian_clip`` and ``hessian_noise_multiplier``: the steps
+    then centre each row on its second-order expansion at θ̂, and their ``centre_lipschitz``
+    is a bound on the Lipschitz constant of each row's Hessian (``docs/centred.md``).
 
     The one-call way to make the anchor that :class:`pymc_dp.DPPenaltyMH` and
     :class:`pymc_dp.DPHMC` take (``anchor=``), for a plain ``pm.sample``: a priced release
@@ -160,6 +228,12 @@ def release_anchor(
         b_g > 0, the L2 clip of each row's score at θ̂.
     noise_multiplier : float
         τ_G > 0: σ_G = τ_G·2b_g (substitute) or τ_G·b_g (add/remove).
+    hessian_clip : float, optional
+        b_H > 0, the Frobenius clip of each row's Hessian at θ̂ (second order; with
+        ``hessian_noise_multiplier``).
+    hessian_noise_multiplier : float, optional
+        τ_H > 0: the Hessian noise's σ_H = τ_H·2b_H (substitute) or τ_H·b_H (add/remove) on the
+        diagonal, σ_H/√2 off it (:class:`pymc_dp.mechanisms.hessian.NoisyClippedHessian`).
     model : pm.Model, optional
         From the context if omitted.
     vars : list, optional
@@ -185,9 +259,12 @@ def release_anchor(
     -----
     One Gaussian mechanism on a clipped sum (:class:`pymc_dp.mechanisms.NoisyClippedGradient`):
     sensitivity 2b_g (substitute: N public, one row replaced) or b_g (add/remove), μ = 1/(2τ_G²).
-    It is priced (:class:`pymc_dp.run.PrivateRun`) and ``budget`` charged before any row is
-    read. The other free variables are never fixed at a data-dependent initial value: the
-    anchor is released for every free variable, at ``point``.
+    At second order a second one on the clipped Hessian sum
+    (:class:`pymc_dp.mechanisms.hessian.NoisyClippedHessian`): Frobenius sensitivity 2b_H
+    (b_H), μ = 1/(2τ_H²); the two compose. Both are priced (:class:`pymc_dp.run.PrivateRun`)
+    and ``budget`` charged before any row is read. The other free variables are never fixed
+    at a data-dependent initial value: the anchor is released for every free variable, at
+    ``point``.
     """
     from pymc_dp._validation import model_from_context
     from pymc_dp.data import sorted_value_vars
@@ -198,6 +275,7 @@ def release_anchor(
 
     grad_clip = check_finite_positive("grad_clip", grad_clip)
     noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+    hessian_clip, hessian_noise_multiplier = _check_hessian_settings(hessian_clip, hessian_noise_multiplier)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     model = model_from_context(model, "release_anchor")
     value_vars = sorted_value_vars(model, vars)
@@ -234,10 +312,7 @@ def release_anchor(
         n_rows=prior.n_rows,
         budget=budget,
     )
-    run.plan(
-        NoisyClippedGradient.events(noise_multiplier, 1, "centring anchor"),
-        advice="use a larger noise_multiplier or a larger budget.",
-    )
+    run.plan(_anchor_release_events(noise_multiplier, hessian_noise_multiplier), advice=_ANCHOR_ADVICE)
     with run.releasing("centring anchor"):
         source = mechanism_rng(None, False) if rng is None else rng
         return anchor_release(
@@ -248,4 +323,7 @@ def release_anchor(
             neighbouring,
             source,
             tuple(v.name for v in value_vars),
+            None if hessian_clip is None else functools.partial(clipped_hessian, mechanisms),
+            hessian_clip,
+            hessian_noise_multiplier,
         )

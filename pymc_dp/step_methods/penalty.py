@@ -82,8 +82,11 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         ``noise_multiplier``; ``llr_clip`` is then unused. The anchor's release is charged
         once, with the iterations.
     centre_lipschitz : float, optional
-        κ, a public per-row bound on the Lipschitz constant of the score (logistic regression
-        with ‖xᵢ‖ ≤ B: B²/4). Rows that break it are clipped.
+        κ, public. For a first-order anchor a per-row bound on the Lipschitz constant of the
+        score (logistic regression with ‖xᵢ‖ ≤ B: B²/4); for a second-order anchor
+        (``release_anchor(..., hessian_clip=...)``) on that of the Hessian in operator norm
+        (logistic: B³/(6√3)), and each row is then centred on its second-order expansion at θ̂
+        (bound ½κ‖Δθ‖R² instead of κ‖Δθ‖R). Rows that break it are clipped.
     tune : bool, default True
         Tune the proposal scale during the tuning iterations.
     tune_interval : int, default 100
@@ -117,6 +120,10 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     the chain leaves p(θ | X)·exp(T ηᵀθ) invariant, η the anchor's noise (public covariance
     σ_G² I): see :func:`pymc_dp.mechanisms.centred.widen_for_anchor_noise` and
     ``docs/centred.md``.
+    A second-order anchor (scores and Hessians) replaces the bound by ½κ‖Δθ‖·∫₀¹‖a + tΔθ‖²dt
+    (a = θ − θ̂; the gradient's by ½κ‖θ − θ̂‖²), κ the Hessian's Lipschitz constant, adds
+    ½(a′ᵀĤa′ − aᵀĤa) (Ĥ(θ − θ̂)) back, and ε also covers the Hessian's one release; the
+    target's perturbation then has a quadratic part ½T(θ − θ̂)ᵀE(θ − θ̂) too.
 
     Sampler statistics (all privatized or public):
 
