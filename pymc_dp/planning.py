@@ -31,11 +31,17 @@ which grows with k but never beyond 0.331 (1 − f) 2 μ* / (P κ² b² s² C) p
 μ*/(b²s²) in all, the bound the honest-results issue states. The planner takes the k at
 which ESS reaches 90 % of that limit (c² = 9): more iterations cost time and buy little.
 
-The posterior standard deviation s is not public. Without ``posterior_sd`` the planner uses
-s = 2√P / (b √N), the value when the per-row score has norm about b/2 (a clip bound twice the
-typical per-row score, a common choice that keeps clipping rare): then b²s² = 4P/N and the
-limit is about 0.04 μ* N / P² under substitute neighbours — the product N·ε (through μ*) is
-what buys a posterior. A clip bound further above the typical score makes this optimistic
+The posterior standard deviation s is not public. Without ``posterior_sd`` and ``llr_clip`` the
+planner guesses s = 1/√N per unconstrained parameter ("unit information": each row carries about
+one unit of Fisher information per parameter, as for data and coefficients of order one; on the
+README's linear regression, N = 100,000, the exact posterior sds are 0.0022–0.0032, root mean
+square 0.0027, against the guess 0.0032, and the released-statistics posterior's are 1.3–1.8×
+those), and takes the samplers' clip bound b as twice a typical row's score norm, √P at unit
+information, so b = 2√P. With ``llr_clip`` given, s = 2√P / (b √N), the value when the per-row
+score has norm about b/2 (a clip bound twice the typical per-row score, a common choice that
+keeps clipping rare). Either way b²s² = 4P/N and the limit is about 0.04 μ* N / P² under
+substitute neighbours — the product N·ε (through μ*) is what buys a posterior. A clip bound
+further above the typical score makes this optimistic
 (the quick start's b = 2.5 is about 3.5 typical scores: its measured ESS was 3× below the
 plan); pass the standard deviations of a DP initial approximation (``approx.std``) for a
 sharper plan.
@@ -97,6 +103,14 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route
+from pymc_dp.route_predictions import (
+    RELEASE_ONCE_MAX_SD_RATIO,
+    RELEASE_ROUTES,
+    gaussian_to_laplace_variance,
+    one_call_route,
+    release_once_row,
+    released_statistics_row,
+)
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS, dpadvi_mean_error
 
 __all__ = [
@@ -217,9 +231,11 @@ class MethodPlan:
     Attributes
     ----------
     method : str
-        ``"DPPenaltyMH"``, ``"DPHMC"`` or ``"DPADVI"``.
+        ``"DPPenaltyMH"``, ``"DPHMC"``, ``"DPADVI"``, ``"release_once"`` or ``"release_statistics"``.
     iterations : int
-        Iterations per chain (tuning included) for samplers; optimisation steps for DPADVI.
+        Iterations per chain (tuning included) for samplers; optimisation steps for DPADVI;
+        Newton anchors for release_once; releases (the statistics and their covariate anchors)
+        for release_statistics.
     tune, draws : int
         The split of ``iterations`` for samplers (0 for DPADVI).
     noise : dict
@@ -232,10 +248,14 @@ class MethodPlan:
     ess_limit : float or None
         The ESS per chain no number of iterations can exceed at this (ε, δ).
     noise_to_signal : float or None
-        DPADVI's expected mean error from the gradient noise, in posterior sds.
+        The expected error of the posterior mean from the noise, in non-private posterior sds
+        (DPADVI; release_once, whose widened intervals cover it).
     usable : bool
         Whether the prediction reaches :data:`MIN_USEFUL_ESS` in all chains together
-        (samplers) or an expected mean error below :data:`DPADVI_MAX_MEAN_ERROR` (DPADVI).
+        (samplers), an expected mean error below :data:`DPADVI_MAX_MEAN_ERROR` (DPADVI), a
+        widened sd of at most 3 non-private sds with the curvature resolved (release_once;
+        :func:`pymc_dp.route_predictions.release_once_prediction`); release_statistics is
+        usable as measured on regressions (``docs/exponential_family.md``), not predicted.
     note : str
         What the prediction assumes and what to change when it is not usable.
     """
@@ -251,6 +271,8 @@ class MethodPlan:
     noise_to_signal: float | None
     usable: bool
     note: str
+    #: The predicted posterior sd over a non-private one's (release_once), else None.
+    sd_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -273,8 +295,9 @@ class Plan:
     details: dict[str, Any] = field(default_factory=dict)
     #: The method the recommendation names: ``"release_statistics"`` for a linear or logistic
     #: regression (``released_statistics`` below) not built by Bambi (the route takes a PyMC model),
-    #: else a DP sampler when one can deliver 100 effective draws, else ``"DPADVI"`` when its expected
-    #: mean error is below half a posterior sd, else ``None`` (no route here: more ε, more rows, or
+    #: else a DP sampler when one can deliver 100 effective draws, else ``"release_once"`` when its
+    #: predicted posterior is usable, else ``"DPADVI"`` when its expected mean error is below half a
+    #: posterior sd, else ``None`` (no route here: more ε, more rows, or
     #: released statistics for a conjugate model).
     recommended: str | None = None
     #: The :func:`pymc_dp.release_statistics` family that describes the model's likelihood
@@ -283,7 +306,7 @@ class Plan:
     #: one with two covariate anchors).
     released_statistics: str | None = None
     #: The route ``pmdp.sample(epsilon=..., delta=...)`` takes without a ``step``
-    #: (:func:`one_call_route`): ``"release_statistics"``, ``"DPPenaltyMH"``, ``"DPADVI"``, or
+    #: (:func:`one_call_route`): ``"release_statistics"``, ``"DPPenaltyMH"``, ``"release_once"``, ``"DPADVI"``, or
     #: ``None`` when it refuses (nothing usable at this N·ε).
     one_call_route: str | None = None
     #: Why, in one line, from public quantities only.
@@ -296,58 +319,89 @@ class Plan:
                 return m
         raise KeyError(f"`name` must be one of {[m.method for m in self.methods]}. Found {name!r}.")
 
-    def __str__(self) -> str:
+    def _header(self) -> str:
+        """The first line: the setting and the posterior sd the samplers' rows assume, in words."""
         if self.posterior_sd_source == "given":
             sd = f"the posterior sd you gave, ≈ {self.posterior_sd:.3g}"
-        else:  # the default guess (plan_from_settings): 2√P/(b√N), each row's score norm taken as llr_clip/2
+        elif self.posterior_sd_source == "unit information":
+            sd = (
+                f"a posterior sd of ≈ {self.posterior_sd:.3g} per parameter (1/√N: a guess from N alone, as if each "
+                "row carried about one unit of information per parameter, i.e. data and coefficients of order one; "
+                "pass posterior_sd= if you know it better)"
+            )
+        else:
             sd = (
                 f"a posterior sd of ≈ {self.posterior_sd:.3g} per parameter, a guess from N, P and the clip bound "
-                "(pass posterior_sd= if you know it better)"
+                "(each row's score about half the bound; pass posterior_sd= if you know it better)"
             )
         rows = {"substitute": "one row replaced", "add_remove": "one row added or removed"}.get(self.neighbouring)
-        lines = [
+        return (
             f"Plan at ε = {self.epsilon:g}, δ = {self.delta:g} (neighbours: {rows or self.neighbouring}) for "
             f"N = {self.n_rows} rows, P = {self.n_params} parameter{'s' if self.n_params != 1 else ''} and "
-            f"{self.chains} chain{'s' if self.chains != 1 else ''}, assuming {sd}.",
-            f"{'method':<12} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'NSR':>7}  usable",
-        ]
-        used: set[str] = set()
-        unpredicted: list[str] = []
+            f"{self.chains} chain{'s' if self.chains != 1 else ''}, assuming {sd}."
+        )
 
-        def cell(value: float | None, applies: bool, fmt: str) -> str:
+    def __str__(self) -> str:
+        lines = [
+            self._header(),
+            f"{'method':<18} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'mean error':>10} "
+            f"{'sd ×':>6}  usable",
+        ]
+        notes: dict[str, list[str]] = {"-": [], "?": [], "<0.01": []}
+
+        def cell(value: float | None, kind: str, why: str = "") -> str:
+            if kind == "-":
+                return "-"
             if value is None:
-                used.add("-" if not applies else "?")
-                return "-" if not applies else "?"
-            if value < 0.01 and fmt == "ess":
-                used.add("<0.01")
+                if why and why not in notes["?"]:
+                    notes["?"].append(why)
+                return "?"
+            if kind == "ess" and value < 0.01:
+                notes["<0.01"].append("")
                 return "<0.01"
-            return f"{value:.2f}" if fmt == "acc" else f"{value:.3g}"
+            return f"{value:.2f}" if kind == "acc" else f"{value:.3g}"
 
         for m in self.methods:
-            sampler = m.method != "DPADVI"
-            acc = cell(m.expected_acceptance, sampler, "acc")
-            ess = cell(m.expected_ess, sampler, "ess")
-            lim = cell(m.ess_limit, sampler, "ess")
-            if sampler and m.ess_limit is None:
-                unpredicted.append(m.method)
-            nsr = cell(m.noise_to_signal, not sampler, "nsr")
+            sampler = m.method in ("DPPenaltyMH", "DPHMC")
+            released = m.method == "release_statistics"
+            acc = cell(m.expected_acceptance, "acc" if sampler else "-")
+            ess = cell(m.expected_ess, "ess" if sampler else "-")
+            lim = cell(m.ess_limit, "ess" if sampler else "-", f"{m.method}'s ESS limit has no closed form")
+            err = cell(m.noise_to_signal, "-" if sampler else "err", _RELEASED_UNPREDICTED if released else "")
+            sdx = cell(m.sd_ratio, "err" if released or m.method == "release_once" else "-")
             usable = "yes" if m.usable else "no"
-            lines.append(f"{m.method:<12} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {nsr:>7}  {usable}")
-        lines.append(
-            "ESS/chain: expected effective draws per chain; ESS limit: the most any number of iterations can give "
-            "at this ε; NSR: DPADVI's expected error of the posterior mean, in posterior sds; usable: at least "
-            f"{MIN_USEFUL_ESS:g} effective draws in all (samplers), NSR below {DPADVI_MAX_MEAN_ERROR:g} (DPADVI)."
-        )
-        if "-" in used:
-            lines.append("-: does not apply (DPADVI is an optimiser: no acceptance or ESS; NSR is DPADVI's only).")
-        if "?" in used:
-            lines.append(f"?: not predicted (no closed-form ESS limit for {', '.join(unpredicted)}).")
-        if "<0.01" in used:
+            lines.append(f"{m.method:<18} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {err:>10} {sdx:>6}  {usable}")
+        lines += [
+            "iterations: per chain for the samplers, optimisation steps for DPADVI, noisy Newton anchors for "
+            "release_once, releases for release_statistics. ESS/chain: expected effective draws per chain; ESS "
+            "limit: the most any number of iterations can give at this ε; mean error: the expected error of the "
+            "posterior mean caused by the noise, in non-private posterior sds (release_once's wider intervals cover "
+            "it); sd ×: the predicted posterior sd over a non-private one's.",
+            f"usable: at least {MIN_USEFUL_ESS:g} effective draws in all (samplers); mean error below "
+            f"{DPADVI_MAX_MEAN_ERROR:g} (DPADVI); sd × at most {RELEASE_ONCE_MAX_SD_RATIO:g} with the curvature "
+            "resolved (release_once); release_statistics: as measured on regressions (docs/exponential_family.md).",
+        ]
+        if any(m.method not in ("DPPenaltyMH", "DPHMC") for m in self.methods):
+            lines.append(
+                "-: does not apply (only the samplers have an acceptance rate and an ESS: DPADVI is an optimiser and "
+                "the release routes draw independent samples; mean error and sd × are predicted for DPADVI and "
+                "release_once only)."
+            )
+        if notes["?"]:
+            lines.append(f"?: not predicted: {'; '.join(notes['?'])}.")
+        if notes["<0.01"]:
             lines.append("<0.01: below 0.01 effective draws per chain: the chains would barely move from their start.")
         lines.append(f"Recommendation: {self.recommendation}")
         if self.one_call_reason:
             lines.append(f"pmdp.sample(epsilon=..., delta=...) without step= runs: {self.one_call_reason}")
         return "\n".join(lines)
+
+
+#: Why the released-statistics row has no predicted error (the "?" of the printed plan).
+_RELEASED_UNPREDICTED = (
+    "release_statistics' error and sd, as its noise relative to the posterior depends on the public bounds you "
+    "give (x_bounds, y_bounds), which the plan does not take (measured: docs/exponential_family.md)"
+)
 
 
 def _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations) -> MethodPlan:
@@ -450,10 +504,18 @@ def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate,
     )
 
 
-def _posterior_sd(posterior_sd: Any, n_params: int, n_rows: int, llr_clip: float) -> tuple[float, str]:
-    """s and where it comes from: the root mean square of the sds given, or the default guess 2√P/(b√N)."""
+def _posterior_sd(posterior_sd: Any, n_params: int, n_rows: int, llr_clip: float | None) -> tuple[float, str]:
+    """s and where it comes from: the root mean square of the sds given, or a guess from public quantities.
+
+    Without ``llr_clip``: 1/√N ("unit information": each row carries about one unit of Fisher
+    information per unconstrained parameter, as in a model on standardised data). With it:
+    2√P/(b√N), each row's score norm about b/2. Either way b·s = 2√P/√N for the samplers, whose
+    clip bound is taken as twice a typical row's score norm (√P at unit information).
+    """
+    if posterior_sd is None and llr_clip is None:
+        return 1.0 / math.sqrt(n_rows), "unit information"
     if posterior_sd is None:
-        return 2.0 * math.sqrt(n_params) / (llr_clip * math.sqrt(n_rows)), "2√P/(b√N): per-row score norm ≈ llr_clip/2"
+        return 2.0 * math.sqrt(n_params) / (llr_clip * math.sqrt(n_rows)), "clip bound"
     sd = np.asarray(posterior_sd, dtype=float)
     if sd.size == 0 or not np.all(np.isfinite(sd)) or np.any(sd <= 0):
         raise ValueError(f"`posterior_sd` must be positive and finite. Found {posterior_sd!r}.")
@@ -468,11 +530,19 @@ def _recommend(
     delta: float,
     n_params: int,
 ) -> tuple[str | None, str]:
-    """The method recommended (``Plan.recommended``) and the recommendation in words."""
-    # Only the model checked against measured ESS (the random walk's) is used to recommend.
-    best = methods[0]
-    dpadvi = methods[-1]
-    recommended = best.method if best.usable else ("DPADVI" if dpadvi.usable else None)
+    """The method recommended (``Plan.recommended``) and the recommendation in words.
+
+    In order: the released statistics (a regression they describe); DPPenaltyMH where it can
+    deliver 100 effective draws (it samples the exact clipped posterior, non-Gaussian shapes
+    included); release_once where its predicted posterior is usable; DPADVI where its expected
+    mean error is below half a posterior sd; else None.
+    """
+    by_name = {m.method: m for m in methods}
+    # Only the model checked against measured ESS (the random walk's) is used to recommend a sampler.
+    best, dpadvi = by_name["DPPenaltyMH"], by_name["DPADVI"]
+    once = by_name.get("release_once")
+    once_usable = once is not None and once.usable
+    recommended = best.method if best.usable else "release_once" if once_usable else "DPADVI" if dpadvi.usable else None
     if best.usable:
         recommendation = (
             f"{best.method} with {best.tune} tuning and {best.draws} draws per chain "
@@ -483,14 +553,21 @@ def _recommend(
             f"no DP sampler can deliver {MIN_USEFUL_ESS:g} effective draws here (best: {best.method}, "
             + (f"about {best.expected_ess * chains:.2g}" if best.expected_ess * chains >= 0.01 else "below 0.01")
             + (
-                ")"  # the release route, said first, is the advice
-                if released_statistics is not None
+                ")"  # a release route, said first, is the advice
+                if released_statistics is not None or once_usable
                 else "); with N·ε this small use more ε, more rows, released sufficient statistics with the "
                 "noise-aware likelihood for a conjugate model or a linear or logistic regression "
                 "(pmdp.release_statistics)"
             )
             + (", or DPADVI (its expected mean error is below half a posterior sd)" if dpadvi.usable else "")
         )
+    if recommended == "release_once" and released_statistics is None:
+        route = (
+            f"release once: pmdp.release_once(model, epsilon={epsilon:g}, delta={delta:g}) releases clipped score "
+            f"and Hessian sums at {once.iterations} noisy Newton anchors and draws from the Laplace posterior widened "
+            f"by their noise (predicted sd ≈ {once.sd_ratio:.3g}× a non-private posterior's; docs/release_once.md)"
+        )
+        recommendation = f"{route}; {recommendation}"
     noise = ""
     if released_statistics is not None:
         ratio = gaussian_to_laplace_variance(released_statistics, n_params, epsilon, delta)
@@ -510,7 +587,7 @@ def plan_from_settings(
     n_rows: int,
     n_params: int,
     chains: int = 4,
-    llr_clip: float = 1.0,
+    llr_clip: float | None = None,
     grad_clip: float | None = None,
     posterior_sd: float | None = None,
     neighbouring: str = "substitute",
@@ -520,12 +597,15 @@ def plan_from_settings(
     dpadvi_iterations: int = 2000,
     max_iterations: int = 20000,
     released_statistics: str | None = None,
+    release_once: bool = True,
 ) -> Plan:
     """:func:`plan` from numbers alone (no model): every argument is public.
 
     Parameters are those of :func:`plan`, with ``n_rows`` and ``n_params`` given directly,
-    and ``released_statistics``: the release family that describes the model's likelihood
-    (``"logistic_regression"``, ``"linear_regression"``), if any: its route is then recommended.
+    ``released_statistics``: the release family that describes the model's likelihood
+    (``"logistic_regression"``, ``"linear_regression"``, ``"poisson_regression"``), if any: its
+    route is then recommended; and ``release_once``: whether the model can take
+    :func:`pymc_dp.release_once` (continuous free variables), whose row is then predicted.
     """
     if released_statistics not in (None, *RELEASE_ROUTES):
         raise ValueError(
@@ -536,7 +616,11 @@ def plan_from_settings(
     n_rows = check_positive_int("n_rows", n_rows)
     n_params = check_positive_int("n_params", n_params)
     chains = check_positive_int("chains", chains)
-    llr_clip = check_finite_positive("llr_clip", llr_clip)
+    s, source = _posterior_sd(
+        posterior_sd, n_params, n_rows, None if llr_clip is None else check_finite_positive("llr_clip", llr_clip)
+    )
+    if llr_clip is None:  # b·s = 2√P/√N at the unit-information guess: a bound twice a typical row's score norm
+        llr_clip = 2.0 * math.sqrt(n_params) if posterior_sd is None else 1.0
     grad_clip = llr_clip if grad_clip is None else check_finite_positive("grad_clip", grad_clip)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     n_leapfrog = check_positive_int("n_leapfrog", n_leapfrog)
@@ -545,7 +629,6 @@ def plan_from_settings(
         raise ValueError(f"`grad_budget_share` must be in (0, 1). Found {grad_budget_share!r}.")
     dpadvi_iterations = check_positive_int("dpadvi_iterations", dpadvi_iterations)
     max_iterations = check_positive_int("max_iterations", max_iterations)
-    s, source = _posterior_sd(posterior_sd, n_params, n_rows, llr_clip)
     if dpadvi_sampling_rate is None:
         dpadvi_sampling_rate = default_dpadvi_sampling_rate(n_rows)
     mu_total = gaussian_mu_for_target(epsilon * (1.0 - CALIBRATION_MARGIN), delta)
@@ -563,8 +646,11 @@ def plan_from_settings(
             grad_budget_share,
             max_iterations,
         ),
+        *([MethodPlan(**release_once_row(epsilon, delta, n_rows, n_params, neighbouring))] if release_once else []),
         _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, dpadvi_sampling_rate, dpadvi_iterations),
     )
+    if released_statistics is not None:
+        methods = (MethodPlan(**released_statistics_row(released_statistics, n_rows, epsilon)), *methods)
     recommended, recommendation = _recommend(methods, chains, released_statistics, epsilon, delta, n_params)
     the_plan = Plan(
         epsilon,
@@ -584,106 +670,8 @@ def plan_from_settings(
     return replace(the_plan, one_call_route=route, one_call_reason=reason)
 
 
-#: Recommendation text of the released-statistics route, per family.
-RELEASE_ROUTES = {
-    "logistic_regression": (
-        "this is a logistic regression: release its statistics and two covariate anchors once, "
-        "pmdp.release_statistics('logistic_regression', (X, y), epsilon={epsilon:g}{noise}, covariate_anchors=2, "
-        "n_features=..., x_bounds=(public lower, public upper)), and sample the noise-aware likelihood with any "
-        "sampler at no further cost (the anchors correct its Gaussian covariate model for binary or skewed "
-        "covariates: docs/exponential_family.md)"
-    ),
-    "poisson_regression": (
-        "this is a Poisson regression with a log link: release its polynomial statistics and covariate anchors "
-        "once, pmdp.release_statistics('poisson_regression', (X, y), epsilon={epsilon:g}{noise}, "
-        "covariate_anchors=1 (2 from N·ε = 50,000), n_features=..., x_bounds=..., y_max=...), and sample the "
-        "noise-aware likelihood "
-        "with any sampler at no further cost (docs/exponential_family.md)"
-    ),
-    "linear_regression": (
-        "this is a linear regression: release its sufficient statistics once, "
-        "pmdp.release_statistics('linear_regression', (X, y), epsilon={epsilon:g}{noise}, n_features=..., "
-        "x_bounds=..., y_bounds=...), and sample the noise-aware likelihood with "
-        "any sampler at no further cost (docs/exponential_family.md)"
-    ),
-}
-
-
-def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, delta: float) -> float:
-    """The Gaussian release's noise variance over the Laplace release's, for a regression of ``n_params``.
-
-    An intercept and n − 1 covariates on [−1, 1] (logistic regression: n = ``n_params``; Poisson
-    regression: the same, with counts clipped to y_max = 10; linear
-    regression: n = ``n_params`` − 1, the last parameter being σ, with y on [−1, 1]): (τΔ₂)²
-    over 2(Δ₁/ε)², τ the (ε, δ) noise multiplier of one Gaussian release. About τ²ε²/(2d) for d
-    statistics of equal width (Δ₂ = Δ₁/√d), so below 1 once the regression has a few
-    coefficients; with other bounds the widths, and so the ratio, change (compare the
-    ``noise_variance`` of the two releases).
-    """
-    from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-    from pymc_dp.exponential_family.families import get_family
-
-    if family not in RELEASE_ROUTES:
-        raise ValueError(f"`family` must be one of {sorted(RELEASE_ROUTES)}. Found {family!r}.")
-    n_features = max(n_params - (1 if family == "linear_regression" else 0), 1)
-    bounds = ([1.0] + [-1.0] * (n_features - 1), [1.0] * n_features)
-    extra = {"linear_regression": {"y_bounds": (-1.0, 1.0)}, "poisson_regression": {"y_max": 10}}.get(family, {})
-    fam = get_family(family, n_features=n_features, x_bounds=bounds, **extra)
-    tau = noise_multiplier_for_target(epsilon, delta, 1)
-    return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
-
-
 #: What ``pmdp.sample`` runs without a ``step`` (:func:`one_call_route`).
-ONE_CALL_ROUTES = ("release_statistics", "DPPenaltyMH", "DPADVI")
-
-
-def one_call_route(the_plan: Plan) -> tuple[str | None, str]:
-    """The route ``pmdp.sample(epsilon=..., delta=...)`` takes without a ``step``, and why (one line).
-
-    Follows ``the_plan.recommended`` (public quantities only: the graph, N, P, ε, δ, the
-    chains): the released statistics and NUTS on their noise-aware likelihood for a linear or
-    logistic regression written as a PyMC model; else DPPenaltyMH for the planner's
-    iterations when it can deliver 100 effective draws; else DPADVI when its expected mean
-    error is below half a posterior sd; else ``None`` (``pmdp.sample`` refuses before
-    anything is spent).
-    """
-    n_eps = f"N = {the_plan.n_rows}, P = {the_plan.n_params}, ε = {the_plan.epsilon:g}"
-    penalty, dpadvi = the_plan.method("DPPenaltyMH"), the_plan.method("DPADVI")
-    if the_plan.recommended == "release_statistics":
-        family = the_plan.released_statistics or ""
-        bounds = {
-            "linear_regression": "x_bounds and y_bounds",
-            "poisson_regression": "x_bounds and y_bounds=(0, y_max)",
-        }
-        bounds = bounds.get(family, "x_bounds")
-        anchors = {
-            "logistic_regression": " with two covariate anchors",
-            "poisson_regression": " with one or two anchors",
-        }
-        anchors = anchors.get(family, "")
-        return "release_statistics", (
-            f"release the {family.replace('_', ' ')}'s statistics{anchors} once (Gaussian or Laplace mechanism, "
-            f"whichever adds less noise at your bounds), then NUTS on their noise-aware likelihood at no further "
-            f"cost: the graph is a {family.replace('_', ' ')} (give the public {bounds})"
-        )
-    if the_plan.recommended == "DPPenaltyMH":
-        return "DPPenaltyMH", (
-            f"DPPenaltyMH for the planner's {penalty.iterations} iterations per chain (draws='auto'), private clip "
-            f"bound, chains started from a DPADVI fit: expected ESS ≈ {penalty.expected_ess * the_plan.chains:.3g} "
-            f"in all at {n_eps}, and the graph is not a linear or logistic regression with a release route"
-        )
-    if the_plan.recommended == "DPADVI":
-        return "DPADVI", (
-            f"DPADVI ({dpadvi.iterations} iterations, Adam, mean-field; draws from its fit widened by the "
-            f"optimisation noise): no DP sampler reaches {MIN_USEFUL_ESS:g} effective draws at {n_eps}, and its "
-            f"expected mean error, {dpadvi.noise_to_signal:.2g} posterior sds, is below {DPADVI_MAX_MEAN_ERROR:g}"
-        )
-    return None, (
-        f"none — refused before anything is spent: no DP sampler reaches {MIN_USEFUL_ESS:g} effective draws at "
-        f"{n_eps} and DPADVI's expected mean error, {dpadvi.noise_to_signal:.2g} posterior sds, is above "
-        f"{DPADVI_MAX_MEAN_ERROR:g}; use more ε or more rows, or pass step= to run a DP sampler anyway (its result "
-        "will be flagged)"
-    )
+ONE_CALL_ROUTES = ("release_statistics", "DPPenaltyMH", "release_once", "DPADVI")
 
 
 @withholds_chains
@@ -693,7 +681,7 @@ def plan(
     epsilon: float,
     delta: float,
     chains: int = 4,
-    llr_clip: float = 1.0,
+    llr_clip: float | None = None,
     grad_clip: float | None = None,
     posterior_sd: Any = None,
     neighbouring: str = "substitute",
@@ -716,14 +704,16 @@ def plan(
         The target.
     chains : int, default 4
         Chains of the sampler; all share the budget.
-    llr_clip : float, default 1.0
+    llr_clip : float, optional
         b of DPPenaltyMH/DPHMC: the per-row log-likelihood ratio bound per unit distance.
+        Default: twice a typical row's score norm at the default posterior sd (2√P; see the
+        module docstring).
     grad_clip : float, optional
         Per-row gradient clip of DPHMC and DPADVI (default: ``llr_clip``).
     posterior_sd : float or array, optional
         A public guess of the posterior standard deviation on the unconstrained scale (e.g.
         ``approx.std.eval()`` of a DP approximation, which is post-processing). Default:
-        2√P/(b√N) (see the module docstring).
+        1/√N, or 2√P/(b√N) with ``llr_clip`` given (see the module docstring).
     neighbouring : {"substitute", "add_remove"}
         The relation the run will use.
     n_leapfrog : int, default 10
@@ -749,7 +739,11 @@ def plan(
         the bias its Gaussian covariate model had on ``randhie`` and ``fair``
         (``docs/exponential_family.md``). ``one_call_route`` and ``one_call_reason`` (the
         last line of the printed plan) say what ``pmdp.sample(epsilon=..., delta=...)`` runs
-        without a step, and why (:func:`one_call_route`).
+        without a step, and why (:func:`one_call_route`). A model with continuous free
+        variables also gets a release-once row (:func:`pymc_dp.release_once`, predicted by
+        :func:`pymc_dp.route_predictions.release_once_prediction`), recommended where no
+        released-statistics route applies, DPPenaltyMH cannot deliver 100 effective draws and
+        its predicted posterior is usable; a released-statistics route gets its own row too.
 
     Notes
     -----
@@ -762,6 +756,7 @@ def plan(
     n_params = int(sum(np.size(point[v.name]) for v in model.value_vars))
     route = released_statistics_route(model)
     bambi = route is not None and "__obs__" in model.coords  # Bambi's observation dimension
+    continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)  # what release_once can take
     the_plan = plan_from_settings(
         epsilon=epsilon,
         delta=delta,
@@ -778,6 +773,7 @@ def plan(
         dpadvi_iterations=dpadvi_iterations,
         max_iterations=max_iterations,
         released_statistics=None if bambi else route,
+        release_once=continuous and bool(model.observed_RVs),
     )
     if bambi:  # release_statistics takes arrays and a PyMC model, not a Bambi model: advise what runs on this one
         the_plan = replace(

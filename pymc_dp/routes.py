@@ -4,8 +4,10 @@
 (``Plan.one_call_route``, from public quantities only: the graph, N, P, ε, δ and the chains),
 refuses settings the route would ignore, and runs it: the released statistics of a linear or
 logistic regression and NUTS on their noise-aware likelihood, DPPenaltyMH through
-:func:`pymc_dp.sample` itself, or DPADVI. The result records the route (``dp_route``,
-``dp_accountant["route"]``).
+:func:`pymc_dp.sample` itself, release-once (:func:`pymc_dp.release_once` with its ``"auto"``
+clip bounds: a priced share of ε releases the rows' median score and Hessian norms before the
+Newton releases, all priced before the first row is read), or DPADVI. The result records the
+route (``dp_route``, ``dp_accountant["route"]``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poo
 from pymc_dp.planning import Plan
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.regression_graph import RegressionParts, regression_parts
+from pymc_dp.release_once import release_once
 from pymc_dp.results import note_dropped_deterministics, posterior_attrs, write_privacy_attrs
+from pymc_dp.route_predictions import release_anchors
 from pymc_dp.sample_plan import _check_sample_kwargs, _stored_variables
 from pymc_dp.starts import check_init
 from pymc_dp.step_methods.penalty import DPPenaltyMH
@@ -46,7 +50,7 @@ _SAMPLER_SETTINGS = {
     "clip_margin": 2.0,
     "clip_epsilon_share": 0.05,
 }
-#: pm.sample keywords the DPADVI route uses (the others configure a sampler it does not run).
+#: pm.sample keywords the DPADVI and release-once routes use (the others configure a sampler they do not run).
 _DPADVI_KWARGS = ("random_seed", "progressbar")
 #: DPADVI's settings on the one-call route: those the utility benchmark measured (docs/choosing_a_method.md).
 ONE_CALL_DPADVI = {"approximation": "meanfield", "optimizer": "adam", "learning_rate": 0.05}
@@ -95,6 +99,11 @@ def _refuse_unused(route: str, reason: str, s: dict[str, Any], kwargs: dict[str,
         unused.update({k: s[k] for k in ("x_bounds", "y_bounds") if s[k] is not None})
     if route != "DPADVI" and s["grad_clip"] is not None:
         unused["grad_clip"] = s["grad_clip"]
+    if route == "release_once":  # independent draws from one Gaussian: no tuning, no sampler, no backend
+        unused.update({k: s[k] for k in ("tune", "var_names") if s[k] is not None})
+        unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
+        if s["backend"] not in ("default", None):
+            unused["backend"] = s["backend"]
     if route == "DPADVI":
         unused.update({k: s[k] for k in ("tune", "var_names") if s[k] is not None})
         unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
@@ -137,6 +146,8 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
             idata = _release_route(model, the_plan, s, record, kwargs)
         elif route == "DPADVI":
             idata = _dpadvi_route(model, the_plan, s, kwargs)
+        elif route == "release_once":
+            idata = _release_once_route(model, s, kwargs)
         else:
             passed = (*_SAMPLER_SETTINGS, "epsilon", "delta", "tune", "chains", "budget", "var_names", "on_poor_mixing")
             idata = sample_with_step(
@@ -235,10 +246,7 @@ def _release_route(
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
     noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
-    # Poisson: one anchor below N·ε = 50,000, where a Newton step on the noisy Hessian does not pay; two above,
-    # where the first one's expansion bias shows (docs/exponential_family.md, count models; public N and ε only)
-    poisson_anchors = 1 if n_rows * epsilon < 50_000 else 2
-    anchors = {"linear_regression": 0, "poisson_regression": poisson_anchors}.get(family, 2)
+    anchors = release_anchors(family, n_rows, epsilon)  # public N and ε only (the planner's row says the same)
 
     # The priors, and the likelihood's parameters on them, before anything is released.
     prior = _prior_model(model, parts.outcome)
@@ -269,6 +277,31 @@ def _release_route(
     if s["var_names"] is not None:
         run["var_names"] = list(s["var_names"])
     return release.sample(model=prior, on_poor_mixing=s["on_poor_mixing"], **run, **kwargs)
+
+
+def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """:func:`pymc_dp.release_once` at its defaults (``"auto"`` clip bounds, 4 anchors), priced before any row is read;
+    flagged as its diagnostics say (``on_poor_mixing``)."""
+    seed = kwargs.get("random_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+        raise TypeError(f"`random_seed` must be an int or None on the release-once route. Found {type(seed).__name__}.")
+    on_poor_mixing = s["on_poor_mixing"]
+    with warnings.catch_warnings():
+        if on_poor_mixing != "warn":  # said once below ("raise") or not at all ("ignore")
+            warnings.simplefilter("ignore", PoorMixingWarning)
+        idata = release_once(
+            model,
+            epsilon=s["epsilon"],
+            delta=s["delta"],
+            draws=s["draws"] or 1000,
+            chains=s["chains"],
+            budget=s["budget"],
+            random_seed=None if seed is None else int(seed),
+        )
+    diagnostics = json.loads(posterior_attrs(idata)["dp_diagnostics"])
+    if on_poor_mixing == "raise" and diagnostics.get("usable") is False:
+        raise PoorMixingError(str(diagnostics["reasons"][0]), idata)
+    return idata
 
 
 def _dpadvi_route(model: Any, the_plan: Plan, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:

@@ -508,8 +508,9 @@ def _auto_iterations(
         epsilon=chain_epsilon,
         delta=delta,
         chains=chains,
-        # Without a posterior sd the plan's b·s is 2√P/√N whatever b: an "auto" bound plans like any other.
-        llr_clip=1.0 if step.llr_clip == "auto" else step.llr_clip,
+        # Without a posterior sd the plan's b·s is 2√P/√N whatever b: an "auto" bound plans like any other (None:
+        # the plan's unit-information guess of the posterior sd, 1/√N, with b = 2√P).
+        llr_clip=None if step.llr_clip == "auto" else step.llr_clip,
         grad_clip=(1.0 if step.grad_clip == "auto" else step.grad_clip) if is_hmc else None,
         neighbouring=step.neighbouring,
         n_leapfrog=step.n_leapfrog if is_hmc else 10,

@@ -75,7 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("pymc_dp.results", "pymc_dp.run", "pymc_dp.diagnostics", "pymc_dp.statement", "pymc_dp.workflow"),
     ),
     # What a run can deliver before it is run, from public quantities only.
-    ("planning", ("pymc_dp.planning", "pymc_dp.regression_graph")),
+    ("planning", ("pymc_dp.planning", "pymc_dp.regression_graph", "pymc_dp.route_predictions")),
     # The algorithms: DP step methods, DPADVI, released statistics and one posterior sample.
     (
         "algorithms",

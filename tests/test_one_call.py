@@ -58,6 +58,19 @@ def _location_scale(n_rows: int) -> pm.Model:
     return model
 
 
+def _student_t(n_rows: int = 2000, n_covariates: int = 2) -> pm.Model:
+    """A Student-t regression: independent rows, a smooth log-likelihood, no released-statistics family."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(n_rows, n_covariates)).clip(-3, 3)
+    y = 0.5 + x @ np.linspace(1.0, -0.5, n_covariates) + 0.8 * rng.standard_t(4, size=n_rows)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 2.5, shape=n_covariates)
+        s = pm.HalfNormal("s", 2)
+        pm.StudentT("y", nu=4, mu=a + pm.math.dot(x, b), sigma=s, observed=y)
+    return model
+
+
 def _unspent(budget: pmdp.PrivacyBudget) -> bool:
     return budget.spent().epsilon == 0.0 and budget.labels == ()
 
@@ -122,7 +135,7 @@ def test_a_bambi_regression_is_recognised_but_not_sent_to_the_release_route():
     assert regression_parts(model).family == "linear_regression"  # through Bambi's named view of mu
     plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
     # the release route takes a PyMC model's (X, y) and priors, not a Bambi model: what runs on it instead
-    assert plan.one_call_route == plan.recommended and plan.one_call_route in {"DPPenaltyMH", "DPADVI"}
+    assert plan.one_call_route == plan.recommended and plan.one_call_route in {"DPPenaltyMH", "release_once", "DPADVI"}
 
 
 @pytest.mark.parametrize("use_data", [True, False])
@@ -159,11 +172,89 @@ def test_a_linear_regression_takes_the_release_route_in_plan_and_sample():
     assert _unspent(budget)
 
 
-def test_a_model_without_a_release_route_runs_dpadvi_where_the_plan_says():
-    model = _location_scale(2000)
+def test_models_no_release_family_covers_take_the_release_once_route_in_the_plan():
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(5000, 2))
+    with pm.Model() as probit:
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Bernoulli("y", p=pm.math.invprobit(x @ beta), observed=rng.integers(0, 2, 5000))
+    with pm.Model() as weibull:
+        shape = pm.HalfNormal("shape", 2)
+        scale = pm.HalfNormal("scale", 5)
+        pm.Weibull("t", alpha=shape, beta=scale, observed=rng.weibull(1.5, 5000) * 2.0)
+    for model in (_student_t(5000), probit, weibull):
+        plan = pmdp.plan(model, epsilon=1.0, delta=DELTA)
+        assert plan.released_statistics is None
+        assert plan.one_call_route == "release_once" == plan.recommended
+        row = plan.method("release_once")
+        assert row.usable and row.sd_ratio <= 3.0
+        assert "release once (pmdp.release_once)" in plan.one_call_reason and "predicted sd" in plan.one_call_reason
+        assert "\nrelease_once " in str(plan) and f"without step= runs: {plan.one_call_reason}" in str(plan)
+    # too few rows for this ε: the route is not usable, and the reason says so in the refusal
+    small = pmdp.plan(_student_t(200), epsilon=0.2, delta=DELTA)
+    assert small.one_call_route is None and "release_once is not usable (predicted sd" in small.one_call_reason
+
+
+def test_the_release_once_route_runs_priced_as_planned_with_diagnostics_and_a_statement():
+    model = _student_t(1000)
+    plan = pmdp.plan(model, epsilon=4.0, delta=DELTA, chains=2)
+    assert plan.one_call_route == "release_once"
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=DELTA, n_rows=1000)
+    with model:
+        idata = pmdp.sample(epsilon=4.0, delta=DELTA, draws=100, chains=2, budget=budget, on_poor_mixing="ignore",
+                            **QUIET)  # fmt: skip
+    _check_result(idata, 4.0, "release_once", budget)
+    attrs = idata.posterior.attrs
+    assert attrs["dp_epsilon"] == pytest.approx(plan.epsilon, rel=1e-6)  # the plan's ε is the run's
+    record = json.loads(attrs["dp_accountant"])
+    assert record["mechanism"] == "pymc_dp.release_once" and record["route"]["name"] == "release_once"
+    # the noise the plan predicted from is the noise the run released with
+    planned = plan.method("release_once").noise
+    assert record["settings"]["noise_multipliers"][-1] == pytest.approx(
+        [planned["score_noise_multiplier"], planned["hessian_noise_multiplier"]], rel=1e-12
+    )
+    assert record["settings"]["clip_bounds"]["noise_multiplier"] == pytest.approx(planned["clip_noise_multiplier"])
+    diagnostics = json.loads(attrs["dp_diagnostics"])
+    assert diagnostics["route"] == "release_once" and isinstance(diagnostics["usable"], bool)
+    assert set(idata.posterior.data_vars) == {"a", "b", "s"} and idata.posterior.sizes["draw"] == 100
+
+
+def test_the_release_once_route_refuses_what_it_would_ignore_and_an_over_budget_run_before_reading(monkeypatch):
+    from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
+    from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a row was read")
+
+    monkeypatch.setattr(NoisyScoreNormHistogram, "release_counts", fail)
+    monkeypatch.setattr(NoisyClippedGradient, "release", fail)
+    model = _student_t(1000)
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=DELTA, n_rows=1000)
+    cases = [
+        ({"tune": 100}, "`tune` must be left unset: it does not apply to the route"),
+        ({"x_bounds": (-3, 3)}, "`x_bounds` must be left unset"),
+        ({"grad_clip": 2.0}, "`grad_clip` must be left unset"),
+        ({"clip_margin": 3.0}, "`clip_margin` must be left unset"),
+        ({"var_names": ["a"]}, "`var_names` must be left unset"),
+        ({"cores": 2}, "`cores` must be left unset"),
+        ({"random_seed": np.random.default_rng(1)}, "`random_seed` must be an int or None on the release-once"),
+    ]
+    for kwargs, message in cases:
+        with model, pytest.raises((ValueError, TypeError), match=message):
+            pmdp.sample(epsilon=4.0, delta=DELTA, budget=budget, progressbar=False, **kwargs)
+        assert _unspent(budget), kwargs
+    small = pmdp.PrivacyBudget(epsilon=2.0, delta=DELTA, n_rows=1000)
+    with model, pytest.raises(pmdp.PrivacyBudgetExceededError):
+        pmdp.sample(epsilon=4.0, delta=DELTA, budget=small, progressbar=False)
+    assert _unspent(small)
+
+
+def test_a_model_release_once_cannot_resolve_runs_dpadvi_where_the_plan_says():
+    model = _student_t(2000, n_covariates=18)  # P = 20 on 2,000 rows: the curvature's noise is too large
     plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
-    assert plan.released_statistics is None
+    assert plan.released_statistics is None and not plan.method("release_once").usable
     assert plan.one_call_route == "DPADVI" == plan.recommended
+    assert "release_once is not usable" in plan.one_call_reason
     budget = pmdp.PrivacyBudget(epsilon=6.0, delta=DELTA, n_rows=2000)
     with model:
         idata = pmdp.sample(epsilon=4.0, delta=DELTA, draws=200, grad_clip=3.0, budget=budget, **QUIET)
@@ -172,7 +263,7 @@ def test_a_model_without_a_release_route_runs_dpadvi_where_the_plan_says():
     assert record["settings"]["grad_clip"] == 3.0
     assert record["settings"]["sampling_rate"] == plan.method("DPADVI").noise["sampling_rate"]
     assert record["iterations"] == plan.method("DPADVI").iterations
-    assert set(idata.posterior.data_vars) == {"mu", "sd"} and idata.posterior.sizes["draw"] == 200
+    assert set(idata.posterior.data_vars) == {"a", "b", "s"} and idata.posterior.sizes["draw"] == 200
 
 
 def test_a_sampler_route_is_run_where_the_plan_finds_one_usable_and_flags_a_short_run():
@@ -205,7 +296,7 @@ def test_bad_input_is_refused_before_anything_is_spent():
         ({"epsilon": 4.0, "delta": DELTA, "on_poor_mixing": "shout"}, "`on_poor_mixing` must be one of"),
         ({"epsilon": 4.0, "delta": DELTA, "grad_clip": -1.0}, "`grad_clip` must be"),
         ({"epsilon": 4.0, "delta": DELTA, "var_names": ["nope"]}, "`var_names` must name"),
-        # the DPADVI route (pmdp.plan says so) takes no tuning, no bounds and no sampler settings
+        # the release-once route (pmdp.plan says so) takes no tuning, no bounds and no sampler settings
         ({"epsilon": 4.0, "delta": DELTA, "tune": 100}, r"`tune` must be left unset: it does not apply to the route"),
         ({"epsilon": 4.0, "delta": DELTA, "x_bounds": (-1, 1)}, "`x_bounds` must be left unset"),
         ({"epsilon": 4.0, "delta": DELTA, "clip_margin": 3.0}, "`clip_margin` must be left unset"),

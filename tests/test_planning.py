@@ -56,12 +56,19 @@ def test_small_n_epsilon_is_flagged_and_large_is_usable():
     small = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1000, n_params=1, chains=4, llr_clip=2.5)
     assert not any(m.usable for m in small.methods if m.expected_ess is not None)
     assert "no DP sampler can deliver" in small.recommendation
-    # DPADVI's expected mean error at N = 1000, ε = 1 is 0.76 posterior sds (above 0.5): no route.
-    assert small.recommended is None and not small.method("DPADVI").usable
-    # At N = 20,000 (P = 7, ε = 1) no sampler reaches 100 ESS but DPADVI's error is 0.17 sds.
+    # DPADVI's expected mean error at N = 1000, ε = 1 is 0.76 posterior sds (above 0.5); release-once's
+    # predicted sd is 2.05× a non-private one's (usable): it is the route, and without it there is none.
+    assert small.recommended == "release_once" and not small.method("DPADVI").usable
+    assert small.method("release_once").sd_ratio == pytest.approx(2.05, abs=0.01)
+    without = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1000, n_params=1, llr_clip=2.5, release_once=False)
+    assert without.recommended is None
+    # At N = 20,000 (P = 7, ε = 1) no sampler reaches 100 ESS but DPADVI's error is 0.17 sds (and release-once's
+    # predicted sd 1.46×: recommended before DPADVI where the model can take it).
     middle = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=20_000, n_params=7, chains=2, llr_clip=2.5)
     assert not middle.method("DPPenaltyMH").usable and middle.method("DPADVI").usable
-    assert middle.recommended == "DPADVI"
+    assert middle.recommended == "release_once"
+    settings = {"epsilon": 1.0, "delta": 1e-6, "n_rows": 20_000, "n_params": 7, "chains": 2, "llr_clip": 2.5}
+    assert plan_from_settings(**settings, release_once=False).recommended == "DPADVI"
     large = plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**6, n_params=3, chains=2, llr_clip=2.5)
     best = large.method("DPPenaltyMH")  # the only validated model: the one the recommendation rests on
     assert best.usable and best.expected_ess * 2 >= MIN_USEFUL_ESS
@@ -329,8 +336,77 @@ def test_the_printed_plan_says_in_words_why_a_cell_is_empty_or_tiny():
     assert "a guess from N, P and the clip bound" in header and "one row replaced" in header
     assert "e-0" not in table  # no ESS of 8.74e-60: a tiny cell reads "<0.01" and is explained
     assert " <0.01 " in table and "\n<0.01: below 0.01 effective draws per chain" in table
-    assert "\n-: does not apply (DPADVI is an optimiser" in table  # blank cells say why
-    assert "\n?: not predicted (no closed-form ESS limit for DPHMC)" in table
+    assert "\n-: does not apply (only the samplers have an acceptance rate and an ESS" in table  # blank cells say why
+    assert "\n?: not predicted: DPHMC's ESS limit has no closed form." in table
     given = str(plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**5, n_params=1, chains=1, llr_clip=2.5,
                                    posterior_sd=0.01))  # fmt: skip
     assert "the posterior sd you gave, ≈ 0.01" in given and "P = 1 parameter and 1 chain," in given
+
+
+def _readme_regression(n_rows: int = 100_000):
+    """The README's first snippet: a linear regression on 100,000 rows (its own seed and settings)."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, size=(n_rows, 2))
+    y = 1.0 + x @ [0.5, -0.3] + rng.normal(0, 1.0, size=n_rows)
+    with pm.Model() as model:
+        intercept = pm.Normal("intercept", 0, 5)
+        slopes = pm.Normal("slopes", 0, 2, shape=2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("y", intercept + x @ slopes, sigma, observed=y)
+    return model, x, y
+
+
+def test_the_plan_prints_a_row_for_the_released_statistics_route_it_recommends():
+    model, _, _ = _readme_regression(2000)
+    plan = pmdp.plan(model, epsilon=1.0, delta=1e-6, chains=2)
+    assert plan.recommended == "release_statistics"
+    row = plan.method("release_statistics")
+    assert row.usable and row.iterations == 1  # one release, no covariate anchors for a linear regression
+    lines = str(plan).splitlines()
+    printed = next(line for line in lines if line.startswith("release_statistics "))
+    assert printed.split()[1:] == ["1", "-", "-", "-", "?", "?", "yes"]
+    assert any(line.startswith("?: not predicted: release_statistics' error and sd") for line in lines)
+    # a logistic regression's row counts its two covariate anchors
+    assert pmdp.plan(_logistic(True), epsilon=1.0, delta=1e-6).method("release_statistics").iterations == 3
+
+
+def test_the_default_posterior_sd_guess_is_near_the_exact_one_for_the_readme_regression():
+    model, x, y = _readme_regression()
+    plan = pmdp.plan(model, epsilon=1.0, delta=1e-6, chains=2)
+    assert plan.posterior_sd == pytest.approx(1 / math.sqrt(100_000)) and plan.posterior_sd_source == "unit information"
+    header = str(plan).splitlines()[0]
+    assert "1/√N: a guess from N alone" in header and "2√P" not in header and "llr_clip" not in header
+    # the measured posterior sds (flat-prior exact posterior of a linear regression with N = 10⁵: least squares
+    # for the coefficients, 1/√(2N) for log σ) against the guess: 0.0027 (root mean square) vs 0.0032
+    design = np.column_stack([np.ones(len(y)), x])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual_var = np.mean((y - design @ coef) ** 2)
+    exact = np.append(np.sqrt(residual_var * np.diag(np.linalg.inv(design.T @ design))), 1 / math.sqrt(2 * len(y)))
+    ratio = plan.posterior_sd / math.sqrt(np.mean(exact**2))
+    assert 1 / 1.5 < ratio < 1.5  # the former guess, 2√P/(b√N) with b = 1, was 4.6× the exact sds
+    # the samplers' rows are unchanged by the new guess: b·s = 2√P/√N as before
+    old = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=100_000, n_params=4, chains=2, llr_clip=1.0)
+    assert plan.method("DPPenaltyMH").expected_ess == pytest.approx(old.method("DPPenaltyMH").expected_ess)
+    assert plan.method("DPPenaltyMH").iterations == old.method("DPPenaltyMH").iterations
+
+
+def test_the_release_once_row_is_predicted_from_the_noise_the_route_will_use():
+    from pymc_dp.accounting.composition import compose_epsilon
+    from pymc_dp.release_once import release_once_events
+
+    row = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=10_000, n_params=4).method("release_once")
+    events, taus = release_once_events(1.0, 1e-6, 4, 0.25, 0.5, clip_releases=4)  # the one-call route's releases
+    assert (row.noise["score_noise_multiplier"], row.noise["hessian_noise_multiplier"]) == taus[-1]
+    assert compose_epsilon(events, 1e-6)[0] == pytest.approx(1.0, rel=1e-6)
+    # r = κ m τ_g √(P/N): 2 · 4 · τ_g · √(4/10⁴), and the sd ratio √(1 + r²)
+    assert row.noise_to_signal == pytest.approx(8.0 * taus[-1][0] * 0.02)
+    assert row.sd_ratio == pytest.approx(math.sqrt(1 + row.noise_to_signal**2))
+    larger = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1_000_000, n_params=4).method("release_once")
+    assert larger.noise_to_signal == pytest.approx(row.noise_to_signal / 10)
+    assert row.usable and larger.usable
+    assert not plan_from_settings(epsilon=0.1, delta=1e-6, n_rows=500, n_params=4).method("release_once").usable
+    # add/remove halves the sensitivity; a model release_once cannot take has no row
+    half = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=10_000, n_params=4, neighbouring="add_remove")
+    assert half.method("release_once").noise_to_signal == pytest.approx(row.noise_to_signal / 2)
+    without = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=10_000, n_params=4, release_once=False)
+    assert "release_once" not in [m.method for m in without.methods] and without.recommended == "DPADVI"

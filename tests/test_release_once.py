@@ -400,3 +400,104 @@ def test_ninety_percent_intervals_cover_the_truth_large(n, epsilon):
     se = per_replicate.std(ddof=1) / math.sqrt(per_replicate.size)
     print(f"N={n} eps={epsilon}: coverage {hits.mean():.3f} (se {se:.3f}), per coefficient {hits.mean(axis=0)}")
     assert abs(hits.mean() - 0.9) < max(4 * se, 0.02), hits.mean(axis=0)
+
+
+# -- "auto" clip bounds: noisy medians of the rows' score and Hessian norms, priced with the run ---------------
+
+
+def test_the_hessian_norm_histogram_counts_each_row_once_and_a_substitution_moves_one_count():
+    from pymc_dp.mechanisms.clip_bound import norm_histogram
+    from pymc_dp.mechanisms.hessian import NoisyHessianNormHistogram
+
+    rng = np.random.default_rng(8)
+    x, a = rng.normal(size=(200, 3)), rng.exponential(size=200)
+    a[5] = np.nan  # a row whose Hessian is not finite: the top bin, still one count
+    theta = rng.normal(size=3)
+    zero = _ZeroNoise()
+    counts = NoisyHessianNormHistogram(QuadraticRows(x, a), 1.0).release_counts(theta, zero)
+    exact = np.sqrt(np.sum(QuadraticRows(x, a).exact_hessians() ** 2, axis=(1, 2)))
+    np.testing.assert_array_equal(counts, norm_histogram(exact))
+    assert counts.sum() == 200 and counts[-1] >= 1
+    x2, a2 = x.copy(), a.copy()
+    x2[9], a2[9] = 1e4, 1e4  # any other row: one unit moves between two bins (L2 √2, the stated sensitivity)
+    moved = NoisyHessianNormHistogram(QuadraticRows(x2, a2), 1.0).release_counts(theta, zero)
+    assert np.abs(moved - counts).sum() <= 2 and np.linalg.norm(moved - counts) <= math.sqrt(2)
+    assert NoisyHessianNormHistogram(QuadraticRows(x, a), 2.0).std == pytest.approx(2.0 * math.sqrt(2))
+    with pytest.raises(ValueError, match="`theta` must be a flat vector of length 3"):
+        NoisyHessianNormHistogram(QuadraticRows(x, a), 1.0).release_counts(np.zeros(2), zero)
+
+
+class _ZeroNoise:
+    """A noise source that adds nothing (to compare a histogram with its exact counts)."""
+
+    def normal(self, loc, scale, size):
+        return np.zeros(size)
+
+
+def test_auto_bounds_are_priced_with_the_run_and_the_events_compose_to_the_target():
+    for steps, per_anchor in ((1, 2), (4, 2), (4, 1)):
+        anchors = min(steps, 2)
+        events, _ = release_once_events(1.0, 1e-6, steps, 0.25, 0.5, clip_releases=anchors * per_anchor)
+        assert compose_epsilon(events, 1e-6)[0] == pytest.approx(1.0, rel=1e-6)
+        assert compose_epsilon(events, 1e-6)[0] <= 1.0
+        histograms = [e for e in events if "clip bounds" in e.label]
+        assert len(histograms) == 1 and histograms[0].count == anchors * per_anchor
+    # the Newton releases keep 95 % of μ: τ grows by 1/√0.95 against a run with bounds given as numbers
+    _, fixed = release_once_events(1.0, 1e-6, 4, 0.25, 0.5)
+    _, auto = release_once_events(1.0, 1e-6, 4, 0.25, 0.5, clip_releases=4)
+    assert auto[-1][0] == pytest.approx(fixed[-1][0] / math.sqrt(0.95), rel=1e-9)
+
+
+def test_auto_bounds_run_reads_no_row_before_the_charge_and_record_the_released_medians(monkeypatch):
+    from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
+    from pymc_dp.mechanisms.hessian import NoisyHessianNormHistogram
+
+    model, _ = _logistic(n=400)
+    budget = PrivacyBudget(epsilon=3.0, delta=1e-6, n_rows=400)
+    seen = []
+    original_s, original_h = NoisyScoreNormHistogram.release_counts, NoisyHessianNormHistogram.release_counts
+
+    def spy_s(self, reference, rng):
+        seen.append(("score norms", budget.spent().epsilon))
+        return original_s(self, reference, rng)
+
+    def spy_h(self, reference, rng):
+        seen.append(("hessian norms", budget.spent().epsilon))
+        return original_h(self, reference, rng)
+
+    monkeypatch.setattr(NoisyScoreNormHistogram, "release_counts", spy_s)
+    monkeypatch.setattr(NoisyHessianNormHistogram, "release_counts", spy_h)
+    idata = release_once(model, epsilon=1.0, delta=1e-6, budget=budget, draws=20, random_seed=2)
+    attrs = idata.posterior.attrs
+    assert sorted(k for k, _ in seen) == ["hessian norms"] * 2 + ["score norms"] * 2  # first and last anchor
+    assert all(spent == pytest.approx(attrs["dp_epsilon"]) for _, spent in seen)
+    assert 0.99 < attrs["dp_epsilon"] <= 1.0
+    record = json.loads(attrs["dp_accountant"])
+    clip = record["settings"]["clip_bounds"]
+    assert (clip["quantile"], clip["margin"], clip["epsilon_share"]) == (0.5, 4.0, 0.05)
+    assert [r["anchor"] for r in clip["releases"]] == [0, 3]
+    steps = json.loads(attrs["dp_diagnostics"])["newton_steps"]
+    for release, used in ((clip["releases"][0], steps[0]), (clip["releases"][1], steps[3])):
+        assert used["grad_clip"] == pytest.approx(4.0 * release["grad_clip"]["noisy_median"])
+        assert used["hessian_clip"] == pytest.approx(4.0 * release["hessian_clip"]["noisy_median"])
+    assert steps[1]["grad_clip"] == steps[0]["grad_clip"]  # the first anchor's bound holds until the last
+    assert any("clip bounds" in e["label"] for e in record["events"])
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"])
+    # over the budget: refused before any histogram is released
+    small = PrivacyBudget(epsilon=0.5, delta=1e-6, n_rows=400)
+    seen.clear()
+    with pytest.raises(PrivacyBudgetExceededError):
+        release_once(model, epsilon=1.0, delta=1e-6, budget=small)
+    assert seen == [] and small.spent().epsilon == 0.0
+
+
+@pytest.mark.parametrize(
+    ("settings", "name"),
+    [({"grad_clip": "median"}, "grad_clip"), ({"clip_epsilon_share": 1.5}, "clip_epsilon_share")],
+)
+def test_bad_auto_settings_are_refused_naming_the_parameter(settings, name):
+    model, _ = _logistic(n=100)
+    budget = PrivacyBudget(epsilon=5.0, delta=1e-6, n_rows=100)
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        release_once(model, epsilon=1.0, delta=1e-6, budget=budget, **settings)
+    assert budget.spent().epsilon == 0.0

@@ -8,16 +8,20 @@ Frobenius norm b_H and summed, and symmetric Gaussian noise is added. Only the n
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram, norm_histogram
 from pymc_dp.mechanisms.clipping import clipped_sum_l2, row_chunks, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import _GaussianClippedSum
 from pymc_dp.mechanisms.noise import SecureNoise
 
 __all__ = [
     "NoisyClippedHessian",
+    "NoisyHessianNormHistogram",
     "clipped_hessian",
+    "hessian_norm_histogram",
     "packed_size",
     "symmetric_from_packed",
     "symmetric_to_packed",
@@ -64,7 +68,40 @@ def symmetric_from_packed(packed: np.ndarray, n_params: int) -> np.ndarray:
     return matrix
 
 
-class NoisyClippedHessian(_GaussianClippedSum):
+class _RowHessians:
+    """Per-row Hessians by central differences of the per-row gradients (``self._rows``, ``self.n_params``)."""
+
+    _rows: Any
+    n_params: int
+
+    def _packed_rows(self, theta: np.ndarray, chunk) -> np.ndarray:
+        """Per-row Hessians of ``chunk`` by central differences, symmetrised and packed: (B, P(P+1)/2)."""
+        p = self.n_params
+        columns = []
+        for j in range(p):
+            h = DIFFERENCE_STEP * max(1.0, abs(float(theta[j])))
+            up, down = theta.copy(), theta.copy()
+            up[j] += h
+            down[j] -= h
+            with np.errstate(invalid="ignore", over="ignore"):
+                columns.append((self._rows.grad_rows(up, chunk) - self._rows.grad_rows(down, chunk)) / (2.0 * h))
+        jacobian = np.stack(columns, axis=2)  # (B, P, P): [i, k, j] = ∂gᵢₖ/∂θⱼ
+        with np.errstate(invalid="ignore", over="ignore"):
+            return symmetric_to_packed(0.5 * (jacobian + np.swapaxes(jacobian, 1, 2)))
+
+    def _pieces(self, chunk) -> list:
+        """``chunk`` cut so that one piece's per-row Hessians fit :data:`HESSIAN_CHUNK_BYTES`."""
+        size = max(64, HESSIAN_CHUNK_BYTES // (8 * 3 * self.n_params**2))
+        if isinstance(chunk, slice):
+            if chunk.stop - chunk.start <= size or getattr(self._rows, "subset_mode", "index") != "index":
+                return [chunk]
+            return [slice(s, min(s + size, chunk.stop)) for s in range(chunk.start, chunk.stop, size)]
+        if chunk is None:
+            return [None]
+        return [chunk[s : s + size] for s in range(0, len(chunk), size)] or [chunk]
+
+
+class NoisyClippedHessian(_RowHessians, _GaussianClippedSum):
     """The clipped sum of per-row Hessians plus symmetric Gaussian noise.
 
     Releases Ĥ = Σᵢ clip_F(Hᵢ(θ), b_H) + E, where Hᵢ(θ) is row i's Hessian of its
@@ -124,32 +161,6 @@ class NoisyClippedHessian(_GaussianClippedSum):
         """(variance of a diagonal entry, variance of an off-diagonal entry) of the noise E: (σ², σ²/2)."""
         return self.std**2, self.std**2 / 2.0
 
-    def _packed_rows(self, theta: np.ndarray, chunk) -> np.ndarray:
-        """Per-row Hessians of ``chunk`` by central differences, symmetrised and packed: (B, P(P+1)/2)."""
-        p = self.n_params
-        columns = []
-        for j in range(p):
-            h = DIFFERENCE_STEP * max(1.0, abs(float(theta[j])))
-            up, down = theta.copy(), theta.copy()
-            up[j] += h
-            down[j] -= h
-            with np.errstate(invalid="ignore", over="ignore"):
-                columns.append((self._rows.grad_rows(up, chunk) - self._rows.grad_rows(down, chunk)) / (2.0 * h))
-        jacobian = np.stack(columns, axis=2)  # (B, P, P): [i, k, j] = ∂gᵢₖ/∂θⱼ
-        with np.errstate(invalid="ignore", over="ignore"):
-            return symmetric_to_packed(0.5 * (jacobian + np.swapaxes(jacobian, 1, 2)))
-
-    def _pieces(self, chunk) -> list:
-        """``chunk`` cut so that one piece's per-row Hessians fit :data:`HESSIAN_CHUNK_BYTES`."""
-        size = max(64, HESSIAN_CHUNK_BYTES // (8 * 3 * self.n_params**2))
-        if isinstance(chunk, slice):
-            if chunk.stop - chunk.start <= size or getattr(self._rows, "subset_mode", "index") != "index":
-                return [chunk]
-            return [slice(s, min(s + size, chunk.stop)) for s in range(chunk.start, chunk.stop, size)]
-        if chunk is None:
-            return [None]
-        return [chunk[s : s + size] for s in range(0, len(chunk), size)] or [chunk]
-
     def clipped_sum(self, theta: np.ndarray) -> np.ndarray:
         """Σᵢ clip_F(Hᵢ(θ), b_H), packed. Not private: only :meth:`release` calls it (and tests)."""
         theta = np.asarray(theta, dtype=float)
@@ -179,3 +190,56 @@ def clipped_hessian(
     the mechanism layer.
     """
     return NoisyClippedHessian(mechanisms._rows, hessian_clip, noise_multiplier, neighbouring)
+
+
+class NoisyHessianNormHistogram(_RowHessians, NoisyScoreNormHistogram):
+    """The Gaussian mechanism on the histogram of per-row Hessian Frobenius norms at a public point.
+
+    Releases h + ξ with hₖ the number of rows whose Hessian norm ‖∇²θ log p(xᵢ | θ_ref)‖_F
+    (by central differences, as :class:`NoisyClippedHessian` computes it) falls in bin k of
+    :data:`pymc_dp.mechanisms.clip_bound.NORM_GRID_EDGES` (every row in exactly one bin; a row
+    whose Hessian is not finite in the top bin), ξ ~ N(0, σ² I), σ = τ Δ. The per-row Hessians
+    never leave this object; a clip bound for :class:`NoisyClippedHessian` is read off the noisy
+    cumulative counts (:meth:`release`, post-processing).
+
+    Parameters
+    ----------
+    rows : pymc_dp.data.RowLikelihood
+        The data access for the parameters.
+    noise_multiplier : float
+        τ > 0, noise standard deviation per unit of sensitivity.
+    neighbouring : {"substitute", "add_remove"}
+        Relation the sensitivity is computed under.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (one row replaced, N public; one unit moves between two
+    bins, Δ = √2) or add/remove (one count changes by one, Δ = 1). Row i's norm depends on row
+    i alone, so one release is a Gaussian mechanism with Δ/σ = 1/τ, μ = 1/(2τ²) in zCDP, whatever
+    θ_ref and the data (the score-norm histogram's accounting,
+    :class:`pymc_dp.mechanisms.clip_bound.NoisyScoreNormHistogram`). ε covers the noisy counts;
+    θ_ref must be public or the output of earlier priced releases.
+    """
+
+    def __init__(self, rows, noise_multiplier: float, neighbouring: str = "substitute") -> None:
+        super().__init__(rows, noise_multiplier, neighbouring)
+        self.n_params = int(rows.n_params)
+
+    def release_counts(self, reference, rng: np.random.Generator | SecureNoise) -> np.ndarray:
+        """The noisy histogram of per-row Hessian Frobenius norms at θ_ref = ``reference`` (one release)."""
+        theta = np.asarray(reference, dtype=float)
+        if theta.shape != (self.n_params,):
+            raise ValueError(f"`theta` must be a flat vector of length {self.n_params}. Found shape {theta.shape}.")
+        counts = np.zeros(len(norm_histogram(np.zeros(0))))
+        for chunk in row_chunks(self._rows):
+            for piece in self._pieces(chunk):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    norms = np.linalg.norm(self._packed_rows(theta, piece), axis=1)
+                counts += norm_histogram(norms)
+        return counts + rng.normal(0.0, self.std, size=counts.shape)
+
+
+def hessian_norm_histogram(mechanisms, noise_multiplier: float, neighbouring: str = "substitute"):
+    """A :class:`NoisyHessianNormHistogram` on every row of a :class:`pymc_dp.mechanisms.RowMechanisms`
+    (the private Hessian clip bound of :func:`pymc_dp.release_once`; the rows stay in this layer)."""
+    return NoisyHessianNormHistogram(mechanisms._rows, noise_multiplier, neighbouring)
