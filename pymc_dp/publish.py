@@ -74,10 +74,11 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     -------
     InferenceData or DataTree
         ``idata`` itself, stripped and annotated, with ``dp_diagnostics`` computed from its
-        released draws (like every result; no warning is raised here, the attribute says
-        whether the draws are usable). ``dp_start`` is ``"not recorded"``: a plain
-        ``pm.sample`` run does not say where its chains started (``initvals`` are not covered
-        by ε).
+        released draws (like every result; no warning is raised here: one log line on PyMC's
+        logger says whether the draws are usable, the worst R-hat and ESS and the thresholds
+        of a DP chain, which differ from those of PyMC's own check: :mod:`pymc_dp.diagnostics`).
+        ``dp_start`` is ``"not recorded"``: a plain ``pm.sample`` run does not say where its
+        chains started (``initvals`` are not covered by ε).
 
     Raises
     ------
@@ -126,8 +127,9 @@ def publish(idata: Any, *, model: Any = None, delta: float | None = None, step: 
     strip_private_groups(idata, model)
     finalize_result(idata, record, model)
     # Every result carries diagnostics from its released draws. No warning here: the run happened in plain
-    # PyMC (whose own convergence messages applied); the attribute says whether the draws are usable.
-    return attach_diagnostics(idata, on_poor_mixing="ignore")
+    # PyMC, whose own convergence messages were shown; one log line says the DP verdict and its thresholds
+    # (pymc_dp.diagnostics: at the ESS a DP budget buys, PyMC's R-hat 1.01 flags chains that mixed).
+    return attach_diagnostics(idata, on_poor_mixing="ignore", say=True)
 
 
 def _record_from_statistics(idata: Any, model: Any, delta: float) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.backends.jax import attach_backend, backend_record
-from pymc_dp.diagnostics import attach_diagnostics
+from pymc_dp.diagnostics import attach_diagnostics, pymc_convergence_check_replaced
 from pymc_dp.results import (
     PrivateStart,
     check_cumulative_statistic,
@@ -158,11 +158,16 @@ def sample(
         clip-bound releases get, in (0, 1). The releases, the bounds and the noisy share of
         rows above them are recorded in ``dp_accountant["clip_bound"]``.
     on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
-        What happens when the released draws are not a usable posterior (R-hat above 1.05 or
-        bulk/tail ESS below 100 for some variable; :mod:`pymc_dp.diagnostics`): a
+        What happens when the released draws are not a usable posterior (for DP chains R-hat
+        above 1.05 or bulk/tail ESS below 100 in all for some variable; on released statistics
+        PyMC's own thresholds, R-hat 1.01 and ESS 100 per chain; :mod:`pymc_dp.diagnostics`): a
         :class:`pymc_dp.diagnostics.PoorMixingWarning` that says what to change, a
         :class:`pymc_dp.diagnostics.PoorMixingError` (the priced result is on its
-        ``result``), or nothing. The diagnostics are written in every case.
+        ``result``), or nothing. The diagnostics are written in every case, and a usable
+        result's verdict is logged in one line. With DP steps this verdict replaces PyMC's
+        R-hat and ESS messages, whose thresholds would flag nearly every run a DP budget can
+        buy for R-hat's own noise (:func:`pymc_dp.diagnostics.pymc_convergence_check_replaced`),
+        so that one verdict is shown, not two that contradict each other.
     backend : {"default", "jax"}, JaxBackend or DaskBackend, default "default"
         Where the releases run. ``"jax"`` (or :class:`pymc_dp.JaxBackend` for float32 or a
         chunk size) computes DPPenaltyMH's, DPHMC's and DPBarkerMH's clipped sums on a JAX device, the rows
@@ -282,9 +287,16 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
             if clip_plan is not None:
                 where = "the DPADVI fit's mean" if dp_init is not None else "the model's initial point"
                 clip_record = clip_plan.commit(clip_plan.release(reference, where))
-            idata = pm.sample(
-                draws=p.draws, tune=p.tune, chains=p.chains, step=step, model=model, var_names=p.var_names, **kwargs
-            )
+            with pymc_convergence_check_replaced():  # the result's own verdict instead (pymc_dp.diagnostics)
+                idata = pm.sample(
+                    draws=p.draws,
+                    tune=p.tune,
+                    chains=p.chains,
+                    step=step,
+                    model=model,
+                    var_names=p.var_names,
+                    **kwargs,
+                )
     finally:
         for s in steps:
             s.forget_private_state()
