@@ -157,6 +157,25 @@ def test_calibration_counts_earlier_releases_and_refuses_when_nothing_is_left():
         poisson_gaussian_noise_multiplier(0.5, 1e-5, 0.01, 500, earlier=(GaussianReleases(1.0, 100),))
 
 
+def test_calibration_is_kept_per_public_settings_and_refusals_are_not(monkeypatch):
+    # A pure function of public settings: the same question (numpy scalars and Python numbers alike) is
+    # answered from the cache without composing anything; other settings, and refusals, are searched afresh.
+    from pymc_dp.accounting import calibrate
+
+    first = poisson_gaussian_noise_multiplier(1.0, 1e-5, 0.05, 1000, "add_remove")
+    composed = []
+    monkeypatch.setattr(calibrate, "compose_epsilon", lambda *a: composed.append(a) or compose_epsilon(*a))
+    assert poisson_gaussian_noise_multiplier(np.float64(1.0), 1e-5, 0.05, np.int64(1000), "add_remove") == first
+    assert composed == []
+    other = poisson_gaussian_noise_multiplier(1.0, 1e-5, 0.05, 500, "add_remove")
+    assert composed and other < first / 1.2  # half the iterations need less noise (σ ∝ √T roughly)
+    for _ in range(2):  # a refusal is raised each time (never cached as an answer)
+        composed.clear()
+        with pytest.raises(ValueError, match="already used up"):
+            poisson_gaussian_noise_multiplier(0.5, 1e-5, 0.01, 500, earlier=(GaussianReleases(1.0, 100),))
+        assert composed
+
+
 def test_gaussian_and_poisson_gaussian_compose_as_one_pld():
     # The PLD of the composition is at most the sum of the parts' ε (basic composition) and at least each part.
     gaussian = GaussianReleases(30.0, 1000)
