@@ -6,8 +6,11 @@ covers, and none imports or names a sampler (each step hands its kernel over,
 :mod:`pymc_dp.step_methods.kernels`). One interface, :class:`Backend`:
 
 - :mod:`pymc_dp.backends.jax` — :class:`~pymc_dp.backends.jax.JaxBackend` (``backend="jax"``),
-  its device rows and mechanisms in :mod:`pymc_dp.backends.jax_rows`: the rows on a JAX device,
-  the releases jitted, the kernels' blocks in ``lax.scan`` (docs/jax.md);
+  its mechanisms in :mod:`pymc_dp.backends.jax_rows` (docs/jax.md), built from the per-row
+  graphs made JAX functions (:mod:`~pymc_dp.backends.jax_compile`), the rows on a JAX device
+  with the releases jitted on them (:mod:`~pymc_dp.backends.jax_device`), the release classes
+  (:mod:`~pymc_dp.backends.jax_releases`) and the kernels' blocks in ``lax.scan``
+  (:mod:`~pymc_dp.backends.jax_scan`);
 - :mod:`pymc_dp.backends.dask` — :class:`~pymc_dp.backends.dask.DaskBackend`: the rows scattered to
   a Dask cluster's workers once, each full-data release gathering only the partitions' clipped
   sums (docs/dask.md).
