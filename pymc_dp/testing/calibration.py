@@ -297,10 +297,7 @@ def _calibrate_regression(
     tune: int,
     chains: int,
 ) -> RegressionCalibrationResult:
-    import arviz as az
     import pymc as pm
-
-    from pymc_dp.exponential_family.noise_aware import X_PRIOR_FRACTION
 
     setup = REGRESSION_SETUP if kind == "linear" else LOGISTIC_SETUP
     fam = get_family(f"{kind}_regression", **setup)
@@ -313,20 +310,8 @@ def _calibrate_regression(
     hits = {"aware": np.zeros(n_params), "naive": np.zeros(n_params)}
     widths = {"aware": [], "naive": []}
     min_ess, max_rhat = np.inf, 0.0
-    half = X_PRIOR_FRACTION * 1.0
     for _ in range(repeats):
-        x_mean = half * rng.normal()
-        x_sd = abs(half * rng.normal())
-        x = np.column_stack([np.ones(n_rows), rng.normal(x_mean, x_sd, n_rows)])
-        if kind == "linear":
-            beta = rng.normal(0.0, _BETA_SD, 2)
-            sigma = abs(rng.normal(0.0, _SIGMA_SD))
-            y = x @ beta + rng.normal(0.0, sigma, n_rows)
-            truth = np.array([beta[0], beta[1], sigma])
-        else:
-            beta = rng.normal(0.0, _LOGISTIC_BETA_SD, 2)
-            y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(np.clip(x, -1.0, 1.0) @ beta)))).astype(float)
-            truth = beta
+        x, y, truth = _simulated_regression(kind, n_rows, rng)
         release = release_statistics(
             family, (x, y), epsilon=epsilon, reproducible_noise=True, random_seed=rng, out_of_bounds="clamp"
         )
@@ -344,22 +329,13 @@ def _calibrate_regression(
                 progressbar=False,
                 compute_convergence_checks=False,
             )
-            post = idata["posterior"]
-            columns = [post["beta"].values[..., 0].ravel(), post["beta"].values[..., 1].ravel()]
-            if kind == "linear":
-                columns.append(post["sigma"].values.ravel())
-            samples = np.column_stack(columns)
+            samples = _parameter_draws(idata["posterior"], kind)
             low, high = np.quantile(samples, [tail, 1.0 - tail], axis=0)
             hits[key] += (low <= truth) & (truth <= high)
             widths[key].append(high - low)
             if key == "aware":
-                ess = az.ess(idata, var_names=names)
-                min_ess = min(min_ess, float(min(np.min(ess[v].values) for v in names)))
-                if chains > 1:
-                    rhat = az.rhat(idata, var_names=names)
-                    max_rhat = max(max_rhat, float(max(np.max(rhat[v].values) for v in names)))
-                else:
-                    max_rhat = float("nan")
+                ess, rhat = _convergence(idata, names, chains)
+                min_ess, max_rhat = min(min_ess, ess), (max(max_rhat, rhat) if chains > 1 else rhat)
     return RegressionCalibrationResult(
         n_rows,
         float(epsilon),
@@ -372,3 +348,47 @@ def _calibrate_regression(
         min_ess,
         max_rhat,
     )
+
+
+def _simulated_regression(
+    kind: str, n_rows: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One simulated data set (x with its intercept column, y) and the true parameters, drawn from the priors.
+
+    The covariate's mean and sd from the noise-aware model's priors, then the rows, then β (and
+    σ, linear) and y, in that order from ``rng``.
+    """
+    from pymc_dp.exponential_family.noise_aware import X_PRIOR_FRACTION
+
+    half = X_PRIOR_FRACTION * 1.0
+    x_mean = half * rng.normal()
+    x_sd = abs(half * rng.normal())
+    x = np.column_stack([np.ones(n_rows), rng.normal(x_mean, x_sd, n_rows)])
+    if kind == "linear":
+        beta = rng.normal(0.0, _BETA_SD, 2)
+        sigma = abs(rng.normal(0.0, _SIGMA_SD))
+        y = x @ beta + rng.normal(0.0, sigma, n_rows)
+        return x, y, np.array([beta[0], beta[1], sigma])
+    beta = rng.normal(0.0, _LOGISTIC_BETA_SD, 2)
+    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(np.clip(x, -1.0, 1.0) @ beta)))).astype(float)
+    return x, y, beta
+
+
+def _parameter_draws(posterior, kind: str) -> np.ndarray:
+    """The draws of (β₀, β₁[, σ]) as columns, chains pooled."""
+    columns = [posterior["beta"].values[..., 0].ravel(), posterior["beta"].values[..., 1].ravel()]
+    if kind == "linear":
+        columns.append(posterior["sigma"].values.ravel())
+    return np.column_stack(columns)
+
+
+def _convergence(idata, names: list[str], chains: int) -> tuple[float, float]:
+    """(the smallest bulk ESS, the largest R-hat; NaN with one chain) of the variables ``names`` of one run."""
+    import arviz as az
+
+    ess = az.ess(idata, var_names=names)
+    min_ess = float(min(np.min(ess[v].values) for v in names))
+    if chains <= 1:
+        return min_ess, float("nan")
+    rhat = az.rhat(idata, var_names=names)
+    return min_ess, float(max(np.max(rhat[v].values) for v in names))
