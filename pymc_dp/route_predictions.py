@@ -122,8 +122,8 @@ def release_once_prediction(
     ``usable``. Public quantities only.
     """
     taus, tau_clip = release_once_noise_multipliers(
-        epsilon, delta, _NEWTON_STEPS, _HESSIAN_SHARE, _FINAL_SHARE, clip_releases=4
-    )
+        epsilon, delta, _NEWTON_STEPS, _HESSIAN_SHARE, _FINAL_SHARE, clip_releases=2 * _NEWTON_STEPS
+    )  # the two "auto" bounds' histograms at every anchor (pmdp.release_once's clip_anchors)
     tau_g, tau_h = taus[-1]
     kappa = sensitivity_of_clipped_sum(1.0, neighbouring)
     mean_error = kappa * RELEASE_ONCE_CLIP_MARGIN * tau_g * math.sqrt(n_params / n_rows)
