@@ -58,10 +58,10 @@ import pytensor.tensor as pt
 from scipy import special
 
 from pymc_dp._validation import check_positive_int
-from pymc_dp.exponential_family.families import (
-    SUPPORTED_FAMILIES,
-    _admit_integers,
-    _check_finite_real,
+from pymc_dp.exponential_family.base import _admit_integers, _check_finite_real
+from pymc_dp.exponential_family.densities import _release_noise_variance, _tensor
+from pymc_dp.exponential_family.families import SUPPORTED_FAMILIES
+from pymc_dp.exponential_family.regressions import (
     _CovariateAnchorBase,
     _CovariateFamily,
     _product_intervals,
@@ -456,8 +456,6 @@ def poisson_regression_loglik(
             f"`beta` must be a vector of {d} coefficients for the noise-aware Poisson-regression likelihood. "
             f"Found a tensor with {beta.ndim} dimensions."
         )
-    from pymc_dp.exponential_family.noise_aware import _release_noise_variance, _tensor
-
     anchor_beta, anchor_value, anchor_noise, hessian, hessian_noise = anchor
     lo, hi = family.intervals()
     keep = np.nonzero(hi[:d] > lo[:d])[0]

@@ -153,6 +153,50 @@ def _tempered_copy(model: Any, rows: Any, temperature: float, low: float, high: 
     return copy
 
 
+def _check_ops_kwargs(kwargs: dict[str, Any]) -> dict[str, str]:
+    """Refuse ``pm.sample`` keywords that would let more than the one draw leave; the start's record entry.
+
+    Pops ``progressbar`` (refused when True) from ``kwargs``; reads nothing but the keywords.
+    """
+    for key in _OPS_REFUSED_KWARGS:
+        if key in kwargs:
+            raise ValueError(
+                f"`{key}` is not accepted by one_posterior_sample: one NUTS chain, one draw, and nothing else of "
+                "the chain may leave."
+            )
+    if kwargs.pop("progressbar", False):
+        raise ValueError(
+            "`progressbar` must be False for one_posterior_sample: NUTS's bar shows data-dependent step sizes and "
+            "divergences of the chain. Found True."
+        )
+    unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
+    if unknown:
+        raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
+    if isinstance(kwargs.get("initvals"), PrivateStart):
+        raise ValueError(
+            "`initvals` must not be a PrivateStart for one_posterior_sample: its draw is pure ε-DP (δ = 0) and "
+            "cannot compose the (ε, δ) release that computed the start. Found a PrivateStart; start from the model's "
+            "initial point or from public values."
+        )
+    if kwargs.get("initvals") is None:
+        start = {"source": "model", "note": "the model's initial point with PyMC's jitter (data-free)"}
+    else:
+        note = "initvals given by the caller: not covered by ε, must not come from the data"
+        start = {"source": "user", "note": note}
+    return start
+
+
+def _keep_only_the_draw(idata: Any) -> None:
+    """Drop every group but the posterior, and every attribute but ``dp_*`` and provenance (in place)."""
+    for group in group_names(idata):
+        if group != "posterior":
+            del idata[group]
+    attrs = posterior_attrs(idata)
+    for key in list(attrs):
+        if not str(key).startswith("dp_") and key not in ("created_at", "arviz_version"):
+            del attrs[key]
+
+
 @withholds_chains
 def one_posterior_sample(
     model: Any = None,
@@ -253,31 +297,7 @@ def one_posterior_sample(
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     tune = check_positive_int("tune", tune)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
-    for key in _OPS_REFUSED_KWARGS:
-        if key in kwargs:
-            raise ValueError(
-                f"`{key}` is not accepted by one_posterior_sample: one NUTS chain, one draw, and nothing else of "
-                "the chain may leave."
-            )
-    if kwargs.pop("progressbar", False):
-        raise ValueError(
-            "`progressbar` must be False for one_posterior_sample: NUTS's bar shows data-dependent step sizes and "
-            "divergences of the chain. Found True."
-        )
-    unknown = sorted(set(kwargs) - (set(inspect.signature(pm.sample).parameters) - {"kwargs"}))
-    if unknown:
-        raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")
-    if isinstance(kwargs.get("initvals"), PrivateStart):
-        raise ValueError(
-            "`initvals` must not be a PrivateStart for one_posterior_sample: its draw is pure ε-DP (δ = 0) and "
-            "cannot compose the (ε, δ) release that computed the start. Found a PrivateStart; start from the model's "
-            "initial point or from public values."
-        )
-    if kwargs.get("initvals") is None:
-        start = {"source": "model", "note": "the model's initial point with PyMC's jitter (data-free)"}
-    else:
-        note = "initvals given by the caller: not covered by ε, must not come from the data"
-        start = {"source": "user", "note": note}
+    start = _check_ops_kwargs(kwargs)  # before anything is read or charged
     n_rows = observed_rows(model, neighbouring)
     # Refuses likelihoods that mix rows (walk and one-row perturbation probe), before anything is charged.
     rows = row_loglik(model, neighbouring=neighbouring)[0]
@@ -321,13 +341,7 @@ def one_posterior_sample(
                     )
             finally:
                 pymc_logger.setLevel(level)
-    for group in group_names(idata):
-        if group != "posterior":
-            del idata[group]
-    attrs = posterior_attrs(idata)
-    for key in list(attrs):
-        if not str(key).startswith("dp_") and key not in ("created_at", "arviz_version"):
-            del attrs[key]
+    _keep_only_the_draw(idata)
     notes = (
         "One posterior sample: the guarantee is conditional on exact sampling from the tempered posterior; "
         f"this draw ends a NUTS chain of {tune} warm-up iterations, which approximates it."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,32 +12,36 @@ import pymc as pm
 from pymc.model import modelcontext
 
 from pymc_dp._errors import withholds_chains
-from pymc_dp._validation import (
-    check_bool,
-    check_finite_positive,
-    check_neighbouring,
-    check_nonnegative_int,
-    check_unit_interval_open,
-)
+from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.exponential_family.anchors import (
+    ANCHOR_SHARE,
+    LAST_ANCHOR_PART,
+    CovariateAnchor,
+    anchor_record,
+    anchor_shares,
+    check_covariate_anchors,
+    release_anchors,
+)
 from pymc_dp.exponential_family.compile_mode import noise_aware_sample_kwargs
 from pymc_dp.exponential_family.families import (
-    ANCHOR_HESSIAN_WEIGHT,
     ExponentialFamily,
     LinearRegression,
-    LogisticCovariateAnchor,
     LogisticRegression,
     check_out_of_bounds,
     get_family,
-    psd_projection,
-    split_anchor_statistics,
 )
 from pymc_dp.exponential_family.grouped import grouped_family
-from pymc_dp.exponential_family.noise_aware import logistic_anchor_point, release_loglik
+from pymc_dp.exponential_family.noise_aware import release_loglik
+from pymc_dp.exponential_family.release_noise import (
+    check_mechanism,
+    check_noise,
+    noise_grid_scale,
+    noisy_release,
+    price_release,
+)
 from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
 from pymc_dp.public_data import declare_constants_public
 from pymc_dp.results import finalize_result, posterior_attrs
@@ -74,63 +77,6 @@ COVARIATE_MODELS = ("gaussian",)
 
 #: Attribute of a release likelihood's potential's ``tag``: the names of the latent variables it added.
 NUISANCE_TAG = "pmdp_nuisance"
-
-#: Share of the release's privacy spent on its covariate anchors (``covariate_anchors`` > 0): of ε for
-#: Laplace, of ρ = 1/(2τ²) for Gaussian noise (whose compositions add 1/τ² exactly). The variance the
-#: likelihood sees on Σ s·x is the main release's plus the last anchor's, about τ²(Δ₂²/(1 − a) + Δₐ²/(a·p));
-#: for the regressions of the utility benchmark it is smallest near a = 0.4 (main noise sd × 1/√0.6).
-ANCHOR_SHARE = 0.4
-
-#: The last anchor's part of :data:`ANCHOR_SHARE` (its noise enters the likelihood; the earlier ones only
-#: place the next anchor).
-LAST_ANCHOR_PART = 0.75
-
-
-@dataclass(frozen=True)
-class CovariateAnchor:
-    """One released covariate anchor of a logistic-regression release (public).
-
-    The mechanism's output for (F(β̂), w·H(β̂)) with F(β̂) = Σᵢ tanh(xᵢᵀβ̂/2)·xᵢ and
-    H(β̂) = Σᵢ (1 − gᵢ²)xᵢxᵢᵀ (:class:`pymc_dp.exponential_family.families.LogisticCovariateAnchor`).
-
-    Attributes
-    ----------
-    anchor : ndarray
-        β̂, computed from the earlier releases only (post-processing).
-    noisy_statistics : ndarray
-        The mechanism's output (F̂, then the upper triangle of w·Ĥ).
-    scale : float
-        Its noise's Laplace scale b or Gaussian standard deviation σ.
-    noise_variance : float
-        2b² or σ² per coordinate.
-    grid : float or None
-        γ of a discrete-noise anchor (its ``noisy_statistics`` lie on γℤ); None for continuous noise.
-    """
-
-    anchor: np.ndarray
-    noisy_statistics: np.ndarray
-    scale: float
-    noise_variance: float
-    grid: float | None = None
-
-    @property
-    def value(self) -> np.ndarray:
-        """F̂, the released mean function at β̂."""
-        return split_anchor_statistics(self.noisy_statistics, self.anchor.size)[0]
-
-    @property
-    def hessian(self) -> np.ndarray:
-        """Ĥ, the released Σ (1 − g²)xxᵀ at β̂, projected onto the positive semi-definite cone (post-processing)."""
-        return psd_projection(split_anchor_statistics(self.noisy_statistics, self.anchor.size)[1])
-
-    @property
-    def hessian_noise_variance(self) -> float:
-        """The noise variance of each entry of Ĥ: that of the released entry over w²."""
-        return self.noise_variance / ANCHOR_HESSIAN_WEIGHT**2
-
-    def likelihood_anchor(self) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float]:
-        """(β̂, F̂, σₐ², Ĥ, σ_H²) for the noise-aware logistic likelihood."""
-        return self.anchor, self.value, self.noise_variance, self.hessian, self.hessian_noise_variance
 
 
 @dataclass(frozen=True)
@@ -379,7 +325,7 @@ class ReleasedStatistics:
                 ),
                 "out_of_bounds": self.out_of_bounds,
                 **(
-                    {"covariate_anchors": [_anchor_record(a, self.mechanism) for a in self.covariate_anchors]}
+                    {"covariate_anchors": [anchor_record(a, self.mechanism) for a in self.covariate_anchors]}
                     if self.covariate_anchors
                     else {}
                 ),
@@ -414,16 +360,6 @@ class ReleasedStatistics:
         return sample_releases(
             [self], model=model, on_poor_mixing=on_poor_mixing, keep_nuisance=keep_nuisance, **kwargs
         )
-
-
-def _anchor_record(anchor: CovariateAnchor, mechanism: str) -> dict[str, Any]:
-    noise = "laplace_scale" if mechanism == "laplace" else "gaussian_std"
-    return {
-        "anchor": [float(v) for v in anchor.anchor],
-        "unprojected_statistics": [float(v) for v in anchor.noisy_statistics],
-        noise: anchor.scale,
-        **({} if anchor.grid is None else {"grid_spacing": anchor.grid}),
-    }
 
 
 def _check_releases(releases: Any) -> list[ReleasedStatistics]:
@@ -770,8 +706,8 @@ def release_statistics(
     fam = _family(family, family_settings)
     epsilon = check_finite_positive("epsilon", epsilon)
     out_of_bounds = check_out_of_bounds(out_of_bounds)
-    delta = _check_mechanism(fam, mechanism, delta)
-    noise = _check_noise(noise)
+    delta = check_mechanism(fam, mechanism, delta)
+    noise = check_noise(noise)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     if check_neighbouring("neighbouring", neighbouring) != "substitute":
         raise ValueError(
@@ -782,34 +718,18 @@ def release_statistics(
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     if random_seed is not None and not isinstance(random_seed, int | np.random.Generator):
         raise TypeError(f"`random_seed` must be an int, a numpy Generator or None. Found {type(random_seed).__name__}.")
-    anchors = _check_covariate_anchors(fam, covariate_anchors)
+    anchors = check_covariate_anchors(fam, covariate_anchors)
     label = f"{mechanism} sufficient statistics [{fam.name}]"
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
-    shares = anchor_shares(anchors)
-    main_share = 1.0 - sum(shares)
-    if mechanism == "laplace":
-        anchor_settings = [share * epsilon for share in shares]
-
-        def laplace_events(main: float) -> tuple:
-            return tuple(PrivateSufficientStatistics.laplace_events(main, label)) + tuple(
-                e for value in anchor_settings for e in PrivateSufficientStatistics.laplace_events(value, anchor_label)
-            )
-
-        noise_setting = epsilon - math.fsum(anchor_settings)
-        events = laplace_events(noise_setting)
-        while compose_epsilon(events, 0.0)[0] > epsilon:  # the accountant's own sum, rounded: never above ε
-            noise_setting = float(np.nextafter(noise_setting, 0.0))
-            events = laplace_events(noise_setting)
-    else:  # τ from the public target only; the releases' 1/τ² add up to the target's
-        noise_multiplier = noise_multiplier_for_target(epsilon, delta, 1)
-        noise_setting = noise_multiplier / math.sqrt(main_share)
-        anchor_settings = [noise_multiplier / math.sqrt(share) for share in shares]
-        events = tuple(PrivateSufficientStatistics.gaussian_events(noise_setting, label)) + tuple(
-            e for value in anchor_settings for e in PrivateSufficientStatistics.gaussian_events(value, anchor_label)
-        )
+    noise_setting, anchor_settings, events = price_release(
+        mechanism, epsilon, delta, anchor_shares(anchors), label, anchor_label
+    )
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
     private = PrivateSufficientStatistics(
-        fam, data, out_of_bounds, grid_scale=_grid_scale(fam, mechanism, noise_setting) if noise == "discrete" else None
+        fam,
+        data,
+        out_of_bounds,
+        grid_scale=noise_grid_scale(fam, mechanism, noise_setting) if noise == "discrete" else None,
     )
     run = PrivateRun("release_statistics", delta=delta, neighbouring="substitute", n_rows=private.n_rows, budget=budget)
     run.plan(events, advice="use a smaller ε for this release.")
@@ -817,8 +737,8 @@ def release_statistics(
         rng = mechanism_rng(np.random.default_rng(random_seed) if reproducible_noise else None, reproducible_noise)
         # Discrete noise reads its uniform integers from the OS (secrets) unless the noise is reproducible.
         source = rng if reproducible_noise or noise == "continuous" else None
-        noisy, scale = _noisy(private, mechanism, noise, noise_setting, source)
-        released_anchors = _release_anchors(
+        noisy, scale = noisy_release(private, mechanism, noise, noise_setting, source)
+        released_anchors = release_anchors(
             fam, data, out_of_bounds, noisy, private.n_rows, anchor_settings, mechanism, source, noise
         )
     statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
@@ -844,136 +764,8 @@ def release_statistics(
     )
 
 
-NOISE_SAMPLERS = ("discrete", "continuous")
-
-
-def _check_noise(noise: Any) -> str:
-    if not isinstance(noise, str) or noise not in NOISE_SAMPLERS:
-        raise ValueError(f"`noise` must be one of {list(NOISE_SAMPLERS)}. Found {noise!r}.")
-    return noise
-
-
-def _grid_scale(family: ExponentialFamily, mechanism: str, setting: float) -> float | None:
-    """The noise scale a discrete release's grid is built for (public): Δ₁/ε or τΔ₂; None when it is 0."""
-    scale = family.l1_sensitivity() / setting if mechanism == "laplace" else setting * family.l2_sensitivity()
-    return scale if scale > 0.0 else None
-
-
-def _noisy(
-    private: PrivateSufficientStatistics, mechanism: str, noise: str, setting: float, source: Any
-) -> tuple[np.ndarray, float]:
-    """One release of ``private`` at ``setting`` (ε or τ) with the chosen mechanism and sampler."""
-    if noise == "continuous":
-        return (
-            private.laplace_noisy(setting, source)
-            if mechanism == "laplace"
-            else private.gaussian_noisy(setting, source)
-        )
-    if private.grid is None:  # zero sensitivity, no grid: the statistics are public, released without noise
-        return (
-            private.laplace_noisy(setting, source)
-            if mechanism == "laplace"
-            else private.gaussian_noisy(setting, source)
-        )
-    if mechanism == "laplace":
-        return private.discrete_laplace_noisy(setting, source)
-    return private.discrete_gaussian_noisy(setting, source)
-
-
-def anchor_shares(count: int) -> list[float]:
-    """Each covariate anchor's share of the release's privacy (of ε, or of 1/τ² for Gaussian noise).
-
-    :data:`ANCHOR_SHARE` in all; the last anchor, whose noise enters the likelihood, takes
-    :data:`LAST_ANCHOR_PART` of it and the earlier ones, which only place the next anchor,
-    split the rest equally. Empty for no anchors; one anchor takes the whole share.
-    """
-    if count == 0:
-        return []
-    if count == 1:
-        return [ANCHOR_SHARE]
-    earlier = ANCHOR_SHARE * (1.0 - LAST_ANCHOR_PART) / (count - 1)
-    return [earlier] * (count - 1) + [ANCHOR_SHARE * LAST_ANCHOR_PART]
-
-
-#: Most covariate anchors one release takes (each is a Newton step: two or three suffice).
-MAX_COVARIATE_ANCHORS = 10
-
-
-def _check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) -> int:
-    covariate_anchors = check_nonnegative_int("covariate_anchors", covariate_anchors)
-    if covariate_anchors > MAX_COVARIATE_ANCHORS:
-        raise ValueError(
-            f"`covariate_anchors` must be at most {MAX_COVARIATE_ANCHORS} (each anchor is a Newton step of the "
-            f"estimate: two or three suffice). Found {covariate_anchors}."
-        )
-    anchored = type(family) is LogisticRegression or hasattr(family, "anchor_family")
-    if covariate_anchors and not anchored:
-        raise ValueError(
-            f"`covariate_anchors` applies to logistic_regression only, or to poisson_regression. Found "
-            f"{covariate_anchors} for the {family.name} family."
-        )
-    least = getattr(family, "min_covariate_anchors", 0)
-    if covariate_anchors < least:
-        raise ValueError(
-            f"`covariate_anchors` must be at least {least} for {family.name} (its noise-aware likelihood reads the "
-            f"last anchor; 1 is recommended). Found {covariate_anchors}."
-        )
-    return covariate_anchors
-
-
-def _release_anchors(
-    family: LogisticRegression,
-    data: Any,
-    out_of_bounds: str,
-    noisy: np.ndarray,
-    n_rows: int,
-    settings: list[float],
-    mechanism: str,
-    rng: Any,
-    noise: str = "continuous",
-) -> tuple[CovariateAnchor, ...]:
-    """Release one covariate anchor per entry of ``settings`` (its ε or τ), each at the estimate from the releases
-    before it (inside the run)."""
-    released: list[CovariateAnchor] = []
-    for setting in settings:
-        previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
-        if hasattr(family, "anchor_family"):  # a family that places its own anchors (counts.py)
-            point = family.anchor_point(noisy, n_rows, previous)  # post-processing of earlier releases
-            anchor_family = family.anchor_family(point)
-        else:
-            point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
-            anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
-        grid_scale = _grid_scale(anchor_family, mechanism, setting) if noise == "discrete" else None
-        private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds, grid_scale=grid_scale)
-        values, scale = _noisy(private, mechanism, noise, setting, rng)
-        variance = 2.0 * scale**2 if mechanism == "laplace" else scale**2
-        released.append(
-            CovariateAnchor(np.asarray(point, dtype=float), values, float(scale), float(variance), private.grid)
-        )
-    return tuple(released)
-
-
 def _family(family: str | ExponentialFamily, settings: dict[str, Any]) -> ExponentialFamily:
     """The family of a release: a grouped regression (one cell per group) when ``n_groups`` is among the settings."""
     if "n_groups" in settings:
         return grouped_family(family, **settings)
     return get_family(family, **settings)
-
-
-def _check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> float:
-    """δ of the release after checking ``mechanism`` and ``delta`` (nothing read, nothing charged)."""
-    if mechanism not in ("laplace", "gaussian"):
-        raise ValueError(f"`mechanism` must be 'laplace' or 'gaussian'. Found {mechanism!r}.")
-    if mechanism == "laplace":
-        if delta not in (None, 0, 0.0):
-            raise ValueError(f"`delta` must be None for a Laplace release, which is (ε, 0)-DP. Found {delta!r}.")
-        return 0.0
-    if not (isinstance(family, LinearRegression | LogisticRegression) or getattr(family, "gaussian_noise", False)):
-        raise ValueError(
-            "`mechanism`='gaussian' is supported for linear_regression, logistic_regression and poisson_regression "
-            "only (their "
-            f"noise-aware likelihoods model Gaussian noise exactly). Found the {family.name} family."
-        )
-    if delta is None:
-        raise ValueError("`delta` must be given with mechanism='gaussian', in (0, 1). Found None.")
-    return check_unit_interval_open("delta", delta)
