@@ -21,6 +21,11 @@ from pymc_dp.exponential_family.counts import (
     clamped_poisson_mean,
     poisson_anchor_point,
 )
+from pymc_dp.exponential_family.negative_binomial import (
+    NegativeBinomialScoreAnchor,
+    clamped_nb_hessian_weight,
+    clamped_nb_mean,
+)
 from pymc_dp.mechanisms.sufficient_statistics import PrivateSufficientStatistics
 
 BOUNDS = ([1.0, -1.0, -0.5], [1.0, 2.0, 0.5])
@@ -133,30 +138,6 @@ def test_release_is_charged_before_the_noise_is_drawn_and_over_budget_charges_no
     with pytest.raises(PrivacyBudgetExceededError):
         release_statistics("poisson_regression", (x, y), epsilon=1.0, covariate_anchors=1, budget=budget, **SETTINGS)
     assert seen == [] and budget.spent().epsilon == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize(
-    ("changes", "error", "message"),
-    [
-        ({"y_max": 0}, ValueError, "`y_max`"),
-        ({"y_max": 2.5}, TypeError, "`y_max` must be a positive integer"),
-        ({"y_max": True}, TypeError, "`y_max` must be a positive integer"),
-        ({"y_max": None}, TypeError, "`y_max` must be a positive integer"),
-        ({"x_bounds": ([0.0, 1.0, 0.0], [1.0, 0.0, 1.0])}, ValueError, "`x_bounds` must have lower ≤ upper"),
-        ({"x_bounds": None}, ValueError, "`x_bounds` must be given"),
-        ({"approximation_interval": (2.0, -2.0)}, ValueError, "`approximation_interval` must have low < high"),
-        ({"approximation_interval": (0.0, math.inf)}, ValueError, "`approximation_interval` must be a finite"),
-        ({"covariate_anchors": 0}, ValueError, "`covariate_anchors` must be at least 1 for poisson_regression"),
-        ({"mechanism": "gaussian"}, ValueError, "`delta` must be given"),
-    ],
-)
-def test_bad_settings_are_refused_naming_the_parameter_before_anything_is_charged(changes, error, message):
-    x, y = _rows(50, seed=5)
-    budget = PrivacyBudget(5.0, 1e-6, n_rows=50)
-    settings = {**SETTINGS, "covariate_anchors": 1, **changes}
-    with pytest.raises(error, match=message):
-        release_statistics("poisson_regression", (x, y), epsilon=1.0, budget=budget, **settings)
-    assert budget.spent().epsilon == 0.0 and budget.events == ()
 
 
 def test_the_noise_aware_likelihood_needs_an_anchor_and_a_vector_beta():
@@ -368,3 +349,195 @@ def test_one_call_sample_takes_the_release_route_for_a_poisson_regression():
     assert "release_statistics" in idata.posterior.attrs["dp_route"]
     assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(1.0) and budget.spent().epsilon == pytest.approx(1.0)
     assert set(idata.posterior.data_vars) == {"alpha", "beta"}
+
+
+# -- negative-binomial regression (public dispersion α) ------------------------------------------------
+NB_SETTINGS = {**SETTINGS, "alpha": 2.0}
+
+
+def _nb_rows(n, beta=(0.4, 0.3, -0.5), alpha=2.0, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.column_stack([np.ones(n), rng.uniform(-1.0, 2.0, n), rng.uniform(-0.5, 0.5, n)])
+    mu = np.exp(x @ np.asarray(beta))
+    return x, rng.negative_binomial(alpha, alpha / (alpha + mu))  # mean μ, variance μ + μ²/α
+
+
+@pytest.mark.parametrize("y_max", [1, 4, 15])
+@pytest.mark.parametrize("alpha", [0.5, 3.0])
+def test_clamped_nb_mean_and_hessian_weight_match_direct_sums(y_max, alpha):
+    k = np.arange(3000)
+    for mu in (1e-6, 0.4, 3.0, 12.0, 60.0):
+        pmf = stats.nbinom.pmf(k, alpha, alpha / (alpha + mu))
+        mean = np.sum(np.minimum(k, y_max) * pmf)
+        cov = np.sum(np.minimum(k, y_max) * k * pmf) - mu * mean  # Cov(min(Y, M), Y)
+        assert clamped_nb_mean(np.array([mu]), alpha, y_max)[0] == pytest.approx(mean, rel=1e-9, abs=1e-12)
+        weight = clamped_nb_hessian_weight(np.array([mu]), alpha, y_max)[0]
+        assert weight == pytest.approx(alpha / (alpha + mu) * cov, rel=1e-7, abs=1e-12)
+        assert 0.0 <= weight <= mu
+        # h is μ·dm/dμ (the Jacobian weight of the score's mean): a central difference
+        step = 1e-5 * mu
+        slope = clamped_nb_mean(np.array([mu + step]), alpha, y_max) - clamped_nb_mean(
+            np.array([mu - step]), alpha, y_max
+        )
+        assert mu * slope[0] / (2 * step) == pytest.approx(weight, rel=1e-4, abs=1e-9)
+    # without clipping the score's slope is μ (the NB2 Fisher information's weight is then w·μ)
+    assert clamped_nb_hessian_weight(np.array([2.0]), alpha, 400)[0] == pytest.approx(2.0, rel=1e-9)
+
+
+def test_nb_score_anchor_rows_stay_in_their_intervals_in_the_worst_case():
+    """Row by row: every admissible row (the corners of the box, y ∈ {0, …, y_max}, and simulated rows), at public
+    anchors from tame to extreme, has its statistic inside the intervals the sensitivity is computed from; the
+    weights are inside them before the cap (the cap only guards rounding)."""
+    x, y = _nb_rows(400, seed=2)
+    rng = np.random.default_rng(3)
+    anchors = [(0.0, 0.0, 0.0), (0.4, 0.3, -0.5), (3.0, 1.0, 2.0), (-5.0, -2.0, 0.0), (8.0, 3.0, -4.0)]
+    for alpha in (0.3, 2.0, 50.0):
+        for anchor in anchors + [tuple(rng.normal(0, 2, 3)) for _ in range(4)]:
+            family = NegativeBinomialScoreAnchor(3, BOUNDS, 7, alpha, anchor)
+            lo, hi = family.intervals()
+            corners = _corner_rows(family, range(8))
+            for rows in (family.check_data((x, y)), corners):
+                statistics = family.row_statistics(rows)
+                assert np.all(statistics >= lo - 1e-9) and np.all(statistics <= hi + 1e-9)
+                mu = np.exp(rows[:, :-1] @ np.asarray(anchor))
+                w = alpha / (alpha + mu)
+                raw = w * (rows[:, -1] - clamped_nb_mean(mu, alpha, 7))
+                low, high = -min(alpha, mu.max(), 7.0), 7.0
+                assert np.all(raw >= low - 1e-12) and np.all(raw <= high + 1e-12)
+                assert np.all(w * clamped_nb_hessian_weight(mu, alpha, 7) <= family.weight_bound + 1e-12)
+            assert family.l1_sensitivity() == pytest.approx(np.sum(hi - lo))
+
+
+def test_nb_release_is_priced_before_any_row_is_read_and_records_epsilon(monkeypatch):
+    x, y = _nb_rows(300, seed=4)
+    budget = PrivacyBudget(1.5, 1e-6, n_rows=300)
+    seen = []
+    original = PrivateSufficientStatistics.discrete_laplace_noisy
+
+    def watched(self, *args, **kwargs):
+        seen.append((self.family.name, budget.spent().epsilon))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PrivateSufficientStatistics, "discrete_laplace_noisy", watched)
+    rel = release_statistics(
+        "negative_binomial_regression", (x, y), epsilon=1.0, covariate_anchors=2, budget=budget, **NB_SETTINGS
+    )
+    names = ["negative_binomial_regression", *["negative_binomial_score_anchor"] * 2]
+    assert [name for name, _ in seen] == names and all(spent == pytest.approx(1.0) for _, spent in seen)
+    record = rel.accountant_record()
+    assert record["epsilon"] == pytest.approx(1.0) and record["family"]["alpha"] == 2.0
+    assert len(record["covariate_anchors"]) == 2 and len(record["events"]) == 3
+    # the anchors take 80 % of ε (the main release only places the first one), 3/4 of it the last
+    np.testing.assert_allclose([e.epsilon for e in rel.events], [0.2, 0.2, 0.6], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("family", "changes", "error", "message"),
+    [
+        ("poisson_regression", {"y_max": 0}, ValueError, "`y_max`"),
+        ("poisson_regression", {"y_max": 2.5}, TypeError, "`y_max` must be a positive integer"),
+        ("poisson_regression", {"y_max": True}, TypeError, "`y_max` must be a positive integer"),
+        ("poisson_regression", {"y_max": None}, TypeError, "`y_max` must be a positive integer"),
+        ("poisson_regression", {"x_bounds": ([0.0, 1.0, 0.0], [1.0, 0.0, 1.0])}, ValueError, "lower ≤ upper"),
+        ("poisson_regression", {"x_bounds": None}, ValueError, "`x_bounds` must be given"),
+        ("poisson_regression", {"approximation_interval": (2.0, -2.0)}, ValueError, "must have low < high"),
+        ("poisson_regression", {"approximation_interval": (0.0, math.inf)}, ValueError, "must be a finite"),
+        ("poisson_regression", {"covariate_anchors": 0}, ValueError, "at least 1 for poisson_regression"),
+        ("poisson_regression", {"mechanism": "gaussian"}, ValueError, "`delta` must be given"),
+        ("negative_binomial_regression", {"alpha": None}, TypeError, "`alpha` must be a positive number"),
+        ("negative_binomial_regression", {"alpha": True}, TypeError, "`alpha` must be a positive number"),
+        ("negative_binomial_regression", {"alpha": 0.0}, ValueError, "`alpha` must be a positive number"),
+        ("negative_binomial_regression", {"alpha": math.nan}, ValueError, "`alpha` must be a finite"),
+        ("negative_binomial_regression", {"y_max": 0}, ValueError, "`y_max`"),
+        ("negative_binomial_regression", {"covariate_anchors": 0}, ValueError, "at least 1 for negative_binomial"),
+        ("negative_binomial_regression", {"mechanism": "gaussian"}, ValueError, "`delta` must be given"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_parameter_before_anything_is_charged(family, changes, error, message):
+    x, y = _rows(50, seed=5)
+    budget = PrivacyBudget(5.0, 1e-6, n_rows=50)
+    base = NB_SETTINGS if family == "negative_binomial_regression" else SETTINGS
+    settings = {**base, "covariate_anchors": 1, **changes}
+    with pytest.raises(error, match=message):
+        release_statistics(family, (x, y), epsilon=1.0, budget=budget, **settings)
+    assert budget.spent().epsilon == 0.0 and budget.events == ()
+
+
+def test_nb_likelihood_needs_an_anchor_a_vector_beta_and_noise_awareness():
+    x, y = _nb_rows(200, seed=6)
+    rel = release_statistics("negative_binomial_regression", (x, y), epsilon=1.0, covariate_anchors=1, **NB_SETTINGS)
+    unanchored = ReleasedStatistics(
+        rel.family,
+        rel.statistics,
+        rel.n_rows,
+        rel.epsilon,
+        rel.scale,
+        rel.l1_sensitivity,
+        noisy_statistics=rel.noisy_statistics,
+    )
+    with pm.Model(), pytest.raises(ValueError, match="`covariate_anchors` must be at least 1"):
+        unanchored.likelihood("y", beta=pm.Normal("beta", shape=3))
+    with pm.Model(), pytest.raises(ValueError, match="`beta` must be a vector of 3 coefficients"):
+        rel.likelihood("y", beta=pm.Normal("beta"))
+    with pm.Model(), pytest.raises(ValueError, match="`noise_aware` must be True for negative_binomial"):
+        rel.likelihood("y", noise_aware=False, beta=pm.Normal("beta", shape=3))
+
+
+def test_nb_anchors_reach_the_mle_when_the_noise_vanishes():
+    """ε = 1e9, no count clipped: the first anchor is the quasi-Poisson estimate, each later one a Newton step on
+    the released NB score, so the last lies within 0.01 of the negative-binomial MLE."""
+    x, y = _nb_rows(3000, seed=8)
+    settings = {**NB_SETTINGS, "y_max": 400}
+    assert y.max() < 400
+    rel = release_statistics(
+        "negative_binomial_regression",
+        (x, y),
+        epsilon=1e9,
+        covariate_anchors=3,
+        reproducible_noise=True,
+        random_seed=1,
+        **settings,
+    )
+
+    def negative_loglik(beta):
+        mu = np.exp(x @ beta)
+        return -np.sum(stats.nbinom.logpmf(y, 2.0, 2.0 / (2.0 + mu)))
+
+    mle = optimize.minimize(negative_loglik, np.zeros(3), method="BFGS", options={"gtol": 1e-10}).x
+    errors = [np.max(np.abs(a.anchor - mle)) for a in rel.covariate_anchors]
+    assert errors[2] < 0.01 and errors[2] <= errors[0], errors
+
+
+def test_nb_large_epsilon_posterior_matches_nuts_on_the_raw_rows_within_the_laplace_approximation():
+    """ε = 1e9, no count clipped, α known: the noise-aware posterior approaches NUTS with pm.NegativeBinomial on the
+    raw rows. Known bias: the likelihood is the Laplace (Bernstein–von Mises) form around the last anchor, so means
+    are off by O(1/√N) posterior sds and sds by O(1/√N) relatively. Tolerance as for Poisson: 3/√N sd plus 4
+    combined MCSE for the means, 3/√N plus 4 standard errors of an sd estimate (1/√(2·ESS)) for the sds."""
+    n = 1500
+    x, y = _nb_rows(n, seed=9)
+    settings = {**NB_SETTINGS, "y_max": 400}
+    assert y.max() < 400
+    rel = release_statistics(
+        "negative_binomial_regression",
+        (x, y),
+        epsilon=1e9,
+        covariate_anchors=3,
+        reproducible_noise=True,
+        random_seed=2,
+        **settings,
+    )
+    kwargs = {"draws": 300, "tune": 300, "chains": 2, "random_seed": 3, "progressbar": False}
+    with pm.Model():
+        rel.likelihood("y", beta=pm.Normal("beta", 0, 3, shape=3))
+        aware = rel.sample(**kwargs)
+    with pm.Model(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
+        beta = pm.Normal("beta", 0, 3, shape=3)
+        pm.NegativeBinomial("obs", mu=pm.math.exp(pm.math.dot(x, beta)), alpha=2.0, observed=y)
+        raw = pm.sample(compute_convergence_checks=False, **kwargs)
+    a, r = _flat(aware), _flat(raw)
+    mcse = np.hypot(pm.stats.mcse(aware)["beta"].values, pm.stats.mcse(raw)["beta"].values)
+    ess = np.minimum(pm.stats.ess(aware)["beta"].values, pm.stats.ess(raw)["beta"].values)
+    bias = 3 / math.sqrt(n)
+    assert np.all(np.abs(a.mean(0) - r.mean(0)) < bias * r.std(0) + 4 * mcse), (a.mean(0), r.mean(0), r.std(0))
+    assert np.all(np.abs(a.std(0) / r.std(0) - 1) < bias + 4 / np.sqrt(2 * ess)), (a.std(0), r.std(0), ess)

@@ -17,6 +17,9 @@ from pymc_dp.exponential_family.families import (
     get_family,
     project_onto_scaled_simplex,
 )
+from pymc_dp.exponential_family.negative_binomial import (  # registers "negative_binomial_regression"
+    NegativeBinomialRegression,
+)
 from pymc_dp.exponential_family.ops import one_posterior_sample, ops_temperature, tempered_model
 from pymc_dp.exponential_family.release import (
     CovariateModelWarning,
@@ -36,6 +39,7 @@ __all__ = [
     "ExponentialFamily",
     "LinearRegression",
     "LogisticRegression",
+    "NegativeBinomialRegression",
     "Normal",
     "Poisson",
     "PoissonRegression",

@@ -108,19 +108,20 @@ def anchor_record(anchor: CovariateAnchor, mechanism: str) -> dict[str, Any]:
     }
 
 
-def anchor_shares(count: int) -> list[float]:
+def anchor_shares(count: int, share: float = ANCHOR_SHARE) -> list[float]:
     """Each covariate anchor's share of the release's privacy (of ε, or of 1/τ² for Gaussian noise).
 
-    :data:`ANCHOR_SHARE` in all; the last anchor, whose noise enters the likelihood, takes
-    :data:`LAST_ANCHOR_PART` of it and the earlier ones, which only place the next anchor,
-    split the rest equally. Empty for no anchors; one anchor takes the whole share.
+    ``share`` in all (:data:`ANCHOR_SHARE`, or a family's own ``anchor_share``, public); the last
+    anchor, whose noise enters the likelihood, takes :data:`LAST_ANCHOR_PART` of it and the
+    earlier ones, which only place the next anchor, split the rest equally. Empty for no anchors;
+    one anchor takes the whole share.
     """
     if count == 0:
         return []
     if count == 1:
-        return [ANCHOR_SHARE]
-    earlier = ANCHOR_SHARE * (1.0 - LAST_ANCHOR_PART) / (count - 1)
-    return [earlier] * (count - 1) + [ANCHOR_SHARE * LAST_ANCHOR_PART]
+        return [share]
+    earlier = share * (1.0 - LAST_ANCHOR_PART) / (count - 1)
+    return [earlier] * (count - 1) + [share * LAST_ANCHOR_PART]
 
 
 #: Most covariate anchors one release takes (each is a Newton step: two or three suffice).
@@ -137,7 +138,8 @@ def check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) -
     anchored = type(family) is LogisticRegression or hasattr(family, "anchor_family")
     if covariate_anchors and not anchored:
         raise ValueError(
-            f"`covariate_anchors` applies to logistic_regression only, or to poisson_regression. Found "
+            f"`covariate_anchors` applies to logistic_regression, poisson_regression and negative_binomial_regression "
+            "only. Found "
             f"{covariate_anchors} for the {family.name} family."
         )
     least = getattr(family, "min_covariate_anchors", 0)

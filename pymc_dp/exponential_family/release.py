@@ -583,8 +583,10 @@ def release_statistics(
         (``n_features``, public ``x_bounds``; ``data=(X, y)`` with y in {0, 1}; see
         ``covariate_anchors``), ``"poisson_regression"`` (``n_features``, public ``x_bounds``
         and count bound ``y_max``; ``data=(X, y)`` with counts y clipped to [0, y_max];
-        ``covariate_anchors`` ≥ 1 required: :mod:`pymc_dp.exponential_family.counts`), or a
-        family instance.
+        ``covariate_anchors`` ≥ 1 required: :mod:`pymc_dp.exponential_family.counts`),
+        ``"negative_binomial_regression"`` (as Poisson, with the public, known dispersion ``alpha``;
+        ``covariate_anchors`` ≥ 1 required, 2 recommended:
+        :mod:`pymc_dp.exponential_family.negative_binomial`), or a family instance.
     data : array or (X, y)
         The raw rows. Rows outside the public bounds are mapped into them (``out_of_bounds``).
     epsilon : float
@@ -721,9 +723,8 @@ def release_statistics(
     anchors = check_covariate_anchors(fam, covariate_anchors)
     label = f"{mechanism} sufficient statistics [{fam.name}]"
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
-    noise_setting, anchor_settings, events = price_release(
-        mechanism, epsilon, delta, anchor_shares(anchors), label, anchor_label
-    )
+    shares = anchor_shares(anchors, getattr(fam, "anchor_share", ANCHOR_SHARE))  # a family may set its own
+    noise_setting, anchor_settings, events = price_release(mechanism, epsilon, delta, shares, label, anchor_label)
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
     private = PrivateSufficientStatistics(
         fam,
