@@ -34,7 +34,7 @@ from pymc_dp.planning import plan as plan_run
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.release_once import release_once
 from pymc_dp.results import note_dropped_deterministics, posterior_attrs, write_privacy_attrs
-from pymc_dp.route_predictions import release_anchors
+from pymc_dp.route_predictions import RELEASE_ONCE_NEWTON_STEPS, release_anchors
 from pymc_dp.sample_plan import _check_sample_kwargs, _stored_variables
 from pymc_dp.starts import check_init
 from pymc_dp.step_methods.penalty import DPPenaltyMH
@@ -280,8 +280,8 @@ def _release_route(
 
 
 def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
-    """:func:`pymc_dp.release_once` at its defaults (``"auto"`` clip bounds, 4 anchors), priced before any row is read;
-    flagged as its diagnostics say (``on_poor_mixing``)."""
+    """:func:`pymc_dp.release_once` with ``"auto"`` clip bounds and the planner's 6 anchors, priced before any row is
+    read; flagged as its diagnostics say (``on_poor_mixing``)."""
     seed = kwargs.get("random_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
         raise TypeError(f"`random_seed` must be an int or None on the release-once route. Found {type(seed).__name__}.")
@@ -291,6 +291,7 @@ def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -
             warnings.simplefilter("ignore", PoorMixingWarning)
         idata = release_once(
             model,
+            newton_steps=RELEASE_ONCE_NEWTON_STEPS,
             epsilon=s["epsilon"],
             delta=s["delta"],
             draws=s["draws"] or 1000,

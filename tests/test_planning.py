@@ -395,8 +395,9 @@ def test_the_release_once_row_is_predicted_from_the_noise_the_route_will_use():
     from pymc_dp.release_once import release_once_events
 
     row = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=10_000, n_params=4).method("release_once")
-    events, taus = release_once_events(1.0, 1e-6, 4, 0.25, 0.5, clip_releases=8)  # the one-call route's releases
+    events, taus = release_once_events(1.0, 1e-6, 6, 0.25, 0.5, clip_releases=12)  # the one-call route's
     assert (row.noise["score_noise_multiplier"], row.noise["hessian_noise_multiplier"]) == taus[-1]
+    assert row.iterations == 6
     assert compose_epsilon(events, 1e-6)[0] == pytest.approx(1.0, rel=1e-6)
     # r = κ m τ_g √(P/N): 2 · 4 · τ_g · √(4/10⁴), and the sd ratio √(1 + r²)
     assert row.noise_to_signal == pytest.approx(8.0 * taus[-1][0] * 0.02)
