@@ -816,7 +816,10 @@ def test_audit_of_centred_releases_stays_below_the_claim(make):
     ],
 )
 def test_audit_catches_broken_centred_variants(scenario):
-    result = audit(scenario, runs=20_000, seed=1)
+    # Δ/σ = 1 against a claimed 1/2: at 20,000 runs the lower bound sits near the claim (measured 1.95 and 2.14
+    # against 1.99 for the two anchor variants), at 60,000 clearly above it (2.12 and 2.23 over two seeds).
+    runs = 60_000 if "anchor" in scenario.name else 20_000
+    result = audit(scenario, runs=runs, seed=1)
     assert result.epsilon_lower_bound > result.claimed_epsilon
 
 
