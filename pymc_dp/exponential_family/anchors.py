@@ -138,8 +138,8 @@ def check_covariate_anchors(family: ExponentialFamily, covariate_anchors: Any) -
     anchored = type(family) is LogisticRegression or hasattr(family, "anchor_family")
     if covariate_anchors and not anchored:
         raise ValueError(
-            f"`covariate_anchors` applies to logistic_regression, poisson_regression and negative_binomial_regression "
-            "only. Found "
+            "`covariate_anchors` applies to logistic_regression only, or to poisson_regression and "
+            "negative_binomial_regression. Found "
             f"{covariate_anchors} for the {family.name} family."
         )
     least = getattr(family, "min_covariate_anchors", 0)
