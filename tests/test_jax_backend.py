@@ -846,7 +846,11 @@ def test_dpadvi_blocks_use_the_families_draws_jacobians_and_entropy_gradients(ap
 
 
 def _dpadvi_fit(backend, n=45, callbacks=None, **settings):
-    options = dict(epsilon=2.0, delta=1e-5, sampling_rate=0.1, grad_clip=2.0, random_seed=7, reproducible_noise=True)
+    # A set noise multiplier: calibrating σ to an ε (a PLD search, 5-20 CPU-s at q = 0.1 and these few
+    # iterations) is tested in tests/test_accounting_pld.py and in the fit-equality test above.
+    options = dict(
+        noise_multiplier=1.3, delta=1e-5, sampling_rate=0.1, grad_clip=2.0, random_seed=7, reproducible_noise=True
+    )
     dpadvi = pmdp.DPADVI(**{**options, **settings}, backend=backend)
     approx = dpadvi.fit(n, model=ZOO["glm"], progressbar=False, callbacks=callbacks)
     return approx, dpadvi
@@ -857,7 +861,7 @@ def test_dpadvi_blocks_in_lax_scan_give_the_one_call_fit(approximation, n_mc, op
     # 45 iterations in blocks of 8 (the last block 5 active iterations of 8), then a second fit of 20 on the
     # same object: the same parameters, optimiser state, iterate averages and accounting as one call per
     # iteration, with the same reproducible draws.
-    settings = dict(approximation=approximation, n_mc=n_mc, optimizer=optimizer, epsilon=None, noise_multiplier=1.3)
+    settings = dict(approximation=approximation, n_mc=n_mc, optimizer=optimizer)
     fits = {}
     for scan in (1, 8):
         approx, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan, chunk_rows=256), **settings)
@@ -938,7 +942,9 @@ def test_dpadvi_on_jax_draws_its_batches_and_noise_from_os_entropy(monkeypatch):
     monkeypatch.setattr(BufferedSecureNoise, "geometric", counted_geometric)
     for scan in (1, 8):
         drawn.update(normal=0, geometric=0)
-        approx, dpadvi = _dpadvi_fit(pmdp.JaxBackend(scan_iterations=scan), n=20, reproducible_noise=False)
+        approx, dpadvi = _dpadvi_fit(  # calibrated to ε, with the clipping check that comes with it
+            pmdp.JaxBackend(scan_iterations=scan), n=20, reproducible_noise=False, epsilon=2.0, noise_multiplier=None
+        )
         size = dpadvi._family.size
         # D normals per iteration, then the clipping check's histogram (one normal per bin)
         assert drawn["normal"] > 20 * size and drawn["geometric"] >= 20
