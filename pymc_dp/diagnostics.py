@@ -32,8 +32,9 @@ One rule per kind of result, and one verdict shown for each:
   for R-hat's own noise. Measured on stationary AR(1) chains at a total ESS of 100 (200 runs
   each): mean R-hat 1.020 with 2 chains and 1.038 with 4 (the formula: 1.020, 1.039); 73 %
   and 96 % of the runs above 1.01, 4.5 % and 23 % above 1.05 (at a total ESS of 200: 42 %
-  and 83 % above 1.01, 0 % and 1.5 % above 1.05; ``tests/test_diagnostics.py``). These are flagged above R-hat :data:`R_HAT_MAX` = 1.05 or below an ESS
-  of :data:`ESS_MIN` = 100 in total, and :func:`pymc_dp.sample` replaces PyMC's convergence
+  and 83 % above 1.01, 0 % and 1.5 % above 1.05; ``tests/test_diagnostics.py``). These are
+  flagged above R-hat :data:`R_HAT_MAX` = 1.05 or below an ESS of :data:`ESS_MIN` = 100 in
+  total, and :func:`pymc_dp.sample` replaces PyMC's convergence
   messages on them by this verdict (:func:`pymc_convergence_check_replaced`; one log line says
   the verdict and the thresholds, or a :class:`PoorMixingWarning` says what to change), so that
   the two rules never print contradicting verdicts on one result.
