@@ -1,6 +1,7 @@
 """Accountant tests. Every reference value names its source."""
 
 import math
+import re
 
 import dp_accounting
 import mpmath as mp
@@ -22,6 +23,7 @@ from pymc_dp.accounting import (
     noise_multiplier_for_target,
     rdp_to_epsilon,
 )
+from pymc_dp.accounting.spent import format_epsilon
 
 
 def delta_mpmath(eps: float, mu: float, dps: int = 50) -> float:
@@ -164,6 +166,18 @@ class TestPrivacyBudget:
         with pytest.raises(PrivacyBudgetExceededError, match="Nothing was run or charged"):
             budget.charge([GaussianReleases(tau, 1000)], label="second")
         assert (budget.events, budget.labels, budget.spent()) == before
+
+    def test_printed_spend_is_rounded_up_to_six_digits(self):
+        # Issue 35: every printed ε is rounded up (never below the guarantee), in the repr and in a refusal.
+        budget = PrivacyBudget(epsilon=1.0, delta=1e-6, n_rows=100)
+        budget.charge([GaussianReleases(noise_multiplier_for_target(0.7, 1e-6, 1000), 1000)])
+        spent = budget.spent().epsilon
+        printed = re.search(r"spent=([0-9.]+)", repr(budget)).group(1)
+        assert printed == format_epsilon(spent, 6) and spent <= float(printed) < spent + 1e-5
+        with pytest.raises(PrivacyBudgetExceededError) as refusal:
+            budget.charge([GaussianReleases(noise_multiplier_for_target(0.7, 1e-6, 1000), 1000)])
+        after, before = re.search(r"ε to ([0-9.]+) .*already spent: ([0-9.]+)\)", str(refusal.value)).groups()
+        assert before == printed and float(after) > 1.0 and len(after.replace(".", "").lstrip("0")) <= 6
 
     def test_two_runs_cost_the_same_as_one_long_run(self):
         budget = PrivacyBudget(epsilon=5.0, delta=1e-6, n_rows=100)

@@ -8,7 +8,7 @@ from pymc_dp._validation import check_finite_positive, check_neighbouring, check
 from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.accounting.spent import PrivacySpent
+from pymc_dp.accounting.spent import PrivacySpent, format_epsilon
 
 __all__ = ["PrivacyBudget", "PrivacyBudgetExceededError"]
 
@@ -92,8 +92,8 @@ class PrivacyBudget:
 
     def _refusal(self, after: PrivacySpent, before: float) -> PrivacyBudgetExceededError:
         return PrivacyBudgetExceededError(
-            f"This run would bring the budget's ε to {after.epsilon:.6g} at δ={self.delta:g}, above its "
-            f"`epsilon`={self.epsilon:g} (already spent: {before:.6g}). Nothing was run or charged; "
+            f"This run would bring the budget's ε to {format_epsilon(after.epsilon, 6)} at δ={self.delta:g}, above "
+            f"its `epsilon`={self.epsilon:g} (already spent: {format_epsilon(before, 6)}). Nothing was run or charged; "
             "use more noise, fewer chains or fewer iterations."
         )
 
@@ -123,5 +123,6 @@ class PrivacyBudget:
     def __repr__(self) -> str:
         return (
             f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}, n_rows={self.n_rows}, "
-            f"neighbouring={self.neighbouring!r}, spent={self.spent().epsilon:.6g}, runs={len(self._charges)})"
+            f"neighbouring={self.neighbouring!r}, spent={format_epsilon(self.spent().epsilon, 6)}, "
+            f"runs={len(self._charges)})"
         )

@@ -43,7 +43,7 @@ from pymc_dp._validation import check_finite_positive, check_neighbouring, check
 from pymc_dp._versions import versions
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PrivacyEvent, event_from_dict
-from pymc_dp.accounting.spent import PrivacySpent
+from pymc_dp.accounting.spent import PrivacySpent, format_epsilon
 
 __all__ = ["LEDGER_FORMAT", "LedgerEntry", "LedgerHistory", "LedgerIntegrityError", "PrivacyLedger"]
 
@@ -147,7 +147,7 @@ class LedgerHistory(tuple):
     def __str__(self) -> str:
         header = ("seq", "utc", "label", "events", "ε after", "method")
         rows = [
-            (str(r["seq"]), r["utc"], r["label"], str(r["events"]), f"{r['epsilon_after']:.6g}", r["method"])
+            (str(r["seq"]), r["utc"], r["label"], str(r["events"]), format_epsilon(r["epsilon_after"], 6), r["method"])
             for r in self.as_dicts()
         ]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -498,8 +498,8 @@ class PrivacyLedger(PrivacyBudget):
     def __repr__(self) -> str:
         return (
             f"PrivacyLedger({self.path!r}, dataset={self.dataset!r}, epsilon={self.epsilon:g}, delta={self.delta:g}, "
-            f"n_rows={self.n_rows}, neighbouring={self.neighbouring!r}, spent={self.spent().epsilon:.6g}, "
-            f"runs={len(self.labels)})"
+            f"n_rows={self.n_rows}, neighbouring={self.neighbouring!r}, "
+            f"spent={format_epsilon(self.spent().epsilon, 6)}, runs={len(self.labels)})"
         )
 
 
