@@ -60,6 +60,15 @@ BIBTEX: dict[str, str] = {
   booktitle = {Proceedings of the 2016 ACM SIGSAC Conference on Computer and Communications Security (CCS)},
   year = {2016}
 }""",
+    "avellamedina2023noisy": """@article{avellamedina2023noisy,
+  author = {Avella-Medina, Marco and Bradshaw, Casey and Loh, Po-Ling},
+  title = {Differentially private inference via noisy optimization},
+  journal = {The Annals of Statistics},
+  volume = {51},
+  number = {5},
+  pages = {2067--2092},
+  year = {2023}
+}""",
     "foulds2016theory": """@inproceedings{foulds2016theory,
   author = {Foulds, James and Geumlek, Joseph and Welling, Max and Chaudhuri, Kamalika},
   title = {On the theory and practice of privacy-preserving {B}ayesian data analysis},
@@ -488,7 +497,34 @@ def _mechanism_text(record: dict[str, Any], cite: _Citations) -> str:
             "computed by NUTS; the guarantee holds for an exact draw from the tempered posterior, and the error of the "
             "finite MCMC run is not covered by ε."
         )
+    if mechanism == "pymc_dp.release_once":
+        return _release_once_text(record.get("settings", {}), cite)
     return f"The result was produced by {mechanism}."
+
+
+def _release_once_text(settings: dict[str, Any], cite: _Citations) -> str:
+    """The release-once route (noisy Newton anchors, a widened Laplace posterior), in words."""
+    cite("avellamedina2023noisy")
+    steps = settings.get("newton_steps")
+    bounds = settings.get("clip_bounds")
+    text = (
+        f"The posterior is a Laplace (Bernstein–von Mises) approximation from {steps} noisy Newton steps "
+        "(Avella-Medina, Bradshaw and Loh, 2023): at each step the sums over rows of the per-row score and "
+        "Hessian, each row's clipped to a public norm bound, were released with the Gaussian mechanism, and the "
+        "posterior's covariance was widened by the last release's known noise."
+    )
+    if bounds:
+        text += (
+            f" The clip bounds were read off noisy histograms of the rows' score and Hessian norms released at "
+            f"every step ({_g(bounds.get('epsilon_share'))} of the run's privacy budget; bound = "
+            f"{_g(bounds.get('margin'))} × the noisy median)."
+        )
+    else:
+        text += (
+            f" The clip bounds were set by the caller (score {_g(settings.get('grad_clip'))}, Hessian "
+            f"{_g(settings.get('hessian_clip'))})."
+        )
+    return text + " The draws are post-processing of these releases."
 
 
 def _release_text(record: dict[str, Any], cite: _Citations) -> str:
