@@ -205,5 +205,7 @@ def _record_from_steps(idata: Any, steps: list[Any], delta: float) -> dict[str, 
         n_rows=steps[0].n_rows,
         iterations=iterations,
         steps=[s.accountant_settings() for s in steps],
-        reproducible_noise=any(s.reproducible_noise for s in steps),
+        reproducible_noise=any(  # a centring anchor released from the caller's generator is seeded noise too
+            s.reproducible_noise or getattr(getattr(s, "anchor", None), "reproducible_noise", False) for s in steps
+        ),
     )

@@ -151,7 +151,7 @@ def release_once_row(epsilon: float, delta: float, n_rows: int, n_params: int, n
     note = (
         f"a Gaussian (Laplace) posterior from clipped score and Hessian sums released at {_NEWTON_STEPS} noisy "
         "Newton anchors, widened by the release noise; clip bounds 4× the noisy median of the rows' score and "
-        "Hessian norms (5 % of ε); assumes a near-Gaussian posterior (docs/release_once.md)"
+        "Hessian norms (5 % of the run's μ); assumes a near-Gaussian posterior (docs/release_once.md)"
     )
     if not pred["usable"]:  # one_call_route quotes this last clause
         note += (
@@ -303,10 +303,10 @@ def one_call_route(the_plan: Any) -> tuple[str | None, str]:
     if the_plan.recommended == "release_once":
         return "release_once", (
             f"release once (pmdp.release_once): clipped score and Hessian sums released at {once.iterations} noisy "
-            "Newton anchors (clip bounds 4× the noisy median of the rows' norms, 5 % of ε), then independent draws "
-            f"from the Laplace posterior widened by their noise: predicted sd ≈ {once.sd_ratio:.3g}× a non-private "
-            f"posterior's, its mean off by about {once.noise_to_signal:.2g} of those sds from the noise, which the "
-            f"widened intervals cover, at "
+            "Newton anchors (clip bounds 4× the noisy median of the rows' norms, 5 % of the run's μ), then "
+            "independent draws from the Laplace posterior widened by their noise: predicted sd ≈ "
+            f"{once.sd_ratio:.3g}× a non-private posterior's, its mean off by about {once.noise_to_signal:.2g} of "
+            "those sds from the noise, which the widened intervals cover, at "
             f"{n_eps}; no DP sampler reaches {MIN_USEFUL_ESS:g} effective draws, and the graph is not a regression "
             "with a released-statistics route"
         )

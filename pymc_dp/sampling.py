@@ -322,7 +322,10 @@ def _record(
     p = the_plan
     record = p.run.record(
         start=p.start,
-        reproducible_noise=any(getattr(s, "reproducible_noise", False) for s in p.steps),
+        reproducible_noise=any(  # a centring anchor released from the caller's generator is seeded noise too
+            getattr(s, "reproducible_noise", False) or getattr(getattr(s, "anchor", None), "reproducible_noise", False)
+            for s in p.steps
+        ),
         run_epsilon=p.run_epsilon,
         chains=p.chains,
         tune=p.tune,

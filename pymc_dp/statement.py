@@ -505,25 +505,25 @@ def _mechanism_text(record: dict[str, Any], cite: _Citations) -> str:
 def _release_once_text(settings: dict[str, Any], cite: _Citations) -> str:
     """The release-once route (noisy Newton anchors, a widened Laplace posterior), in words."""
     cite("avellamedina2023noisy")
-    steps = settings.get("newton_steps")
-    bounds = settings.get("clip_bounds")
+    bounds = settings.get("clip_bounds") or {}
+    released = [k for k in ("grad_clip", "hessian_clip") if k in (bounds.get("releases") or [{}])[-1]]
+    names = {"grad_clip": "score", "hessian_clip": "Hessian"}
     text = (
-        f"The posterior is a Laplace (Bernstein–von Mises) approximation from {steps} noisy Newton steps "
-        "(Avella-Medina, Bradshaw and Loh, 2023): at each step the sums over rows of the per-row score and "
-        "Hessian, each row's clipped to a public norm bound, were released with the Gaussian mechanism, and the "
+        f"The posterior is a Laplace (Bernstein–von Mises) approximation from {settings.get('newton_steps')} noisy "
+        "Newton steps (Avella-Medina, Bradshaw and Loh, 2023): at each step the sums over rows of the per-row score "
+        "and Hessian, each row's clipped to a norm bound, were released with the Gaussian mechanism, and the "
         "posterior's covariance was widened by the last release's known noise."
     )
-    if bounds:
+    fixed = [f"{names[k]} {_g(settings.get(k))}" for k in names if k not in released]
+    if released:
         text += (
-            f" The clip bounds were read off noisy histograms of the rows' score and Hessian norms released at "
-            f"every step ({_g(bounds.get('epsilon_share'))} of the run's privacy budget; bound = "
-            f"{_g(bounds.get('margin'))} × the noisy median)."
+            f" The {' and '.join(names[k] for k in released)} bound(s) were read off noisy histograms of the rows' "
+            f"{' and '.join(names[k] for k in released)} norms released at every step (their share: "
+            f"{_g(bounds.get('epsilon_share'))} of the run's μ, zCDP; bound = {_g(bounds.get('margin'))} × the "
+            "noisy median)."
         )
-    else:
-        text += (
-            f" The clip bounds were set by the caller (score {_g(settings.get('grad_clip'))}, Hessian "
-            f"{_g(settings.get('hessian_clip'))})."
-        )
+    if fixed:
+        text += f" Bounds set by the caller (public): {', '.join(fixed)}."
     return text + " The draws are post-processing of these releases."
 
 

@@ -179,6 +179,11 @@ class TestPrivacyBudget:
         after, before = re.search(r"ε to ([0-9.]+) .*already spent: ([0-9.]+)\)", str(refusal.value)).groups()
         assert before == printed and float(after) > 1.0 and len(after.replace(".", "").lstrip("0")) <= 6
 
+    def test_format_epsilon_rounds_up_beyond_float_error_only(self):
+        assert format_epsilon(1.0000000005, 6) == "1.00001"  # 5e-10 above: printed above, never at 1.00000
+        assert format_epsilon(1.0 + 2.2e-16) == "1.000" and format_epsilon(0.9999999998985) == "1.000"
+        assert format_epsilon(1.00004) == "1.001" and format_epsilon(12.3401) == "12.35"
+
     def test_two_runs_cost_the_same_as_one_long_run(self):
         budget = PrivacyBudget(epsilon=5.0, delta=1e-6, n_rows=100)
         budget.charge([GaussianReleases(40.0, 600)])

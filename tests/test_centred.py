@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from unittest import mock
 
@@ -856,6 +857,19 @@ def test_privacy_statement_describes_a_centred_run(conjugate_normal):
         )
     text = pmdp.privacy_statement(idata).text
     assert "centred on a released anchor" in text and "κ = 1" in text
+    assert "derived from a seed" not in text
+    # An anchor released from the caller's generator is seeded noise: the result and its statement say so.
+    with conjugate_normal.model:
+        seeded = pmdp.release_anchor(
+            {"m": np.array(0.4)}, grad_clip=5.0, noise_multiplier=3.0, rng=np.random.default_rng(0)
+        )
+        step = pmdp.DPPenaltyMH(anchor=seeded, centre_lipschitz=1.0, noise_multiplier=20.0)
+        idata = pmdp.sample(
+            step=step, draws=5, tune=5, chains=1, delta=1e-6, progressbar=False, on_poor_mixing="ignore"
+        )
+    assert seeded.reproducible_noise and not anchor.reproducible_noise
+    assert json.loads(idata.posterior.attrs["dp_accountant"])["reproducible_noise"] is True
+    assert "derived from a seed" in pmdp.privacy_statement(idata).text
 
 
 def test_centred_noise_multipliers_refuse_a_fractional_iteration_count():

@@ -208,7 +208,8 @@ def test_the_release_once_route_runs_priced_as_planned_with_diagnostics_and_a_st
     assert attrs["dp_epsilon"] == pytest.approx(plan.epsilon, rel=1e-6)  # the plan's ε is the run's
     record = json.loads(attrs["dp_accountant"])
     assert record["mechanism"] == "pymc_dp.release_once" and record["route"]["name"] == "release_once"
-    assert "noisy histograms of the rows' score and Hessian norms" in pmdp.privacy_statement(idata).text
+    text = pmdp.privacy_statement(idata).text
+    assert "noisy histograms of the rows' score and Hessian norms" in text and "of the run's μ, zCDP" in text
     # the noise the plan predicted from is the noise the run released with
     planned = plan.method("release_once").noise
     assert record["settings"]["noise_multipliers"][-1] == pytest.approx(

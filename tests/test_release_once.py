@@ -234,7 +234,8 @@ def test_result_is_priced_and_recorded_like_the_other_routes():
     assert math.isclose(budget.spent().epsilon, attrs["dp_epsilon"], rel_tol=1e-9)
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(attrs["dp_epsilon"])
     statement = pmdp.privacy_statement(idata)
-    assert "from 4 noisy Newton steps" in statement.text and "(score 2, Hessian 1)" in statement.text
+    assert "from 4 noisy Newton steps" in statement.text
+    assert "Bounds set by the caller (public): score 2, Hessian 1." in statement.text
     assert "Avella-Medina" in str(statement)
     assert set(idata.posterior.data_vars) == {"a", "b"}
     assert idata.posterior["b"].shape == (2, 50, 2)

@@ -74,6 +74,7 @@ def format_epsilon(epsilon: float, digits: int = 4) -> str:
         return f"{epsilon:g}"
     exponent = math.floor(math.log10(epsilon))
     scale = 10.0 ** (digits - 1 - exponent)
-    rounded = math.ceil(epsilon * scale * (1 - 1e-9)) / scale  # 1e-9: absorb the float error of an exact ε
+    # 1e-12 (relative): absorbs the float error of an exact ε (a few ulp) and nothing a guarantee could hide in
+    rounded = math.ceil(epsilon * scale * (1 - 1e-12)) / scale
     exponent = math.floor(math.log10(rounded))
     return f"{rounded:.{max(0, digits - 1 - exponent)}f}"

@@ -158,6 +158,7 @@ class CentringAnchor:
     hessian: np.ndarray | None = None
     hessian_clip: float | None = None
     hessian_noise_multiplier: float | None = None
+    reproducible_noise: bool = False
 
     @property
     def order(self) -> int:
@@ -201,6 +202,7 @@ class CentringAnchor:
             "noise_multiplier": self.noise_multiplier,
             "neighbouring": self.neighbouring,
             "noise_std": self.std,
+            "reproducible_noise": self.reproducible_noise,
         }
         if self.hessian is not None:
             record.update(
@@ -493,10 +495,13 @@ class CentredClippedGradient(NoisyClippedGradient):
             return np.full(self._rows.n_params, np.nan)
         if bound == 0.0:  # at the anchor: the residuals are zero by construction, nothing to read
             return self.anchor.gradient.copy()
+        point = self.anchor.point
+        std = self.noise_multiplier * sensitivity_of_clipped_sum(bound, self.neighbouring)
+        if std == 0.0:  # a bound so small (θ within ~1e-160 of θ̂) that its noise underflows: clip to 0, read nothing
+            return expansion_gradient(self.anchor.gradient, self.anchor.hessian, theta, point)
         if self._anchor_rows is None:
             self._anchor_rows = _clipped_anchor_rows(self._rows, self.anchor)
         scores, hessians = self._anchor_rows
-        point = self.anchor.point
         total = np.zeros(self._rows.n_params)
         start = 0
         for chunk in row_chunks(self._rows):
@@ -505,7 +510,6 @@ class CentredClippedGradient(NoisyClippedGradient):
             part = None if hessians is None else hessians[start:stop]
             total += clipped_sum_l2(gradient_residuals(values, scores[start:stop], part, theta, point), bound)
             start = stop
-        std = self.noise_multiplier * sensitivity_of_clipped_sum(bound, self.neighbouring)
         expansion = expansion_gradient(self.anchor.gradient, self.anchor.hessian, theta, point)
         return expansion + total + rng.normal(0.0, std, size=total.shape)
 
@@ -521,6 +525,7 @@ def anchor_release(
     make_hessian: Any = None,
     hessian_clip: float | None = None,
     hessian_noise_multiplier: float | None = None,
+    reproducible_noise: bool = False,
 ) -> CentringAnchor:
     """The anchor's release(s) at a public θ̂, through ``make_gradient`` (and ``make_hessian`` at second order).
 
@@ -529,7 +534,8 @@ def anchor_release(
     ``make_hessian`` (``functools.partial(pymc_dp.mechanisms.hessian.clipped_hessian, mechanisms)``)
     also ``make_hessian(b_H, τ_H, neighbouring).release(θ̂, rng)``: the clipped Hessian sum
     (Frobenius sensitivity 2b_H, b_H add/remove), μ = 1/(2τ_H²). Pricing is the caller's
-    (:func:`pymc_dp.release_anchor` prices both before either is made).
+    (:func:`pymc_dp.release_anchor` prices both before either is made). ``reproducible_noise``:
+    ``rng`` is the caller's seeded generator (recorded, so that a published result says so).
     """
     released = make_gradient(grad_clip, noise_multiplier, neighbouring).release(point, rng)
     hessian = None
@@ -550,6 +556,7 @@ def anchor_release(
         hessian,
         hessian_clip if make_hessian is not None else None,
         hessian_noise_multiplier if make_hessian is not None else None,
+        bool(reproducible_noise),
     )
 
 

@@ -249,7 +249,9 @@ def release_anchor(
     delta : float, optional
         δ at which the anchor's ε is stated in its budget entry (default: the budget's δ, else 1e-6).
     rng : numpy.random.Generator, optional
-        Noise source, for testing only (default: the operating system's CSPRNG).
+        Noise source, for testing only (default: the operating system's CSPRNG). An anchor released
+        from a given generator is marked ``reproducible_noise`` and a run that uses it records
+        ``reproducible_noise=True``: anyone who knows the seed can subtract the noise.
 
     Returns
     -------
@@ -326,4 +328,5 @@ def release_anchor(
             None if hessian_clip is None else functools.partial(clipped_hessian, mechanisms),
             hessian_clip,
             hessian_noise_multiplier,
+            reproducible_noise=rng is not None,  # a caller's generator: the result must say its noise was seeded
         )
