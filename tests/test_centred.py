@@ -312,6 +312,12 @@ def test_bad_centring_arguments_are_refused_by_name(conjugate_normal):
             pmdp.release_anchor(np.array([np.nan]), grad_clip=1.0, noise_multiplier=1.0)
         with pytest.raises(ValueError, match="`grad_clip` must be"):
             pmdp.release_anchor({"m": 0.0}, grad_clip=0.0, noise_multiplier=1.0)
+        # The step charges the noise an anchor claims: a claim that prices nothing is refused by name.
+        for bad in ({"noise_multiplier": math.inf}, {"noise_multiplier": 0.0}, {"grad_clip": float("nan")}):
+            claimed = dataclasses.replace(_anchor([0.1], [0.0], names=("m",)), **bad)
+            name = next(iter(bad))
+            with pytest.raises(ValueError, match=f"`anchor`'s `{name}` must be a finite positive number"):
+                pmdp.DPPenaltyMH(anchor=claimed, centre_lipschitz=1.0, noise_multiplier=1.0)
 
 
 def test_an_anchor_needs_every_free_variable_in_the_step():

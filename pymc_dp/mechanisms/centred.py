@@ -85,6 +85,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +242,17 @@ def check_anchor(anchor: Any, n_params: int, neighbouring: str) -> CentringAncho
         raise ValueError(
             "`anchor` with a Hessian must give its `hessian_clip` and `hessian_noise_multiplier` (the clip of the "
             "per-row Hessians and the noise it was released with). Found None."
+        )
+    # The step charges the noise the anchor claims: a claim that prices nothing (0, ∞, NaN, negative) is refused.
+    claims = {"grad_clip": anchor.grad_clip, "noise_multiplier": anchor.noise_multiplier}
+    if anchor.hessian is not None:
+        claims.update(hessian_clip=anchor.hessian_clip, hessian_noise_multiplier=anchor.hessian_noise_multiplier)
+    for name, value in claims.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise ValueError(f"`anchor`'s `{name}` must be a finite positive number. Found {value!r}.")
+    if np.shape(anchor.gradient) != (n_params,):
+        raise ValueError(
+            f"`anchor`'s gradient must have {n_params} coordinates. Found shape {np.shape(anchor.gradient)}."
         )
     return anchor
 

@@ -130,8 +130,9 @@ class NoisyClippedHessian(_RowHessians, _GaussianClippedSum):
     clipped term depends on row i alone (the data layer's row checks; the differences below
     evaluate row i's gradient only), so replacing one row moves the clipped sum by at most
     2 b_H in Frobenius norm (b_H under add/remove): Δ = 2 b_H or b_H, the L2 sensitivity of
-    the packed sum. Each release is then a Gaussian mechanism with Δ/σ = 1/τ_H, i.e.
-    μ = 1/τ_H (Gaussian DP; Sommer et al. 2019, Lemma 12), whatever θ, the data and the
+    the packed sum. Each release is then a Gaussian mechanism with Δ/σ = 1/τ_H (Gaussian DP
+    with parameter 1/τ_H; Sommer et al. 2019, Lemma 12), counted as μ = 1/(2τ_H²) in this
+    package's accounting (:class:`~pymc_dp.accounting.GaussianReleases`), whatever θ, the data and the
     accuracy of the differences. ε covers the noisy sum only; θ must be public or the output
     of earlier priced releases (post-processing).
 
