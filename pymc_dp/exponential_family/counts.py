@@ -444,18 +444,13 @@ def poisson_regression_loglik(
     Neighbouring relation: substitute (the release's). Post-processing of the release: no ε.
     """
     d = family.n_features
-    if anchor is None:
-        raise ValueError(
-            "`covariate_anchors` must be at least 1 for the noise-aware Poisson-regression likelihood (it reads the "
-            "last anchor's released mean function and slope). Found a release without anchors; release again with "
-            "covariate_anchors=1, or use noise_aware=False."
-        )
-    beta = pt.as_tensor_variable(beta)
-    if beta.ndim != 1:
-        raise ValueError(
-            f"`beta` must be a vector of {d} coefficients for the noise-aware Poisson-regression likelihood. "
-            f"Found a tensor with {beta.ndim} dimensions."
-        )
+    beta = _anchored_beta(
+        beta,
+        anchor,
+        d,
+        "Poisson-regression likelihood (it reads the last anchor's released mean function and slope)",
+        "covariate_anchors=1, or use noise_aware=False",
+    )
     anchor_beta, anchor_value, anchor_noise, hessian, hessian_noise = anchor
     lo, hi = family.intervals()
     keep = np.nonzero(hi[:d] > lo[:d])[0]
@@ -464,11 +459,35 @@ def poisson_regression_loglik(
     mean = _tensor(np.asarray(anchor_value, dtype=float)) + pt.dot(_tensor(hessian), step)
     noise = _release_noise_variance(scale, noise_variance) + float(anchor_noise)
     spread = noise + float(hessian_noise) * pt.sum(step * step)
-    # cov = Ĥ + spread·I with Ĥ = QΛQᵀ public: the quadratic form and log-determinant in Ĥ's eigenbasis
-    # (exact; cheap to compile and to differentiate, unlike a general inverse and determinant).
+    return expansion_logpdf(np.asarray(noisy, dtype=float)[:d], mean, hessian, keep, spread)
+
+
+def _anchored_beta(beta: Any, anchor: Any, d: int, likelihood: str, hint: str) -> Any:
+    """``beta`` as a tensor, refused unless the release has an anchor and ``beta`` is a vector (public checks)."""
+    if anchor is None:
+        raise ValueError(
+            f"`covariate_anchors` must be at least 1 for the noise-aware {likelihood}. Found a release without "
+            f"anchors; release again with {hint}."
+        )
+    beta = pt.as_tensor_variable(beta)
+    if beta.ndim != 1:
+        raise ValueError(
+            f"`beta` must be a vector of {d} coefficients for the noise-aware {likelihood.split(' (')[0]}. "
+            f"Found a tensor with {beta.ndim} dimensions."
+        )
+    return beta
+
+
+def expansion_logpdf(observed: np.ndarray, mean: Any, hessian: np.ndarray, keep: np.ndarray, spread: Any) -> Any:
+    """log N(``observed`` | ``mean``, Ĥ + ``spread``·I) on the coordinates ``keep``, Ĥ = ``hessian`` public.
+
+    Ĥ = QΛQᵀ (Λ raised to 0 where negative): the quadratic form and log-determinant in Ĥ's
+    eigenbasis (exact; cheap to compile and to differentiate, unlike a general inverse and
+    determinant). Post-processing of released values: no ε.
+    """
     values, vectors = np.linalg.eigh(hessian[np.ix_(keep, keep)])
     values = np.maximum(values, 0.0)
-    residual = pt.dot(_tensor(vectors.T), _tensor(np.asarray(noisy, dtype=float)[:d])[keep] - mean[keep])
+    residual = pt.dot(_tensor(vectors.T), _tensor(observed)[keep] - mean[keep])
     variances = _tensor(values) + spread
     return -0.5 * (
         pt.sum(residual * residual / variances) + pt.sum(pt.log(variances)) + keep.size * np.log(2.0 * np.pi)

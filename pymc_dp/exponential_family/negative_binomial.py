@@ -69,10 +69,12 @@ from pymc_dp.exponential_family.base import _check_finite_real, _interval_produc
 from pymc_dp.exponential_family.counts import (
     _MAX_LINEAR_PREDICTOR,
     PoissonRegression,
+    _anchored_beta,
     _capped,
     _count_rows,
     _solve,
     _y_max,
+    expansion_logpdf,
     poisson_anchor_point,
 )
 from pymc_dp.exponential_family.densities import _tensor
@@ -357,18 +359,13 @@ def negative_binomial_regression_loglik(
     Neighbouring relation: substitute (the release's). Post-processing of the release: no ε.
     """
     d = family.n_features
-    if anchor is None:
-        raise ValueError(
-            "`covariate_anchors` must be at least 1 for the noise-aware negative-binomial-regression likelihood (it "
-            "reads the last anchor's released score and information). Found a release without anchors; release "
-            "again with covariate_anchors=2."
-        )
-    beta = pt.as_tensor_variable(beta)
-    if beta.ndim != 1:
-        raise ValueError(
-            f"`beta` must be a vector of {d} coefficients for the noise-aware negative-binomial-regression "
-            f"likelihood. Found a tensor with {beta.ndim} dimensions."
-        )
+    beta = _anchored_beta(
+        beta,
+        anchor,
+        d,
+        "negative-binomial-regression likelihood (it reads the last anchor's released score and information)",
+        "covariate_anchors=2",
+    )
     anchor_beta, score, score_noise, hessian, hessian_noise = anchor
     lo, hi = family.anchor_family(np.asarray(anchor_beta, dtype=float)).intervals()
     keep = np.nonzero(hi[:d] > lo[:d])[0]
@@ -376,14 +373,7 @@ def negative_binomial_regression_loglik(
     hessian = np.asarray(hessian, dtype=float)
     mean = pt.dot(_tensor(hessian), step)
     spread = float(score_noise) + float(hessian_noise) * pt.sum(step * step)
-    # cov = Ĥ + spread·I with Ĥ = QΛQᵀ public: the quadratic form and log-determinant in Ĥ's eigenbasis.
-    values, vectors = np.linalg.eigh(hessian[np.ix_(keep, keep)])
-    values = np.maximum(values, 0.0)
-    residual = pt.dot(_tensor(vectors.T), _tensor(np.asarray(score, dtype=float))[keep] - mean[keep])
-    variances = _tensor(values) + spread
-    return -0.5 * (
-        pt.sum(residual * residual / variances) + pt.sum(pt.log(variances)) + keep.size * np.log(2.0 * np.pi)
-    )
+    return expansion_logpdf(np.asarray(score, dtype=float), mean, hessian, keep, spread)
 
 
 SUPPORTED_FAMILIES.setdefault(NegativeBinomialRegression.name, NegativeBinomialRegression)
