@@ -25,6 +25,7 @@ from pymc_dp.results import (
     strip_private_groups,
 )
 from pymc_dp.run import AccountantRecord
+from pymc_dp.sample_plan import _seeded_noise
 from pymc_dp.sampling import _flatten_steps, privacy_spent
 from pymc_dp.step_methods.base import DPStep
 
@@ -205,7 +206,5 @@ def _record_from_steps(idata: Any, steps: list[Any], delta: float) -> dict[str, 
         n_rows=steps[0].n_rows,
         iterations=iterations,
         steps=[s.accountant_settings() for s in steps],
-        reproducible_noise=any(  # a centring anchor released from the caller's generator is seeded noise too
-            s.reproducible_noise or getattr(getattr(s, "anchor", None), "reproducible_noise", False) for s in steps
-        ),
+        reproducible_noise=_seeded_noise(steps),
     )

@@ -69,6 +69,15 @@ _REFUSED_KWARGS = {
 }
 
 
+def _seeded_noise(steps: Any) -> bool:
+    """Whether any step's mechanism noise came from a seed: its own (``reproducible_noise``) or its centring
+    anchor's, released from the caller's generator (public settings only)."""
+    return any(
+        getattr(s, "reproducible_noise", False) or getattr(getattr(s, "anchor", None), "reproducible_noise", False)
+        for s in steps
+    )
+
+
 def _flatten_steps(step: Any) -> list[Any]:
     if isinstance(step, CompoundStep):
         return [s for sub in step.methods for s in _flatten_steps(sub)]

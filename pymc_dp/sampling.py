@@ -39,6 +39,7 @@ from pymc_dp.routes import sample_one_call
 from pymc_dp.sample_plan import (
     SamplePlan,
     _flatten_steps,  # noqa: F401 (imported from here by pymc_dp.publish)
+    _seeded_noise,
     _start_seed,
     plan_sample,
 )
@@ -322,10 +323,7 @@ def _record(
     p = the_plan
     record = p.run.record(
         start=p.start,
-        reproducible_noise=any(  # a centring anchor released from the caller's generator is seeded noise too
-            getattr(s, "reproducible_noise", False) or getattr(getattr(s, "anchor", None), "reproducible_noise", False)
-            for s in p.steps
-        ),
+        reproducible_noise=_seeded_noise(p.steps),
         run_epsilon=p.run_epsilon,
         chains=p.chains,
         tune=p.tune,
