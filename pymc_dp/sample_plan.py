@@ -40,6 +40,7 @@ from pymc_dp.mechanisms.clip_bound import (
     clipping_summary,
     cumulative_noise_rows,
     histogram_sensitivity,
+    quantile_from_histogram,
     quantile_is_resolvable,
 )
 from pymc_dp.planning import default_dpadvi_sampling_rate
@@ -55,6 +56,7 @@ from pymc_dp.starts import (
 )
 from pymc_dp.step_methods.barker import DPBarkerMH
 from pymc_dp.step_methods.base import DPStep
+from pymc_dp.step_methods.centred_plan import CentringPlan, plan_centring
 from pymc_dp.step_methods.hmc import DPHMC
 from pymc_dp.step_methods.penalty import DPPenaltyMH
 from pymc_dp.variational.dpadvi import DPADVI
@@ -306,6 +308,8 @@ class DPADVIStart:
         approx = self.fit.fit(self.iterations, progressbar=False)
         diagnostics = approx.optimisation_diagnostics()
         self.settings["fit_diagnostics"] = diagnostics
+        # q's sds, a released value: the centred chains' predicted ESS takes their geometric mean
+        self.settings["fit_sd_geometric_mean"] = float(np.exp(np.mean(np.log(np.asarray(approx.std.eval())))))
         widen = math.sqrt(
             1.0 + (diagnostics["expected_mean_error_sd"] or 0.0) ** 2 + diagnostics["optimisation_sd_ratio_max"] ** 2
         )
@@ -436,6 +440,38 @@ class ClipBoundPlan:
             "noise_multiplier": self.noise_multiplier,
             "bounds": dict(self.bounds),
             "releases": list(self.releases),
+        }
+
+    def release_hessian(self, point: dict[str, Any], where: str) -> float:
+        """One priced release of the per-row Hessian norms' histogram at ``point``; returns margin × its quantile.
+
+        For a centred run's anchor (the step's ``release_hessian_norm_counts``), at the same noise
+        multiplier as the score-norm releases and counted among them.
+        """
+        noisy = self.step.release_hessian_norm_counts(point, self.noise_multiplier)
+        # Post-processing of the released counts from here on.
+        bound = self.margin * quantile_from_histogram(noisy, self.quantile)
+        n_rows = self.step.n_rows if self.step.neighbouring == "substitute" else None
+        total = n_rows if n_rows is not None else max(float(noisy.sum()), 1.0)
+        self.releases.append(
+            {
+                "norms": "Hessian (Frobenius)",
+                "resolvable": quantile_is_resolvable(self.noise_std, total, self.quantile),
+                **clipping_summary(noisy, bound, self.noise_std, n_rows, where),
+            }
+        )
+        return bound
+
+    def fit_record(self) -> dict[str, Any]:
+        """The record when only the DPADVI fit's bound was released (a centred run's chains clip at public bounds)."""
+        return {
+            "quantile": self.quantile,
+            "margin": self.margin,
+            "epsilon_share": self.share,
+            "noise_multiplier": self.noise_multiplier,
+            "bounds": {},
+            "releases": list(self.releases),
+            "note": "the DPADVI fit's bound, then the centring anchor's score and Hessian clips at the fit's mean",
         }
 
     def restore(self) -> None:
@@ -587,6 +623,8 @@ class SamplePlan:
     iterations_plan: dict[str, Any] | None = None
     device: Any = None
     dask_backend: Any = None
+    centring: CentringPlan | None = None
+    centring_record: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -632,6 +670,34 @@ def _calibrate(
     return calibrate_releasers(steps, iterations, epsilon, delta, earlier)
 
 
+def _plan_centring_and_clip_bound(
+    steps: list[DPStep],
+    model: Any,
+    s: dict[str, Any],
+    epsilon: float | None,
+    delta: float,
+    dp_init: Any,
+    backends: tuple[Any, Any],
+) -> tuple[CentringPlan | None, dict[str, Any], ClipBoundPlan | None]:
+    """Whether the run centres (:func:`pymc_dp.step_methods.centred_plan.plan_centring`) and its private clip bound.
+
+    The clip bound's histograms: the DPADVI fit's (with a DP start), then the chains' bound, or
+    for a centred run the anchor's score and Hessian norms, all at one noise multiplier.
+    """
+    centring, centring_record = plan_centring(s, steps, model, epsilon, delta, dp_init, backends)
+    clip_plan = _plan_clip_bound(
+        steps,
+        model,
+        epsilon,
+        delta,
+        s["clip_quantile"],
+        s["clip_margin"],
+        s["clip_epsilon_share"],
+        releases=(2 if dp_init is not None else 1) + (1 if centring is not None else 0),  # + the anchor's Hessian
+    )
+    return centring, centring_record, clip_plan
+
+
 def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) -> SamplePlan:
     """Validate and plan one ``pmdp.sample`` run with ``step``, before any data access.
 
@@ -643,7 +709,7 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     over its target ε or the budget. Nothing is charged and no row is read.
     """
     s = settings
-    one_call = {name: s[name] for name in ("x_bounds", "y_bounds", "grad_clip")}
+    one_call = {name: s[name] for name in ("y_bounds", "grad_clip")}  # x_bounds: the centring's covariate bounds
     delta, draws, tune, chains = _check_run_settings(
         s["delta"], s["budget"], s["draws"], s["tune"], s["chains"], one_call, kwargs
     )
@@ -670,15 +736,14 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         tune, draws, iterations_plan = _auto_iterations(
             steps, model, epsilon, delta, chains, tune, s["init_epsilon_share"], dp_init
         )
-    clip_plan = _plan_clip_bound(
+    centring, centring_record, clip_plan = _plan_centring_and_clip_bound(
         steps,
         model,
+        s,
         epsilon if epsilon is not None else getattr(budget, "epsilon", None),
         delta,
-        s["clip_quantile"],
-        s["clip_margin"],
-        s["clip_epsilon_share"],
-        releases=2 if with_dpadvi else 1,
+        dp_init,
+        (device, dask_backend),
     )
     start, start_events = _start_provenance(initvals, init, dp_init, model)
     if init_reason is not None:
@@ -687,7 +752,11 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
     # Calibrate unset noise and price every iteration of every chain, before any data access.
     iterations = chains * (tune + draws)
-    earlier = (clip_plan.events if clip_plan is not None else ()) + (dp_init.events if dp_init else ())
+    earlier = (
+        (clip_plan.events if clip_plan is not None else ())
+        + (dp_init.events if dp_init else ())
+        + (centring.events if centring is not None else ())
+    )
     planned = _calibrate(steps, iterations, epsilon, delta, budget, earlier)
     run_epsilon = run.plan(
         list(earlier) + [e for p in planned for e in p.privacy_events(iterations)],
@@ -714,4 +783,6 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         iterations_plan,
         device,
         dask_backend,
+        centring,
+        centring_record,
     )

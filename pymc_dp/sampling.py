@@ -72,6 +72,8 @@ def sample(
     x_bounds: Any = None,
     y_bounds: Any = None,
     grad_clip: float | None = None,
+    centre: bool | str = "auto",
+    centre_lipschitz: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
@@ -186,11 +188,30 @@ def sample(
         bounds of each column of the model's data matrix (a number or one per column; the
         intercept's column of ones is added by the route) and, for a linear regression, of
         the outcome. Rows outside are clamped to them (``pmdp.release_statistics``). They
-        must not be computed from the data.
+        must not be computed from the data. With ``step``, ``x_bounds`` gives the centring's
+        κ and anchor clips for a logistic regression (``centre``; rows outside are clipped,
+        not clamped); ``y_bounds`` must be None.
     grad_clip : float, optional
         Without ``step``, for the DPADVI route only: its per-row gradient bound (default
         1.0, the planner's assumption); its clipping check flags the result when too many
         rows exceed it. Give it from public knowledge of the per-row score's scale.
+    centre : {"auto", True, False}, default "auto"
+        With a DPHMC or DPPenaltyMH ``step`` (issue 36, ``docs/centred.md``): centre every
+        release on a second-order anchor released at the DP start. ``"auto"`` does so where it
+        applies — one such step whose noise this call calibrates, covering every variable, the
+        default backend, a DPADVI start (``init="auto"``/``"dpadvi"``) and a logistic
+        regression the graph shows (η = intercept + X @ coefficients, free variables on their
+        own scale) with ``x_bounds`` or ``centre_lipschitz`` giving κ — and records why not
+        elsewhere (``dp_accountant["centring"]``). ``True`` refuses a run where it does not
+        apply; ``False`` runs the plain step. The anchor gets
+        :data:`pymc_dp.step_methods.centred_plan.CENTRE_ANCHOR_SHARE` of the chains' share of
+        ``epsilon``, priced with the run before any row is read
+        (:func:`pymc_dp.step_methods.centred_plan.plan_centring`). For a plain ``pm.sample``,
+        make the anchor with :func:`pymc_dp.release_anchor`.
+    centre_lipschitz : float, optional
+        The centred step's κ (a per-row bound on the Lipschitz constant of the Hessian), in
+        place of the worst case over ``x_bounds``, B³/(6√3): rows beyond it are clipped (a
+        bias, never a privacy loss).
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -249,7 +270,13 @@ def sample(
         "grad_clip": grad_clip,
     }
     if step is None:
+        if centre != "auto" or centre_lipschitz is not None:
+            raise ValueError(
+                "`centre` and `centre_lipschitz` must be left unset without `step` (they set a DPHMC or DPPenaltyMH "
+                f"step's centring). Found centre={centre!r}, centre_lipschitz={centre_lipschitz!r}."
+            )
         return sample_one_call(model, sample, kwargs, **settings)
+    settings.update(centre=centre, centre_lipschitz=centre_lipschitz)
     the_plan = plan_sample(step, model, kwargs, **settings)  # validate and plan: nothing read or charged
     idata, clip_record, backend_details = _run(the_plan, step, model, kwargs)  # charge and run
     return _record(the_plan, idata, model, on_poor_mixing, clip_record, backend_details)
@@ -274,6 +301,7 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
         s.progress_run = shown
     clip_record = None
     detach_dask = None
+    uncentre = None
     try:
         if dask_backend is not None:  # scatter the rows, compile on the workers: nothing released or charged yet
             detach_dask = dask_backend.attach(steps)
@@ -285,9 +313,18 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 kwargs["initvals"], reference = dp_init.starts(
                     p.chains, _start_seed(kwargs.get("random_seed")), grad_clip=fit_clip
                 )
-            if clip_plan is not None:
+            if clip_plan is not None and p.centring is None:
                 where = "the DPADVI fit's mean" if dp_init is not None else "the model's initial point"
                 clip_record = clip_plan.commit(clip_plan.release(reference, where))
+            elif clip_plan is not None:  # the anchor's clips at its point; the chains clip at the centring bounds
+                where = "the DPADVI fit's mean (the centring anchor)"
+                p.centring.clip(clip_plan.release(reference, where), clip_plan.release_hessian(reference, where))
+                clip_record = clip_plan.fit_record()
+            if p.centring is not None:  # the anchor's two releases at the DP start, priced in the plan
+                uncentre = p.centring.release(steps[0], reference)
+                fit = dp_init.settings  # released: q's sds and the fit's expected mean error set the prediction
+                offset = fit["fit_diagnostics"].get("expected_mean_error_sd") or 1.0
+                p.centring.predict(p.planned[0], p.draws, fit["fit_sd_geometric_mean"], offset)
             with pymc_convergence_check_replaced():  # the result's own verdict instead (pymc_dp.diagnostics)
                 idata = pm.sample(
                     draws=p.draws,
@@ -302,6 +339,8 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
         for s in steps:
             s.forget_private_state()
             s.progress_run = None
+        if uncentre is not None:
+            uncentre()
         if detach_dask is not None:
             detach_dask()
         restore()
@@ -329,15 +368,24 @@ def _record(
         tune=p.tune,
         draws=p.draws,
         iterations_per_chain=p.tune + p.draws,
-        # the run's noise and clip bounds (cleared from `steps`)
-        steps=[{**s.accountant_settings(), **(p.clip_plan.bounds if p.clip_plan else {})} for s in p.planned],
+        # the run's noise and clip bounds (cleared from `steps`), and the centring anchor it used
+        steps=[
+            {
+                **s.accountant_settings(),
+                **(p.clip_plan.bounds if p.clip_plan else {}),
+                **({"centring": p.centring.settings()} if p.centring is not None else {}),
+            }
+            for s in p.planned
+        ],
+        centring=p.centring.record() if p.centring is not None else p.centring_record,
         **({"plan": p.iterations_plan} if p.iterations_plan is not None else {}),
         **({"clip_bound": clip_record} if clip_record is not None else {}),
         **({"dp_init": p.dp_init.settings} if p.dp_init is not None else {}),
         **backend_details,
     )
     p.run.publish(idata, model, record)
-    return attach_diagnostics(idata, on_poor_mixing, clipping=clip_record)
+    clipping = clip_record if p.centring is None else None  # a centred chain's bound is not the fit's
+    return attach_diagnostics(idata, on_poor_mixing, clipping=clipping)
 
 
 def _progress_accounting(

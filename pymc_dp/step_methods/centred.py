@@ -30,7 +30,7 @@ from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import CentringAnchor, anchor_release, check_anchor, check_centre_lipschitz
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
-from pymc_dp.mechanisms.hessian import NoisyClippedHessian, clipped_hessian
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian, clipped_hessian, hessian_norm_histogram
 
 __all__ = ["Centring", "centred_noise_multipliers", "release_anchor", "second_order_noise_multipliers"]
 
@@ -166,6 +166,74 @@ class Centring:
         if self.anchor is None:
             return {}
         return {"centring": {**self.anchor.record(), "lipschitz": self.centre_lipschitz}}
+
+    def _drop_mechanisms(self) -> None:
+        """Forget the built mechanisms (plain or centred) and their raw per-row caches: rebuilt at the next release."""
+        self._drop_block()
+        for name in ("_mechanism", "_llr_mechanism", "_grad_mechanism"):
+            mechanism = getattr(self, name, None)
+            if mechanism is not None and hasattr(mechanism, "forget"):
+                mechanism.forget()
+            if hasattr(self, name):
+                setattr(self, name, None)
+
+    def release_run_anchor(
+        self,
+        point: dict[str, Any],
+        grad_clip: float,
+        noise_multiplier: float,
+        hessian_clip: float,
+        hessian_noise_multiplier: float,
+    ) -> CentringAnchor:
+        """Release a second-order anchor at the public ``point`` through this step's rows (priced by the caller).
+
+        The releases of :func:`release_anchor` (the clipped score sum and the clipped Hessian
+        sum at θ̂, Gaussian noise at τ_G and τ_H) from the step's own row mechanisms and noise
+        generator; :func:`pymc_dp.sample` prices both in the run's plan and charges them with the
+        run before calling this. ``point``: value-variable name → unconstrained value (a released
+        DP start). Returns the anchor; :meth:`use_anchor` makes the step centre on it.
+        """
+        theta = np.concatenate([np.asarray(point[v.name], dtype=float).ravel() for v in self.vars])
+        return anchor_release(
+            self._row_mechanisms.clipped_gradient,
+            theta,
+            check_finite_positive("grad_clip", grad_clip),
+            check_finite_positive("noise_multiplier", noise_multiplier),
+            self.neighbouring,
+            self.noise_rng,
+            tuple(v.name for v in self.vars),
+            functools.partial(clipped_hessian, self._row_mechanisms),
+            check_finite_positive("hessian_clip", hessian_clip),
+            check_finite_positive("hessian_noise_multiplier", hessian_noise_multiplier),
+            reproducible_noise=self.reproducible_noise,
+        )
+
+    def release_hessian_norm_counts(self, point: dict[str, Any], noise_multiplier: float) -> np.ndarray:
+        """One priced release of the noisy histogram of per-row Hessian norms at the public ``point``.
+
+        :class:`pymc_dp.mechanisms.hessian.NoisyHessianNormHistogram` on the step's rows (Gaussian,
+        Δ = √2 substitute, 1 add/remove; μ = 1/(2τ²)); :func:`pymc_dp.sample` prices it before
+        calling this. The centred run's anchor clips its Hessians at a bound read off it.
+        """
+        theta = np.concatenate([np.asarray(point[v.name], dtype=float).ravel() for v in self.vars])
+        histogram = hessian_norm_histogram(self._row_mechanisms, noise_multiplier, self.neighbouring)
+        return histogram.release_counts(theta, self.noise_rng)
+
+    def use_anchor(self, anchor: CentringAnchor, lipschitz: float) -> Any:
+        """Centre the step's releases on ``anchor`` with κ = ``lipschitz`` for one run; returns the undo function.
+
+        The step must sample every free variable (checked by :func:`pymc_dp.sample`'s plan).
+        The mechanisms are rebuilt at the next release; the undo function drops the centred ones
+        and their per-row anchor scores and Hessians, and puts the step back uncentred.
+        """
+        self._set_anchor(anchor, lipschitz, self._prior.n_params, [v.name for v in self.vars], False)
+        self._drop_mechanisms()
+
+        def restore() -> None:
+            self._drop_mechanisms()
+            self.anchor, self.centre_lipschitz = None, None
+
+        return restore
 
 
 _ANCHOR_ADVICE = "use larger noise multipliers or a larger budget."

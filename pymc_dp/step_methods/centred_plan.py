@@ -1,0 +1,328 @@
+"""Centring by default in ``pmdp.sample`` (issue 36): whether a run centres, the anchor's share of ε, its clips and κ.
+
+:func:`plan_centring` decides from public quantities only — the model's graph, the public
+covariate bounds ``x_bounds`` or a caller's κ, the steps, the start and the backend — whether
+``pmdp.sample(step=DPHMC(...))`` (or ``DPPenaltyMH``) spends a planned share of ε on a
+second-order centring anchor at the run's DP start and runs the centred step
+(:mod:`pymc_dp.mechanisms.centred`), and says why not when it does not. The plan
+(:class:`CentringPlan`) prices the anchor's two releases before any row is read; the run
+releases them at the DPADVI fit's mean, inside the run's charge, and attaches the anchor to
+the step for that run only.
+
+**Where κ and the clips come from** (a recognised logistic regression, η = α + xᵢᵀβ with α and
+β free variables on their own scale). With public bounds |x_ij| ≤ M_j (``x_bounds``), every
+row's extended covariate x̃ᵢ = (1, xᵢ) has ‖x̃ᵢ‖ ≤ B = √(1 + Σⱼ M_j²) (no 1 without an
+intercept). Its score (yᵢ − pᵢ)x̃ᵢ has norm at most B, its Hessian −wᵢx̃ᵢx̃ᵢᵀ (w = p(1 − p))
+Frobenius norm at most B²/4, and the Hessian's Lipschitz constant is at most B³/(6√3)
+(|w′| ≤ 1/(6√3)). So the anchor's clips are b_g = B and b_H = B²/4 and κ = B³/(6√3): no row
+within the bounds is ever clipped. A caller's ``centre_lipschitz`` κ replaces the worst case
+(rows beyond it are clipped: a bias, never a privacy loss); without ``x_bounds`` the clips are
+then those of the B with B³/(6√3) = κ. These worst cases are loose where P is large (B grows
+like √P, the typical row's norm too but its score and Hessian far less), so with the step's
+``"auto"`` clip bound the run also releases, at the anchor, the histograms of the rows' score
+and Hessian norms (:class:`pymc_dp.mechanisms.clip_bound.NoisyScoreNormHistogram`,
+:class:`pymc_dp.mechanisms.hessian.NoisyHessianNormHistogram`, priced with the clip bound's
+share of ε) and clips the anchor at ``clip_margin`` × their noisy ``clip_quantile`` where that
+is below b_g or b_H (post-processing; the noise multipliers, and so ε, do not depend on it).
+
+Notes
+-----
+**Neighbouring relation.** The run's (substitute: a DP start is planned only under it).
+
+**Sensitivity.** The anchor's score sum: 2b_g (L2); its Hessian sum: 2b_H (Frobenius); each
+row's term is clipped at these public bounds. The centred releases: :mod:`pymc_dp.mechanisms.centred`.
+
+**What ε covers.** The anchor's two Gaussian releases are priced here, with μ_anchor =
+``anchor_share`` × the μ left to the chains after the DP start and the clip bound (of it
+``hessian_share`` to the Hessian), and composed with the run's other releases in its one plan:
+a run over its target or the budget is refused before any row is read. The chains are then
+calibrated to what is left. Deciding to centre reads nothing (public quantities only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pymc_dp._validation import check_finite_positive
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
+from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.mechanisms.centred import check_centre_lipschitz
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian
+from pymc_dp.regression_graph import regression_parts
+
+__all__ = [
+    "CENTRE_ANCHOR_SHARE",
+    "CENTRE_HESSIAN_SHARE",
+    "CentringPlan",
+    "centred_ess",
+    "logistic_centring_bound",
+    "plan_centring",
+]
+
+#: The anchor's share of the μ left to the chains (the setting measured in ``docs/centred.md``).
+CENTRE_ANCHOR_SHARE = 0.5
+#: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
+CENTRE_HESSIAN_SHARE = 0.25
+#: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function.
+_LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
+
+
+@dataclass
+class CentringPlan:
+    """A second-order centring anchor planned for one ``pmdp.sample`` run: its clips, noise, κ and events.
+
+    Everything here is public (set before any row is read). :meth:`release` releases the anchor
+    at the run's DP start (inside the run's charge) and makes the step centre on it.
+    """
+
+    lipschitz: float
+    grad_clip: float
+    hessian_clip: float
+    noise_multiplier: float
+    hessian_noise_multiplier: float
+    source: str
+    anchor_share: float = CENTRE_ANCHOR_SHARE
+    hessian_share: float = CENTRE_HESSIAN_SHARE
+    events: tuple[PrivacyEvent, ...] = ()
+    anchor: Any = field(default=None, repr=False)
+    prediction: dict[str, Any] | None = None
+    clip_source: str = "public: B and B²/4"
+
+    def predict(self, step: Any, draws: int, posterior_sd: float, offset_sd: float) -> dict[str, Any]:
+        """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record."""
+        hmc = hasattr(step, "grad_noise_multiplier")
+        self.prediction = centred_ess(
+            draws=draws,
+            n_params=step._prior.n_params,
+            posterior_sd=posterior_sd,
+            offset_sd=offset_sd,
+            lipschitz=self.lipschitz,
+            llr_noise_multiplier=step.llr_noise_multiplier if hmc else step.noise_multiplier,
+            grad_noise_multiplier=step.grad_noise_multiplier if hmc else None,
+            n_leapfrog=step.n_leapfrog if hmc else None,
+            neighbouring=step.neighbouring,
+        )
+        return self.prediction
+
+    def clip(self, grad_clip: float, hessian_clip: float) -> None:
+        """Clip the anchor at released bounds where they are below the public ones (post-processing)."""
+        if math.isfinite(grad_clip) and grad_clip > 0:
+            self.grad_clip = min(self.grad_clip, float(grad_clip))
+        if math.isfinite(hessian_clip) and hessian_clip > 0:
+            self.hessian_clip = min(self.hessian_clip, float(hessian_clip))
+        self.clip_source = "released: margin × the noisy quantile of the norms at the anchor, where below the public"
+
+    def release(self, step: Any, point: dict[str, Any]) -> Any:
+        """Release the anchor at ``point`` through ``step`` and centre the step on it; returns the undo function."""
+        self.anchor = step.release_run_anchor(
+            point, self.grad_clip, self.noise_multiplier, self.hessian_clip, self.hessian_noise_multiplier
+        )
+        return step.use_anchor(self.anchor, self.lipschitz)
+
+    def settings(self) -> dict[str, Any]:
+        """The step record's ``centring`` entry (the anchor's released values once released)."""
+        anchor = self.anchor.record() if self.anchor is not None else {}
+        return {**anchor, "lipschitz": self.lipschitz}
+
+    def record(self) -> dict[str, Any]:
+        """The run record's ``centring`` entry: used, where κ came from, the shares and noise (public)."""
+        return {
+            "used": True,
+            "order": 2,
+            "lipschitz": self.lipschitz,
+            "lipschitz_source": self.source,
+            "grad_clip": self.grad_clip,
+            "hessian_clip": self.hessian_clip,
+            "clip_source": self.clip_source,
+            "noise_multiplier": self.noise_multiplier,
+            "hessian_noise_multiplier": self.hessian_noise_multiplier,
+            "anchor_share": self.anchor_share,
+            "hessian_share": self.hessian_share,
+            "anchor": "the DPADVI start's mean",
+            **({"prediction": self.prediction} if self.prediction is not None else {}),
+        }
+
+
+def centred_ess(
+    *,
+    draws: int,
+    n_params: int,
+    posterior_sd: float,
+    offset_sd: float,
+    lipschitz: float,
+    llr_noise_multiplier: float,
+    grad_noise_multiplier: float | None = None,
+    n_leapfrog: int | None = None,
+    neighbouring: str = "substitute",
+) -> dict[str, Any]:
+    """The predicted bulk ESS of one centred second-order chain (DPHMC with ``grad_noise_multiplier``, else
+    DPPenaltyMH), from public quantities only.
+
+    The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
+    anchor's offset from the posterior mean in sds per coordinate).
+
+    - **DPPenaltyMH**: the second-order ratio bound is ½κR² per unit of ‖Δθ‖, so the planner's
+      random-walk law (:func:`pymc_dp.planning.penalty_ess_from_noise`) with b = ½κR²:
+      ESS = 0.331 draws / (P (1 + c²)), c = f τ b s (f = 2 substitute, 1 add/remove).
+    - **DPHMC**: a tuned trajectory moves ‖Δθ‖ ≈ s√P; the test's noise is σ_l = f τ_l c with
+      c = ½κ‖Δθ‖(R² − ‖Δθ‖²/6) (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`),
+      the gradients' σ_g = f τ_g ½κR² per coordinate, which perturbs the trajectory's energy by
+      about σ_H = (π/2) s σ_g √(P/L) (L momentum kicks of a half-period trajectory in whitened
+      units). Acceptance 2Φ(−√(σ_l² + σ_H²)/2), and ESS = acceptance × draws (every accepted
+      trajectory an independent draw: optimistic where the posterior's correlations make a
+      fixed-L trajectory short of independence).
+    """
+    from scipy import special
+
+    f = 2.0 if neighbouring == "substitute" else 1.0
+    s, p = float(posterior_sd), int(n_params)
+    r2 = p * s**2 * (1.0 + float(offset_sd) ** 2)
+    if grad_noise_multiplier is None:
+        c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * s
+        ess = 0.331 * draws / (p * (1.0 + c**2))
+        return {"method": "DPPenaltyMH", "ess_per_chain": ess, "c": c, "posterior_sd": s, "offset_sd": offset_sd}
+    jump = s * math.sqrt(p)
+    sigma_l = f * llr_noise_multiplier * 0.5 * lipschitz * jump * max(r2 - jump**2 / 6.0, 0.0)
+    sigma_g = f * grad_noise_multiplier * 0.5 * lipschitz * r2
+    sigma_h = 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog)
+    acceptance = float(2.0 * special.ndtr(-math.hypot(sigma_l, sigma_h) / 2.0))
+    return {
+        "method": "DPHMC",
+        "ess_per_chain": acceptance * draws,
+        "acceptance": acceptance,
+        "ratio_noise_sd": sigma_l,
+        "energy_noise_sd": sigma_h,
+        "posterior_sd": s,
+        "offset_sd": offset_sd,
+    }
+
+
+def logistic_centring_bound(model: Any, x_bounds: Any) -> tuple[float | None, str]:
+    """(B, why): the public bound on ‖x̃ᵢ‖ of a recognised logistic regression, or (None, why not).
+
+    Reads the graph only. B = √(1 + Σⱼ M_j²) with M_j = max(|lower_j|, |upper_j|) from
+    ``x_bounds`` (the 1 for an intercept); ``x_bounds=None`` gives (nan, why): a logistic
+    regression whose B needs a caller's κ.
+    """
+    from pytensor.compile.ops import ViewOp
+    from pytensor.tensor.elemwise import CAReduce, DimShuffle
+
+    parts = regression_parts(model)
+    if parts is None or parts.family != "logistic_regression":
+        return None, "not a logistic regression the graph shows (Bernoulli with logit_p = intercept + X @ coefficients)"
+
+    def free(v: Any) -> bool:
+        while v.owner is not None and isinstance(v.owner.op, DimShuffle | CAReduce | ViewOp):
+            v = v.owner.inputs[0]
+        return v in model.free_RVs and model.rvs_to_transforms.get(v) is None
+
+    if not free(parts.coefficients) or (parts.intercept is not None and not free(parts.intercept)):
+        return None, "the coefficients or the intercept are not free variables on their own scale (κ is for those)"
+    if x_bounds is None:
+        return math.nan, "no public covariate bound: give x_bounds (or a κ as centre_lipschitz)"
+    width = parts.matrix.type.shape[1]
+    if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
+        width = int(parts.matrix.shape[1].eval())
+    pair: list[np.ndarray] = []
+    if isinstance(x_bounds, list | tuple) and len(x_bounds) == 2:
+        try:  # each side a number or one per column
+            pair = [np.broadcast_to(np.asarray(side, dtype=float), (width,)) for side in x_bounds]
+        except (TypeError, ValueError):
+            pair = []
+    if not pair:
+        raise ValueError(
+            f"`x_bounds` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds of the "
+            f"data matrix's columns). Found {x_bounds!r}."
+        )
+    lower, upper = pair
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
+        raise ValueError(f"`x_bounds` must hold finite bounds with lower ≤ upper. Found {x_bounds!r}.")
+    squares = float(np.sum(np.maximum(np.abs(lower), np.abs(upper)) ** 2))
+    return math.sqrt(squares + (1.0 if parts.intercept is not None else 0.0)), "x_bounds"
+
+
+def _not_applicable(steps: list[Any], dp_init: Any, device: Any, dask_backend: Any) -> str | None:
+    """Why the run's steps, start or backend rule centring out (None when they do not)."""
+    from pymc_dp.step_methods.hmc import DPHMC
+    from pymc_dp.step_methods.penalty import DPPenaltyMH
+
+    if len(steps) != 1 or not isinstance(steps[0], DPPenaltyMH | DPHMC):
+        return "centring needs one DPPenaltyMH or DPHMC step covering every variable"
+    if steps[0].anchor is not None:
+        return "the step has its own anchor (released by the caller)"
+    if not steps[0].needs_calibration:
+        return "noise set by hand (the anchor's share of ε is planned with the chains' calibration)"
+    if device is not None or dask_backend is not None:
+        return "a JAX or Dask backend (the centred releases run on the default backend only)"
+    if dp_init is None:
+        return "no DP start to anchor at (centring anchors at the DPADVI start of init='auto' or 'dpadvi')"
+    return None
+
+
+def plan_centring(
+    settings: dict[str, Any],
+    steps: list[Any],
+    model: Any,
+    epsilon: float | None,
+    delta: float,
+    dp_init: Any = None,
+    backends: tuple[Any, Any] = (None, None),
+) -> tuple[CentringPlan | None, dict[str, Any]]:
+    """(plan or None, record): whether the run centres, and its anchor's settings and events (public only).
+
+    ``settings``: :func:`pymc_dp.sample`'s arguments. ``centre``: ``"auto"`` centres where it
+    applies and records why not elsewhere; ``True`` refuses a run where it does not apply
+    (``ValueError`` naming why); ``False`` never centres. ``centre_lipschitz``: a caller's κ;
+    ``x_bounds``: the public covariate bounds. The anchor's μ is :data:`CENTRE_ANCHOR_SHARE` of
+    that of the ε left after the DP start and the clip bound (``init_epsilon_share``,
+    ``clip_epsilon_share``). ``dp_init``: the run's planned DPADVI start; ``backends``: the
+    run's (JAX device, Dask backend), None each by default.
+    """
+    centre, centre_lipschitz, x_bounds = settings["centre"], settings["centre_lipschitz"], settings["x_bounds"]
+    chain_share = 1.0 - settings["init_epsilon_share"] - settings["clip_epsilon_share"]
+    if not (isinstance(centre, bool) or (isinstance(centre, str) and centre == "auto")):
+        raise ValueError(f"`centre` must be 'auto', True or False. Found {centre!r}.")
+    if centre_lipschitz is not None:
+        centre_lipschitz = check_centre_lipschitz(centre_lipschitz)
+        if centre is False:
+            raise ValueError(
+                f"`centre_lipschitz` must be None with centre=False (it is the centred step's κ). Found "
+                f"centre_lipschitz={centre_lipschitz!r}."
+            )
+    why = "centre=False" if centre is False else _not_applicable(steps, dp_init, *backends)
+    bound = None
+    if why is None:
+        bound, why = logistic_centring_bound(model, x_bounds)
+        if bound is not None and math.isnan(bound) and centre_lipschitz is not None:
+            bound = (centre_lipschitz / _LOGISTIC_THIRD) ** (1.0 / 3.0)  # the B whose worst-case κ is the caller's
+            why = "centre_lipschitz"
+        elif bound is not None and math.isnan(bound):
+            bound = None
+    if bound is None:
+        if centre is True:
+            raise ValueError(f"`centre`=True needs centring to apply to this run. Found: {why}.")
+        for name, value in (("x_bounds", x_bounds), ("centre_lipschitz", centre_lipschitz)):
+            if value is not None:  # it would be silently ignored
+                raise ValueError(
+                    f"`{name}` must be None when `step` is given and the run does not centre ({why}). Found "
+                    f"{name}={value!r}."
+                )
+        return None, {"used": False, "reason": why}
+    lipschitz = centre_lipschitz if centre_lipschitz is not None else _LOGISTIC_THIRD * bound**3
+    source = "centre_lipschitz" if centre_lipschitz is not None else "x_bounds (worst case B³/(6√3))"
+    share = check_finite_positive("chain_share", chain_share)
+    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+    tau_g = math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu_anchor)) * (1 + 1e-9)  # rounded towards privacy
+    tau_h = math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu_anchor)) * (1 + 1e-9)
+    label = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}] centring anchor"
+    events = tuple(
+        NoisyClippedGradient.events(tau_g, 1, label) + NoisyClippedHessian.events(tau_h, 1, f"{label} (Hessian)")
+    )
+    plan = CentringPlan(lipschitz, bound, bound**2 / 4.0, tau_g, tau_h, source, events=events)
+    return plan, plan.record()

@@ -1,0 +1,245 @@
+"""Centring by default in pmdp.sample(step=DPHMC or DPPenaltyMH) (issue 36): when it applies, accounting, record."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
+from pymc_dp.accounting.events import GaussianReleases
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.step_methods.centred_plan import (
+    CENTRE_ANCHOR_SHARE,
+    CENTRE_HESSIAN_SHARE,
+    centred_ess,
+    logistic_centring_bound,
+    plan_centring,
+)
+
+QUIET = dict(progressbar=False, compute_convergence_checks=False, on_poor_mixing="ignore")
+RUN = dict(epsilon=4.0, delta=1e-5, draws=8, tune=8, chains=1, cores=1, random_seed=3)
+BOUND = 2.0
+
+
+def _logistic(n: int = 400, seed: int = 1) -> pm.Model:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-BOUND, BOUND, size=(n, 2))
+    y = (rng.random(n) < 1 / (1 + np.exp(-(0.3 + x @ np.array([0.8, -0.5]))))).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Bernoulli("y", logit_p=alpha + pm.Data("x", x) @ beta, observed=y)
+    return model
+
+
+@pytest.fixture(scope="module")
+def logistic():
+    return _logistic()
+
+
+@pytest.fixture(scope="module")
+def step(logistic):
+    """One DPHMC step for every run here (its compiled functions are the tests' main cost)."""
+    with logistic:
+        return pmdp.DPHMC(n_leapfrog=2)
+
+
+@pytest.fixture(scope="module")
+def centred_run(logistic, step):
+    budget = pmdp.PrivacyBudget(epsilon=10.0, delta=1e-5, n_rows=400)
+    with logistic:
+        idata = pmdp.sample(step=step, x_bounds=(-BOUND, BOUND), budget=budget, **RUN, **QUIET)
+    return idata, step, budget
+
+
+def _record(idata):
+    return json.loads(idata.posterior.attrs["dp_accountant"])
+
+
+def test_logistic_bound_is_the_worst_row_norm(logistic):
+    bound, source = logistic_centring_bound(logistic, ((-1.0, -2.0), (3.0, 0.5)))
+    assert source == "x_bounds"
+    assert bound == pytest.approx(math.sqrt(1.0 + 9.0 + 4.0))  # the intercept's 1, then max |bound| per column
+    assert math.isnan(logistic_centring_bound(logistic, None)[0])
+
+
+def test_a_model_the_bound_does_not_describe_is_named():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 2))
+    with pm.Model() as linear:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", x @ b, 1.0, observed=rng.normal(size=50))
+    assert logistic_centring_bound(linear, (-1, 1)) == (None, logistic_centring_bound(linear, None)[1])
+    assert "not a logistic regression" in logistic_centring_bound(linear, None)[1]
+    with pm.Model() as scaled:  # coefficients through a transform: κ is not for the sampled parameters
+        t = pm.HalfNormal("t", 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=x @ t, observed=(rng.random(50) < 0.5).astype(int))
+    assert logistic_centring_bound(scaled, (-1, 1))[0] is None
+
+
+def test_dphmc_centres_by_default_with_public_covariate_bounds(centred_run):
+    idata, step, _ = centred_run
+    record = _record(idata)
+    bound = math.sqrt(1.0 + 2 * BOUND**2)
+    assert record["centring"]["used"] is True
+    assert record["centring"]["lipschitz"] == pytest.approx(bound**3 / (6 * math.sqrt(3)))
+    # the anchor's clips: the released ones (margin × noisy quantile at the anchor) where below B and B²/4
+    assert 0 < record["centring"]["grad_clip"] <= bound and 0 < record["centring"]["hessian_clip"] <= bound**2 / 4
+    assert record["centring"]["clip_source"].startswith("released")
+    centring = record["steps"][0]["centring"]
+    assert centring["order"] == 2 and len(centring["point"]) == 3 and len(centring["hessian"]) == 3
+    assert record["clip_bound"]["bounds"] == {}  # the chains need no clip bound of their own
+    releases = record["clip_bound"]["releases"]  # the DPADVI fit's, then the anchor's score and Hessian norms
+    assert len(releases) == 3 and releases[2]["norms"] == "Hessian (Frobenius)"
+    histograms = [e for e in record["events"] if e["label"].endswith("clip bound")]
+    assert [e["count"] for e in histograms] == [3]
+    prediction = record["centring"]["prediction"]
+    assert prediction["method"] == "DPHMC" and 0 <= prediction["ess_per_chain"] <= RUN["draws"]
+    # the step is uncentred again after the run: a later plain pm.sample uses its own settings
+    assert step.anchor is None and step.centre_lipschitz is None
+    assert "centred on a released anchor" in pmdp.privacy_statement(idata).text
+
+
+def test_one_accountant_covers_the_anchor_and_the_chains(centred_run):
+    idata, _, budget = centred_run
+    record = _record(idata)
+    anchors = [e for e in record["events"] if "centring anchor" in e.get("label", "")]
+    assert len(anchors) == 2  # the score sum and the Hessian sum, once each
+    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(
+        (1 - 0.2 - 0.05) * RUN["epsilon"] * (1 - CALIBRATION_MARGIN), RUN["delta"]
+    )
+    taus = sorted(e["noise_multiplier"] for e in anchors)
+    expected = sorted(
+        math.sqrt(0.5 / (share * mu_anchor)) for share in (1 - CENTRE_HESSIAN_SHARE, CENTRE_HESSIAN_SHARE)
+    )
+    assert taus == pytest.approx(expected, rel=1e-8)
+    assert record["steps"][0]["centring"]["noise_multiplier"] == pytest.approx(expected[0], rel=1e-8)
+    assert idata.posterior.attrs["dp_epsilon"] <= RUN["epsilon"]
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-12)
+    assert budget.spent().epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-9)
+
+
+def test_events_are_gaussian_releases_at_the_recorded_noise(centred_run):
+    idata, _, _ = centred_run
+    record = _record(idata)
+    centring = record["steps"][0]["centring"]
+    assert centring["noise_std"] == pytest.approx(centring["noise_multiplier"] * 2 * centring["grad_clip"])
+    assert centring["hessian_noise_std"] == pytest.approx(
+        centring["hessian_noise_multiplier"] * 2 * centring["hessian_clip"]
+    )
+    anchors = [e for e in record["events"] if "centring anchor" in e.get("label", "")]
+    assert [e["type"] for e in anchors] == [GaussianReleases.kind] * 2 and [e["count"] for e in anchors] == [1, 1]
+
+
+def test_without_bounds_the_run_is_plain_and_says_why(logistic, step):
+    with logistic:
+        plain = pmdp.sample(step=step, **RUN, **QUIET)
+    assert _record(plain)["centring"] == {
+        "used": False,
+        "reason": "no public covariate bound: give x_bounds (or a κ as centre_lipschitz)",
+    }
+    assert "centring" not in _record(plain)["steps"][0]
+    assert not any("centring" in e.get("label", "") for e in _record(plain)["events"])
+    assert _record(plain)["clip_bound"]["bounds"]  # the plain chain's own clip bound, released at the fit's mean
+
+
+def _settings(**given):
+    return {
+        "centre": "auto",
+        "centre_lipschitz": None,
+        "x_bounds": None,
+        "init_epsilon_share": 0.2,
+        "clip_epsilon_share": 0.05,
+        **given,
+    }
+
+
+def test_the_decision_reads_public_settings_only(logistic, step):
+    start = object()  # a planned DP start: only whether there is one matters
+    decide = functools.partial(plan_centring, steps=[step], model=logistic, epsilon=4.0, delta=1e-5)
+    assert decide(_settings(centre=False), dp_init=start) == (None, {"used": False, "reason": "centre=False"})
+    assert decide(_settings(x_bounds=(-2, 2)), dp_init=start)[0] is not None
+    assert "no DP start" in decide(_settings(), dp_init=None)[1]["reason"]
+    assert "JAX or Dask" in decide(_settings(), dp_init=start, backends=("device", None))[1]["reason"]
+    with pytest.raises(ValueError, match=r"`x_bounds` must be None .*no DP start"):
+        decide(_settings(x_bounds=(-2, 2)), dp_init=None)
+    # more ε, more μ for the anchor; the κ and clips do not depend on ε
+    small, big = (decide(_settings(x_bounds=(-2, 2)), dp_init=start, epsilon=e)[0] for e in (1.0, 8.0))
+    assert big.noise_multiplier < small.noise_multiplier and big.lipschitz == small.lipschitz
+
+
+def test_a_callers_kappa_opts_in_without_bounds(logistic, step):
+    with logistic:
+        idata = pmdp.sample(step=step, centre_lipschitz=0.5, **RUN, **QUIET)
+    record = _record(idata)["centring"]
+    assert record["used"] is True and record["lipschitz"] == 0.5 and record["lipschitz_source"] == "centre_lipschitz"
+    assert record["grad_clip"] <= (0.5 * 6 * math.sqrt(3)) ** (1 / 3) + 1e-12
+    assert _record(idata)["steps"][0]["centring"]["lipschitz"] == 0.5
+
+
+@pytest.mark.slow
+def test_dppenaltymh_centres_too(logistic):
+    with logistic:
+        idata = pmdp.sample(step=pmdp.DPPenaltyMH(), x_bounds=(-BOUND, BOUND), **RUN, **QUIET)
+    record = _record(idata)
+    assert record["centring"]["used"] is True and record["centring"]["prediction"]["method"] == "DPPenaltyMH"
+    assert record["steps"][0]["step"] == "DPPenaltyMH" and record["steps"][0]["centring"]["order"] == 2
+
+
+def _unspent(budget):
+    return budget.spent().epsilon == 0.0
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        ({"centre": "yes"}, ValueError, "`centre` must be 'auto', True or False. Found 'yes'"),
+        ({"centre": True}, ValueError, "`centre`=True needs centring to apply to this run. Found: no public"),
+        ({"centre": True, "init": "prior"}, ValueError, "Found: no DP start to anchor at"),
+        ({"centre": False, "x_bounds": (-2, 2)}, ValueError, r"`x_bounds` must be None .* \(centre=False\)"),
+        ({"centre_lipschitz": -1.0}, ValueError, "`centre_lipschitz` must be"),
+        ({"centre": False, "centre_lipschitz": 1.0}, ValueError, "`centre_lipschitz` must be None with centre=False"),
+        ({"x_bounds": (2, -2)}, ValueError, "`x_bounds` must hold finite bounds with lower ≤ upper"),
+        ({"x_bounds": "wide"}, ValueError, "`x_bounds` must be a pair"),
+    ],
+)
+def test_bad_centring_settings_are_refused_before_anything_is_spent(logistic, step, settings, error, message):
+    budget = pmdp.PrivacyBudget(epsilon=10.0, delta=1e-5, n_rows=400)
+    run = {**RUN, **settings}
+    with logistic, pytest.raises(error, match=message):
+        pmdp.sample(step=step, budget=budget, **run, **QUIET)
+    assert _unspent(budget) and step.anchor is None
+
+
+def test_a_budget_too_small_for_anchor_and_chains_is_refused_before_any_row(logistic, step):
+    budget = pmdp.PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=400)
+    with logistic, pytest.raises(pmdp.PrivacyBudgetExceededError):
+        pmdp.sample(step=step, x_bounds=(-2, 2), budget=budget, **RUN, **QUIET)
+    assert _unspent(budget) and step.anchor is None
+
+
+def test_centring_arguments_need_a_step(logistic):
+    with logistic, pytest.raises(ValueError, match="`centre` and `centre_lipschitz` must be left unset without"):
+        pmdp.sample(epsilon=4.0, delta=1e-5, centre=True)
+
+
+def test_predicted_ess_limits():
+    common = dict(draws=1000, n_params=5, posterior_sd=0.01, offset_sd=1.0, lipschitz=2.0)
+    # no noise: the random walk's ceiling, and DPHMC accepts everything
+    assert centred_ess(**common, llr_noise_multiplier=0.0)["ess_per_chain"] == pytest.approx(0.331 * 1000 / 5)
+    hmc = centred_ess(**common, llr_noise_multiplier=0.0, grad_noise_multiplier=0.0, n_leapfrog=5)
+    assert hmc["acceptance"] == 1.0 and hmc["ess_per_chain"] == 1000
+    # more noise, or an anchor further off, never predicts more
+    quiet = centred_ess(**common, llr_noise_multiplier=1e3, grad_noise_multiplier=1e3, n_leapfrog=5)
+    loud = centred_ess(**common, llr_noise_multiplier=1e4, grad_noise_multiplier=1e4, n_leapfrog=5)
+    far = centred_ess(**{**common, "offset_sd": 4.0}, llr_noise_multiplier=1e3, grad_noise_multiplier=1e3, n_leapfrog=5)
+    assert loud["ess_per_chain"] < quiet["ess_per_chain"] and far["ess_per_chain"] < quiet["ess_per_chain"]
+    # the penalty chain's noise factor is the planner's c with b = ½κR², R² = P s² (1 + e²)
+    c = centred_ess(**common, llr_noise_multiplier=100.0)["c"]
+    assert c == pytest.approx(2 * 100.0 * 0.5 * 2.0 * 5 * 0.01**2 * 2 * 0.01)
