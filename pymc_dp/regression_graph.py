@@ -1,10 +1,11 @@
-"""Reading a regression off a model's graph: where its data matrix, coefficients and intercept sit.
+"""Reading a regression off a model's graph: where its data matrix, coefficients, intercept and groups sit.
 
-:func:`regression_parts` tells whether a model's likelihood is a linear or logistic regression
-whose statistics :func:`pymc_dp.release_statistics` describes, from the graph alone (the ops,
-the shapes and which inputs are data containers; never a data value). The planner uses it to
-recommend the released-statistics route (:func:`pymc_dp.plan`) and ``pmdp.sample`` without a
-step to run it (:mod:`pymc_dp.routes`).
+:func:`regression_parts` tells whether a model's likelihood is a regression whose statistics
+:func:`pymc_dp.release_statistics` describes — linear, logistic, Poisson or negative binomial
+(log link, public dispersion α), optionally with varying intercepts by a group index — from
+the graph alone (the ops, the shapes, the names Bambi gives its terms and which inputs are data
+containers; never a data value). The planner uses it to recommend the released-statistics route
+(:func:`pymc_dp.plan`) and ``pmdp.sample`` without a step to run it (:mod:`pymc_dp.routes`).
 """
 
 from __future__ import annotations
@@ -16,30 +17,59 @@ from pymc.model import modelcontext
 
 from pymc_dp.data import _is_matrix_product, observed_rows
 
-__all__ = ["RegressionParts", "regression_parts", "released_statistics_route"]
+__all__ = [
+    "ROUTABLE_FAMILIES",
+    "RegressionParts",
+    "regression_parts",
+    "released_statistics_route",
+    "unroutable_note",
+]
+
+#: The families whose released statistics the one-call route runs (:mod:`pymc_dp.routes`).
+ROUTABLE_FAMILIES = (
+    "linear_regression",
+    "logistic_regression",
+    "poisson_regression",
+    "negative_binomial_regression",
+    "grouped_linear_regression",
+    "grouped_logistic_regression",
+)
 
 
 @dataclass(frozen=True)
 class RegressionParts:
-    """Where a linear or logistic regression's pieces sit in a model's graph (no data values).
+    """Where a regression's pieces sit in a model's graph (no data values).
 
-    The linear predictor is η = ``intercept`` + ``matrix`` @ ``coefficients`` exactly.
+    The linear predictor is η = ``intercept`` + ``group_effects[groups]`` + ``matrix`` @
+    ``coefficients`` exactly (each term optional but one of the last two).
 
     Attributes
     ----------
-    family : {"logistic_regression", "poisson_regression", "linear_regression"}
-        The :func:`pymc_dp.release_statistics` family that describes the likelihood.
+    family : str
+        ``"logistic_regression"``, ``"poisson_regression"``, ``"negative_binomial_regression"``,
+        ``"linear_regression"``, or one of them prefixed ``"grouped_"`` with a group index. Only
+        :data:`ROUTABLE_FAMILIES` have a released-statistics route (:attr:`routable`).
     outcome : Variable
         The observed random variable.
-    matrix : Variable
+    matrix : Variable or None
         The data matrix: a ``pm.Data`` container or a constant with one row per observation.
-    coefficients : Variable
+    coefficients : Variable or None
         The vector multiplied by ``matrix``: a graph of the free variables only.
     intercept : Variable or None
         The scalar added to the product (a graph of the free variables only), if any.
     sigma : Variable or None
         The Normal's standard deviation (linear regression): a scalar graph of the free
         variables and constants only.
+    groups : Variable or None
+        The group index: an integer data container or constant with one entry per row.
+    group_effects : Variable or None
+        The vector of G varying intercepts that ``groups`` indexes (free variables only).
+    n_groups : int or None
+        G, the length of ``group_effects`` (its static shape: public).
+    dispersion : float or None
+        The negative binomial's α when it is a constant of the graph (public); ``None`` when
+        it is a free variable (no released-statistics route: the statistics carry next to no
+        information about α).
     """
 
     family: str
@@ -48,118 +78,270 @@ class RegressionParts:
     coefficients: Any
     intercept: Any = None
     sigma: Any = None
+    groups: Any = None
+    group_effects: Any = None
+    n_groups: int | None = None
+    dispersion: float | None = None
+
+    @property
+    def routable(self) -> bool:
+        """Whether the one-call route can release this regression's statistics."""
+        if self.family == "negative_binomial_regression":
+            return self.dispersion is not None
+        return self.family in ROUTABLE_FAMILIES
+
+    @property
+    def base(self) -> str:
+        """The family without its ``grouped_`` prefix."""
+        return self.family.removeprefix("grouped_")
+
+
+def _strip(v: Any) -> Any:
+    """``v`` through named views (pm.Deterministic, Bambi) and broadcasting dimshuffles of a scalar."""
+    from pytensor.compile.ops import ViewOp
+    from pytensor.tensor.elemwise import DimShuffle
+
+    while v.owner is not None and (
+        isinstance(v.owner.op, ViewOp)
+        or (isinstance(v.owner.op, DimShuffle) and v.owner.inputs[0].ndim == 0 and v.ndim <= 1)
+    ):
+        v = v.owner.inputs[0]
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same variable, or two scalar constants of equal value (PyMC repeats a constant α as new nodes)."""
+    from pytensor.tensor.variable import TensorConstant
+
+    if a is b:
+        return True
+    constants = isinstance(a, TensorConstant) and isinstance(b, TensorConstant) and a.ndim == b.ndim == 0
+    return bool(constants and float(a.data) == float(b.data))
+
+
+def _scalar_op(v: Any) -> str:
+    """The name of ``v``'s elementwise scalar op ('' for anything else)."""
+    return type(getattr(getattr(v.owner, "op", None), "scalar_op", None)).__name__ if v.owner is not None else ""
+
+
+def _add_terms(eta: Any) -> list[Any]:
+    """The terms of η, with nested additions (Bambi's) and named views flattened."""
+    from pytensor.compile.ops import ViewOp
+
+    while eta.owner is not None and isinstance(eta.owner.op, ViewOp):
+        eta = eta.owner.inputs[0]
+    if _scalar_op(eta) == "Add":
+        return [t for v in eta.owner.inputs for t in _add_terms(v)]
+    return [eta]
+
+
+class _Graph:
+    """The public structure of one model: which variables are free, data, or read the rows."""
+
+    def __init__(self, model: Any) -> None:
+        self.n_rows = observed_rows(model)
+        self.free = set(model.free_RVs)
+        self.data_vars = set(model.data_vars)
+
+    def is_row_data(self, v: Any, ndim: int) -> bool:
+        """A data container or a constant of ``ndim`` dimensions with one entry per row."""
+        from pytensor.tensor.variable import TensorConstant
+
+        return v in self.data_vars or (
+            isinstance(v, TensorConstant) and v.ndim == ndim and v.type.shape[0] == self.n_rows
+        )
+
+    def reads_data(self, v: Any) -> bool:
+        """A data container, or any constant with one entry per row, among ``v``'s ancestors."""
+        from pytensor.graph.traversal import ancestors
+        from pytensor.tensor.variable import TensorConstant
+
+        return any(
+            a in self.data_vars or (isinstance(a, TensorConstant) and a.ndim >= 1 and a.type.shape[0] == self.n_rows)
+            for a in ancestors([v])
+        )
+
+    def of_free(self, v: Any) -> bool:
+        """A graph of free variables (at least one) that reads no data."""
+        from pytensor.graph.traversal import ancestors
+
+        return any(a in self.free for a in ancestors([v])) and not self.reads_data(v)
+
+    def group_term(self, v: Any) -> tuple[Any, Any] | None:
+        """(effects, index) when ``v`` is effects[index]: a vector of free variables indexed by an integer data
+        vector of one entry per row; Bambi's ``1|g`` term (effects[index] times its column of ones) included."""
+        if _scalar_op(v) == "Mul" and len(v.owner.inputs) == 2:  # Bambi: Mul(`1|g`[index], Z)
+            indexed, column = v.owner.inputs
+            if not self.is_row_data(column, 1):
+                return None
+            found = self.group_term(indexed)
+            named = found is not None and str(found[0].name or "").startswith("1|")
+            return found if named else None  # an intercept term by its formula name: Z is its column of ones
+        if v.owner is None or type(v.owner.op).__name__ not in ("AdvancedSubtensor", "AdvancedSubtensor1"):
+            return None
+        if len(v.owner.inputs) != 2:
+            return None
+        effects, index = v.owner.inputs
+        if effects.ndim != 1 or v.ndim != 1 or not str(index.dtype).startswith(("int", "uint")):
+            return None
+        if not self.is_row_data(index, 1) or not self.of_free(effects):
+            return None
+        return effects, index
+
+    def linear_predictor(self, eta: Any) -> dict[str, Any] | None:
+        """η's pieces: one product of a data matrix and a vector of free variables and/or one group term, plus
+        scalars that read no data; anything else that reads the rows or varies per row is refused."""
+        import pytensor.tensor as pt
+
+        product = group = None
+        scalars: list[Any] = []
+        for term in _add_terms(eta):
+            found, grouped = _product_of(term), self.group_term(term)
+            if found is not None and product is None:
+                matrix, coefficients = found
+                if not self.is_row_data(matrix, 2) or not self.of_free(coefficients):
+                    return None
+                product = found
+            elif grouped is not None and group is None:
+                group = grouped
+            elif all(term.type.broadcastable) and not self.reads_data(term):
+                scalars.append(term.sum() if term.ndim else term)
+            else:
+                return None
+        if product is None and group is None:
+            return None
+        intercept = None
+        if scalars:
+            intercept = scalars[0]
+            for v in scalars[1:]:
+                intercept = intercept + v
+            intercept = pt.as_tensor_variable(intercept)
+        matrix, coefficients = product if product is not None else (None, None)
+        parts = {"matrix": matrix, "coefficients": coefficients, "intercept": intercept}
+        if group is not None:
+            effects, index = group
+            size = effects.type.shape[0]
+            if size is None:  # e.g. dims from coords (Bambi): the shape graph of free variables, public
+                size = effects.shape[0].eval()
+            parts.update(groups=index, group_effects=effects, n_groups=int(size))
+        return parts
+
+
+def _negative_binomial_mean(n: Any, p: Any) -> tuple[Any, float | None] | None:
+    """(η, α) when NegativeBinomial(n, p) is PyMC's ``NegativeBinomial(mu=exp(η), alpha=α)`` (α None if free).
+
+    PyMC builds p = α / (exp(η) + α) (PyMC 5) or sigmoid(log α − log exp(η)) (PyMC 6), n = α.
+    """
+    from pytensor.tensor.variable import TensorConstant
+
+    alpha = _strip(n)
+    if _scalar_op(p) == "Sigmoid" and _scalar_op(p.owner.inputs[0]) == "Sub":
+        log_alpha, log_mu = p.owner.inputs[0].owner.inputs
+        if _scalar_op(_strip(log_alpha)) != "Log" or not _same(_strip(_strip(log_alpha).owner.inputs[0]), alpha):
+            return None
+        if _scalar_op(log_mu) != "Log":
+            return None
+        mu = _strip(log_mu.owner.inputs[0])
+    elif _scalar_op(p) == "TrueDiv":
+        top, bottom = p.owner.inputs
+        if not _same(_strip(top), alpha) or _scalar_op(bottom) != "Add" or len(bottom.owner.inputs) != 2:
+            return None
+        first, second = bottom.owner.inputs
+        if _same(_strip(second), alpha):
+            mu = _strip(first)
+        elif _same(_strip(first), alpha):
+            mu = _strip(second)
+        else:
+            return None
+    else:
+        return None
+    if _scalar_op(mu) != "Exp":
+        return None
+    value = None
+    if isinstance(alpha, TensorConstant) and alpha.ndim == 0 and float(alpha.data) > 0:
+        value = float(alpha.data)
+    return mu.owner.inputs[0], value
 
 
 def regression_parts(model: Any = None) -> RegressionParts | None:
-    """The pieces of ``model``'s likelihood when it is a linear or logistic regression, or ``None``.
+    """The pieces of ``model``'s likelihood when it is a regression the releases describe, or ``None``.
 
     Reads the graph only (no data values): one observed variable, Bernoulli with p = σ(η)
     (``logit_p=η``) → ``"logistic_regression"``, Poisson with mu = exp(η) →
-    ``"poisson_regression"``, or Normal with mean η and a scalar standard
-    deviation that reads no data → ``"linear_regression"``, where η is exactly a product of
-    a data matrix (a ``pm.Data`` container or an array with one row per observation) and a
-    vector of free variables, plus optionally a scalar that reads no data (the intercept).
-    Anything else in η that reads the rows (a group effect indexed by a data column), a
-    non-scalar term that reads none (one effect per row) or a function of the product other
-    than this sum is not a regression whose statistics the release describes.
+    ``"poisson_regression"``, NegativeBinomial with mu = exp(η) and ``alpha`` →
+    ``"negative_binomial_regression"`` (:attr:`RegressionParts.dispersion` α when it is a
+    constant, else ``None``), or Normal with mean η and a scalar standard deviation that reads
+    no data → ``"linear_regression"``. η is a sum of: at most one product of a data matrix (a
+    ``pm.Data`` container or an array with one row per observation) and a vector of free
+    variables; at most one vector of free variables indexed by an integer data vector of one
+    entry per row (varying intercepts: the family gets the prefix ``"grouped_"``; Bambi's
+    ``(1|g)`` term too); and scalars that read no data (the intercept) — the product or the
+    group term at least. Anything else in η that reads the rows, a non-scalar term that reads
+    none (one effect per row), a second group index (crossed effects), a function of η other
+    than these links (a non-log link for counts) is not a regression whose statistics the
+    release describes.
     """
-    import pytensor.tensor as pt
-    from pytensor.compile.ops import ViewOp
-    from pytensor.graph.traversal import ancestors
-    from pytensor.tensor.elemwise import Elemwise
-    from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
-    from pytensor.tensor.variable import TensorConstant
+    from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV
 
     model = modelcontext(model)
     if len(model.observed_RVs) != 1:
         return None
     rv = model.observed_RVs[0]
-    n_rows = observed_rows(model)
     op = rv.owner.op if rv.owner is not None else None
-    free = set(model.free_RVs)
-    data_vars = set(model.data_vars)
-
-    def is_data(v) -> bool:
-        return v in data_vars or (isinstance(v, TensorConstant) and v.ndim == 2 and v.type.shape[0] == n_rows)
-
-    def reads_data(v) -> bool:  # a data container, or any constant with one entry per row
-        return any(
-            a in data_vars or (isinstance(a, TensorConstant) and a.ndim >= 1 and a.type.shape[0] == n_rows)
-            for a in ancestors([v])
-        )
-
-    def scalar(v) -> bool:
-        return all(v.type.broadcastable)
-
-    def affine(eta) -> tuple[Any, Any, Any] | None:
-        # η = X @ w, or η = X @ w + (scalars that read no data): one product of a data matrix and a vector of free
-        # variables, added to nothing else that reads the rows or varies per row.
-        others: list[Any] = []
-        while eta.owner is not None and isinstance(eta.owner.op, ViewOp):  # a named view (pm.Deterministic, Bambi)
-            eta = eta.owner.inputs[0]
-        found = _product_of(eta)
-        if found is None:
-            if not (
-                eta.owner is not None
-                and isinstance(eta.owner.op, Elemwise)
-                and type(eta.owner.op.scalar_op).__name__ == "Add"
-            ):
-                return None
-            terms = [(v, _product_of(v)) for v in eta.owner.inputs]
-            products = [(v, f) for v, f in terms if f is not None]
-            if len(products) != 1:
-                return None
-            product, found = products[0]
-            others = [v for v in eta.owner.inputs if v is not product]
-        matrix, coefficients = found
-        if not is_data(matrix):
-            return None
-        if not any(v in free for v in ancestors([coefficients])) or reads_data(coefficients):
-            return None
-        if any(reads_data(v) or not scalar(v) for v in others):
-            return None
-        intercept = None
-        if others:
-            intercept = others[0].sum() if others[0].ndim else others[0]
-            for v in others[1:]:
-                intercept = intercept + (v.sum() if v.ndim else v)
-            intercept = pt.as_tensor_variable(intercept)
-        return matrix, coefficients, intercept
-
+    graph = _Graph(model)
+    family, eta, extra = None, None, {}
     if isinstance(op, BernoulliRV):
         (p,) = op.dist_params(rv.owner)
-        scalar_op = getattr(getattr(p.owner, "op", None), "scalar_op", None)
-        if p.owner is not None and type(scalar_op).__name__ == "Sigmoid":
-            found = affine(p.owner.inputs[0])
-            if found is not None:
-                return RegressionParts("logistic_regression", rv, *found)
-    if isinstance(op, PoissonRV):  # mu = exp(η): a Poisson regression with log link
+        if _scalar_op(p) == "Sigmoid":
+            family, eta = "logistic_regression", p.owner.inputs[0]
+    elif isinstance(op, PoissonRV):  # mu = exp(η): a Poisson regression with log link
         (mu,) = op.dist_params(rv.owner)
-        scalar_op = getattr(getattr(mu.owner, "op", None), "scalar_op", None)
-        if mu.owner is not None and type(scalar_op).__name__ == "Exp":
-            found = affine(mu.owner.inputs[0])
-            if found is not None:
-                return RegressionParts("poisson_regression", rv, *found)
-    if isinstance(op, NormalRV):
-        mu, sigma = op.dist_params(rv.owner)
-        found = affine(mu)
-        if found is not None and not reads_data(sigma) and scalar(sigma):
-            return RegressionParts("linear_regression", rv, *found, sigma=sigma.sum() if sigma.ndim else sigma)
-    return None
+        mu = _strip(mu)
+        if _scalar_op(mu) == "Exp":
+            family, eta = "poisson_regression", mu.owner.inputs[0]
+    elif isinstance(op, NegBinomialRV):  # mu = exp(η), alpha public or free
+        found = _negative_binomial_mean(*op.dist_params(rv.owner))
+        if found is not None:
+            family, (eta, extra["dispersion"]) = "negative_binomial_regression", found
+    elif isinstance(op, NormalRV):
+        eta, sigma = op.dist_params(rv.owner)
+        if not graph.reads_data(sigma) and all(sigma.type.broadcastable):
+            family, extra["sigma"] = "linear_regression", sigma.sum() if sigma.ndim else sigma
+    if family is None:
+        return None
+    parts = graph.linear_predictor(eta)
+    if parts is None:
+        return None
+    if parts.get("groups") is not None:
+        family = f"grouped_{family}"
+    return RegressionParts(family, rv, **parts, **extra)
 
 
 def released_statistics_route(model: Any = None) -> str | None:
-    """The :func:`pymc_dp.release_statistics` family that describes ``model``'s likelihood, or ``None``.
+    """The :func:`pymc_dp.release_statistics` family the one-call route runs for ``model``, or ``None``.
 
-    Reads the graph only (no data values): ``regression_parts(model).family`` — one observed
-    variable, Bernoulli with p = σ(η) (``logit_p=η``) → ``"logistic_regression"``, Poisson
-    with mu = exp(η) → ``"poisson_regression"``, or Normal
-    with mean η and a scalar standard deviation that reads no data → ``"linear_regression"``,
-    where η is an optional intercept plus exactly one product of a data matrix (a ``pm.Data``
-    container or an array with one row per observation) and a vector of free variables.
+    Reads the graph only (no data values): ``regression_parts(model).family`` when the parts are
+    :attr:`~RegressionParts.routable` (one of :data:`ROUTABLE_FAMILIES`, a negative binomial
+    with a constant α), else ``None``.
     """
     parts = regression_parts(model)
-    return None if parts is None else parts.family
+    return parts.family if parts is not None and parts.routable else None
+
+
+def unroutable_note(parts: RegressionParts | None) -> str | None:
+    """Why a regression recognised from the graph has no released-statistics route here, or ``None``."""
+    if parts is None or parts.routable:
+        return None
+    if parts.family == "negative_binomial_regression":
+        return (
+            "the graph is a negative-binomial regression with a log link but a free dispersion alpha: its released "
+            "statistics carry next to no information about alpha, so their route needs alpha as a public constant "
+            "(pm.NegativeBinomial(mu=pm.math.exp(...), alpha=<number>)); the general routes apply as they are"
+        )
+    return (
+        f"the graph is a {parts.base.replace('_', ' ')} with varying intercepts by a group index, which no grouped "
+        "release covers yet (grouped releases: linear and logistic regression); the general routes apply"
+    )
 
 
 def _product_of(v: Any) -> tuple[Any, Any] | None:

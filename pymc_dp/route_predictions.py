@@ -1,7 +1,8 @@
 """What the release routes can deliver, predicted from public quantities only (the planner's rows for them).
 
 Two routes release once and then draw at no further cost: the released statistics of a linear,
-logistic or Poisson regression (:func:`pymc_dp.release_statistics`), and the general
+logistic, Poisson or negative-binomial regression, or of a grouped linear or logistic regression
+(:func:`pymc_dp.release_statistics`), and the general
 release-once route (:func:`pymc_dp.release_once`). This module holds their settings as the
 one-call route runs them, their recommendation texts and the release-once prediction that
 :func:`pymc_dp.plan` prints; :mod:`pymc_dp.release_once` takes its noise split from here.
@@ -199,12 +200,15 @@ def released_statistics_row(family: str, n_rows: int, epsilon: float) -> dict[st
 def release_anchors(family: str, n_rows: int, epsilon: float) -> int:
     """The covariate anchors the one-call released-statistics route takes (public N and ε only).
 
-    Linear regression none; logistic two; Poisson one below N·ε = 50,000, where a Newton step on
+    Linear regression and the grouped releases none (a grouped release takes no anchors);
+    logistic and negative binomial two; Poisson one below N·ε = 50,000, where a Newton step on
     the noisy Hessian does not pay, and two above, where the first one's expansion bias shows
     (docs/exponential_family.md, count models).
     """
-    if family == "linear_regression":
-        return 0
+    if family in ("linear_regression", "grouped_linear_regression", "grouped_logistic_regression"):
+        return 0  # a grouped release takes no anchors
+    if family == "negative_binomial_regression":
+        return 2  # at least one required; two recommended (docs/exponential_family.md)
     if family == "poisson_regression":
         return 1 if n_rows * epsilon < 50_000 else 2
     return 2
@@ -226,6 +230,27 @@ RELEASE_ROUTES = {
         "noise-aware likelihood "
         "with any sampler at no further cost (docs/exponential_family.md)"
     ),
+    "negative_binomial_regression": (
+        "this is a negative-binomial regression with a log link and a public dispersion alpha (a constant of the "
+        "graph): release its polynomial statistics and two score anchors once, "
+        "pmdp.release_statistics('negative_binomial_regression', (X, y), epsilon={epsilon:g}{noise}, "
+        "covariate_anchors=2, n_features=..., x_bounds=..., y_max=..., alpha=...), and sample the noise-aware "
+        "likelihood with any sampler at no further cost (docs/exponential_family.md)"
+    ),
+    "grouped_linear_regression": (
+        "this is a linear regression with varying intercepts by a group index: release its per-group sufficient "
+        "statistics once (a row touches only its own group's cell, so one release covers every group and the group "
+        "sizes stay private), pmdp.release_statistics('linear_regression', (X, y, groups), epsilon={epsilon:g}"
+        "{noise}, n_groups=..., n_features=..., x_bounds=..., y_bounds=...), and sample the noise-aware likelihood "
+        "(true statistics and group sizes latent) at no further cost (docs/exponential_family.md)"
+    ),
+    "grouped_logistic_regression": (
+        "this is a logistic regression with varying intercepts by a group index: release its per-group statistics "
+        "once (a row touches only its own group's cell, so one release covers every group and the group sizes stay "
+        "private), pmdp.release_statistics('logistic_regression', (X, y, groups), epsilon={epsilon:g}{noise}, "
+        "n_groups=..., n_features=..., x_bounds=...), and sample the noise-aware likelihood (true statistics and "
+        "group sizes latent) at no further cost (docs/exponential_family.md)"
+    ),
     "linear_regression": (
         "this is a linear regression: release its sufficient statistics once, "
         "pmdp.release_statistics('linear_regression', (X, y), epsilon={epsilon:g}{noise}, n_features=..., "
@@ -239,7 +264,9 @@ def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, del
     """The Gaussian release's noise variance over the Laplace release's, for a regression of ``n_params``.
 
     An intercept and n − 1 covariates on [−1, 1] (logistic regression: n = ``n_params``; Poisson
-    regression: the same, with counts clipped to y_max = 10; linear
+    regression: the same, with counts clipped to y_max = 10, and α = 1 for the negative binomial; a grouped
+    regression: its ungrouped regression's, whose Δ₁ and Δ₂ are those of the G cells when the
+    bounds are symmetric, as here, up to the constant column; linear
     regression: n = ``n_params`` − 1, the last parameter being σ, with y on [−1, 1]): (τΔ₂)²
     over 2(Δ₁/ε)², τ the (ε, δ) noise multiplier of one Gaussian release. About τ²ε²/(2d) for d
     statistics of equal width (Δ₂ = Δ₁/√d), so below 1 once the regression has a few
@@ -250,10 +277,15 @@ def gaussian_to_laplace_variance(family: str, n_params: int, epsilon: float, del
 
     if family not in RELEASE_ROUTES:
         raise ValueError(f"`family` must be one of {sorted(RELEASE_ROUTES)}. Found {family!r}.")
-    n_features = max(n_params - (1 if family == "linear_regression" else 0), 1)
+    base = family.removeprefix("grouped_")
+    n_features = max(n_params - (1 if base == "linear_regression" else 0), 1)
     bounds = ([1.0] + [-1.0] * (n_features - 1), [1.0] * n_features)
-    extra = {"linear_regression": {"y_bounds": (-1.0, 1.0)}, "poisson_regression": {"y_max": 10}}.get(family, {})
-    fam = get_family(family, n_features=n_features, x_bounds=bounds, **extra)
+    extra = {
+        "linear_regression": {"y_bounds": (-1.0, 1.0)},
+        "poisson_regression": {"y_max": 10},
+        "negative_binomial_regression": {"y_max": 10, "alpha": 1.0},
+    }.get(base, {})
+    fam = get_family(base, n_features=n_features, x_bounds=bounds, **extra)
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     return (tau * fam.l2_sensitivity()) ** 2 / (2.0 * (fam.l1_sensitivity() / epsilon) ** 2)
 
@@ -264,8 +296,10 @@ def one_call_route(the_plan: Any) -> tuple[str | None, str]:
     ``the_plan`` is a :class:`pymc_dp.planning.Plan` (which calls this when it is made).
 
     Follows ``the_plan.recommended`` (public quantities only: the graph, N, P, ε, δ, the
-    chains): the released statistics and NUTS on their noise-aware likelihood for a linear or
-    logistic regression written as a PyMC model; else DPPenaltyMH for the planner's
+    chains): the released statistics and NUTS on their noise-aware likelihood for a regression
+    the releases describe (:data:`pymc_dp.regression_graph.ROUTABLE_FAMILIES`, PyMC or Bambi;
+    preferred whenever the graph is one: its error depends on the public bounds against the
+    rows' unknown scale, so it is measured, not predicted against release-once); else DPPenaltyMH for the planner's
     iterations when it can deliver 100 effective draws; else release-once
     (:func:`pymc_dp.release_once`, ``"auto"`` clip bounds) when its predicted sd is at most 3
     non-private sds with the curvature resolved; else DPADVI when its expected mean error is
@@ -281,12 +315,17 @@ def one_call_route(the_plan: Any) -> tuple[str | None, str]:
         family = the_plan.released_statistics or ""
         bounds = {
             "linear_regression": "x_bounds and y_bounds",
+            "grouped_linear_regression": "x_bounds and y_bounds",
             "poisson_regression": "x_bounds and y_bounds=(0, y_max)",
+            "negative_binomial_regression": "x_bounds and y_bounds=(0, y_max)",
         }
         bounds = bounds.get(family, "x_bounds")
         anchors = {
             "logistic_regression": " with two covariate anchors",
             "poisson_regression": " with one or two anchors",
+            "negative_binomial_regression": " with two score anchors",
+            "grouped_linear_regression": " per group",
+            "grouped_logistic_regression": " per group",
         }
         anchors = anchors.get(family, "")
         return "release_statistics", (
@@ -298,7 +337,7 @@ def one_call_route(the_plan: Any) -> tuple[str | None, str]:
         return "DPPenaltyMH", (
             f"DPPenaltyMH for the planner's {penalty.iterations} iterations per chain (draws='auto'), private clip "
             f"bound, chains started from a DPADVI fit: expected ESS ≈ {penalty.expected_ess * the_plan.chains:.3g} "
-            f"in all at {n_eps}, and the graph is not a linear or logistic regression with a release route"
+            f"in all at {n_eps}, and the graph is not a regression with a release route"
         )
     if the_plan.recommended == "release_once":
         return "release_once", (

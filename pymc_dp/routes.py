@@ -2,8 +2,10 @@
 
 :func:`sample_one_call` checks the arguments, asks :func:`pymc_dp.plan` for the route
 (``Plan.one_call_route``, from public quantities only: the graph, N, P, ε, δ and the chains),
-refuses settings the route would ignore, and runs it: the released statistics of a linear or
-logistic regression and NUTS on their noise-aware likelihood, DPPenaltyMH through
+refuses settings the route would ignore, and runs it: the released statistics of a linear,
+logistic, Poisson or negative-binomial regression (log link, α a constant of the graph), or of a
+linear or logistic regression with varying intercepts by a group index (one cell per group), and
+NUTS on their noise-aware likelihood in a copy of the model's priors, DPPenaltyMH through
 :func:`pymc_dp.sample` itself, release-once (:func:`pymc_dp.release_once` with its ``"auto"``
 clip bounds: a priced share of ε releases the rows' median score and Hessian norms before the
 Newton releases, all priced before the first row is read), or DPADVI. The result records the
@@ -165,38 +167,45 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
 
 
 def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> tuple[dict[str, Any], Any]:
-    """The release's settings from the public bounds (checked), and the family they describe (reads nothing)."""
-    from pymc_dp.exponential_family.families import get_family
+    """The release's settings from the public bounds (checked), and the family they describe (reads nothing).
 
-    family = parts.family
-    linear = family == "linear_regression"
-    width = parts.matrix.type.shape[1]
+    Ungrouped regressions take the intercept as a column of ones with bounds (1, 1); a grouped
+    one folds it into the group intercepts, and its settings carry ``n_groups`` (G, the static
+    length of the group effects: public) and the covariates' bounds alone.
+    """
+    from pymc_dp.exponential_family.families import get_family
+    from pymc_dp.exponential_family.grouped import grouped_family
+
+    family, base, grouped = parts.family, parts.base, parts.groups is not None
+    linear, counts = base == "linear_regression", base in ("poisson_regression", "negative_binomial_regression")
+    width = 0 if parts.matrix is None else parts.matrix.type.shape[1]
     if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
         width = int(parts.matrix.shape[1].eval())
-    if x_bounds is None:
+    if x_bounds is None and width:
         raise ValueError(
             f"`x_bounds` must be given for the released-statistics route ({family}): public (lower, upper) bounds of "
             f"each of the data matrix's {width} columns. Found None."
         )
-    if linear and y_bounds is None:
+    if x_bounds is not None and not width:
+        raise ValueError(f"`x_bounds` must be None for a {family} without covariates. Found {x_bounds!r}.")
+    if (linear or counts) and y_bounds is None:
+        what = "(0, y_max), the public bound the counts are clipped to" if counts else "bounds of the outcome"
         raise ValueError(
-            "`y_bounds` must be given for the released-statistics route (linear_regression): public (lower, upper) "
-            "bounds of the outcome. Found None."
-        )
-    counts = family == "poisson_regression"
-    if counts and y_bounds is None:
-        raise ValueError(
-            "`y_bounds` must be given for the released-statistics route (poisson_regression): (0, y_max), the public "
-            "bound the counts are clipped to. Found None."
+            f"`y_bounds` must be given for the released-statistics route ({family}): public (lower, upper) {what}. "
+            "Found None."
         )
     if not (linear or counts) and y_bounds is not None:
         raise ValueError(
             f"`y_bounds` must be None for a logistic regression (its outcome is 0 or 1). Found {y_bounds!r}."
         )
-    lower, upper = _bounds_pair("x_bounds", x_bounds, width)
-    if parts.intercept is not None:  # the intercept is the coefficient of a column of ones
-        lower, upper = np.concatenate([[1.0], lower]), np.concatenate([[1.0], upper])
-    settings: dict[str, Any] = {"n_features": lower.size, "x_bounds": (lower.tolist(), upper.tolist())}
+    settings: dict[str, Any] = {}
+    if width:
+        lower, upper = _bounds_pair("x_bounds", x_bounds, width)
+        if parts.intercept is not None and not grouped:  # the intercept is the coefficient of a column of ones
+            lower, upper = np.concatenate([[1.0], lower]), np.concatenate([[1.0], upper])
+        settings.update(n_features=lower.size, x_bounds=(lower.tolist(), upper.tolist()))
+    elif not grouped:  # only an intercept: one column of ones
+        settings.update(n_features=1, x_bounds=([1.0], [1.0]))
     if linear:
         y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
         settings["y_bounds"] = (float(y_lower[0]), float(y_upper[0]))
@@ -204,28 +213,38 @@ def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> t
         y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
         if y_lower[0] != 0.0 or y_upper[0] < 1.0 or y_upper[0] != round(y_upper[0]):
             raise ValueError(
-                "`y_bounds` must be (0, y_max) with y_max a positive integer for a Poisson regression (counts are "
-                f"clipped to 0..y_max). Found {y_bounds!r}."
+                f"`y_bounds` must be (0, y_max) with y_max a positive integer for a {base.replace('_', ' ')} (counts "
+                f"are clipped to 0..y_max). Found {y_bounds!r}."
             )
         settings["y_max"] = int(y_upper[0])
+    if base == "negative_binomial_regression":
+        settings["alpha"] = parts.dispersion  # a constant of the graph: public
+    if grouped:
+        settings = {"n_groups": parts.n_groups, "n_features": width, **settings}
+        return settings, grouped_family(base, **settings)  # checks the settings
     return settings, get_family(family, **settings)  # checks the settings
 
 
 def _likelihood_parameters(model: Any, prior: Any, parts: RegressionParts) -> dict[str, Any]:
-    """The noise-aware likelihood's parameters (``beta``, and ``sigma`` for a linear regression) on ``prior``'s
-    variables: the model's coefficients, intercept and σ graphs with its free variables replaced."""
+    """The noise-aware likelihood's parameters on ``prior``'s variables: the model's coefficients (``beta``),
+    intercept, group effects (``alpha``, with the intercept added, for a grouped release) and σ graphs with its free
+    variables replaced."""
     import pytensor.tensor as pt
     from pytensor.graph.replace import graph_replace
 
     to_prior = {rv: prior[rv.name] for rv in model.free_RVs}
-    pieces = [parts.coefficients, *(p for p in (parts.intercept, parts.sigma) if p is not None)]
-    replaced = dict(zip([id(p) for p in pieces], graph_replace(pieces, to_prior, strict=False), strict=True))
-    beta = replaced[id(parts.coefficients)]
-    if parts.intercept is not None:
-        beta = pt.concatenate([pt.atleast_1d(replaced[id(parts.intercept)]), beta])
-    params = {"beta": beta}
-    if parts.family == "linear_regression":
-        params["sigma"] = replaced[id(parts.sigma)]
+    names = ("coefficients", "intercept", "sigma", "group_effects")
+    pieces = {k: getattr(parts, k) for k in names if getattr(parts, k) is not None}
+    replaced = dict(zip(pieces, graph_replace(list(pieces.values()), to_prior, strict=False), strict=True))
+    params: dict[str, Any] = {}
+    if "coefficients" in replaced:
+        params["beta"] = replaced["coefficients"]
+    if parts.groups is not None:
+        params["alpha"] = replaced["group_effects"] + replaced.get("intercept", 0.0)
+    elif "intercept" in replaced:
+        params["beta"] = pt.concatenate([pt.atleast_1d(replaced["intercept"]), params.get("beta", pt.zeros(0))])
+    if parts.base == "linear_regression":
+        params["sigma"] = replaced["sigma"]
     return params
 
 
@@ -257,13 +276,17 @@ def _release_route(
     name = parts.outcome.name
     while any(n == name or n.startswith(f"{name}_") for n in prior.named_vars):
         name = f"{name}_release"
-    design = _observed_array(parts.matrix)
-    if parts.intercept is not None:
-        design = np.column_stack([np.ones(n_rows), design])
+    design = None if parts.matrix is None else _observed_array(parts.matrix)
     outcome = _observed_array(model.rvs_to_values[parts.outcome])
+    if parts.groups is not None:  # (X, y, groups); the intercept is in the group intercepts
+        data = (design, outcome, _observed_array(parts.groups))
+    elif parts.intercept is not None:
+        data = (np.ones((n_rows, 1)) if design is None else np.column_stack([np.ones(n_rows), design]), outcome)
+    else:
+        data = (design, outcome)
     release = release_statistics(  # the one access to the rows, charged once
-        family,
-        (design, outcome),
+        parts.base if parts.groups is not None else family,
+        data,
         epsilon=epsilon,
         budget=s["budget"],
         covariate_anchors=anchors,

@@ -121,21 +121,45 @@ def test_regression_parts_reads_the_linear_predictor_from_the_graph():
         assert pmdp.plan(model, epsilon=1.0, delta=DELTA).one_call_route != "release_statistics"
 
 
-def test_a_bambi_regression_is_recognised_but_not_sent_to_the_release_route():
-    bmb = pytest.importorskip("bambi", reason="bambi is in the test extra; `pip install -e '.[test]'`")
+def _bambi_frame(n_rows: int = 2000):
     pd = pytest.importorskip("pandas")
-    x = np.linspace(-1.0, 1.0, 2000)
-    frame = pd.DataFrame({"x": x, "y": 1.0 + 0.5 * x + np.random.default_rng(35).normal(size=x.size)})
+    rng = np.random.default_rng(35)
+    x = np.linspace(-1.0, 1.0, n_rows)
+    group = rng.integers(0, 4, n_rows)
+    y = 1.0 + 0.5 * x + np.array([-0.5, 0.0, 0.3, 0.6])[group] + rng.normal(size=n_rows)
+    counts = rng.negative_binomial(2.0, 2.0 / (2.0 + np.exp(0.5 + 0.4 * x)))
+    return pd.DataFrame({"x": x, "g": pd.Categorical([f"g{k}" for k in group]), "y": y, "c": counts})
+
+
+def test_bambi_regressions_are_recognised_and_sent_to_their_release_route():
+    bmb = pytest.importorskip("bambi", reason="bambi is in the test extra; `pip install -e '.[test]'`")
+    frame = _bambi_frame()
     priors = {
         "Intercept": bmb.Prior("Normal", mu=0, sigma=5),
         "x": bmb.Prior("Normal", mu=0, sigma=2),
         "sigma": bmb.Prior("HalfNormal", sigma=2),
     }
-    model = pmdp.from_bambi(bmb.Model("y ~ x", frame, priors=priors, auto_scale=False, center_predictors=False))
-    assert regression_parts(model).family == "linear_regression"  # through Bambi's named view of mu
-    plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
-    # the release route takes a PyMC model's (X, y) and priors, not a Bambi model: what runs on it instead
-    assert plan.one_call_route == plan.recommended and plan.one_call_route in {"DPPenaltyMH", "release_once", "DPADVI"}
+    fixed = {"auto_scale": False, "center_predictors": False}
+    linear = pmdp.from_bambi(bmb.Model("y ~ x", frame, priors=priors, **fixed))
+    grouped_priors = {**priors, "1|g": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1))}
+    grouped = pmdp.from_bambi(bmb.Model("y ~ x + (1|g)", frame, priors=grouped_priors, **fixed))
+    nb_priors = {"Intercept": priors["Intercept"], "x": priors["x"], "alpha": 2.0}  # α a public constant
+    nb = pmdp.from_bambi(bmb.Model("c ~ x", frame, family="negativebinomial", priors=nb_priors, **fixed))
+    free_alpha = {**nb_priors, "alpha": bmb.Prior("Gamma", alpha=2, beta=1)}  # recognised, but not released
+    nb_free = pmdp.from_bambi(bmb.Model("c ~ x", frame, family="negativebinomial", priors=free_alpha, **fixed))
+    slopes_priors = {**grouped_priors, "x|g": grouped_priors["1|g"]}
+    slopes = pmdp.from_bambi(bmb.Model("y ~ x + (x|g)", frame, priors=slopes_priors, **fixed))
+    expected = {"linear_regression": linear, "grouped_linear_regression": grouped, "negative_binomial_regression": nb}
+    for family, model in expected.items():
+        assert regression_parts(model).family == family  # through Bambi's named views and nested sums
+        plan = pmdp.plan(model, epsilon=4.0, delta=DELTA)
+        assert plan.one_call_route == "release_statistics" == plan.recommended
+        assert plan.released_statistics == family and family.replace("_", " ") in plan.one_call_reason
+    assert regression_parts(grouped).n_groups == 4 and regression_parts(nb).dispersion == 2.0
+    plan = pmdp.plan(nb_free, epsilon=4.0, delta=DELTA)
+    assert plan.released_statistics is None and plan.one_call_route != "release_statistics"
+    assert "free dispersion alpha" in plan.one_call_reason
+    assert regression_parts(slopes) is None  # varying slopes: no grouped release takes them from the graph yet
 
 
 @pytest.mark.parametrize("use_data", [True, False])
@@ -170,6 +194,108 @@ def test_a_linear_regression_takes_the_release_route_in_plan_and_sample():
     with model, pytest.raises(ValueError, match="`init` must be left unset"):
         pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(-3, 3), init="prior", budget=budget)
     assert _unspent(budget)
+
+
+def _counts(family: str, n_rows: int = 400, link=None, alpha=2.0) -> pm.Model:
+    """A Poisson or negative-binomial regression with a log link (or ``link``) on two covariates in [−1, 1]."""
+    rng = np.random.default_rng(21)
+    x = rng.uniform(-1, 1, size=(n_rows, 2))
+    mean = np.exp(0.5 + x @ np.array([0.4, -0.3]))
+    y = rng.poisson(mean) if family == "poisson" else rng.negative_binomial(2.0, 2.0 / (2.0 + mean))
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 1, shape=2)
+        mu = (link or pm.math.exp)(a + x @ b)
+        if family == "poisson":
+            pm.Poisson("y", mu=mu, observed=y)
+        else:
+            pm.NegativeBinomial("y", mu=mu, alpha=alpha if alpha is not None else pm.Gamma("alpha", 2, 1), observed=y)
+    return model
+
+
+def _grouped(likelihood: str, n_rows: int = 400, n_groups: int = 5, covariates: bool = True):
+    """A varying-intercept model (non-centred group intercepts) with a group index held in a pm.Data container."""
+    rng = np.random.default_rng(23)
+    x = rng.uniform(-1, 1, size=(n_rows, 2))
+    group = rng.integers(0, n_groups, n_rows)
+    eta = rng.normal(0, 0.5, n_groups)[group] + x @ np.array([0.5, -0.3])
+    with pm.Model() as model:
+        index = pm.Data("group", group)
+        mu = pm.Normal("mu", 0, 2)
+        sd = pm.HalfNormal("sd", 1)
+        offset = pm.Normal("offset", 0, 1, shape=n_groups)
+        intercepts = mu + sd * offset
+        b = pm.Normal("b", 0, 1, shape=2)
+        lin = intercepts[index] + x @ b if covariates else intercepts[index]
+        if likelihood == "normal":
+            pm.Normal("y", lin, pm.HalfNormal("sigma", 1), observed=eta + 0.5 * rng.normal(size=n_rows))
+        elif likelihood == "bernoulli":
+            pm.Bernoulli("y", logit_p=lin, observed=(rng.random(n_rows) < 1 / (1 + np.exp(-eta))).astype("int64"))
+        else:
+            pm.Poisson("y", mu=pm.math.exp(lin), observed=rng.poisson(np.exp(eta)))
+    return model
+
+
+def test_count_and_grouped_regressions_are_recognised_from_the_graph_and_near_misses_are_not():
+    import pytensor.tensor as pt
+
+    cases = {
+        "poisson_regression": _counts("poisson"),
+        "negative_binomial_regression": _counts("negative_binomial"),
+        "grouped_linear_regression": _grouped("normal"),
+        "grouped_logistic_regression": _grouped("bernoulli"),
+    }
+    for family, model in cases.items():
+        parts = regression_parts(model)
+        assert parts.family == family and parts.routable
+        plan = pmdp.plan(model, epsilon=2.0, delta=DELTA)
+        assert plan.one_call_route == "release_statistics" == plan.recommended
+        assert plan.released_statistics == family and family.replace("_", " ") in plan.one_call_reason
+        assert f"without step= runs: {plan.one_call_reason}" in str(plan)
+    nb = regression_parts(cases["negative_binomial_regression"])
+    assert nb.dispersion == 2.0 and nb.intercept is not None and nb.matrix is not None
+    grouped = regression_parts(cases["grouped_linear_regression"])
+    assert grouped.n_groups == 5 and grouped.groups.name == "group" and grouped.intercept is None
+    assert regression_parts(_grouped("normal", covariates=False)).matrix is None  # group intercepts alone
+    # recognised, but no release covers them: the general routes, and the plan says why
+    for model, why in (
+        (_counts("negative_binomial", alpha=None), "free dispersion alpha"),
+        (_grouped("poisson"), "no grouped release covers yet"),
+    ):
+        assert not regression_parts(model).routable
+        plan = pmdp.plan(model, epsilon=2.0, delta=DELTA)
+        assert plan.released_statistics is None and plan.one_call_route != "release_statistics"
+        assert why in plan.one_call_reason and why in plan.recommendation
+    # near misses: a non-log link; an index that is not one data vector (a free variable's, or a computed one)
+    for model in (_counts("poisson", link=pt.softplus), _counts("negative_binomial", link=pt.sqr)):
+        assert regression_parts(model) is None
+        assert pmdp.plan(model, epsilon=2.0, delta=DELTA).one_call_route != "release_statistics"
+    rng = np.random.default_rng(3)
+    x, group = rng.uniform(-1, 1, size=(400, 2)), rng.integers(0, 5, 400)
+    with pm.Model() as shifted:  # the index reads every row through a comparison with the data's mean
+        index = pm.Data("group", group)
+        a = pm.Normal("a", 0, 1, shape=5)
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", a[pt.switch(pt.gt(index, index.mean()), 1, 0)] + x @ b, 1.0, observed=rng.normal(size=400))
+    assert regression_parts(shifted) is None
+
+
+def test_count_and_grouped_release_routes_check_their_public_bounds_before_anything_is_spent():
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=400)
+    cases = [
+        (_counts("negative_binomial"), {"x_bounds": (-1, 1)}, r"`y_bounds` must be given .*\(negative_binomial_reg"),
+        (_counts("negative_binomial"), {"x_bounds": (-1, 1), "y_bounds": (0, 2.5)}, "y_max a positive integer for"),
+        (_counts("poisson"), {"x_bounds": (-1, 1), "y_bounds": (1, 10)}, r"`y_bounds` must be \(0, y_max\)"),
+        (_grouped("normal"), {"x_bounds": (-1, 1)}, r"`y_bounds` must be given .*\(grouped_linear_regression\)"),
+        (_grouped("normal"), {"y_bounds": (-3, 3)}, r"`x_bounds` must be given .*\(grouped_linear_regression\)"),
+        (_grouped("bernoulli"), {"x_bounds": (-1, 1), "y_bounds": (0, 1)}, "`y_bounds` must be None for a logistic"),
+        (_grouped("normal", covariates=False), {"x_bounds": (-1, 1), "y_bounds": (-3, 3)}, "`x_bounds` must be None"),
+        (_grouped("bernoulli"), {"x_bounds": (-1, 1), "tune": 10, "backend": "jax"}, "`backend` must be left unset"),
+    ]
+    for model, kwargs, message in cases:
+        with model, pytest.raises(ValueError, match=message):
+            pmdp.sample(epsilon=2.0, delta=DELTA, budget=budget, **kwargs, **QUIET)
+        assert _unspent(budget), kwargs
 
 
 def test_models_no_release_family_covers_take_the_release_once_route_in_the_plan():
@@ -353,3 +479,62 @@ def test_the_linear_release_route_end_to_end():
     record = json.loads(idata.posterior.attrs["dp_accountant"])
     assert record["route"]["family"] == "linear_regression" and record["route"]["covariate_anchors"] == 0
     assert {"coef", "sigma"} <= set(idata.posterior.data_vars)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("likelihood", ["normal", "bernoulli"])
+def test_the_grouped_release_route_end_to_end(likelihood):
+    model = _grouped(likelihood, n_rows=2000)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    bounds = {"x_bounds": (-1, 1), **({"y_bounds": (-3, 3)} if likelihood == "normal" else {})}
+    with model:
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, draws=100, tune=100, chains=2, budget=budget, on_poor_mixing="ignore",
+            **bounds, **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    family = f"grouped_{'linear' if likelihood == 'normal' else 'logistic'}_regression"
+    assert record["route"]["family"] == family and record["route"]["covariate_anchors"] == 0
+    assert record["family"]["n_groups"] == 5 and record["family"]["x_bounds"] == [[-1.0, -1.0], [1.0, 1.0]]
+    assert {"mu", "sd", "offset", "b"} <= set(idata.posterior.data_vars)
+    assert idata.posterior["offset"].shape[-1] == 5
+
+
+@pytest.mark.slow
+def test_the_negative_binomial_release_route_end_to_end():
+    model = _counts("negative_binomial", n_rows=2000)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    with model:
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(0, 30), draws=100, tune=100, chains=2,
+            budget=budget, on_poor_mixing="ignore", **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert record["route"]["family"] == "negative_binomial_regression" and record["route"]["covariate_anchors"] == 2
+    assert record["family"]["alpha"] == 2.0 and record["family"]["y_max"] == 30
+    assert {"a", "b"} <= set(idata.posterior.data_vars)
+
+
+@pytest.mark.slow
+def test_a_bambi_varying_intercept_model_runs_the_grouped_release_route():
+    bmb = pytest.importorskip("bambi", reason="bambi is in the test extra; `pip install -e '.[test]'`")
+    priors = {
+        "Intercept": bmb.Prior("Normal", mu=0, sigma=5),
+        "x": bmb.Prior("Normal", mu=0, sigma=2),
+        "sigma": bmb.Prior("HalfNormal", sigma=2),
+        "1|g": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
+    }
+    model = pmdp.from_bambi(
+        bmb.Model("y ~ x + (1|g)", _bambi_frame(), priors=priors, auto_scale=False, center_predictors=False)
+    )
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    with model:
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(-4, 6), draws=100, tune=100, chains=2,
+            budget=budget, on_poor_mixing="ignore", **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    assert json.loads(idata.posterior.attrs["dp_accountant"])["family"]["n_groups"] == 4
+    assert {"Intercept", "x", "sigma", "1|g_offset"} <= set(idata.posterior.data_vars)

@@ -165,13 +165,19 @@ def test_plan_finds_no_released_statistics_route_for_other_models():
         beta = pm.Normal("beta", 0, 1, shape=2)
         pm.Normal("y", pm.math.dot(x, beta), pm.math.exp(x[:, 0]), observed=rng.normal(size=200))
     groups = rng.integers(0, 5, 200)
-    with pm.Model() as random_intercepts:  # a hierarchical model: not one regression's statistics
+    with pm.Model() as crossed:  # two group indices (crossed effects): no grouped release describes them
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        effect = pm.Normal("effect", 0, 1, shape=5)
+        other = pm.Normal("other", 0, 1, shape=3)
+        pm.Normal("y", pm.math.dot(x, beta) + effect[groups] + other[groups % 3], 1.0, observed=rng.normal(size=200))
+    for model in (poisson, mean_only, two_observed, data_in_sigma, crossed):
+        result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
+        assert result.released_statistics is None and result.recommended != "release_statistics"
+    with pm.Model() as random_intercepts:  # one group index: the grouped release (tests/test_one_call.py)
         beta = pm.Normal("beta", 0, 1, shape=2)
         effect = pm.Normal("effect", 0, 1, shape=5)
         pm.Normal("y", pm.math.dot(x, beta) + effect[groups], 1.0, observed=rng.normal(size=200))
-    for model in (poisson, mean_only, two_observed, data_in_sigma, random_intercepts):
-        result = pmdp.plan(model, epsilon=1.0, delta=1e-6)
-        assert result.released_statistics is None and result.recommended != "release_statistics"
+    assert pmdp.plan(random_intercepts, epsilon=1.0, delta=1e-6).released_statistics == "grouped_linear_regression"
     with pytest.raises(ValueError, match="`released_statistics` must be None or one of"):
         plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=100, n_params=2, released_statistics="poisson")
 
@@ -393,9 +399,11 @@ def test_the_default_posterior_sd_guess_is_near_the_exact_one_for_the_readme_reg
 def test_the_release_once_row_is_predicted_from_the_noise_the_route_will_use():
     from pymc_dp.accounting.composition import compose_epsilon
     from pymc_dp.release_once import release_once_events
+    from pymc_dp.route_predictions import release_once_noise_multipliers
 
     row = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=10_000, n_params=4).method("release_once")
-    events, taus = release_once_events(1.0, 1e-6, 6, 0.25, 0.5, clip_releases=12)  # the one-call route's
+    taus, tau_clip = release_once_noise_multipliers(1.0, 1e-6, 6, 0.25, 0.5, clip_releases=12)
+    events = release_once_events(taus, tau_clip, 12)  # the one-call route's
     assert (row.noise["score_noise_multiplier"], row.noise["hessian_noise_multiplier"]) == taus[-1]
     assert row.iterations == 6
     assert compose_epsilon(events, 1e-6)[0] == pytest.approx(1.0, rel=1e-6)
