@@ -102,7 +102,7 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_no
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
-from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route
+from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route, unroutable_note
 from pymc_dp.route_predictions import (
     RELEASE_ONCE_MAX_SD_RATIO,
     RELEASE_ROUTES,
@@ -156,29 +156,22 @@ def default_dpadvi_sampling_rate(n_rows: int) -> float:
     return min(1.0, DPADVI_BATCH_ROWS / n_rows)
 
 
-def penalty_ess(
-    iterations: int,
-    *,
-    mu_total: float,
-    llr_clip: float,
-    posterior_sd: float,
-    n_params: int,
-    chains: int,
-    neighbouring: str = "substitute",
-    tune_fraction: float = TUNE_FRACTION,
-) -> float:
+def penalty_ess(iterations: int, **setting: Any) -> float:
     """Expected bulk ESS of one DPPenaltyMH chain of ``iterations`` (tuning included).
 
-    ESS ≈ 0.331 (1 − f) k / (P (1 + c²)) with c² = κ² b² s² C k / (2 μ*): see the module
-    docstring for the derivation.
+    ``setting``: the keywords of :func:`penalty_ess_limit` (``mu_total``, ``llr_clip``,
+    ``posterior_sd``, ``n_params``, ``chains``, optionally ``neighbouring`` and
+    ``tune_fraction``). ESS ≈ 0.331 (1 − f) k / (P (1 + c²)) with c² = κ² b² s² C k / (2 μ*):
+    see the module docstring for the derivation.
     """
+    penalty_ess_limit(**setting)  # the keywords checked: the same setting as the limit's
     return penalty_ess_from_noise(
-        (1.0 - tune_fraction) * iterations,
-        noise_multiplier=math.sqrt(chains * iterations / (2 * mu_total)),  # τ² = C k / (2 μ*)
-        llr_clip=llr_clip,
-        posterior_sd=posterior_sd,
-        n_params=n_params,
-        neighbouring=neighbouring,
+        (1.0 - setting.get("tune_fraction", TUNE_FRACTION)) * iterations,
+        noise_multiplier=math.sqrt(setting["chains"] * iterations / (2 * setting["mu_total"])),  # τ² = C k / (2 μ*)
+        llr_clip=setting["llr_clip"],
+        posterior_sd=setting["posterior_sd"],
+        n_params=setting["n_params"],
+        neighbouring=setting.get("neighbouring", "substitute"),
     )
 
 
@@ -293,15 +286,16 @@ class Plan:
     methods: tuple[MethodPlan, ...]
     recommendation: str
     details: dict[str, Any] = field(default_factory=dict)
-    #: The method the recommendation names: ``"release_statistics"`` for a linear or logistic
-    #: regression (``released_statistics`` below) not built by Bambi (the route takes a PyMC model),
+    #: The method the recommendation names: ``"release_statistics"`` for a regression the releases
+    #: describe (``released_statistics`` below; Bambi's models too),
     #: else a DP sampler when one can deliver 100 effective draws, else ``"release_once"`` when its
     #: predicted posterior is usable, else ``"DPADVI"`` when its expected mean error is below half a
     #: posterior sd, else ``None`` (no route here: more ε, more rows, or
     #: released statistics for a conjugate model).
     recommended: str | None = None
     #: The :func:`pymc_dp.release_statistics` family that describes the model's likelihood
-    #: (``"logistic_regression"`` or ``"linear_regression"``), found from the graph by
+    #: (:data:`pymc_dp.regression_graph.ROUTABLE_FAMILIES`: linear, logistic, Poisson,
+    #: negative-binomial, grouped linear or logistic regression), found from the graph by
     #: :func:`plan`; ``None`` otherwise. Either route is then the recommendation (the logistic
     #: one with two covariate anchors).
     released_statistics: str | None = None
@@ -675,22 +669,7 @@ ONE_CALL_ROUTES = ("release_statistics", "DPPenaltyMH", "release_once", "DPADVI"
 
 
 @withholds_chains
-def plan(
-    model: Any = None,
-    *,
-    epsilon: float,
-    delta: float,
-    chains: int = 4,
-    llr_clip: float | None = None,
-    grad_clip: float | None = None,
-    posterior_sd: Any = None,
-    neighbouring: str = "substitute",
-    n_leapfrog: int = 10,
-    grad_budget_share: float = 0.5,
-    dpadvi_sampling_rate: float | None = None,
-    dpadvi_iterations: int = 2000,
-    max_iterations: int = 20000,
-) -> Plan:
+def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **settings: Any) -> Plan:
     """Predict, per method, what a run at (ε, δ) can deliver, before any data access.
 
     Reads only public quantities of ``model``: its number of rows N (from the shape of the
@@ -704,6 +683,8 @@ def plan(
         The target.
     chains : int, default 4
         Chains of the sampler; all share the budget.
+    **settings
+        The other keywords of :func:`plan_from_settings` but those read from the model, below.
     llr_clip : float, optional
         b of DPPenaltyMH/DPHMC: the per-row log-likelihood ratio bound per unit distance.
         Default: twice a typical row's score norm at the default posterior sd (2√P; see the
@@ -754,34 +735,24 @@ def plan(
     model = modelcontext(model)
     point = model.initial_point()
     n_params = int(sum(np.size(point[v.name]) for v in model.value_vars))
-    route = released_statistics_route(model)
-    bambi = route is not None and "__obs__" in model.coords  # Bambi's observation dimension
+    parts = regression_parts(model)
+    route = parts.family if parts is not None and parts.routable else None
     continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)  # what release_once can take
+    from_model = sorted(set(settings) & {"n_rows", "n_params", "released_statistics", "release_once"})
+    if from_model:
+        raise TypeError(f"`{from_model[0]}` must be left unset: pmdp.plan reads it from the model. Found it given.")
     the_plan = plan_from_settings(
         epsilon=epsilon,
         delta=delta,
         n_rows=observed_rows(model),
         n_params=max(n_params, 1),
         chains=chains,
-        llr_clip=llr_clip,
-        grad_clip=grad_clip,
-        posterior_sd=posterior_sd,
-        neighbouring=neighbouring,
-        n_leapfrog=n_leapfrog,
-        grad_budget_share=grad_budget_share,
-        dpadvi_sampling_rate=dpadvi_sampling_rate,
-        dpadvi_iterations=dpadvi_iterations,
-        max_iterations=max_iterations,
-        released_statistics=None if bambi else route,
+        released_statistics=route,
         release_once=continuous and bool(model.observed_RVs),
+        **settings,
     )
-    if bambi:  # release_statistics takes arrays and a PyMC model, not a Bambi model: advise what runs on this one
-        the_plan = replace(
-            the_plan,
-            released_statistics=route,
-            recommendation=f"{the_plan.recommendation}; this Bambi model is a {route.replace('_', ' ')}: its "
-            "released-statistics route needs the regression written as a PyMC model (pmdp.release_statistics takes "
-            "the (X, y) arrays and adds its noise-aware likelihood to a pm.Model, not to a Bambi model; "
-            "docs/exponential_family.md)",
-        )
+    note = unroutable_note(parts)  # a regression the graph shows but no release covers: say why
+    if note is not None:
+        reason = f"{the_plan.one_call_reason}; {note}"
+        the_plan = replace(the_plan, recommendation=f"{the_plan.recommendation}; {note}", one_call_reason=reason)
     return the_plan

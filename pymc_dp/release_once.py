@@ -94,28 +94,16 @@ def clip_anchors(newton_steps: int, grad_clip: Any, hessian_clip: Any) -> tuple[
     return (newton_steps, per_anchor) if per_anchor else (0, 0)
 
 
-def release_once_events(
-    epsilon: float,
-    delta: float,
-    newton_steps: int,
-    hessian_share: float,
-    final_share: float,
-    clip_releases: int = 0,
-    clip_share: float = RELEASE_ONCE_CLIP_SHARE,
-) -> tuple[list[PrivacyEvent], list[tuple[float, float]]]:
-    """The run's events and each step's (τ_g, τ_H), from public settings alone.
+def release_once_events(taus: list[tuple[float, float]], tau_clip: float, clip_releases: int) -> list[PrivacyEvent]:
+    """The run's events from each Newton step's (τ_g, τ_H) and the ``clip_releases`` histograms' τ (public).
 
-    The μ that (ε, δ) allows (one Gaussian release at τ₁, μ = 1/(2τ₁²)) is split: with
-    ``clip_releases`` histograms for ``"auto"`` clip bounds, ``clip_share`` of it goes to them in
-    equal parts (:func:`clip_noise_multiplier`); of the rest step k gets sₖ (the last
-    ``final_share``, the others equal parts;
-    :func:`pymc_dp.route_predictions.release_once_noise_multipliers`), of which ``hessian_share``
-    goes to the Hessian release and the rest to the score release; a release with share s has
+    ``taus`` and ``tau_clip`` are :func:`pymc_dp.route_predictions.release_once_noise_multipliers`'s:
+    the μ that (ε, δ) allows (one Gaussian release at τ₁, μ = 1/(2τ₁²)) split between the
+    histograms of ``"auto"`` clip bounds (``clip_share`` in equal parts) and the Newton steps (step
+    k gets sₖ, the last ``final_share``, the others equal parts, of which ``hessian_share`` goes to
+    the Hessian release and the rest to the score release); a release with share s has
     τ = τ₁/√s, so the μ add up to the total. τ is raised by 10⁻⁹ relative, towards privacy.
     """
-    taus, tau_clip = release_once_noise_multipliers(
-        epsilon, delta, newton_steps, hessian_share, final_share, clip_releases, clip_share
-    )
     events: list[PrivacyEvent] = []
     if clip_releases:
         events += NoisyScoreNormHistogram.events(tau_clip, clip_releases, "release_once clip bounds (norm histograms)")
@@ -126,24 +114,18 @@ def release_once_events(
         events += NoisyClippedHessian.events(early[0][1], len(early), "release_once Hessian (early steps)")
     events += NoisyClippedGradient.events(taus[-1][0], 1, "release_once score (last step)")
     events += NoisyClippedHessian.events(taus[-1][1], 1, "release_once Hessian (last step)")
-    return events, taus
-
-
-def clip_noise_multiplier(epsilon: float, delta: float, clip_releases: int, clip_share: float) -> float:
-    """τ of each of ``clip_releases`` norm histograms sharing ``clip_share`` of the μ that (ε, δ) allows."""
-    return release_once_noise_multipliers(epsilon, delta, 1, 0.5, 0.5, clip_releases, clip_share)[1]
+    return events
 
 
 def _priced(s: dict[str, Any]) -> tuple[list[PrivacyEvent], list[tuple[float, float]], float]:
     """The run's events, each step's (τ_g, τ_H) and the histograms' τ (0 without), from the checked settings."""
     anchors, per_anchor = clip_anchors(s["newton_steps"], s["grad_clip"], s["hessian_clip"])
     releases = anchors * per_anchor
-    events, taus = release_once_events(
+    taus, tau_clip = release_once_noise_multipliers(
         s["epsilon"], s["delta"], s["newton_steps"], s["hessian_share"], s["final_share"], releases,
         s["clip_epsilon_share"],
     )  # fmt: skip
-    tau_clip = clip_noise_multiplier(s["epsilon"], s["delta"], releases, s["clip_epsilon_share"]) if releases else 0.0
-    return events, taus, tau_clip
+    return release_once_events(taus, tau_clip, releases), taus, tau_clip
 
 
 def _check_settings(s: dict[str, Any]) -> dict[str, Any]:

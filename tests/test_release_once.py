@@ -31,7 +31,14 @@ from pymc_dp.mechanisms.hessian import (
     symmetric_to_packed,
 )
 from pymc_dp.release_once import _newton, release_once, release_once_events
+from pymc_dp.route_predictions import release_once_noise_multipliers
 from pymc_dp.starts import public_initial_point
+
+
+def _events(epsilon, delta, steps, hessian_share, final_share, clip_releases=0):
+    """The run's events and each step's (τ_g, τ_H), as pmdp.release_once prices them."""
+    taus, tau_clip = release_once_noise_multipliers(epsilon, delta, steps, hessian_share, final_share, clip_releases)
+    return release_once_events(taus, tau_clip, clip_releases), taus
 
 
 class QuadraticRows:
@@ -255,7 +262,7 @@ def test_a_dp_start_is_composed_into_the_result_and_not_charged_again():
     )
     record = json.loads(idata.posterior.attrs["dp_accountant"])
     assert record["start"] == {"source": "dp", "note": "test start"}
-    events, _ = release_once_events(1.0, 1e-6, 4, 0.25, 0.5)
+    events, _ = _events(1.0, 1e-6, 4, 0.25, 0.5)
     both = compose_epsilon([*start_events, *events], 1e-6)[0]
     assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(both)
     assert both > 1.0
@@ -264,7 +271,7 @@ def test_a_dp_start_is_composed_into_the_result_and_not_charged_again():
 
 def test_events_compose_to_the_target_and_shares_split_mu():
     for steps in (1, 3, 6):
-        events, taus = release_once_events(2.0, 1e-6, steps, 0.3, 0.6)
+        events, taus = _events(2.0, 1e-6, steps, 0.3, 0.6)
         assert compose_epsilon(events, 1e-6)[0] == pytest.approx(2.0, rel=1e-6)
         assert compose_epsilon(events, 1e-6)[0] <= 2.0
         assert len(taus) == steps
@@ -353,7 +360,7 @@ def _route_pieces(model, **overrides):
 def test_widening_predicts_the_spread_of_the_released_mean():
     model, _ = _logistic(n=3000)
     prior, mechanisms, theta0, s = _route_pieces(model)
-    _, taus = release_once_events(1.0, 1e-6, 4, 0.25, 0.5)
+    _, taus = _events(1.0, 1e-6, 4, 0.25, 0.5)
     rng = np.random.default_rng(9)
     fits = [_newton(mechanisms, prior, theta0, s, taus, rng) for _ in range(200)]
     means = np.array([f["mean"] for f in fits])
@@ -366,7 +373,7 @@ def test_widening_predicts_the_spread_of_the_released_mean():
 
 def _coverage(model, truth, replicates, rng, make_data, n, epsilon):
     prior, mechanisms, theta0, s = _route_pieces(model)
-    _, taus = release_once_events(epsilon, 1e-6, 4, 0.25, 0.5)
+    _, taus = _events(epsilon, 1e-6, 4, 0.25, 0.5)
     z = stats.norm.ppf(0.95)
     hits = []
     for _ in range(replicates):
@@ -440,14 +447,14 @@ class _ZeroNoise:
 def test_auto_bounds_are_priced_with_the_run_and_the_events_compose_to_the_target():
     for steps, per_anchor in ((1, 2), (4, 2), (4, 1)):
         anchors = steps  # a histogram per "auto" bound at every anchor
-        events, _ = release_once_events(1.0, 1e-6, steps, 0.25, 0.5, clip_releases=anchors * per_anchor)
+        events, _ = _events(1.0, 1e-6, steps, 0.25, 0.5, clip_releases=anchors * per_anchor)
         assert compose_epsilon(events, 1e-6)[0] == pytest.approx(1.0, rel=1e-6)
         assert compose_epsilon(events, 1e-6)[0] <= 1.0
         histograms = [e for e in events if "clip bounds" in e.label]
         assert len(histograms) == 1 and histograms[0].count == anchors * per_anchor
     # the Newton releases keep 95 % of μ: τ grows by 1/√0.95 against a run with bounds given as numbers
-    _, fixed = release_once_events(1.0, 1e-6, 4, 0.25, 0.5)
-    _, auto = release_once_events(1.0, 1e-6, 4, 0.25, 0.5, clip_releases=8)
+    _, fixed = _events(1.0, 1e-6, 4, 0.25, 0.5)
+    _, auto = _events(1.0, 1e-6, 4, 0.25, 0.5, clip_releases=8)
     assert auto[-1][0] == pytest.approx(fixed[-1][0] / math.sqrt(0.95), rel=1e-9)
 
 
