@@ -14,9 +14,11 @@ import pymc_dp as pmdp
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import GaussianReleases
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.mechanisms.centred import CentringAnchor
 from pymc_dp.step_methods.centred_plan import (
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
+    anchor_posterior_scale,
     centred_ess,
     logistic_centring_bound,
     plan_centring,
@@ -243,3 +245,13 @@ def test_predicted_ess_limits():
     # the penalty chain's noise factor is the planner's c with b = ½κR², R² = P s² (1 + e²)
     c = centred_ess(**common, llr_noise_multiplier=100.0)["c"]
     assert c == pytest.approx(2 * 100.0 * 0.5 * 2.0 * 5 * 0.01**2 * 2 * 0.01)
+
+
+def test_the_prediction_reads_the_scale_off_the_released_anchor():
+    sds, offset = np.array([0.1, 0.2, 0.4]), np.array([1.0, -2.0, 0.5])  # the mode is θ̂ + offset·sds
+    hessian = -np.diag(1 / sds**2)
+    anchor = CentringAnchor(np.zeros(3), -hessian @ (offset * sds), 1.0, 1.0, "substitute", hessian=hessian)
+    s, e = anchor_posterior_scale(anchor, 9.0, 9.0)
+    assert s == pytest.approx(np.exp(np.mean(np.log(sds)))) and e == pytest.approx(np.sqrt(np.mean(offset**2)))
+    noisy = CentringAnchor(np.zeros(3), np.zeros(3), 1.0, 1.0, "substitute", hessian=np.eye(3))  # not negative
+    assert anchor_posterior_scale(noisy, 9.0, 8.0) == (9.0, 8.0)

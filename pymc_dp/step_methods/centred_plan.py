@@ -60,6 +60,7 @@ __all__ = [
     "CENTRE_ANCHOR_SHARE",
     "CENTRE_HESSIAN_SHARE",
     "CentringPlan",
+    "anchor_posterior_scale",
     "centred_ess",
     "logistic_centring_bound",
     "plan_centring",
@@ -95,7 +96,13 @@ class CentringPlan:
     clip_source: str = "public: B and B²/4"
 
     def predict(self, step: Any, draws: int, posterior_sd: float, offset_sd: float) -> dict[str, Any]:
-        """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record."""
+        """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record.
+
+        Once the anchor is released, s and e come from it instead (post-processing of Ĝ and Ĥ:
+        :func:`anchor_posterior_scale`); ``posterior_sd`` and ``offset_sd`` are the fallback.
+        """
+        if self.anchor is not None:
+            posterior_sd, offset_sd = anchor_posterior_scale(self.anchor, posterior_sd, offset_sd)
         hmc = hasattr(step, "grad_noise_multiplier")
         self.prediction = centred_ess(
             draws=draws,
@@ -147,6 +154,22 @@ class CentringPlan:
             "anchor": "the DPADVI start's mean",
             **({"prediction": self.prediction} if self.prediction is not None else {}),
         }
+
+
+def anchor_posterior_scale(anchor: Any, fallback_sd: float, fallback_offset: float) -> tuple[float, float]:
+    """(s, e) from a released second-order anchor: Σ ≈ (−Ĥ)⁻¹, s the geometric mean of its sds, e the RMS of
+    the Newton step ΣĜ in those sds (how far θ̂ is from the mode). Post-processing of released values.
+
+    The fallbacks are returned where −Ĥ is not positive definite (its noise dominates).
+    """
+    hessian = np.asarray(anchor.hessian, dtype=float)
+    eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
+    if not np.all(eigenvalues > 0):
+        return fallback_sd, fallback_offset
+    covariance = (vectors / eigenvalues) @ vectors.T
+    sds = np.sqrt(np.diag(covariance))
+    step = covariance @ np.asarray(anchor.gradient, dtype=float)
+    return float(np.exp(np.mean(np.log(sds)))), float(np.sqrt(np.mean((step / sds) ** 2)))
 
 
 def centred_ess(
