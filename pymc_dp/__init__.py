@@ -41,7 +41,7 @@ from pymc_dp.statement import PrivacyStatement, privacy_statement
 from pymc_dp.step_methods import DPHMC, DPBarkerMH, DPMultiOwnerPenaltyMH, DPPenaltyMH, DPSuffStatsPenaltyMH
 from pymc_dp.step_methods.centred import release_anchor
 from pymc_dp.variational import DPADVI
-from pymc_dp.workflow import sample_posterior_predictive
+from pymc_dp.workflow import TrainingRowsWarning, sample_posterior_predictive
 
 try:
     __version__ = metadata.version("pymc-dp")
@@ -72,6 +72,7 @@ __all__ = [
     "PrivateRunError",
     "PrivateStart",
     "ReleasedStatistics",
+    "TrainingRowsWarning",
     "UnpublishableResultError",
     "UserInitvalWarning",
     "__version__",

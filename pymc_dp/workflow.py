@@ -9,13 +9,31 @@ applies them to a clone of the model (the caller's model is not changed), refuse
 predictive graph that would still read anything but those data, the posterior draws and
 the prior's own constants, and returns only the predictive group.
 
+A plain ``pm.sample_posterior_predictive`` call on a DP result is not refused (PyMC's
+function is not changed), but it is named at the moment it runs: importing ``pymc_dp``
+adds :data:`TRAINING_ROWS_GUARD`, a :class:`logging.Filter`, to the logger of
+``pymc.sampling.forward``. When PyMC logs its ``Sampling: [...]`` line, the filter looks at
+that call's arguments (the trace and the model) and, when the trace is a private result
+(its posterior carries ``dp_accountant``) and the variables it simulates read the model's
+data arrays beyond their shapes, raises a :class:`TrainingRowsWarning` naming those arrays
+(names only, never values). It always lets PyMC's record through and changes nothing for
+results without a privacy record. It speaks only where PyMC's INFO messages are on (the
+default, unless logging was configured before PyMC was imported);
+``logging.getLogger("pymc.sampling.forward").removeFilter(pymc_dp.workflow.TRAINING_ROWS_GUARD)``
+removes it.
+
 This module reads no data: it inspects model graphs and replaces data containers by values
 the caller declares public.
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -26,10 +44,19 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
 
 from pymc_dp.results import check_publishable, group_names, posterior_attrs
 
-__all__ = ["PREDICTIVE_GROUPS", "sample_posterior_predictive"]
+__all__ = [
+    "PREDICTIVE_GROUPS",
+    "TRAINING_ROWS_GUARD",
+    "TrainingRowsWarning",
+    "data_read_by",
+    "sample_posterior_predictive",
+]
 
 #: The groups :func:`sample_posterior_predictive` returns (everything else is dropped).
 PREDICTIVE_GROUPS = ("posterior_predictive", "predictions")
@@ -154,9 +181,13 @@ def sample_posterior_predictive(
     pm.set_data({k: np.asarray(v) for k, v in data.items()}, model=clone, coords=coords)
     _check_reads_only_public(clone, names)
     kwargs.pop("extend_inferencedata", None)
-    predictive = pm.sample_posterior_predictive(
-        result, model=clone, var_names=names, predictions=predictions, extend_inferencedata=False, **kwargs
-    )
+    declared = _DECLARED_PUBLIC.set(True)  # the clone's data are the caller's public values, checked above
+    try:
+        predictive = pm.sample_posterior_predictive(
+            result, model=clone, var_names=names, predictions=predictions, extend_inferencedata=False, **kwargs
+        )
+    finally:
+        _DECLARED_PUBLIC.reset(declared)
     keep = "predictions" if predictions else "posterior_predictive"
     for name in group_names(predictive):
         if name != keep:
@@ -184,3 +215,117 @@ def _check_reads_only_public(model: Any, names: Sequence[str]) -> None:
                 "prior. Put covariates in pm.Data and pass new values in `data`. Found "
                 f"{'a ' + type(root).__name__}."
             )
+
+
+# -- a plain pm.sample_posterior_predictive on a DP result: named when it runs ----------------------
+class TrainingRowsWarning(UserWarning):
+    """A plain PyMC call on a private result reads the model's data: its output is not covered by ε.
+
+    Raised (by :data:`TRAINING_ROWS_GUARD`) when ``pm.sample_posterior_predictive`` simulates
+    from a result that carries ``dp_accountant`` with a model whose data arrays its draws read:
+    with the training rows still in the model, every draw is a function of the raw rows. Use
+    :func:`sample_posterior_predictive` with new, public data instead; its draws are
+    post-processing of the result.
+    """
+
+
+#: True inside :func:`sample_posterior_predictive`, whose data the caller declared public.
+_DECLARED_PUBLIC: contextvars.ContextVar[bool] = contextvars.ContextVar("pymc_dp_declared_public", default=False)
+_FORWARD = "pymc.sampling.forward"
+#: What PyMC's forward sampler compiles, by PyMC line: PyMC 5 ``vars_to_sample``, PyMC 6 ``vars_to_evaluate``.
+_OUTPUT_LOCALS = ("vars_to_sample", "vars_to_evaluate")
+_SHAPE_OPS = (Shape, Shape_i)
+
+
+def _size_inputs(node: Any) -> list[Variable]:
+    """The inputs of ``node`` that are sizes, not values (a draw's ``size``, a reshape's or alloc's shape)."""
+    if isinstance(node.op, RandomVariable):
+        return [node.op.size_param(node)]
+    if isinstance(node.op, Reshape | SpecifyShape | Alloc):
+        return list(node.inputs[1:])
+    return []
+
+
+def _forward_call() -> tuple[FrameType, int] | None:
+    """PyMC's ``sample_posterior_predictive`` frame above the caller, and its stack level from the caller."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None:
+        if frame.f_code.co_name == "sample_posterior_predictive" and frame.f_globals.get("__name__") == _FORWARD:
+            return frame, level
+        frame, level = frame.f_back, level + 1
+    return None
+
+
+def _is_private(result: Any, trace: Any) -> bool:
+    """Whether the trace PyMC was given is a private result (by its record, as pmdp.privacy_spent reads it)."""
+    posterior = getattr(result, "posterior", None)  # None: no result, or its posterior group given alone
+    return "dp_accountant" in (getattr(trace if posterior is None else posterior, "attrs", None) or {})
+
+
+def data_read_by(model: Any, outputs: Sequence[Variable]) -> list[str]:
+    """What the forward graph of ``outputs`` reads of ``model``'s data beyond shapes (names, never values).
+
+    The model's ``pm.Data`` containers by name, and arrays given to the model as NumPy arrays
+    (constants that the prior does not use); the free variables are taken from the trace, so
+    their priors' constants are not data. An array read only through its shape (N, public) is
+    not counted, nor a constant that is a size (a draw's ``size``, a reshape's shape).
+    """
+    free_values = {rv: model.rvs_to_values[rv] for rv in model.free_RVs}
+    graphs = graph_replace(list(outputs), free_values, strict=False)
+    prior = model.logp(vars=model.free_RVs, jacobian=True)
+    prior_constants = {id(v) for v in _roots([prior]) if isinstance(v, Constant | SharedVariable)}
+    containers = set(model.data_vars)
+    found: set[str] = set()
+    for var in ancestors(graphs):
+        node = var.owner
+        if node is None or isinstance(node.op, _SHAPE_OPS):
+            continue
+        sizes = _size_inputs(node)
+        for arg in node.inputs:
+            if arg.owner is not None or _is_rng(arg) or id(arg) in prior_constants or any(arg is v for v in sizes):
+                continue
+            if arg in containers:
+                found.add(f"pm.Data `{arg.name}`")
+            elif isinstance(arg, Constant | SharedVariable) and getattr(arg.type, "ndim", 0) > 0:
+                found.add("an array given to the model as a NumPy array")
+    return sorted(found)
+
+
+def _training_rows_read(frame: FrameType) -> list[str]:
+    local = frame.f_locals
+    if not _is_private(local.get("idata"), local.get("trace")):
+        return []
+    model = local.get("model")
+    outputs = next((local[name] for name in _OUTPUT_LOCALS if local.get(name)), None)
+    if not isinstance(model, pm.Model) or not outputs:
+        return []
+    return data_read_by(model, outputs)
+
+
+class _TrainingRowsGuard(logging.Filter):
+    """Warns when PyMC's forward sampler is about to simulate from a private result on the model's data."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.funcName != "sample_posterior_predictive" or _DECLARED_PUBLIC.get():
+            return True
+        try:
+            call = _forward_call()
+            reads = _training_rows_read(call[0]) if call is not None else []
+        except Exception:  # an unforeseen PyMC line: say nothing rather than break PyMC's call
+            return True
+        if reads:
+            warnings.warn(
+                "pm.sample_posterior_predictive is simulating from a private result (it carries dp_accountant) with "
+                f"the model's data: the draws read {', '.join(reads)}. Unless these now hold new, public values (set "
+                "with pm.set_data), the draws are computed from the raw training rows and no ε covers them: do not "
+                "publish them. For predictions that ε covers, call pymc_dp.sample_posterior_predictive(idata, model, "
+                "data={...}) with public data (docs/workflow.md).",
+                TrainingRowsWarning,
+                stacklevel=call[1] + 1,  # the line that called pm.sample_posterior_predictive
+            )
+        return True
+
+
+#: The filter on ``pymc.sampling.forward``'s logger that raises :class:`TrainingRowsWarning` (see the module's text).
+TRAINING_ROWS_GUARD = _TrainingRowsGuard()
+logging.getLogger(_FORWARD).addFilter(TRAINING_ROWS_GUARD)

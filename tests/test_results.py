@@ -6,6 +6,7 @@ coordinate, or PyMC's ``sampling_time``.
 """
 
 import json
+import logging
 
 import numpy as np
 import pymc as pm
@@ -61,15 +62,17 @@ def test_plain_pm_sample_with_a_data_reading_deterministic_is_refused(covariate_
         assert pmdp.privacy_spent(idata, delta=1e-5).mu == pytest.approx(30 / (2 * 5.0**2), rel=1e-12)
 
 
-def test_posterior_predictive_added_after_pmdp_sample_is_refused(covariate_model):
+def test_posterior_predictive_added_after_pmdp_sample_is_refused(covariate_model, caplog):
     model, _ = covariate_model
+    caplog.set_level(logging.INFO, logger="pymc")  # PyMC's default level outside pytest
     with model:
         idata = pmdp.sample(
             step=pmdp.DPPenaltyMH(llr_clip=2.0), epsilon=2.0, delta=1e-5, draws=20, tune=10, chains=1, **QUIET
         )
         _assert_publishable(idata, model)
         assert "eta" not in group(idata, "posterior")
-        pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False, random_seed=2)
+        with pytest.warns(pmdp.TrainingRowsWarning, match="the draws read"):  # said as it runs, and later:
+            pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False, random_seed=2)
     with pytest.raises(pmdp.UnpublishableResultError, match="group `posterior_predictive`") as refused:
         pmdp.privacy_spent(idata)
     # The message says why the draws are not private and names the private alternative.

@@ -1,5 +1,6 @@
 """The PyMC/ArviZ workflow on a DP result: predictions on public data only; which ArviZ calls work."""
 
+import logging
 import warnings
 
 import arviz as az
@@ -11,6 +12,7 @@ import pytest
 import pymc_dp as pmdp
 from pymc_dp.diagnostics import PoorMixingWarning
 from pymc_dp.results import group, group_names
+from pymc_dp.workflow import TRAINING_ROWS_GUARD, TrainingRowsWarning, data_read_by
 
 matplotlib.use("Agg")  # no display in CI
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
@@ -94,6 +96,55 @@ def test_predictions_that_would_read_the_training_rows_are_refused(fitted):
         )
     with pytest.raises(ValueError, match=r"`result` must be a published private result"):
         pmdp.sample_posterior_predictive(plain, model, data={"x": grid, "y_obs": grid})
+
+
+def _plain_trace(idata):
+    """The same draws without a privacy record (as a plain pm.sample would give them)."""
+    posterior = {name: np.asarray(group(idata, "posterior")[name]) for name in ("a", "b")}
+    if int(az.__version__.split(".")[0]) >= 1:  # ArviZ 1.x (PyMC 6): groups in one mapping, a DataTree back
+        return az.from_dict({"posterior": posterior})
+    return az.from_dict(posterior=posterior)
+
+
+def test_a_plain_pymc_predictive_call_on_a_dp_result_warns_as_it_runs(fitted, caplog):
+    model, idata, _ = fitted
+    caplog.set_level(logging.INFO, logger="pymc")  # PyMC's own default outside pytest: its "Sampling:" line
+    assert TRAINING_ROWS_GUARD in logging.getLogger("pymc.sampling.forward").filters  # added by `import pymc_dp`
+    for trace in (idata, idata["posterior"]):  # the result, or its posterior group alone
+        with model, pytest.warns(TrainingRowsWarning) as caught:
+            draws = pm.sample_posterior_predictive(trace, progressbar=False, random_seed=1)
+        (warning,) = caught
+        message = str(warning.message)
+        assert "the draws read pm.Data `x`." in message  # y's mean reads x; y_obs only through its shape
+        assert "pymc_dp.sample_posterior_predictive(idata, model, data={...})" in message
+        assert not any(ch.isdigit() for ch in message)  # names and words only: no value of the data
+        assert warning.filename == __file__  # it points at the caller's line, not inside PyMC
+        assert "posterior_predictive" in group_names(draws)  # PyMC's call itself is unchanged
+    assert any(r.getMessage() == "Sampling: [y]" for r in caplog.records)  # and so is its log line
+    caplog.clear()
+    grid = np.linspace(-2.0, 2.0, 3)
+    with model:  # the safe path (public data on a clone) and a trace without a privacy record: nothing said
+        pmdp.sample_posterior_predictive(idata, data={"x": grid, "y_obs": np.zeros(grid.size)}, progressbar=False)
+        pm.sample_posterior_predictive(_plain_trace(idata), progressbar=False, random_seed=1)
+    assert sum(r.getMessage() == "Sampling: [y]" for r in caplog.records) == 2  # both ran past the filter
+
+
+def test_what_a_predictive_graph_reads_of_the_data():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=20), rng.normal(size=20)
+    with pm.Model() as shapes_only:  # y's draws read y_obs's length (N, public), not its values
+        a = pm.Normal("a", 0, 5)
+        pm.Normal("y", a, 1.0, observed=pm.Data("y_obs", y), shape=pm.Data("x", x).shape)
+    assert data_read_by(shapes_only, [shapes_only["y"]]) == []
+    with pm.Model() as normal_mean:  # observed rows as a NumPy array: y's draws read only their number
+        a = pm.Normal("a", 0, 5)
+        pm.Normal("y", a, 1.0, observed=y)
+    assert data_read_by(normal_mean, [normal_mean["y"]]) == []
+    with pm.Model() as hard_coded:  # covariates as a NumPy array; the prior's own array constant is not data
+        b = pm.Normal("b", np.zeros(2), 5, shape=2)
+        pm.Normal("y", b[0] + b[1] * x, 1.0, observed=y)
+    assert data_read_by(hard_coded, [hard_coded["y"]]) == ["an array given to the model as a NumPy array"]
+    assert data_read_by(hard_coded, [hard_coded["b"]]) == []
 
 
 # ArviZ 0.23's plots call a matplotlib API deprecated in 3.11; pyproject caps matplotlib below 3.11 on this line,
