@@ -27,6 +27,12 @@ of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with
 - ``DPHMC``: 300 tuning + 300 draws, 5 leapfrog steps, ``init="dpadvi"``, clip bounds ``"auto"``;
 - ``DPADVI``: mean-field, 2,000 Adam steps on Poisson batches of about 1,000 rows, the data
   set's public clip bound with the clipping check (``clip_check_share``); 1,000 draws from q;
+- ``one_call``: ``pmdp.sample(epsilon=..., delta=...)`` without a step, the route :func:`pymc_dp.plan`
+  recommends from the graph (:func:`run_one_call`; the released statistics get the public bounds of
+  :data:`ONE_CALL_BOUNDS`), recorded per cell (``route``); the hierarchical models' cells also give the worst
+  global parameter (``global``: the group effects left out);
+- ``release_once``: :func:`pymc_dp.release_once` with ``"auto"`` clip bounds and the one call's 6 Newton
+  anchors (the general route, to compare with the specialised ones where both apply);
 - ``release`` (the logistic regressions only): the released statistics (Σ s·x, Σ xxᵀ) and two
   covariate anchors within ε, then NUTS (2 × 1,000 draws) on the noise-aware likelihood
   (``pmdp.release_statistics("logistic_regression", ..., covariate_anchors=2)``, after
@@ -60,6 +66,7 @@ import pymc as pm
 import pymc_dp as pmdp
 from pymc_dp.diagnostics import PoorMixingWarning
 from pymc_dp.planning import default_dpadvi_sampling_rate
+from pymc_dp.route_predictions import RELEASE_ONCE_NEWTON_STEPS
 
 #: Public codebook ranges (low, high) used to scale covariates to about [−1, 1].
 FAIR_RANGES = {"rate_marriage": (1, 5), "age": (17.5, 42), "yrs_married": (0.5, 23), "religious": (1, 4)}
@@ -234,6 +241,35 @@ def release_fit(x, y, bound: float, epsilon: float, delta: float, small: bool, s
         )
 
 
+#: The public bounds each data set's one-call route is given (``pmdp.sample(epsilon=, delta=)`` without a step):
+#: the covariates are scaled to [−1, 1] by public codebook ranges, the hierarchical models' outcomes too; the
+#: ``randhie`` visits are clipped to 20 (a public choice: docs/exponential_family.md, count models).
+ONE_CALL_BOUNDS = {
+    "fair_logistic": {"x_bounds": (-1.0, 1.0)},
+    "randhie_logistic": {"x_bounds": (-1.0, 1.0)},
+    "randhie_poisson": {"x_bounds": (-1.0, 1.0), "y_bounds": (0, 20)},
+    "fair_hierarchical": {"x_bounds": (-1.0, 1.0), "y_bounds": (-1.0, 1.0)},
+    "diamonds_hierarchical": {"x_bounds": (-1.0, 1.0), "y_bounds": (-1.0, 1.0)},
+}
+#: The group-level vectors of the hierarchical models (the other parameters are the global ones).
+GROUP_EFFECTS = {"fair_hierarchical": ("offset",), "diamonds_hierarchical": ("intercept",)}
+
+
+def run_one_call(model: pm.Model, dataset: str, epsilon: float, delta: float, small: bool, seed: int):
+    """``pmdp.sample(epsilon=, delta=)`` without a step: the route :func:`pymc_dp.plan` recommends, 2 chains.
+
+    The released-statistics route gets the data set's public bounds (:data:`ONE_CALL_BOUNDS`) and
+    500 tuning + 500 draws per chain (NUTS; 1,000 + 1,000 took over 10 minutes on a loaded 2-core
+    machine for ``fair_hierarchical``); the other routes their own settings (draws only, 1,000).
+    """
+    route = pmdp.plan(model, epsilon=epsilon, delta=delta, chains=2).one_call_route
+    settings: dict = {"draws": 50 if small else 1000}
+    if route == "release_statistics":
+        settings.update(ONE_CALL_BOUNDS[dataset], tune=50 if small else 500, draws=50 if small else 500)
+    with model:
+        return pmdp.sample(epsilon=epsilon, delta=delta, chains=2, random_seed=seed, progressbar=False, **settings)
+
+
 DATASETS = {
     "fair_logistic": fair_logistic,
     "randhie_logistic": randhie_logistic,
@@ -338,7 +374,19 @@ def run_method(
         return idata, flagged, time.perf_counter() - start
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PoorMixingWarning)
-        if method == "DPPenaltyMH":
+        if method == "one_call":
+            idata = run_one_call(model, dataset, epsilon, delta, small, seed)
+        elif method == "release_once":  # the general route on any data set, as the one call runs it
+            idata = pmdp.release_once(
+                model,
+                epsilon=epsilon,
+                delta=delta,
+                newton_steps=RELEASE_ONCE_NEWTON_STEPS,
+                draws=50 if small else 1000,
+                chains=2,
+                random_seed=seed,
+            )
+        elif method == "DPPenaltyMH":
             idata = pmdp.sample(
                 step=pmdp.DPPenaltyMH(),  # llr_clip="auto": a private bound (docs/clipping.md)
                 epsilon=epsilon,
@@ -434,17 +482,46 @@ def coverage(repeats: int, epsilon: float, n_rows: int, seed: int, small: bool) 
     }
 
 
+def _nuts_reference(model: pm.Model, names: list[str], small: bool, cache: Path | None, name: str):
+    """NUTS's draws (2 × 1,000 after 1,000 tuning, seed 1) per scalar parameter and its wall time; read from
+    ``cache/nuts_{name}.npz`` when a full-size run saved them there (the same model, data and seed)."""
+    path = None if cache is None or small else cache / f"nuts_{name}.npz"
+    if path is not None and path.exists():
+        saved = np.load(path)
+        return {k: saved[k] for k in saved.files if k != "__seconds__"}, float(saved["__seconds__"])
+    start = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nuts = pm.sample(
+            draws=100 if small else 1000,
+            tune=100 if small else 1000,
+            chains=2,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    seconds = time.perf_counter() - start
+    reference = _flat(nuts, names)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, __seconds__=seconds, **reference)
+    return reference, seconds
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="tiny sizes, one ε (the tests' smoke run)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
-    parser.add_argument("--methods", nargs="+", default=["DPPenaltyMH", "DPHMC", "DPADVI", "release"])
+    parser.add_argument("--methods", nargs="+", default=["one_call", "DPPenaltyMH", "DPHMC", "DPADVI", "release"])
     parser.add_argument("--coverage", type=int, default=0, help="repeats of the known-truth simulation")
     parser.add_argument(
         "--merge",
         action="store_true",
-        help="keep the cells (and coverage) of utility.json in --out for (data set, method) pairs not run now",
+        help="keep the cells (and coverage) of utility.json in --out for (data set, method, ε) not run now",
+    )
+    parser.add_argument(
+        "--reference-cache", type=Path, default=None, help="a folder for NUTS's reference draws, reused by later runs"
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "images")
     args = parser.parse_args(argv)
@@ -455,19 +532,7 @@ def main(argv: list[str] | None = None) -> dict:
         model, clip = DATASETS[name](rows)
         names = _free_names(model)
         delta = 0.1 / pmdp.plan(model, epsilon=1.0, delta=1e-6).n_rows
-        start = time.perf_counter()
-        with model, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            nuts = pm.sample(
-                draws=100 if args.small else 1000,
-                tune=100 if args.small else 1000,
-                chains=2,
-                random_seed=1,
-                progressbar=False,
-                compute_convergence_checks=False,
-            )
-        nuts_seconds = time.perf_counter() - start
-        reference = _flat(nuts, names)
+        reference, nuts_seconds = _nuts_reference(model, names, args.small, args.reference_cache, name)
         for epsilon in epsilons:
             for method in args.methods:
                 if method == "release" and name not in LOGISTIC_DATA:
@@ -477,6 +542,12 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 cell = {"dataset": name, "method": method, "epsilon": epsilon, "flagged": flagged}
                 cell.update(compare(idata, reference, names))
+                if method == "one_call":
+                    cell["route"] = str(idata.posterior.attrs.get("dp_route"))
+                if name in GROUP_EFFECTS:  # the worst global parameter, the group effects left out
+                    keep = [n for n in names if n not in GROUP_EFFECTS[name]]
+                    glob = compare(idata, {k: v for k, v in reference.items() if k.split("[")[0] in keep}, keep)
+                    cell["global"] = {k: glob[k] for k in ("max_z", "min_sd_ratio", "max_sd_ratio", "all_covered")}
                 cell.update(seconds=seconds, nuts_seconds=nuts_seconds)
                 cells.append(cell)
                 print(json.dumps(cell), flush=True)
@@ -488,7 +559,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(result["coverage"]))
     if args.merge and (args.out / "utility.json").exists():
         previous = json.loads((args.out / "utility.json").read_text())
-        kept = [c for c in previous["cells"] if c["dataset"] not in args.datasets or c["method"] not in args.methods]
+        run_now = {(d, m, e) for d in args.datasets for m in args.methods for e in epsilons}
+        kept = [c for c in previous["cells"] if (c["dataset"], c["method"], c["epsilon"]) not in run_now]
         result["cells"] = kept + cells
         if "coverage" not in result and "coverage" in previous:
             result["coverage"] = previous["coverage"]
@@ -511,6 +583,7 @@ def markdown(result: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result["cells"]:
+        c = {**c, "method": f"{c['method']} ({c['route']})"} if "route" in c else c  # the one-call route taken
         ess = f"{c['min_ess']:.0f}" if "min_ess" in c else "–"
         rhat = f"{c['max_rhat']:.2f}" if "max_rhat" in c else "–"
         lines.append(

@@ -41,6 +41,15 @@ def test_small_run_of_the_released_statistics_route(utility):
     assert cell["method"] == "release" and {"max_z", "max_sd_ratio", "all_covered", "flagged"} <= set(cell)
 
 
+@pytest.mark.slow  # the one-call route on a hierarchical model: the grouped release and NUTS on it, minutes
+def test_small_run_of_the_one_call_route(utility):
+    result = utility.main(["--small", "--datasets", "fair_hierarchical", "--epsilons", "4", "--methods", "one_call"])
+    [cell] = result["cells"]
+    assert cell["method"] == "one_call" and cell["route"] == "release_statistics"
+    assert {"max_z", "max_sd_ratio", "all_covered", "flagged"} <= set(cell) and "max_z" in cell["global"]
+    assert "| fair_hierarchical | one_call (release_statistics) | 4 |" in utility.markdown(result)
+
+
 # The benchmark's coverage harness (31-62 s a run in this session's CI logs: NUTS on the anchored noise-aware
 # logistic model). Its parts run by default: the recommendation in tests/test_planning.py, the anchored release
 # sampled with NUTS by the quick start (tests/test_readme.py), and the benchmark's other routes above.
