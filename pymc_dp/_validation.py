@@ -76,22 +76,32 @@ def check_sampling_rate(name: str, value: object) -> float:
     return x
 
 
+def _check_int_at_least(name: str, value: object, minimum: int, what: str) -> int:
+    """Return ``value`` as an int after checking it is an integer >= ``minimum`` (``what`` names the set)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
+        raise TypeError(f"`{name}` must be {what}. Found {value!r} of type {type(value).__name__}.")
+    if int(value) < minimum:
+        raise ValueError(f"`{name}` must be {what}. Found {value!r}.")
+    return int(value)
+
+
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` as an int after checking it is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
-        raise TypeError(f"`{name}` must be a positive integer. Found {value!r} of type {type(value).__name__}.")
-    if int(value) < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Found {value!r}.")
-    return int(value)
+    return _check_int_at_least(name, value, 1, "a positive integer")
 
 
 def check_nonnegative_int(name: str, value: object) -> int:
     """Return ``value`` as an int after checking it is an integer >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
-        raise TypeError(f"`{name}` must be a non-negative integer. Found {value!r} of type {type(value).__name__}.")
-    if int(value) < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer. Found {value!r}.")
-    return int(value)
+    return _check_int_at_least(name, value, 0, "a non-negative integer")
+
+
+def check_one_core(cores: object, why: str) -> None:
+    """Refuse a ``cores`` of pm.sample other than 1 or None: the backend runs the chains one after another.
+
+    ``why`` completes "`cores` must be 1 ..." (which backend, and why one process).
+    """
+    if cores is not None and cores != 1:
+        raise ValueError(f"`cores` must be 1 {why}. Found {cores!r}.")
 
 
 def check_neighbouring(name: str, value: object) -> str:

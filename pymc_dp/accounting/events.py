@@ -41,8 +41,8 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,8 +69,29 @@ __all__ = [
 ]
 
 
+class _Releases:
+    """What every event shares: the checks of its public settings and its JSON form.
+
+    A subclass is a frozen dataclass with a ``count`` field; :attr:`kind` is its ``type`` in
+    JSON and :attr:`positive_fields` the fields that must be finite and > 0 (checked first, then
+    ``count``). Nothing here reads data or changes a cost: each event prices itself.
+    """
+
+    kind: ClassVar[str]
+    positive_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.positive_fields:
+            check_finite_positive(name, getattr(self, name))
+        check_nonnegative_int("count", self.count)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``type`` (:attr:`kind`), then every field in order; :func:`event_from_dict` rebuilds it."""
+        return {"type": self.kind, **{field.name: getattr(self, field.name) for field in fields(self)}}
+
+
 @dataclass(frozen=True)
-class GaussianReleases:
+class GaussianReleases(_Releases):
     """``count`` releases of the Gaussian mechanism with noise multiplier τ = σ/Δ.
 
     The mechanism. Each release is f(D) + N(0, σ² I), where f is a data-dependent vector
@@ -85,7 +106,7 @@ class GaussianReleases:
         τ = σ/Δ > 0, fixed before any data access (a public setting, never data-dependent).
     count : int
         Number of releases, ≥ 0.
-    label : str
+    label : str, default "gaussian"
         Free text for the ledger.
 
     Notes
@@ -109,10 +130,8 @@ class GaussianReleases:
     noise_multiplier: float
     count: int
     label: str = "gaussian"
-
-    def __post_init__(self) -> None:
-        check_finite_positive("noise_multiplier", self.noise_multiplier)
-        check_nonnegative_int("count", self.count)
+    kind: ClassVar[str] = "gaussian"
+    positive_fields: ClassVar[tuple[str, ...]] = ("noise_multiplier",)
 
     @property
     def mu(self) -> float:
@@ -126,13 +145,9 @@ class GaussianReleases:
     #: Former name of :meth:`rdp_at`, kept for existing callers.
     rdp = rdp_at
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``type`` "gaussian"); :func:`event_from_dict` rebuilds the event."""
-        return {"type": "gaussian", "noise_multiplier": self.noise_multiplier, "count": self.count, "label": self.label}
-
 
 @dataclass(frozen=True)
-class RdpReleases:
+class RdpReleases(_Releases):
     """``count`` releases of a mechanism known through its per-release Rényi-DP curve.
 
     The mechanism. Any mechanism whose single release is (α, r(α))-RDP at each listed order α,
@@ -149,7 +164,7 @@ class RdpReleases:
         The curve of ONE release at ``orders``: r(α) ≥ 0, ``inf`` where no finite bound holds.
     count : int
         Number of releases, ≥ 0.
-    label : str
+    label : str, default "rdp"
         Free text for the ledger.
 
     Notes
@@ -170,9 +185,10 @@ class RdpReleases:
     rdp: tuple[float, ...]
     count: int
     label: str = "rdp"
+    kind: ClassVar[str] = "rdp"
 
     def __post_init__(self) -> None:
-        check_nonnegative_int("count", self.count)
+        super().__post_init__()
         if len(self.orders) != len(self.rdp):
             raise ValueError(
                 f"`orders` and `rdp` must have equal length. Found {len(self.orders)} and {len(self.rdp)}."
@@ -192,18 +208,12 @@ class RdpReleases:
         return np.array([self.count * table.get(float(a), math.inf) for a in orders])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (``type`` "rdp"); :func:`event_from_dict` rebuilds the event."""
-        return {
-            "type": "rdp",
-            "orders": list(self.orders),
-            "rdp": list(self.rdp),
-            "count": self.count,
-            "label": self.label,
-        }
+        """JSON form (``type`` "rdp", the curve as lists); :func:`event_from_dict` rebuilds the event."""
+        return {**super().to_dict(), "orders": list(self.orders), "rdp": list(self.rdp)}
 
 
 @dataclass(frozen=True)
-class PureDPReleases:
+class PureDPReleases(_Releases):
     """``count`` releases of a pure ε-DP mechanism (δ = 0), e.g. the Laplace mechanism.
 
     The mechanism. Each release is ε-DP for every pair of neighbouring data sets under the run's
@@ -218,7 +228,7 @@ class PureDPReleases:
         ε of ONE release, > 0, fixed before any data access.
     count : int
         Number of releases, ≥ 0.
-    label : str
+    label : str, default "pure"
         Free text for the ledger.
 
     Notes
@@ -240,10 +250,8 @@ class PureDPReleases:
     epsilon: float
     count: int = 1
     label: str = "pure"
-
-    def __post_init__(self) -> None:
-        check_finite_positive("epsilon", self.epsilon)
-        check_nonnegative_int("count", self.count)
+    kind: ClassVar[str] = "pure"
+    positive_fields: ClassVar[tuple[str, ...]] = ("epsilon",)
 
     @property
     def total_epsilon(self) -> float:
@@ -258,13 +266,9 @@ class PureDPReleases:
     #: Former name of :meth:`rdp_at`, kept for existing callers.
     rdp = rdp_at
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``type`` "pure"); :func:`event_from_dict` rebuilds the event."""
-        return {"type": "pure", "epsilon": self.epsilon, "count": self.count, "label": self.label}
-
 
 @dataclass(frozen=True)
-class PoissonGaussianReleases:
+class PoissonGaussianReleases(_Releases):
     """``count`` releases of a Poisson-subsampled Gaussian sum (DP-SGD / DPADVI).
 
     The mechanism. Each release draws a secret batch S in which every row takes part
@@ -308,11 +312,12 @@ class PoissonGaussianReleases:
     count: int
     neighbouring: str = "substitute"
     label: str = "poisson_gaussian"
+    kind: ClassVar[str] = "poisson_gaussian"
+    positive_fields: ClassVar[tuple[str, ...]] = ("noise_multiplier",)
 
     def __post_init__(self) -> None:
-        check_finite_positive("noise_multiplier", self.noise_multiplier)
+        super().__post_init__()
         check_sampling_rate("sampling_rate", self.sampling_rate)
-        check_nonnegative_int("count", self.count)
         check_neighbouring("neighbouring", self.neighbouring)
 
     def pld(self, value_discretization_interval: float = PLD_VALUE_DISCRETIZATION):
@@ -333,17 +338,6 @@ class PoissonGaussianReleases:
 
     #: Former name of :meth:`rdp_at`, kept for existing callers.
     rdp = rdp_at
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``type`` "poisson_gaussian"); :func:`event_from_dict` rebuilds the event."""
-        return {
-            "type": "poisson_gaussian",
-            "noise_multiplier": self.noise_multiplier,
-            "sampling_rate": self.sampling_rate,
-            "count": self.count,
-            "neighbouring": self.neighbouring,
-            "label": self.label,
-        }
 
 
 #: Any privacy event: what :func:`~pymc_dp.accounting.composition.compose_epsilon` composes.

@@ -313,26 +313,24 @@ class PrivacyLedger(PrivacyBudget):
             conn.close()
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: the settings, entries and head are read from one snapshot."""
+    def _in_transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        """A connection inside one transaction opened by ``begin``: committed at the end, rolled back on an error."""
         with self._connection() as conn:
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                conn.execute("COMMIT")
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: SQLite's write lock is held from the first read to the commit."""
-        with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
             try:
                 yield conn
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    def _reading(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One read transaction: the settings, entries and head are read from one snapshot."""
+        return self._in_transaction("BEGIN")
+
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction: SQLite's write lock is held from the first read to the commit."""
+        return self._in_transaction("BEGIN IMMEDIATE")
 
     def _settings(self, conn: sqlite3.Connection) -> dict[str, Any]:
         try:
