@@ -218,7 +218,7 @@ class NoisyScoreNormHistogram:
     noise_multiplier : float
         τ > 0, noise standard deviation per unit of sensitivity.
     neighbouring : {"substitute", "add_remove"}
-        Relation the sensitivity is computed under.
+        Relation under which Δ = √2 (one unit moves between two bins) or 1 (add/remove).
 
     Notes
     -----

@@ -6,24 +6,11 @@ data layer's compiled clipped sums use them too; the mechanisms import them from
 the sensitivity of a clipped sum.
 """
 
-from pymc_dp.clip_math import (
-    _check_bound,  # noqa: F401  (mechanisms and backends validate bounds with it)
-    _clip_factors,  # noqa: F401
-    clip_l2,
-    clip_values,
-    clip_weights_graph,
-    clipped_sum_l2,
-    clipped_sum_l2_linear,
-    row_chunks,
-    sensitivity_of_clipped_sum,
+from pymc_dp import clip_math
+from pymc_dp.clip_math import *  # noqa: F403  (every public name: clip_math.__all__)
+from pymc_dp.clip_math import (  # noqa: F401  (mechanisms and backends validate bounds with these)
+    _check_bound,
+    _clip_factors,
 )
 
-__all__ = [
-    "clip_l2",
-    "clip_values",
-    "clip_weights_graph",
-    "clipped_sum_l2",
-    "clipped_sum_l2_linear",
-    "row_chunks",
-    "sensitivity_of_clipped_sum",
-]
+__all__ = clip_math.__all__

@@ -54,7 +54,7 @@ class NoisyClippedGradient(_GaussianClippedSum):
     noise_multiplier : float
         τ_g > 0, noise standard deviation per unit of sensitivity.
     neighbouring : {"substitute", "add_remove"}
-        Relation the sensitivity is computed under.
+        Relation under which Δ = 2b_g (substitute) or b_g (add/remove).
 
     Notes
     -----

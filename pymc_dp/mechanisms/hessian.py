@@ -122,7 +122,7 @@ class NoisyClippedHessian(_RowHessians, _GaussianClippedSum):
     noise_multiplier : float
         τ_H > 0, noise standard deviation per unit of sensitivity.
     neighbouring : {"substitute", "add_remove"}
-        Relation the sensitivity is computed under.
+        Relation under which Δ = 2b_H in Frobenius norm (substitute) or b_H (add/remove).
 
     Notes
     -----
@@ -210,7 +210,7 @@ class NoisyHessianNormHistogram(_RowHessians, NoisyScoreNormHistogram):
     noise_multiplier : float
         τ > 0, noise standard deviation per unit of sensitivity.
     neighbouring : {"substitute", "add_remove"}
-        Relation the sensitivity is computed under.
+        Relation under which Δ = √2 (substitute) or 1 (add/remove), as for the score norms.
 
     Notes
     -----

@@ -32,7 +32,7 @@ class NoisyLogLikelihoodRatio:
     noise_multiplier : float
         τ > 0, noise standard deviation per unit of sensitivity.
     neighbouring : {"substitute", "add_remove"}
-        Relation the sensitivity is computed under.
+        Relation under which Δ = 2b‖θ′ − θ‖₂ (substitute) or b‖θ′ − θ‖₂ (add/remove).
 
     Notes
     -----

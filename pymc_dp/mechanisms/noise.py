@@ -18,6 +18,7 @@ from pymc_dp.mechanisms.clipping import _check_bound, clip_values, sensitivity_o
 
 __all__ = [
     "SecureNoise",
+    "clipped_sum_noise_std",
     "discrete_gaussian_noise",
     "discrete_laplace_noise",
     "gaussian_noise",
@@ -44,6 +45,40 @@ def laplace_noise(
     return rng.laplace(0.0, scale, size=size)
 
 
+def clipped_sum_noise_std(bound: float, noise_multiplier: float, neighbouring: str = "substitute") -> float:
+    """σ = τ·Δ of the Gaussian mechanism on a sum of per-row scalars clipped to ±``bound``, from public values.
+
+    Every implementation of that release (this module's :func:`noisy_clipped_sum`, the JAX and
+    Dask backends, the data owners' ratios) takes σ from here, before any row is read. Δ is the
+    sensitivity of the clipped sum under ``neighbouring``
+    (:func:`~pymc_dp.clip_math.sensitivity_of_clipped_sum`). A zero bound gives σ = 0: every term
+    is clipped to 0, so the sum is 0 whatever the data and is released as it is.
+
+    Raises
+    ------
+    ValueError
+        For a ``noise_multiplier`` that is not positive and finite, a negative, NaN or infinite
+        ``bound``, or a positive bound whose σ underflows to 0 (its clipped sum would leave
+        without noise).
+
+    Notes
+    -----
+    Neighbouring relation: ``neighbouring``, substitute (Δ = 2·bound) or add/remove (Δ = bound).
+    A release with this σ costs μ = 1/(2τ²) whatever the bound (Sommer et al. 2019, Lemma 12).
+    """
+    noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
+    bound = _check_bound("bound", bound)
+    if math.isinf(bound):
+        raise ValueError(f"`bound` must be finite for a private release. Found {bound!r}.")
+    std = noise_multiplier * sensitivity_of_clipped_sum(bound, neighbouring)
+    if bound > 0.0 and std == 0.0:  # refused from public values, nothing read
+        raise ValueError(
+            f"`bound` × `noise_multiplier` must give a positive noise standard deviation. Found bound={bound!r} "
+            f"and noise_multiplier={noise_multiplier!r}, whose noise underflows to 0."
+        )
+    return std
+
+
 def noisy_clipped_sum(
     values: np.ndarray,
     bound: float,
@@ -67,18 +102,9 @@ def noisy_clipped_sum(
     Each call is one Gaussian release costing μ = 1/(2τ²) (Sommer et al. 2019, Lemma 12),
     whatever the bound, because σ scales with Δ.
     """
-    noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
-    bound = _check_bound("bound", bound)
-    if math.isinf(bound):
-        raise ValueError(f"`bound` must be finite for a private release. Found {bound!r}.")
-    std = noise_multiplier * sensitivity_of_clipped_sum(bound, neighbouring)
-    if bound == 0.0:  # every term clipped to 0: the sum is 0 whatever the data, nothing to hide
+    std = clipped_sum_noise_std(bound, noise_multiplier, neighbouring)
+    if std == 0.0:  # a zero bound: every term clipped to 0, the sum is 0 whatever the data, nothing to hide
         return 0.0, 0.0
-    if std == 0.0:  # a positive bound whose noise underflows: refused from public values, nothing read
-        raise ValueError(
-            f"`bound` × `noise_multiplier` must give a positive noise standard deviation. Found bound={bound!r} "
-            f"and noise_multiplier={noise_multiplier!r}, whose noise underflows to 0."
-        )
     clipped_sum = float(np.sum(clip_values(values, bound)))
     return clipped_sum + float(rng.normal(0.0, std)), std
 

@@ -6,8 +6,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
-from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
-from pymc_dp.mechanisms.noise import SecureNoise, noisy_clipped_sum
+from pymc_dp.mechanisms.noise import SecureNoise, clipped_sum_noise_std, noisy_clipped_sum
 
 __all__ = ["OwnerLogLikelihoodRatio"]
 
@@ -69,4 +68,4 @@ class OwnerLogLikelihoodRatio:
     def std(self, theta: np.ndarray, theta_proposed: np.ndarray) -> float:
         """σ of the noise for the move θ → θ′ (public)."""
         distance = float(np.linalg.norm(np.asarray(theta_proposed, float) - np.asarray(theta, float)))
-        return self.noise_multiplier * sensitivity_of_clipped_sum(self.llr_clip * distance, self.neighbouring)
+        return clipped_sum_noise_std(self.llr_clip * distance, self.noise_multiplier, self.neighbouring)
