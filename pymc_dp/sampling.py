@@ -25,6 +25,8 @@ from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpe
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.backends.jax import attach_backend, backend_record
 from pymc_dp.diagnostics import attach_diagnostics, pymc_convergence_check_replaced
+from pymc_dp.mechanisms.centred import widen_for_anchor_noise
+from pymc_dp.mechanisms.noise import mechanism_rng
 from pymc_dp.results import (
     PrivateStart,
     check_cumulative_statistic,
@@ -377,15 +379,45 @@ def _record(
             }
             for s in p.planned
         ],
-        centring=p.centring.record() if p.centring is not None else p.centring_record,
+        centring={**p.centring.record(), "widened": True} if p.centring is not None else p.centring_record,
         **({"plan": p.iterations_plan} if p.iterations_plan is not None else {}),
         **({"clip_bound": clip_record} if clip_record is not None else {}),
         **({"dp_init": p.dp_init.settings} if p.dp_init is not None else {}),
         **backend_details,
     )
+    if p.centring is not None:
+        widen_centred_draws(idata, model, p.centring.anchor, p.steps[0], _seeded_noise(p.steps))
     p.run.publish(idata, model, record)
     clipping = clip_record if p.centring is None else None  # a centred chain's bound is not the fit's
     return attach_diagnostics(idata, on_poor_mixing, clipping=clipping)
+
+
+def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproducible: bool) -> None:
+    """Widen a centred run's draws in place by its anchor's known noise (:func:`widen_for_anchor_noise`).
+
+    A centred chain targets the posterior tilted by the anchor's noise, the same tilt in every
+    chain (R-hat cannot see it): its mean is off by about TΣ(η + Ev). Adding independent
+    N(0, T²Σ̂SΣ̂) to every draw carries that known uncertainty into the result, so that its
+    intervals cover (``docs/centred.md``). Post-processing of released draws with public σ_G,
+    σ_H and θ̂: no privacy cost. The added noise comes from OS entropy unless the run's noise is
+    reproducible.
+    """
+    value_to_rv = {value.name: rv for rv, value in model.rvs_to_values.items()}
+    rvs = [value_to_rv[name] for name in anchor.var_names]
+    transformed = [rv.name for rv in rvs if model.rvs_to_transforms.get(rv) is not None]
+    if transformed:  # centring by default applies to untransformed coefficients only (step_methods/centred_plan.py)
+        raise RuntimeError(f"cannot widen centred draws of transformed variables {transformed}")
+    posterior = idata["posterior"]
+    arrays = [posterior[rv.name].values for rv in rvs]
+    chains, draws = arrays[0].shape[:2]
+    flat = np.concatenate([a.reshape(chains, draws, -1) for a in arrays], axis=-1)
+    rng = mechanism_rng(getattr(step, "rng", None), reproducible)
+    widened = widen_for_anchor_noise(flat, anchor, temperature=getattr(step, "temperature", 1.0), rng=rng)
+    start = 0
+    for array in arrays:  # in place: the posterior's own arrays, on both ArviZ lines
+        size = int(np.prod(array.shape[2:], dtype=int))
+        array[...] = widened[:, :, start : start + size].reshape(array.shape)
+        start += size
 
 
 def _progress_accounting(
