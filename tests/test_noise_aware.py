@@ -312,7 +312,8 @@ def test_large_epsilon_noise_aware_linear_regression_matches_nuts_on_the_raw_dat
         reproducible_noise=True,
         random_seed=1,
     )
-    kwargs = {"draws": 250, "tune": 250, "chains": 2, "random_seed": 6, "progressbar": False}
+    # cores=1: parallel chains would start two forkserver processes that each import PyMC and compile the model
+    kwargs = {"draws": 250, "tune": 250, "chains": 2, "cores": 1, "random_seed": 6, "progressbar": False}
     with pm.Model():
         beta = pm.Normal("beta", 0, 1, shape=2)
         sigma = pm.HalfNormal("sigma", 1)
@@ -525,6 +526,9 @@ def test_nuisance_variables_are_sampled_but_neither_stored_nor_diagnosed(monkeyp
         "chains": 2,
         "cores": 1,
         "init": "adapt_diag",  # no jittered start: one compilation less
+        # Short trajectories: the test is about which variables are stored and diagnosed, not about mixing. At
+        # PyMC's default depth (10) the iterations took about half of a sampling's time (60 of them: 44 of 92 s)
+        "nuts": {"max_treedepth": 3},
         "random_seed": 3,
         "progressbar": False,
         "on_poor_mixing": "ignore",
@@ -650,7 +654,7 @@ def test_large_epsilon_noise_aware_logistic_regression_matches_nuts_on_the_raw_d
         reproducible_noise=True,
         random_seed=1,
     )
-    kwargs = {"draws": 200, "tune": 200, "chains": 2, "random_seed": 6, "progressbar": False}
+    kwargs = {"draws": 200, "tune": 200, "chains": 2, "cores": 1, "random_seed": 6, "progressbar": False}  # see above
     posteriors = {}
     for key in ("aware", "naive"):
         with pm.Model():
@@ -1034,7 +1038,7 @@ def test_anchored_logistic_release_matches_nuts_on_binary_covariates_at_large_ep
         random_seed=3,
         **settings,
     )
-    kwargs = {"draws": 200, "tune": 200, "chains": 2, "random_seed": 8, "progressbar": False}
+    kwargs = {"draws": 200, "tune": 200, "chains": 2, "cores": 1, "random_seed": 8, "progressbar": False}
     with pm.Model():
         beta = pm.Normal("beta", 0, 2, shape=4)
         rel.likelihood("y", beta=beta)
