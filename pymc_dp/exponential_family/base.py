@@ -203,6 +203,15 @@ def _as_rows(data: Any, name: str = "data") -> np.ndarray:
     return array
 
 
+def _column(data: Any, out_of_bounds: str, what: str) -> np.ndarray:
+    """A one-statistic family's ``data`` as a 1-d float array of ``what`` (after checking ``out_of_bounds``)."""
+    check_out_of_bounds(out_of_bounds)
+    x = _as_rows(data)
+    if x.ndim != 1:
+        raise ValueError(f"`data` must be a 1-d array{what}. Found shape {x.shape}.")
+    return x
+
+
 OUT_OF_BOUNDS_MODES = ("clamp", "raise")
 
 

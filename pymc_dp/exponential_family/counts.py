@@ -59,7 +59,7 @@ from scipy import special
 
 from pymc_dp._validation import check_positive_int
 from pymc_dp.exponential_family.base import _admit_integers, _check_finite_real
-from pymc_dp.exponential_family.densities import _release_noise_variance, _tensor
+from pymc_dp.exponential_family.densities import ReleaseReading, _parameter_tensor, _release_noise_variance, _tensor
 from pymc_dp.exponential_family.families import SUPPORTED_FAMILIES
 from pymc_dp.exponential_family.regressions import (
     _CovariateAnchorBase,
@@ -78,8 +78,8 @@ __all__ = [
     "chebyshev_exp",
     "clamped_poisson_hessian_weight",
     "clamped_poisson_mean",
+    "count_regression_loglik",
     "poisson_anchor_point",
-    "poisson_regression_loglik",
 ]
 
 #: Largest change of the linear predictor, over the public covariate box, that one anchor step
@@ -154,7 +154,7 @@ class PoissonRegression(_CovariateFamily):
     ``approximation_interval`` (a₂ > 0 and the projected Σ xxᵀ is positive semi-definite, so it
     is a proper Gaussian in β). The noise-aware likelihood reads the release's anchors
     (``covariate_anchors`` ≥ 1 is required) and is described in
-    :mod:`pymc_dp.exponential_family.counts` and :func:`poisson_regression_loglik`.
+    :mod:`pymc_dp.exponential_family.counts` and :func:`count_regression_loglik`.
 
     Notes
     -----
@@ -200,6 +200,11 @@ class PoissonRegression(_CovariateFamily):
     min_covariate_anchors: ClassVar[int] = 1
     #: Gaussian noise is modelled exactly by the noise-aware likelihood.
     gaussian_noise: ClassVar[bool] = True
+    #: What :func:`count_regression_loglik` names in its errors: the likelihood, and how to get an anchor.
+    _likelihood: ClassVar[str] = (
+        "Poisson-regression likelihood (it reads the last anchor's released mean function and slope)"
+    )
+    _anchor_hint: ClassVar[str] = "covariate_anchors=1, or use noise_aware=False"
 
     def __post_init__(self) -> None:
         self._check_covariates()
@@ -273,23 +278,52 @@ class PoissonRegression(_CovariateFamily):
         """The family whose release is the anchor at ``point`` (public)."""
         return PoissonCovariateAnchor(self.n_features, self.x_bounds, self.y_max, tuple(point))
 
-    def release_loglik(
-        self,
-        noisy: np.ndarray,
-        n_rows: int,
-        scale: float,
-        name: str,
-        noise_variance: float | None,
-        anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None,
-        **params: Any,
-    ) -> Any:
-        """The noise-aware likelihood of a release of this family (:func:`poisson_regression_loglik`)."""
+    def release_loglik(self, reading: ReleaseReading, name: str, **params: Any) -> Any:
+        """The noise-aware likelihood of a release of this family (:func:`count_regression_loglik`)."""
         self._check_params(params)
-        return poisson_regression_loglik(self, noisy, n_rows, scale, params["beta"], noise_variance, anchor)
+        return count_regression_loglik(self, reading, params["beta"])
+
+    def _expansion_target(self, reading: ReleaseReading) -> tuple[np.ndarray, Any, Any, tuple[np.ndarray, np.ndarray]]:
+        """What :func:`count_regression_loglik` expands around the anchor: (observed, offset, noise, intervals).
+
+        Here the main release's Σ min(y, M)·x (its first d numbers), the offset F̂ (the anchor's
+        mean function), the main release's noise variance plus the anchor's σₐ², and this
+        family's intervals (which coordinates have width). Post-processing of released values.
+        """
+        _, anchor_value, anchor_noise, _, _ = reading.anchor
+        noise = _release_noise_variance(reading.scale, reading.noise_variance) + float(anchor_noise)
+        observed = np.asarray(reading.noisy, dtype=float)[: self.n_features]
+        return observed, _tensor(np.asarray(anchor_value, dtype=float)), noise, self.intervals()
+
+
+class _CountAnchor(_CovariateAnchorBase):
+    """What the count regressions' anchors share (they hold ``y_max`` and the public point ``anchor``).
+
+    Rows (x, y) with the count clipped to 0..``y_max`` (the same admission as the main
+    release), the Hessian block's weight bounded by :attr:`weight_bound`, and the largest mean
+    exp(xᵀβ̂) over the public covariate box, from which each family's weight bound follows.
+    Public settings only: β̂ is computed from earlier releases.
+    """
+
+    def _check_settings(self) -> None:
+        object.__setattr__(self, "y_max", _y_max(self.y_max))
+
+    def _largest_mean(self) -> float:
+        """exp(max over the covariate box of xᵀβ̂) = exp(Σⱼ max(lⱼβ̂ⱼ, uⱼβ̂ⱼ)), the linear predictor capped."""
+        xl, xu = (np.asarray(b) for b in self.x_bounds)
+        beta = np.asarray(self.anchor)
+        top = float(np.sum(np.maximum(xl * beta, xu * beta)))
+        return float(np.exp(min(top, _MAX_LINEAR_PREDICTOR)))
+
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        return _count_rows(data, self.n_features, out_of_bounds, self.x_bounds, self.y_max)
+
+    def _hessian_bound(self) -> float:
+        return self.weight_bound
 
 
 @dataclass(frozen=True, repr=False)
-class PoissonCovariateAnchor(_CovariateAnchorBase):
+class PoissonCovariateAnchor(_CountAnchor):
     """The clipped-count mean function and its slope at one public point β̂ (Σ over rows).
 
     S(x, y) = (m(λ)·x, w·(upper triangle of h(λ)·xxᵀ)) with λ = exp(xᵀβ̂), m(λ) = E[min(Y, M)]
@@ -325,9 +359,6 @@ class PoissonCovariateAnchor(_CovariateAnchorBase):
     params: ClassVar[tuple[str, ...]] = ()
     _model: ClassVar[str] = "Poisson-regression"
 
-    def _check_settings(self) -> None:
-        object.__setattr__(self, "y_max", _y_max(self.y_max))
-
     def _extra_settings(self) -> dict[str, Any]:
         return {"y_max": self.y_max}
 
@@ -338,19 +369,10 @@ class PoissonCovariateAnchor(_CovariateAnchorBase):
         λ_max = exp(max over the covariate box of xᵀβ̂) = exp(Σⱼ max(lⱼβ̂ⱼ, uⱼβ̂ⱼ)), and both
         m(λ) ≤ min(M, E[Y]) = min(M, λ) and h(λ) = λ·P(Y ≤ M − 1) ≤ min(M, λ).
         """
-        xl, xu = (np.asarray(b) for b in self.x_bounds)
-        beta = np.asarray(self.anchor)
-        top = float(np.sum(np.maximum(xl * beta, xu * beta)))
-        return float(min(float(self.y_max), np.exp(min(top, _MAX_LINEAR_PREDICTOR))))
-
-    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        return _count_rows(data, self.n_features, out_of_bounds, self.x_bounds, self.y_max)
+        return float(min(float(self.y_max), self._largest_mean()))
 
     def _mean_intervals(self, xl: np.ndarray, xu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _hull(xl, xu, self.weight_bound)
-
-    def _hessian_bound(self) -> float:
-        return self.weight_bound
 
     def _row_weights(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lam = np.exp(np.minimum(x @ np.asarray(self.anchor), _MAX_LINEAR_PREDICTOR))
@@ -408,35 +430,34 @@ def poisson_anchor_point(
     return beta
 
 
-def poisson_regression_loglik(
-    family: PoissonRegression,
-    noisy: Any,
-    n_rows: int,
-    scale: float,
-    beta: Any,
-    noise_variance: float | None = None,
-    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None = None,
-) -> Any:
-    """log p(Ŝ_yx | β) of a Poisson-regression release with its last anchor (PyTensor).
+def count_regression_loglik(family: PoissonRegression, reading: ReleaseReading, beta: Any) -> Any:
+    """log p(released | β) of a count-regression release with its last anchor (PyTensor).
 
-    Ŝ_yx = Σ min(yᵢ, M)·xᵢ + noise (the first d released numbers). Given the covariates, the
-    true sum has mean F(β) and covariance about H(β); with the anchor (β̂, F̂, σₐ², Ĥ, σ_H²)
-    — F̂ and Ĥ released at β̂ with noise variances σₐ² and σ_H² per entry, Ĥ projected onto the
-    positive semi-definite cone — F(β) ≈ F̂ + Ĥ(β − β̂) and H(β) ≈ Ĥ, and the true sum and all
-    noises are marginalised in closed form:
+    The last anchor ``reading.anchor`` (β̂, V̂, σₐ², Ĥ, σ_H²) — V̂ and Ĥ released at β̂ with noise variances σₐ² and σ_H²
+    per entry, Ĥ projected onto the positive semi-definite cone — gives a Gaussian expansion in
+    β − β̂ whose true statistic and noises are marginalised in closed form; the family says what
+    it is fitted to (:meth:`PoissonRegression._expansion_target`):
 
-        Ŝ_yx ~ N(F̂ + Ĥ(β − β̂), Ĥ + (σ² + σₐ² + σ_H²‖β − β̂‖²)·I),
+    * Poisson regression: the main release's Ŝ_yx = Σ min(yᵢ, M)·xᵢ + noise (the first d released
+      numbers), whose true value has mean F(β) ≈ F̂ + Ĥ(β − β̂) and covariance about Ĥ, V̂ = F̂:
 
-    σ² the main release's noise variance per coordinate (2b² for Laplace noise, replaced by the
-    normal of that variance; exact for a Gaussian release, ``noise_variance``). Coordinates of
-    zero width (a zero column) are left out. The expansion drops the mean function's terms of
-    third and higher order in β − β̂: see :mod:`pymc_dp.exponential_family.counts` for this known
-    bias.
+          Ŝ_yx ~ N(F̂ + Ĥ(β − β̂), Ĥ + (σ² + σₐ² + σ_H²‖β − β̂‖²)·I),
+
+      σ² the main release's noise variance per coordinate (2b² for Laplace noise, replaced by the
+      normal of that variance; exact for a Gaussian release, ``reading.noise_variance``). The expansion
+      drops the mean function's terms of third and higher order in β − β̂: see
+      :mod:`pymc_dp.exponential_family.counts` for this known bias.
+    * Negative-binomial regression: the anchor's released score V̂ = Û itself,
+      Û ~ N(Ĥ(β − β̂), Ĥ + (σₐ² + σ_H²‖β − β̂‖²)·I) (see
+      :mod:`pymc_dp.exponential_family.negative_binomial` for the model and its O(1/√N) bias);
+      the main release does not enter: it only placed the first anchor.
+
+    Coordinates of zero width (a zero column) are left out.
 
     Raises
     ------
     ValueError
-        Without ``anchor`` (release with ``covariate_anchors`` ≥ 1), or for a ``beta`` that
+        Without an anchor (release with ``covariate_anchors`` ≥ 1), or for a ``beta`` that
         is not a vector.
 
     Notes
@@ -444,22 +465,15 @@ def poisson_regression_loglik(
     Neighbouring relation: substitute (the release's). Post-processing of the release: no ε.
     """
     d = family.n_features
-    beta = _anchored_beta(
-        beta,
-        anchor,
-        d,
-        "Poisson-regression likelihood (it reads the last anchor's released mean function and slope)",
-        "covariate_anchors=1, or use noise_aware=False",
-    )
-    anchor_beta, anchor_value, anchor_noise, hessian, hessian_noise = anchor
-    lo, hi = family.intervals()
+    beta = _anchored_beta(beta, reading.anchor, d, family._likelihood, family._anchor_hint)
+    anchor_beta, _, _, hessian, hessian_noise = reading.anchor
+    observed, offset, noise, (lo, hi) = family._expansion_target(reading)
     keep = np.nonzero(hi[:d] > lo[:d])[0]
     step = beta - _tensor(np.asarray(anchor_beta, dtype=float))
     hessian = np.asarray(hessian, dtype=float)
-    mean = _tensor(np.asarray(anchor_value, dtype=float)) + pt.dot(_tensor(hessian), step)
-    noise = _release_noise_variance(scale, noise_variance) + float(anchor_noise)
+    mean = pt.dot(_tensor(hessian), step) if offset is None else offset + pt.dot(_tensor(hessian), step)
     spread = noise + float(hessian_noise) * pt.sum(step * step)
-    return expansion_logpdf(np.asarray(noisy, dtype=float)[:d], mean, hessian, keep, spread)
+    return expansion_logpdf(observed, mean, hessian, keep, spread)
 
 
 def _anchored_beta(beta: Any, anchor: Any, d: int, likelihood: str, hint: str) -> Any:
@@ -469,13 +483,9 @@ def _anchored_beta(beta: Any, anchor: Any, d: int, likelihood: str, hint: str) -
             f"`covariate_anchors` must be at least 1 for the noise-aware {likelihood}. Found a release without "
             f"anchors; release again with {hint}."
         )
-    beta = pt.as_tensor_variable(beta)
-    if beta.ndim != 1:
-        raise ValueError(
-            f"`beta` must be a vector of {d} coefficients for the noise-aware {likelihood.split(' (')[0]}. "
-            f"Found a tensor with {beta.ndim} dimensions."
-        )
-    return beta
+    return _parameter_tensor(
+        "beta", beta, 1, f"a vector of {d} coefficients for the noise-aware {likelihood.split(' (')[0]}"
+    )
 
 
 def expansion_logpdf(observed: np.ndarray, mean: Any, hessian: np.ndarray, keep: np.ndarray, spread: Any) -> Any:

@@ -19,7 +19,7 @@ References
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytensor.tensor as pt
@@ -235,17 +235,44 @@ def product_moments(mean: Any, cov: Any, rows: np.ndarray, cols: np.ndarray) -> 
     return first, second
 
 
-def _scalar_param(family: Any, name: str, value: Any) -> Any:
+def _parameter_tensor(name: str, value: Any, ndim: int, what: str) -> Any:
+    """A likelihood's parameter ``value`` as a tensor, refused unless it has ``ndim`` dimensions.
+
+    The error reads "`name` must be ``what``. Found a tensor with k dimensions." (a check of the
+    model's graph: public).
+    """
     value = pt.as_tensor_variable(value)
-    if value.ndim != 0:
-        raise ValueError(
-            f"`{name}` must be a scalar for the noise-aware {family.name} likelihood (one parameter for all rows). "
-            f"Found a tensor with {value.ndim} dimensions."
-        )
+    if value.ndim != ndim:
+        raise ValueError(f"`{name}` must be {what}. Found a tensor with {value.ndim} dimensions.")
     return value
 
 
+def _scalar_param(family: Any, name: str, value: Any) -> Any:
+    what = f"a scalar for the noise-aware {family.name} likelihood (one parameter for all rows)"
+    return _parameter_tensor(name, value, 0, what)
+
+
 _PARAMETER_LIMIT = 1e25
+
+
+class ReleaseReading(NamedTuple):
+    """What a noise-aware likelihood reads of a release: released values and public settings only.
+
+    Built by :meth:`pymc_dp.exponential_family.release.ReleasedStatistics.likelihood` and handed
+    to :func:`~pymc_dp.exponential_family.noise_aware.release_loglik` or to a family's own
+    ``release_loglik``. Nothing in it is raw data: the likelihoods are post-processing (no ε).
+    """
+
+    #: The unprojected released vector (the mechanism's output).
+    noisy: np.ndarray
+    #: N, public under substitute neighbours.
+    n_rows: int
+    #: The Laplace scale b of the release.
+    scale: float
+    #: A Gaussian release's per-coordinate σ² (None for a Laplace release).
+    noise_variance: float | None
+    #: The last covariate anchor's (β̂, released value, its noise variance, Ĥ, Ĥ's noise variance), or None.
+    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None
 
 
 def _release_noise_variance(scale: float, noise_variance: float | None) -> float:

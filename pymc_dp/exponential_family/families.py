@@ -42,6 +42,7 @@ from pymc_dp.exponential_family.base import _check_finite_real as _check_finite_
 from pymc_dp.exponential_family.base import _check_param_names as _check_param_names
 from pymc_dp.exponential_family.base import _clamp_integers as _clamp_integers
 from pymc_dp.exponential_family.base import _clamp_real as _clamp_real
+from pymc_dp.exponential_family.base import _column
 from pymc_dp.exponential_family.base import check_out_of_bounds as check_out_of_bounds
 from pymc_dp.exponential_family.base import project_onto_scaled_simplex as project_onto_scaled_simplex
 from pymc_dp.exponential_family.regressions import ANCHOR_HESSIAN_WEIGHT as ANCHOR_HESSIAN_WEIGHT
@@ -78,8 +79,43 @@ __all__ = [
 ]
 
 
+class _BoundedCount(ExponentialFamily):
+    """A family of one count per row in 0..K, K the public integer setting named :attr:`bound_field`.
+
+    S(x) = x ∈ {0, …, K}; its interval [0, K] gives Δ₁ = Δ₂ = K (substitute neighbours, N
+    public; :class:`~pymc_dp.exponential_family.base.ExponentialFamily`). :class:`Binomial`
+    (K = n_trials) and :class:`Poisson` (K = upper) share the checks, the interval, the row
+    statistic and the admission of the rows (clamped into 0..K, or refused).
+    """
+
+    bound_field: ClassVar[str]
+    bound_note: ClassVar[str] = ""  # after "the integers 0..K" in the out-of-bounds error
+
+    @property
+    def count_bound(self) -> int:
+        """K, the largest count a row may hold."""
+        return getattr(self, self.bound_field)
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.bound_field, self.count_bound)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(1), np.full(1, float(self.count_bound))
+
+    def settings(self) -> dict[str, Any]:
+        return {"family": self.name, self.bound_field: self.count_bound}
+
+    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
+        x = _column(data, out_of_bounds, " of counts")
+        bound = self.count_bound
+        return _admit_integers(x, bound, out_of_bounds, f"the integers 0..{bound}{self.bound_note}")
+
+    def row_statistics(self, data: np.ndarray) -> np.ndarray:
+        return data.reshape(-1, 1)
+
+
 @dataclass(frozen=True, repr=False)
-class Binomial(ExponentialFamily):
+class Binomial(_BoundedCount):
     """Binomial(n_trials, p) rows with known ``n_trials``: S(x) = x ∈ {0, …, n_trials}, Δ₁ = Δ₂ = n_trials.
 
     φ = logit p, log g = n_trials · log(1 − p). Feasible aggregate: [0, n · n_trials].
@@ -91,25 +127,7 @@ class Binomial(ExponentialFamily):
     n_trials: int = 1
     name: ClassVar[str] = "binomial"
     params: ClassVar[tuple[str, ...]] = ("p",)
-
-    def __post_init__(self) -> None:
-        check_positive_int("n_trials", self.n_trials)
-
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros(1), np.full(1, float(self.n_trials))
-
-    def settings(self) -> dict[str, Any]:
-        return {"family": self.name, "n_trials": self.n_trials}
-
-    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        x = _as_rows(data)
-        if x.ndim != 1:
-            raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
-        return _admit_integers(x, self.n_trials, out_of_bounds, f"the integers 0..{self.n_trials}")
-
-    def row_statistics(self, data: np.ndarray) -> np.ndarray:
-        return data.reshape(-1, 1)
+    bound_field: ClassVar[str] = "n_trials"
 
     def natural(self, p: Any) -> tuple[Any, Any]:
         p = pt.as_tensor_variable(p)
@@ -167,10 +185,7 @@ class Categorical(ExponentialFamily):
         return {"family": self.name, "n_categories": self.n_categories}
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        x = _as_rows(data)
-        if x.ndim != 1:
-            raise ValueError(f"`data` must be a 1-d array of class labels. Found shape {x.shape}.")
+        x = _column(data, out_of_bounds, " of class labels")
         top = self.n_categories - 1
         return _admit_integers(x, top, out_of_bounds, f"the labels 0..{top}").astype(np.int64)
 
@@ -185,7 +200,7 @@ class Categorical(ExponentialFamily):
 
 
 @dataclass(frozen=True, repr=False)
-class Poisson(ExponentialFamily):
+class Poisson(_BoundedCount):
     """Poisson(mu) rows with a public bound ``upper`` on each count: S(x) = x ∈ {0, …, upper}, Δ₁ = upper.
 
     φ = log mu, log g = −mu. Feasible aggregate: [0, n · upper].
@@ -198,25 +213,8 @@ class Poisson(ExponentialFamily):
     upper: int = 1
     name: ClassVar[str] = "poisson"
     params: ClassVar[tuple[str, ...]] = ("mu",)
-
-    def __post_init__(self) -> None:
-        check_positive_int("upper", self.upper)
-
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros(1), np.full(1, float(self.upper))
-
-    def settings(self) -> dict[str, Any]:
-        return {"family": self.name, "upper": self.upper}
-
-    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        x = _as_rows(data)
-        if x.ndim != 1:
-            raise ValueError(f"`data` must be a 1-d array of counts. Found shape {x.shape}.")
-        return _admit_integers(x, self.upper, out_of_bounds, f"the integers 0..{self.upper} (`upper`)")
-
-    def row_statistics(self, data: np.ndarray) -> np.ndarray:
-        return data.reshape(-1, 1)
+    bound_field: ClassVar[str] = "upper"
+    bound_note: ClassVar[str] = " (`upper`)"
 
     def natural(self, mu: Any) -> tuple[Any, Any]:
         mu = pt.as_tensor_variable(mu)
@@ -254,10 +252,7 @@ class Normal(ExponentialFamily):
         return {"family": self.name, "sigma": float(self.sigma), "bounds": list(self.bounds)}
 
     def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        check_out_of_bounds(out_of_bounds)
-        x = _as_rows(data)
-        if x.ndim != 1:
-            raise ValueError(f"`data` must be a 1-d array. Found shape {x.shape}.")
+        x = _column(data, out_of_bounds, "")
         return _admit_real(x, self.bounds[0], self.bounds[1], out_of_bounds, f"`bounds` = {self.bounds}")
 
     def row_statistics(self, data: np.ndarray) -> np.ndarray:

@@ -336,23 +336,17 @@ class GroupedRegression(ExponentialFamily):
     #: A Gaussian release is modelled exactly by :meth:`release_loglik` (``mechanism="gaussian"`` allowed).
     gaussian_noise = True
 
-    def release_loglik(
-        self,
-        noisy: np.ndarray,
-        n_rows: int,
-        scale: float,
-        name: str,
-        noise_variance: float | None = None,
-        anchor: Any = None,
-        **params: Any,
-    ) -> Any:
-        """The noise-aware likelihood: :func:`~pymc_dp.exponential_family.grouped_likelihood.grouped_release_loglik`."""
+    def release_loglik(self, reading: Any, name: str, **params: Any) -> Any:
+        """The noise-aware likelihood: :func:`~pymc_dp.exponential_family.grouped_likelihood.grouped_release_loglik`.
+
+        ``reading``: the release's :class:`~pymc_dp.exponential_family.densities.ReleaseReading`.
+        """
         from pymc_dp.exponential_family.grouped_likelihood import grouped_release_loglik
 
-        if anchor is not None:
+        if reading.anchor is not None:
             raise ValueError("`covariate_anchors` must be 0 for a grouped release. Found a covariate anchor.")
         self._check_params(params)
-        return grouped_release_loglik(self, noisy, n_rows, scale, name, noise_variance, **params)
+        return grouped_release_loglik(self, reading, name, **params)
 
 
 def grouped_family(family: Any, n_groups: Any, **settings: Any) -> GroupedRegression:

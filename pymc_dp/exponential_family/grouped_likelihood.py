@@ -49,17 +49,16 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.replace import vectorize_graph
 
-from pymc_dp.exponential_family.noise_aware import (
+from pymc_dp.exponential_family.densities import (
+    _HALF_LOG_2PI,
     _PARAMETER_LIMIT,
+    ReleaseReading,
     _release_noise_variance,
     _tensor,
-    gaussian_covariates,
-    logistic_regression_moments,
 )
+from pymc_dp.exponential_family.regression_likelihoods import gaussian_covariates, logistic_regression_moments
 
 __all__ = ["batched_gaussian_logpdf", "grouped_cell_moments", "grouped_release_loglik"]
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _diagonal(matrices: Any, unit: np.ndarray | None) -> Any:
@@ -150,15 +149,7 @@ def grouped_cell_moments(
 
 
 def grouped_release_loglik(
-    family: Any,
-    noisy: np.ndarray,
-    n_rows: int,
-    scale: float,
-    name: str,
-    noise_variance: float | None = None,
-    alpha: Any = None,
-    beta: Any = None,
-    sigma: Any = None,
+    family: Any, reading: ReleaseReading, name: str, alpha: Any = None, beta: Any = None, sigma: Any = None
 ) -> Any:
     """log p(release | α, β[, σ]) of a grouped release, with the group sizes and covariate moments latent.
 
@@ -168,10 +159,13 @@ def grouped_release_loglik(
     from the cells' sum, which is the ungrouped release), and returns the log density of the
     whole released vector (module docstring). ``alpha``: the G group intercepts; ``beta``: p
     shared slopes or a G × p matrix of group slopes (varying slopes); ``sigma``: the residual
-    sd (linear regression). ``noise_variance`` is a Gaussian release's σ² (else the Laplace
-    scale ``scale`` gives 2b²).
+    sd (linear regression). ``reading`` (:class:`~pymc_dp.exponential_family.densities.ReleaseReading`):
+    the released vector, N, and the noise, a Gaussian release's σ² (``noise_variance``) or else
+    the Laplace scale (``scale``, giving 2b²).
     """
     import pymc as pm
+
+    noisy, n_rows, scale, noise_variance, _ = reading
 
     cells = family.cells(noisy)
     cell = family.cell

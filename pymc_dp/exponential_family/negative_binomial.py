@@ -62,31 +62,26 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import pytensor.tensor as pt
 from scipy import special
 
 from pymc_dp.exponential_family.base import _check_finite_real, _interval_product
 from pymc_dp.exponential_family.counts import (
     _MAX_LINEAR_PREDICTOR,
     PoissonRegression,
-    _anchored_beta,
     _capped,
-    _count_rows,
+    _CountAnchor,
     _solve,
-    _y_max,
-    expansion_logpdf,
     poisson_anchor_point,
 )
-from pymc_dp.exponential_family.densities import _tensor
+from pymc_dp.exponential_family.densities import ReleaseReading
 from pymc_dp.exponential_family.families import SUPPORTED_FAMILIES
-from pymc_dp.exponential_family.regressions import ANCHOR_HESSIAN_WEIGHT, _CovariateAnchorBase
+from pymc_dp.exponential_family.regressions import ANCHOR_HESSIAN_WEIGHT
 
 __all__ = [
     "NegativeBinomialRegression",
     "NegativeBinomialScoreAnchor",
     "clamped_nb_hessian_weight",
     "clamped_nb_mean",
-    "negative_binomial_regression_loglik",
 ]
 
 
@@ -192,6 +187,11 @@ class NegativeBinomialRegression(PoissonRegression):
     name: ClassVar[str] = "negative_binomial_regression"
     #: Of the release's privacy, the anchors' share: the main release only places the first anchor.
     anchor_share: ClassVar[float] = 0.8
+    #: What :func:`~pymc_dp.exponential_family.counts.count_regression_loglik` names in its errors.
+    _likelihood: ClassVar[str] = (
+        "negative-binomial-regression likelihood (it reads the last anchor's released score and information)"
+    )
+    _anchor_hint: ClassVar[str] = "covariate_anchors=2"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -227,23 +227,18 @@ class NegativeBinomialRegression(PoissonRegression):
         """The family whose release is the anchor at ``point`` (public)."""
         return NegativeBinomialScoreAnchor(self.n_features, self.x_bounds, self.y_max, self.alpha, tuple(point))
 
-    def release_loglik(
-        self,
-        noisy: np.ndarray,
-        n_rows: int,
-        scale: float,
-        name: str,
-        noise_variance: float | None,
-        anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None,
-        **params: Any,
-    ) -> Any:
-        """The noise-aware likelihood of a release of this family (:func:`negative_binomial_regression_loglik`)."""
-        self._check_params(params)
-        return negative_binomial_regression_loglik(self, params["beta"], anchor)
+    def _expansion_target(self, reading: ReleaseReading) -> tuple[np.ndarray, Any, Any, tuple[np.ndarray, np.ndarray]]:
+        """The last anchor's released score Û (no offset), its noise variance σₐ², the anchor family's intervals.
+
+        The main release does not enter (:func:`~pymc_dp.exponential_family.counts.count_regression_loglik`).
+        """
+        anchor_beta, score, score_noise, _, _ = reading.anchor
+        intervals = self.anchor_family(np.asarray(anchor_beta, dtype=float)).intervals()
+        return np.asarray(score, dtype=float), None, float(score_noise), intervals
 
 
 @dataclass(frozen=True, repr=False)
-class NegativeBinomialScoreAnchor(_CovariateAnchorBase):
+class NegativeBinomialScoreAnchor(_CountAnchor):
     """The negative binomial's score of the clipped counts and its slope at one public point β̂ (Σ over rows).
 
     S(x, y) = (w·(y − m(μ))·x, w'·(upper triangle of w·h(μ)·xxᵀ)) with μ = exp(xᵀβ̂),
@@ -281,17 +276,11 @@ class NegativeBinomialScoreAnchor(_CovariateAnchorBase):
     _model: ClassVar[str] = "negative-binomial-regression"
 
     def _check_settings(self) -> None:
-        object.__setattr__(self, "y_max", _y_max(self.y_max))
+        super()._check_settings()
         object.__setattr__(self, "alpha", _check_alpha(self.alpha))
 
     def _extra_settings(self) -> dict[str, Any]:
         return {"y_max": self.y_max, "alpha": self.alpha}
-
-    def _largest_mean(self) -> float:
-        xl, xu = (np.asarray(b) for b in self.x_bounds)
-        beta = np.asarray(self.anchor)
-        top = float(np.sum(np.maximum(xl * beta, xu * beta)))
-        return float(np.exp(min(top, _MAX_LINEAR_PREDICTOR)))
 
     @property
     def weight_bound(self) -> float:
@@ -301,16 +290,10 @@ class NegativeBinomialScoreAnchor(_CovariateAnchorBase):
     def _score_weight_interval(self) -> tuple[float, float]:
         return -min(self.weight_bound, float(self.y_max)), float(self.y_max)
 
-    def check_data(self, data: Any, out_of_bounds: str = "clamp") -> np.ndarray:
-        return _count_rows(data, self.n_features, out_of_bounds, self.x_bounds, self.y_max)
-
     def _mean_intervals(self, xl: np.ndarray, xu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         weight = self._score_weight_interval()
         pairs = [_interval_product(weight, (float(lo), float(hi))) for lo, hi in zip(xl, xu, strict=True)]
         return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-
-    def _hessian_bound(self) -> float:
-        return self.weight_bound
 
     def _weights(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(w·(y − m), w·h) per row, capped at their public intervals."""
@@ -329,51 +312,6 @@ class NegativeBinomialScoreAnchor(_CovariateAnchorBase):
         rows, cols = self._triu
         weight = ANCHOR_HESSIAN_WEIGHT * hessian
         return np.column_stack([score[:, None] * x, weight[:, None] * x[:, rows] * x[:, cols]])
-
-
-def negative_binomial_regression_loglik(
-    family: NegativeBinomialRegression,
-    beta: Any,
-    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None = None,
-) -> Any:
-    """log p(Û | β) of a negative-binomial-regression release's last anchor (PyTensor).
-
-    With ``anchor`` = (β̂, Û, σₐ², Ĥ, σ_H²) — the released score and information at β̂, with
-    noise variances σₐ² and σ_H² per entry, Ĥ projected onto the positive semi-definite cone:
-
-        Û ~ N(Ĥ(β − β̂), Ĥ + (σₐ² + σ_H²‖β − β̂‖²)·I),
-
-    the true score and every noise marginalised in closed form (see
-    :mod:`pymc_dp.exponential_family.negative_binomial` for the model and its O(1/√N) bias).
-    Coordinates of zero width are left out. The main release does not enter: it only placed the
-    first anchor.
-
-    Raises
-    ------
-    ValueError
-        Without ``anchor`` (release with ``covariate_anchors`` ≥ 1), or for a ``beta`` that
-        is not a vector.
-
-    Notes
-    -----
-    Neighbouring relation: substitute (the release's). Post-processing of the release: no ε.
-    """
-    d = family.n_features
-    beta = _anchored_beta(
-        beta,
-        anchor,
-        d,
-        "negative-binomial-regression likelihood (it reads the last anchor's released score and information)",
-        "covariate_anchors=2",
-    )
-    anchor_beta, score, score_noise, hessian, hessian_noise = anchor
-    lo, hi = family.anchor_family(np.asarray(anchor_beta, dtype=float)).intervals()
-    keep = np.nonzero(hi[:d] > lo[:d])[0]
-    step = beta - _tensor(np.asarray(anchor_beta, dtype=float))
-    hessian = np.asarray(hessian, dtype=float)
-    mean = pt.dot(_tensor(hessian), step)
-    spread = float(score_noise) + float(hessian_noise) * pt.sum(step * step)
-    return expansion_logpdf(np.asarray(score, dtype=float), mean, hessian, keep, spread)
 
 
 SUPPORTED_FAMILIES.setdefault(NegativeBinomialRegression.name, NegativeBinomialRegression)

@@ -55,6 +55,7 @@ import pytensor.tensor as pt
 from pymc_dp.exponential_family.densities import _HALF_LOG_2PI as _HALF_LOG_2PI
 from pymc_dp.exponential_family.densities import _MIN_VARIANCE as _MIN_VARIANCE
 from pymc_dp.exponential_family.densities import _PARAMETER_LIMIT as _PARAMETER_LIMIT
+from pymc_dp.exponential_family.densities import ReleaseReading, _parameter_tensor
 from pymc_dp.exponential_family.densities import _binomial_window as _binomial_window
 from pymc_dp.exponential_family.densities import _release_noise_variance as _release_noise_variance
 from pymc_dp.exponential_family.densities import _scalar_param as _scalar_param
@@ -159,22 +160,14 @@ def univariate_release_loglik(family: Any, value: Any, n_rows: int, scale: float
     return normal_laplace_logpdf(value, n_rows * mean, n_rows * var, scale)
 
 
-def release_loglik(
-    family: Any,
-    noisy: np.ndarray,
-    n_rows: int,
-    scale: float,
-    name: str,
-    noise_variance: float | None = None,
-    anchor: tuple[np.ndarray, np.ndarray, float, np.ndarray, float] | None = None,
-    **params: Any,
-) -> Any:
-    """log p(Ŝ | θ) of the unprojected release ``noisy`` under ``family`` (see the module docstring).
+def release_loglik(family: Any, reading: ReleaseReading, name: str, **params: Any) -> Any:
+    """log p(Ŝ | θ) of the unprojected release ``reading.noisy`` under ``family`` (see the module docstring).
 
-    ``scale`` is the Laplace scale b of the release. For a Gaussian release (linear and
-    logistic regression only: ``release_statistics(..., mechanism="gaussian")``) pass its
-    per-coordinate ``noise_variance`` σ² instead: the regressions' likelihood is then exact in
-    the noise, where for a Laplace release it uses the normal of the same variance 2b².
+    ``reading`` (:class:`~pymc_dp.exponential_family.densities.ReleaseReading`) holds the release's
+    public reading: ``scale`` is the Laplace scale b of the release. For a Gaussian release (linear
+    and logistic regression only: ``release_statistics(..., mechanism="gaussian")``) its
+    per-coordinate ``noise_variance`` σ² is given instead: the regressions' likelihood is then exact
+    in the noise, where for a Laplace release it uses the normal of the same variance 2b².
 
     Bernoulli, Binomial, Poisson and Normal return a closed-form (or exactly summed) scalar
     graph (:func:`univariate_release_loglik`). Categorical and linear regression add latent
@@ -195,6 +188,7 @@ def release_loglik(
     from pymc_dp.exponential_family import families as fams
 
     fams._check_param_names(family, params)
+    noisy, n_rows, scale, noise_variance, anchor = reading
     noisy = np.asarray(noisy, dtype=float)
     kind = type(family)
     regression = kind in (fams.LinearRegression, fams.LogisticRegression)
@@ -237,13 +231,8 @@ def _jittered(cov: Any, size: int) -> Any:
 
 
 def _categorical_loglik(family: Any, noisy: np.ndarray, n_rows: int, scale: float, name: str, p: Any) -> Any:
-    p = pt.as_tensor_variable(p)
     k = family.n_categories
-    if p.ndim != 1:
-        raise ValueError(
-            f"`p` must be a vector of {k} class probabilities for the noise-aware categorical likelihood. "
-            f"Found a tensor with {p.ndim} dimensions."
-        )
+    p = _parameter_tensor("p", p, 1, f"a vector of {k} class probabilities for the noise-aware categorical likelihood")
     tau = _noise_variances(name, k, scale)
     cov = n_rows * (pt.diag(p) - pt.outer(p, p)) + pt.diag(tau)
     return _mvnormal_logpdf(noisy, n_rows * p, _jittered(cov, k))

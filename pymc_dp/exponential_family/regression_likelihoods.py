@@ -27,6 +27,7 @@ import pytensor.tensor as pt
 
 from pymc_dp.exponential_family.densities import (
     _PARAMETER_LIMIT,
+    _parameter_tensor,
     _release_noise_variance,
     _scalar_param,
     _tensor,
@@ -231,12 +232,9 @@ def linear_regression_loglik(
     """
 
     d = family.n_features
-    beta = pt.as_tensor_variable(beta)
-    if beta.ndim != 1:
-        raise ValueError(
-            f"`beta` must be a vector of {d} coefficients for the noise-aware linear-regression likelihood. "
-            f"Found a tensor with {beta.ndim} dimensions."
-        )
+    beta = _parameter_tensor(
+        "beta", beta, 1, f"a vector of {d} coefficients for the noise-aware linear-regression likelihood"
+    )
     sigma = _scalar_param(family, "sigma", sigma)
     if family.y_bounds[0] == family.y_bounds[1]:
         raise ValueError(
@@ -381,12 +379,8 @@ def logistic_regression_loglik(
     the covariates the two blocks are independent.
     """
     d = family.n_features
-    beta = pt.as_tensor_variable(beta)
-    if beta.ndim != 1:
-        raise ValueError(
-            f"`beta` must be a vector of {d} coefficients for the noise-aware logistic-regression likelihood. "
-            f"Found a tensor with {beta.ndim} dimensions."
-        )
+    what = f"a vector of {d} coefficients for the noise-aware logistic-regression likelihood"
+    beta = _parameter_tensor("beta", beta, 1, what)
     x_mean, x_cov = gaussian_covariates(family, noisy, n_rows, name, family.product_positions())
     lo, hi = family.intervals()
     keep = np.nonzero(hi > lo)[0]

@@ -26,6 +26,7 @@ from pymc_dp.exponential_family.anchors import (
     release_anchors,
 )
 from pymc_dp.exponential_family.compile_mode import noise_aware_sample_kwargs
+from pymc_dp.exponential_family.densities import ReleaseReading
 from pymc_dp.exponential_family.families import (
     ExponentialFamily,
     LinearRegression,
@@ -251,13 +252,12 @@ class ReleasedStatistics:
                 stacklevel=2,
             )
         before = set(model.named_vars)
+        reading = ReleaseReading(self.noisy_statistics, self.n_rows, self.scale, noise_variance, anchor)
         family_loglik = getattr(self.family, "release_loglik", None)  # a family with its own (counts.py)
         loglik = (
-            family_loglik(self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params)
+            family_loglik(reading, name, **params)
             if family_loglik is not None
-            else release_loglik(
-                self.family, self.noisy_statistics, self.n_rows, self.scale, name, noise_variance, anchor, **params
-            )
+            else release_loglik(self.family, reading, name, **params)
         )
         potential = pm.Potential(
             name,
