@@ -21,7 +21,6 @@ from pymc_dp.step_methods.base import (
     RandomWalkTuning,
     TransitionInfo,
     accept_reject,
-    check_proposal_scale,
 )
 
 __all__ = ["DPBarkerMH", "barker_accepts", "recorded_barker_releases", "subsampled_barker_releases"]
@@ -178,8 +177,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
     name = "dp_barker_mh"
     noise_attributes = ("llr_clip",)
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        **DPStep.common_stats,
-        "dp_proposal_scale": (np.float64, []),
+        **RandomWalkTuning.stats_dtypes_shapes,
         "dp_iterations": (np.int64, []),
         "dp_n_rows": (np.int64, []),
         "dp_batch_size": (np.int64, []),
@@ -211,9 +209,7 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         self.full_data = check_bool("full_data", full_data)
         self.correction_variance = _check_correction_variance(correction_variance)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
-        scale = check_proposal_scale(proposal_scale)
+        tune, reproducible_noise, scale = self._check_walk(tune_interval, tune, reproducible_noise, proposal_scale)
         if llr_clip is not None:
             llr_clip = check_finite_positive("llr_clip", llr_clip)
         batch_size, tempered_size, temperature = self._check_test(batch_size, tempered_size, temperature)
@@ -367,26 +363,21 @@ class DPBarkerMH(RandomWalkTuning, DPStep):
         self._mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
-        return {
-            "step": type(self).__name__,
-            "mechanism": "gaussian: clipped full-data log-likelihood ratio (Barker test)"
+        return self._settings_record(
+            "gaussian: clipped full-data log-likelihood ratio (Barker test)"
             if self.full_data
             else "subsampled Barker test (Heikkilä et al. 2019, Thm 2 + eq. 22)",
-            "vars": list(self.var_names),
-            "full_data": self.full_data,
-            "batch_size": self.batch_size,
-            "sampling": None if self.full_data else "fixed size, without replacement",
-            "tempered_size": self.tempered_size if self.neighbouring == "substitute" else None,
-            "temperature": self.temperature,
-            "correction_variance": self.correction_variance,
-            "llr_clip": self.llr_clip,
-            "neighbouring": self.neighbouring,
-            "reproducible_noise": self.reproducible_noise,
-            "releases_per_iteration": 1,
-        }
-
-    def _label(self) -> str:
-        return f"{type(self).__name__}[{','.join(self.var_names)}]"
+            full_data=self.full_data,
+            batch_size=self.batch_size,
+            sampling=None if self.full_data else "fixed size, without replacement",
+            tempered_size=self.tempered_size if self.neighbouring == "substitute" else None,
+            temperature=self.temperature,
+            correction_variance=self.correction_variance,
+            llr_clip=self.llr_clip,
+            neighbouring=self.neighbouring,
+            reproducible_noise=self.reproducible_noise,
+            releases_per_iteration=1,
+        )
 
     # -- sampling -------------------------------------------------------------------------
     def _get_mechanism(self) -> NoisyBarkerStatistic:

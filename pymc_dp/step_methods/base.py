@@ -17,7 +17,7 @@ from pymc.step_methods.metropolis import tune as tune_scaling
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
-from pymc_dp._validation import AUTO_CLIP, check_finite_positive, model_from_context
+from pymc_dp._validation import AUTO_CLIP, check_bool, check_finite_positive, check_positive_int, model_from_context
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
@@ -573,6 +573,17 @@ class DPStep(ArrayStepShared):
         """Public settings recorded in ``dp_accountant``."""
         raise NotImplementedError
 
+    def _settings_record(self, mechanism: str, **settings: Any) -> dict[str, Any]:
+        """The record :meth:`accountant_settings` returns: the step, ``mechanism`` and the variables, then ``settings``.
+
+        ``settings`` keep the order given. Public settings only.
+        """
+        return {"step": type(self).__name__, "mechanism": mechanism, "vars": list(self.var_names), **settings}
+
+    def _label(self) -> str:
+        """The step and its variables, ``DPPenaltyMH[m,s]``: the label of its privacy events in the ledger."""
+        return f"{type(self).__name__}[{','.join(self.var_names)}]"
+
     @staticmethod
     def competence(var, has_grad):
         """Never chosen automatically: a DP step must be requested explicitly."""
@@ -634,11 +645,12 @@ class GaussianNoiseMultiplier:
     """Privacy interface of a step that makes one Gaussian release per iteration at noise multiplier τ.
 
     The step keeps τ in ``noise_multiplier`` (None until set or calibrated); each iteration costs
-    μ = 1/(2τ²) (Sommer et al. 2019, Lemma 12). Subclasses drop whatever they built for an
-    old τ in :meth:`_noise_changed`.
+    μ = 1/(2τ²) (Sommer et al. 2019, Lemma 12). The step builds its mechanism for the current τ
+    in ``_mechanism`` when it first releases; a new τ drops it (:meth:`_noise_changed`).
     """
 
     noise_multiplier: float | None
+    _mechanism: Any
     #: The mechanism the step releases through; it states the accounting of its releases (``events``).
     mechanism_class: ClassVar[Any]
 
@@ -670,10 +682,8 @@ class GaussianNoiseMultiplier:
         self._noise_changed()
 
     def _noise_changed(self) -> None:
-        """Drop mechanisms or caches built for the previous noise scale."""
-
-    def _label(self) -> str:
-        return f"{type(self).__name__}[{','.join(self.var_names)}]"
+        """Drop the mechanism built for the previous noise scale (the next release builds one for the new τ)."""
+        self._mechanism = None
 
 
 def check_proposal_scale(proposal_scale: Any) -> np.ndarray:
@@ -702,6 +712,23 @@ class RandomWalkTuning:
 
     proposal_scale: np.ndarray
     tune_interval: int
+    #: Every step's statistics and the proposal scale used (:meth:`_tuned_statistics`).
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
+        **DPStep.common_stats,
+        "dp_proposal_scale": (np.float64, []),
+    }
+
+    def _check_walk(
+        self, tune_interval: Any, tune: Any, reproducible_noise: Any, proposal_scale: Any
+    ) -> tuple[bool, bool, np.ndarray]:
+        """The random-walk steps' shared arguments, checked in this order before the model is read.
+
+        Sets ``tune_interval``; returns ``tune`` and ``reproducible_noise`` as bools and the
+        proposal scale as a 1-d array (:func:`check_proposal_scale`). Public settings only.
+        """
+        self.tune_interval = check_positive_int("tune_interval", tune_interval)
+        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
+        return tune, reproducible_noise, check_proposal_scale(proposal_scale)
 
     def _init_proposal(self, scale: np.ndarray, size: int) -> None:
         if scale.size not in (1, size):

@@ -387,21 +387,19 @@ class DPHMC(Centring, DPStep):
         self._llr_mechanism = self._grad_mechanism = None
 
     def accountant_settings(self) -> dict[str, Any]:
-        return {
-            "step": type(self).__name__,
-            "mechanism": "gaussian: clipped gradients (L+1 per iteration) and clipped log-likelihood ratio",
-            "vars": list(self.var_names),
-            "grad_noise_multiplier": self.grad_noise_multiplier,
-            "llr_noise_multiplier": self.llr_noise_multiplier,
-            "grad_clip": self.grad_clip,
-            "llr_clip": self.llr_clip,
-            "n_leapfrog": self.n_leapfrog,
-            "temperature": self.temperature,
-            "neighbouring": self.neighbouring,
-            "reproducible_noise": self.reproducible_noise,
-            "releases_per_iteration": {"llr": 1, "gradient": self.n_leapfrog + 1},
+        return self._settings_record(
+            "gaussian: clipped gradients (L+1 per iteration) and clipped log-likelihood ratio",
+            grad_noise_multiplier=self.grad_noise_multiplier,
+            llr_noise_multiplier=self.llr_noise_multiplier,
+            grad_clip=self.grad_clip,
+            llr_clip=self.llr_clip,
+            n_leapfrog=self.n_leapfrog,
+            temperature=self.temperature,
+            neighbouring=self.neighbouring,
+            reproducible_noise=self.reproducible_noise,
+            releases_per_iteration={"llr": 1, "gradient": self.n_leapfrog + 1},
             **self._centring_settings(),
-        }
+        )
 
     # -- per-chain state ------------------------------------------------------------------
     def _reset_chain_state(self) -> None:

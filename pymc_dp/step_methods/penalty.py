@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
-    check_bool,
     check_clip_bound,
     check_finite_positive,
     check_neighbouring,
-    check_positive_int,
 )
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyLogLikelihoodRatio
@@ -24,7 +22,6 @@ from pymc_dp.step_methods.base import (
     RandomWalkTuning,
     TransitionInfo,
     _row,
-    check_proposal_scale,
 )
 from pymc_dp.step_methods.centred import Centring
 from pymc_dp.step_methods.kernels import penalty_log_acceptance
@@ -149,10 +146,6 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     mechanism_class = NoisyLogLikelihoodRatio
     noise_attributes = ("noise_multiplier",)
     clip_attributes = ("llr_clip",)
-    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        **DPStep.common_stats,
-        "dp_proposal_scale": (np.float64, []),
-    }
 
     @withholds_chains
     def __init__(
@@ -182,9 +175,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         )
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = check_neighbouring("neighbouring", neighbouring)
-        self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
-        scale = check_proposal_scale(proposal_scale)
+        tune, reproducible_noise, scale = self._check_walk(tune_interval, tune, reproducible_noise, proposal_scale)
         self._check_centring_arguments(anchor, centre_lipschitz, {"noise_multiplier": noise_multiplier})
 
         value_vars, shared, self._prior, self._row_mechanisms = self._data_access(
@@ -201,22 +192,17 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     # -- privacy interface ----------------------------------------------------------------
-    def _noise_changed(self) -> None:
-        self._mechanism = None
-
     def accountant_settings(self) -> dict[str, Any]:
-        return {
-            "step": type(self).__name__,
-            "mechanism": "gaussian: clipped log-likelihood ratio (penalty test)",
-            "vars": list(self.var_names),
-            "noise_multiplier": self.noise_multiplier,
-            "llr_clip": self.llr_clip,
-            "temperature": self.temperature,
-            "neighbouring": self.neighbouring,
-            "reproducible_noise": self.reproducible_noise,
-            "releases_per_iteration": 1,
+        return self._settings_record(
+            "gaussian: clipped log-likelihood ratio (penalty test)",
+            noise_multiplier=self.noise_multiplier,
+            llr_clip=self.llr_clip,
+            temperature=self.temperature,
+            neighbouring=self.neighbouring,
+            reproducible_noise=self.reproducible_noise,
+            releases_per_iteration=1,
             **self._centring_settings(),
-        }
+        )
 
     def privacy_events(self, n_iterations: int) -> list[PrivacyEvent]:
         return super().privacy_events(n_iterations) + self._anchor_events()

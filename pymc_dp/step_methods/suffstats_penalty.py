@@ -13,7 +13,7 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.vartypes import continuous_types
 
 from pymc_dp._errors import withholds_chains
-from pymc_dp._validation import check_bool, check_finite_positive, check_positive_int
+from pymc_dp._validation import check_finite_positive
 from pymc_dp.data import check_prior_reads_no_data, sorted_value_vars
 from pymc_dp.exponential_family.families import ExponentialFamily, check_out_of_bounds, get_family
 from pymc_dp.mechanisms import NoisySufficientStatistics, PrivateSufficientStatistics
@@ -23,7 +23,6 @@ from pymc_dp.step_methods.base import (
     RandomWalkTuning,
     TransitionInfo,
     accept_reject,
-    check_proposal_scale,
 )
 from pymc_dp.step_methods.penalty import penalty_log_acceptance
 
@@ -102,10 +101,6 @@ class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     name = "dp_suffstats_penalty_mh"
     noise_attributes = ("noise_multiplier",)
     reads_model_rows: ClassVar[bool] = False
-    stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {
-        **DPStep.common_stats,
-        "dp_proposal_scale": (np.float64, []),
-    }
 
     @withholds_chains
     def __init__(
@@ -136,9 +131,7 @@ class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         )
         self.temperature = check_finite_positive("temperature", temperature)
         self.neighbouring = "substitute"
-        self.tune_interval = check_positive_int("tune_interval", tune_interval)
-        tune, reproducible_noise = check_bool("tune", tune), check_bool("reproducible_noise", reproducible_noise)
-        scale = check_proposal_scale(proposal_scale)
+        tune, reproducible_noise, scale = self._check_walk(tune_interval, tune, reproducible_noise, proposal_scale)
         if not isinstance(params, dict) or sorted(params) != sorted(self.family.params):
             found = sorted(params) if isinstance(params, dict) else type(params).__name__
             raise ValueError(f"`params` must map exactly {list(self.family.params)} to model variables. Found {found}.")
@@ -179,23 +172,18 @@ class DPSuffStatsPenaltyMH(GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
 
     # -- privacy interface ----------------------------------------------------------------
-    def _noise_changed(self) -> None:
-        self._mechanism = None
-
     def accountant_settings(self) -> dict[str, Any]:
-        return {
-            "step": type(self).__name__,
-            "mechanism": "gaussian: fresh noisy sufficient statistics per iteration (Yildirim & Ermis 2019, Alg. 3)",
-            "vars": list(self.var_names),
-            "family": self.family.settings(),
-            "l2_sensitivity": self.family.l2_sensitivity(),
-            "noise_multiplier": self.noise_multiplier,
-            "temperature": self.temperature,
-            "neighbouring": self.neighbouring,
-            "reproducible_noise": self.reproducible_noise,
-            "out_of_bounds": self.out_of_bounds,
-            "releases_per_iteration": 1,
-        }
+        return self._settings_record(
+            "gaussian: fresh noisy sufficient statistics per iteration (Yildirim & Ermis 2019, Alg. 3)",
+            family=self.family.settings(),
+            l2_sensitivity=self.family.l2_sensitivity(),
+            noise_multiplier=self.noise_multiplier,
+            temperature=self.temperature,
+            neighbouring=self.neighbouring,
+            reproducible_noise=self.reproducible_noise,
+            out_of_bounds=self.out_of_bounds,
+            releases_per_iteration=1,
+        )
 
     def forget_private_state(self) -> None:
         self._mechanism = None
