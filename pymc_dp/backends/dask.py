@@ -27,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp._validation import check_one_core
 from pymc_dp.data import evaluate_rowwise
 from pymc_dp.mechanisms.access import RowMechanisms
 from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram, norm_histogram
-from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2, sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.clipping import clip_values, clipped_sum_l2
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
+from pymc_dp.mechanisms.noise import clipped_sum_noise_std
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 
 __all__ = ["DaskBackend", "DaskBackendError", "DaskRowMechanisms"]
@@ -198,14 +200,6 @@ def _forget_worker(token: str) -> None:
 
 
 # -- client side ---------------------------------------------------------------------------------
-def _add_noise(clipped_sum: float, bound: float, noise_multiplier: float, rng, neighbouring: str):
-    """The Gaussian mechanism on a clipped scalar sum, as :func:`pymc_dp.mechanisms.noisy_clipped_sum` adds it."""
-    std = noise_multiplier * sensitivity_of_clipped_sum(bound, neighbouring)
-    if std == 0.0:
-        return clipped_sum, 0.0
-    return clipped_sum + float(rng.normal(0.0, std)), std
-
-
 class ClusterRows:
     """One model's rows on a Dask cluster: the client's handle, which holds futures and sums only.
 
@@ -458,8 +452,11 @@ class DaskLogLikelihoodRatio(NoisyLogLikelihoodRatio):
         theta = np.asarray(theta, dtype=float)
         theta_proposed = np.asarray(theta_proposed, dtype=float)
         bound = self.llr_clip * float(np.linalg.norm(theta_proposed - theta))
-        clipped = self._cluster.clipped_ratio_sum(theta, theta_proposed, bound) if bound > 0 else 0.0
-        return _add_noise(clipped, bound, self.noise_multiplier, rng, self.neighbouring)
+        std = clipped_sum_noise_std(bound, self.noise_multiplier, self.neighbouring)  # public, before any row
+        if std == 0.0:  # a zero bound: the clipped sum is 0 whatever the data
+            return 0.0, 0.0
+        clipped = self._cluster.clipped_ratio_sum(theta, theta_proposed, bound)
+        return clipped + float(rng.normal(0.0, std)), std
 
     def keep(self, accepted: bool) -> None:
         """Nothing to do: the workers keep the last two points' per-row values, keyed by the point."""
@@ -679,12 +676,11 @@ class DaskBackend:
                     f"fixes the number of rows in a shape (subset mode 'slice', docs/data.md) in {type(step).__name__};"
                     " run it without a backend."
                 )
-        cores = sample_kwargs.get("cores")
-        if cores is not None and cores != 1:
-            raise ValueError(
-                f"`cores` must be 1 (or left out) with a Dask backend: chains run one after the other here and the "
-                f"workers parallelise each release over rows. Found {cores!r}."
-            )
+        check_one_core(
+            sample_kwargs.get("cores"),
+            "(or left out) with a Dask backend: chains run one after the other here and the workers parallelise "
+            "each release over rows",
+        )
 
     def attach(self, steps: Sequence[Any]) -> Callable[[], None]:
         """Scatter every step's rows and route its releases to the cluster; returns the function that undoes it.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pymc_dp._validation import check_one_core
 from pymc_dp.backends.jax_rows import JAX_DTYPES, JaxRowMechanisms, import_jax
 
 __all__ = ["SUPPORTED_STEPS", "JaxBackend", "attach_backend", "check_backend"]
@@ -146,11 +147,7 @@ def check_backend(backend: Any, steps: list[Any], kwargs: dict[str, Any]) -> Jax
             f"Found steps {names}; DPMultiOwnerPenaltyMH, DPSuffStatsPenaltyMH and compound steps run on "
             "backend='default'."
         )
-    cores = kwargs.get("cores")
-    if cores is not None and cores != 1:
-        raise ValueError(
-            f"`cores` must be 1 with `backend`='jax' (the chains run one after another on the device). Found {cores!r}."
-        )
+    check_one_core(kwargs.get("cores"), "with `backend`='jax' (the chains run one after another on the device)")
     kwargs["cores"] = 1
     return backend
 

@@ -20,10 +20,9 @@ import numpy as np
 
 from pymc_dp.backends.jax_device import JaxRows
 from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
-from pymc_dp.mechanisms.clipping import _check_bound, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
-from pymc_dp.mechanisms.noise import SecureNoise, _open_unit
+from pymc_dp.mechanisms.noise import SecureNoise, _open_unit, clipped_sum_noise_std
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 from pymc_dp.mechanisms.subsampling import poisson_sample, sample_without_replacement
 
@@ -123,10 +122,8 @@ class JaxLogLikelihoodRatio(NoisyLogLikelihoodRatio):
         theta = np.asarray(theta, dtype=float)
         theta_proposed = np.asarray(theta_proposed, dtype=float)
         distance = float(np.linalg.norm(theta_proposed - theta))
-        bound = _check_bound("bound", self.llr_clip * distance)
-        if math.isinf(bound):
-            raise ValueError(f"`bound` must be finite for a private release. Found {bound!r}.")
-        std = self.noise_multiplier * sensitivity_of_clipped_sum(bound, self.neighbouring)
+        bound = self.llr_clip * distance
+        std = clipped_sum_noise_std(bound, self.noise_multiplier, self.neighbouring)  # public, before any row
         # As the default mechanism: no draw for a zero bound (the release is then the data-free 0).
         z = 0.0 if std == 0.0 else float(_noise_source(self._noise, rng).normal(0.0, 1.0))
         noisy, proposed = self._rows.noisy_ratio_sum(theta_proposed, self._loglik(theta), bound, std, z)
@@ -228,7 +225,7 @@ class JaxClippedGradient(NoisyClippedGradient):
     Parameters
     ----------
     rows : JaxRows
-        The rows on the device.
+        The rows on the device; their per-row gradients are computed there, one chunk at a time.
     grad_clip, noise_multiplier, neighbouring
         As for :class:`pymc_dp.mechanisms.NoisyClippedGradient`.
     noise : SecureNoise or None
