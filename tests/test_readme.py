@@ -59,7 +59,10 @@ def test_readme_quick_start_command_runs():
     commands = re.findall(r"&& (python examples/quickstart\.py[^\n`]*)", README.read_text())
     assert commands, "the README's quick-start command line was not found"
     argv = shlex.split(commands[0])[1:]
-    out = run_python([*argv, "--rows", "2000", "--draws", "50", "--tune", "50"]).stdout
+    # The smallest run that still goes through every step the README promises (plan, release, NUTS on the
+    # release, the non-private comparison, the printout): one chain of 20 + 20 NUTS iterations. Measured on 3.11
+    # under load, one run each: 57 s CPU against 71 s for two chains of 50 + 50 (mixing is not what is checked).
+    out = run_python([*argv, "--rows", "2000", "--draws", "20", "--tune", "20", "--chains", "1"]).stdout
     spent = re.search(r"Privacy spent: epsilon = ([0-9.]+) at delta = (\S+)", out)
     assert spent, out[-2000:]
     assert float(spent.group(1)) <= 4.0 and spent.group(1).count(".") == 1 and len(spent.group(1)) <= 6
