@@ -337,6 +337,11 @@ def _worst_case_gradients(n_rows: int, clip: float, n_params: int, typical: floa
     return d, d_prime
 
 
+def _half_step(n_rows: int, llr_clip: float) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The ratio scenarios' move θ: 0 → 0.5 and their rows D, D′ for it (per-row bound b·‖θ′ − θ‖ = b/2)."""
+    return np.zeros(1), np.full(1, 0.5), _worst_case_tables(n_rows, llr_clip * 0.5)
+
+
 def _gaussian_claim(noise_multiplier: float) -> Callable[[float], float]:
     """ε(δ) of one Gaussian release with Δ/σ = 1/τ: μ = 1/(2τ²), Sommer et al. (2019) closed form."""
     return lambda delta: gaussian_epsilon(delta, 0.5 / noise_multiplier**2)
@@ -362,8 +367,7 @@ def penalty_scenario(noise_multiplier: float = 1.0, llr_clip: float = 1.0) -> Au
     -------
     AuditScenario
     """
-    theta, proposal = np.zeros(1), np.full(1, 0.5)
-    tables = _worst_case_tables(20, llr_clip * 0.5)
+    theta, proposal, tables = _half_step(20, llr_clip)
 
     def make(rng: np.random.Generator) -> Callable[[int], float]:
         mechanisms = [NoisyLogLikelihoodRatio(_RowTable(t), llr_clip, noise_multiplier) for t in tables]
@@ -447,8 +451,7 @@ def owner_ratio_scenario(noise_multiplier: float = 1.0, llr_clip: float = 1.0) -
     -------
     AuditScenario
     """
-    theta, proposal = np.zeros(1), np.full(1, 0.5)
-    tables = _worst_case_tables(10, llr_clip * 0.5)
+    theta, proposal, tables = _half_step(10, llr_clip)
 
     def make(rng: np.random.Generator) -> Callable[[int], float]:
         owners = [
@@ -577,13 +580,17 @@ def dpadvi_gradient_scenario(
     return AuditScenario(f"DPADVI: noisy gradient, q = {sampling_rate:g}", make, claimed)
 
 
-def _statistics_tables(n_rows: int, bounds: tuple[float, float], outlier: float) -> tuple[np.ndarray, np.ndarray]:
-    """Rows for a Normal family with public ``bounds``: the last row at the lower bound in D, at ``outlier`` in D′."""
-    lo, hi = bounds
-    base = np.random.default_rng(2468).uniform(lo, hi, size=n_rows)
+def _statistics_tables(neighbour_row: float | None) -> tuple[Normal, tuple[np.ndarray, np.ndarray]]:
+    """The statistics scenarios' Normal family (public bounds [0, 1]) and its 20 rows D, D′.
+
+    The last row is at the lower bound in D and at ``neighbour_row`` (the upper bound if None) in D′.
+    """
+    family = Normal(sigma=1.0, bounds=(0.0, 1.0))
+    lo, hi = family.bounds
+    base = np.random.default_rng(2468).uniform(lo, hi, size=20)
     d, d_prime = base.copy(), base.copy()
-    d[-1], d_prime[-1] = lo, outlier
-    return d, d_prime
+    d[-1], d_prime[-1] = lo, hi if neighbour_row is None else neighbour_row
+    return family, (d, d_prime)
 
 
 def laplace_statistics_scenario(epsilon: float = 1.0, neighbour_row: float | None = None) -> AuditScenario:
@@ -605,8 +612,7 @@ def laplace_statistics_scenario(epsilon: float = 1.0, neighbour_row: float | Non
     -------
     AuditScenario
     """
-    family = Normal(sigma=1.0, bounds=(0.0, 1.0))
-    tables = _statistics_tables(20, family.bounds, family.bounds[1] if neighbour_row is None else neighbour_row)
+    family, tables = _statistics_tables(neighbour_row)
 
     def make(rng: np.random.Generator) -> Callable[[int], float]:
         return lambda dataset: float(laplace_sufficient_statistics(family, tables[dataset], epsilon, rng)[0][0])
@@ -634,8 +640,7 @@ def suffstats_scenario(noise_multiplier: float = 1.0, neighbour_row: float | Non
     -------
     AuditScenario
     """
-    family = Normal(sigma=1.0, bounds=(0.0, 1.0))
-    tables = _statistics_tables(20, family.bounds, family.bounds[1] if neighbour_row is None else neighbour_row)
+    family, tables = _statistics_tables(neighbour_row)
 
     def make(rng: np.random.Generator) -> Callable[[int], float]:
         mechanisms = [NoisySufficientStatistics(family, t, noise_multiplier) for t in tables]

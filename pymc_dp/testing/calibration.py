@@ -22,6 +22,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "RegressionCalibrationResult",
     "calibrate_linear_regression",
     "calibrate_logistic_regression",
+    "calibrate_regression",
     "calibrate_univariate",
 ]
 
@@ -243,7 +245,8 @@ def _regression_models(n_rows: int, scale: float, kind: str = "linear"):
     return family, noisy, projected, models
 
 
-def calibrate_linear_regression(
+def calibrate_regression(
+    kind: str,
     n_rows: int,
     epsilon: float,
     repeats: int,
@@ -253,50 +256,28 @@ def calibrate_linear_regression(
     tune: int = 500,
     chains: int = 2,
 ) -> RegressionCalibrationResult:
-    """Coverage of ``level`` central intervals of β₀, β₁ and σ, noise-aware vs naive, by NUTS.
+    """Coverage of ``level`` central intervals of a regression's coefficients, noise-aware vs naive, by NUTS.
 
-    Each repeat draws the covariate moments, β and σ from the priors of :data:`REGRESSION_SETUP`
+    ``kind="linear"`` (:func:`calibrate_linear_regression`): β₀, β₁ and σ, with
+    :data:`REGRESSION_SETUP`. Each repeat draws the covariate moments, β and σ from the priors
     (the covariate priors are those of the noise-aware model), ``n_rows`` rows, and one release
     at ``epsilon`` (``reproducible_noise=True`` from ``rng``: a simulation), then samples the
     noise-aware and the naive posterior with NUTS (each model compiled once; the release enters
     as a shared variable). Intervals are the empirical quantiles of the draws. Also returns the
     smallest bulk ESS and the largest R-hat (NaN with one chain) of (β, σ) over the
     noise-aware runs.
+
+    ``kind="logistic"`` (:func:`calibrate_logistic_regression`): β₀ and β₁, the same way with
+    :data:`LOGISTIC_SETUP`: the covariate moments from the noise-aware model's priors,
+    β ~ N(0, 1) per coefficient, labels y ~ Bernoulli(σ(xᵀβ)), the release of (Σ s·x, Σ xxᵀ)
+    (Kulkarni et al. 2021). The naive posterior is the degree-2 Chebyshev likelihood read at the
+    projected release.
+
+    Synthetic data only: neighbouring relation and ε are those of the simulated release
+    (substitute, ``epsilon``).
     """
-    return _calibrate_regression("linear", n_rows, epsilon, repeats, rng, level, draws, tune, chains)
-
-
-def calibrate_logistic_regression(
-    n_rows: int,
-    epsilon: float,
-    repeats: int,
-    rng: np.random.Generator,
-    level: float = 0.9,
-    draws: int = 500,
-    tune: int = 500,
-    chains: int = 2,
-) -> RegressionCalibrationResult:
-    """Coverage of ``level`` central intervals of β₀ and β₁ for logistic regression, noise-aware vs naive.
-
-    As :func:`calibrate_linear_regression`, with :data:`LOGISTIC_SETUP`: the covariate moments
-    from the noise-aware model's priors, β ~ N(0, 1) per coefficient, labels y ~ Bernoulli(σ(xᵀβ)),
-    the release of (Σ s·x, Σ xxᵀ) (Kulkarni et al. 2021). The naive posterior is the degree-2
-    Chebyshev likelihood read at the projected release.
-    """
-    return _calibrate_regression("logistic", n_rows, epsilon, repeats, rng, level, draws, tune, chains)
-
-
-def _calibrate_regression(
-    kind: str,
-    n_rows: int,
-    epsilon: float,
-    repeats: int,
-    rng: np.random.Generator,
-    level: float,
-    draws: int,
-    tune: int,
-    chains: int,
-) -> RegressionCalibrationResult:
+    if kind not in ("linear", "logistic"):
+        raise ValueError(f"`kind` must be 'linear' or 'logistic'. Found {kind!r}.")
     import pymc as pm
 
     setup = REGRESSION_SETUP if kind == "linear" else LOGISTIC_SETUP
@@ -348,6 +329,13 @@ def _calibrate_regression(
         min_ess,
         max_rhat,
     )
+
+
+#: :func:`calibrate_regression` of the linear regression (β₀, β₁ and σ; :data:`REGRESSION_SETUP`).
+calibrate_linear_regression = functools.partial(calibrate_regression, "linear")
+
+#: :func:`calibrate_regression` of the logistic regression (β₀ and β₁; :data:`LOGISTIC_SETUP`).
+calibrate_logistic_regression = functools.partial(calibrate_regression, "logistic")
 
 
 def _simulated_regression(

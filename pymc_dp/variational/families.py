@@ -23,6 +23,7 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy import special
@@ -49,21 +50,44 @@ def _scatter(xp, shape: tuple[int, int], index: tuple[np.ndarray, np.ndarray], v
 
 
 @dataclass(frozen=True)
-class MeanFieldFamily:
-    """θ = μ + softplus(ρ) ⊙ ε; parameters packed as [μ, ρ] (length 2P)."""
+class _GaussianFamily:
+    """θ = μ + L ε over P = ``n_params`` coordinates, packed as [μ, the scale's parameters].
+
+    What both families share: the split of the packed vector and the chain rule through
+    ``parameter_jacobian`` (a subclass defines it, ``size`` and :attr:`scale_key`). Maps of
+    gradients given to it; it reads no data.
+    """
 
     n_params: int
+    #: The name of the scale's part of the packed vector in :meth:`split`.
+    scale_key: ClassVar[str]
+
+    def split(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """{"mu": μ, :attr:`scale_key`: the scale's parameters} from the packed vector."""
+        p = self.n_params
+        return {"mu": packed[:p], self.scale_key: packed[p:]}
+
+    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients w.r.t. the packed parameters, averaged over the S draws: (B, D).
+
+        ``theta_grads[s]`` is the (B, P) matrix of per-row gradients at θ_s = μ + L ε_s; the
+        result is mean_s G_s M_s, M_s the ``parameter_jacobian`` at ε_s.
+        """
+        total = sum(g @ self.parameter_jacobian(packed, e) for g, e in zip(theta_grads, eps, strict=True))
+        return total / len(theta_grads)
+
+
+@dataclass(frozen=True)
+class MeanFieldFamily(_GaussianFamily):
+    """θ = μ + softplus(ρ) ⊙ ε; parameters packed as [μ, ρ] (length 2P)."""
+
     name: str = "meanfield"
+    scale_key: ClassVar[str] = "rho"
 
     @property
     def size(self) -> int:
         """Length D of the packed variational parameters."""
         return 2 * self.n_params
-
-    def split(self, packed: np.ndarray) -> dict[str, np.ndarray]:
-        """{"mu": μ, "rho": ρ} from the packed vector."""
-        p = self.n_params
-        return {"mu": packed[:p], "rho": packed[p:]}
 
     def draws(self, packed: np.ndarray, eps: np.ndarray, xp=np) -> np.ndarray:
         """θ_s = μ + σ ⊙ ε_s for every row of ``eps`` (S, P); ``xp``: NumPy or ``jax.numpy``."""
@@ -74,13 +98,6 @@ class MeanFieldFamily:
         """M (P × 2P) with ∂f/∂[μ, ρ] = ∇θ f(θ) M at θ = μ + σ ⊙ ε: M = [I | diag(ε ⊙ sigmoid(ρ))]."""
         scale = eps_draw * _expit(self.split(packed)["rho"], xp)
         return xp.concatenate([xp.eye(self.n_params), xp.diag(scale)], axis=1)
-
-    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
-        """Per-row gradients w.r.t. [μ, ρ], averaged over the S draws: (B, 2P).
-
-        ``theta_grads[s]`` is the (B, P) matrix of per-row gradients at θ_s.
-        """
-        return _average_chain_rule(self, packed, eps, theta_grads)
 
     def entropy_gradient(self, packed: np.ndarray, xp=np) -> np.ndarray:
         """∇ of Σ log softplus(ρ) w.r.t. [μ, ρ]."""
@@ -94,11 +111,11 @@ class MeanFieldFamily:
 
 
 @dataclass(frozen=True)
-class FullRankFamily:
+class FullRankFamily(_GaussianFamily):
     """θ = μ + L ε, L lower triangular with a softplus diagonal; packed as [μ, l] (P + P(P+1)/2)."""
 
-    n_params: int
     name: str = "fullrank"
+    scale_key: ClassVar[str] = "L_tril"
 
     @property
     def size(self) -> int:
@@ -110,11 +127,6 @@ class FullRankFamily:
     def tril(self) -> tuple[np.ndarray, np.ndarray]:
         """Row and column indices of the lower triangle, in ``numpy.tril_indices`` order (PyMC's)."""
         return np.tril_indices(self.n_params)
-
-    def split(self, packed: np.ndarray) -> dict[str, np.ndarray]:
-        """{"mu": μ, "L_tril": l} from the packed vector."""
-        p = self.n_params
-        return {"mu": packed[:p], "L_tril": packed[p:]}
 
     def _is_diagonal(self) -> np.ndarray:
         rows, cols = self.tril
@@ -139,10 +151,6 @@ class FullRankFamily:
         block = _scatter(xp, (self.n_params, rows.size), (rows, np.arange(rows.size)), eps_draw[cols] * dentry)
         return xp.concatenate([xp.eye(self.n_params), block], axis=1)
 
-    def chain_rule(self, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
-        """Per-row gradients w.r.t. [μ, l], averaged over the S draws: (B, P + P(P+1)/2)."""
-        return _average_chain_rule(self, packed, eps, theta_grads)
-
     def entropy_gradient(self, packed: np.ndarray, xp=np) -> np.ndarray:
         """∇ of Σ log softplus(l_jj) w.r.t. [μ, l]."""
         raw = self.split(packed)["L_tril"]
@@ -153,12 +161,6 @@ class FullRankFamily:
         """Mean and marginal standard deviations of q in the unconstrained space."""
         chol = self.cholesky(packed)
         return self.split(packed)["mu"].copy(), np.sqrt(np.sum(chol**2, axis=1))
-
-
-def _average_chain_rule(family, packed: np.ndarray, eps: np.ndarray, theta_grads: list[np.ndarray]) -> np.ndarray:
-    """mean_s G_s M_s: per-row gradients w.r.t. the packed parameters, averaged over the draws."""
-    total = sum(g @ family.parameter_jacobian(packed, e) for g, e in zip(theta_grads, eps, strict=True))
-    return total / len(theta_grads)
 
 
 def family_for(approximation: str, n_params: int) -> MeanFieldFamily | FullRankFamily:
