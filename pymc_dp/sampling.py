@@ -327,6 +327,10 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 fit = dp_init.settings  # released: q's sds and the fit's expected mean error set the prediction
                 offset = fit["fit_diagnostics"].get("expected_mean_error_sd") or 1.0
                 p.centring.predict(p.planned[0], p.draws, fit["fit_sd_geometric_mean"], offset)
+                names = [v.name for v in steps[0].vars]  # the chains start near the anchor (post-processing)
+                seed = _start_seed(kwargs.get("random_seed"))
+                kwargs["initvals"] = p.centring.starts(reference, names, p.chains, seed)
+                p.start["centring"] = "starts drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ of the released anchor"
             with pymc_convergence_check_replaced():  # the result's own verdict instead (pymc_dp.diagnostics)
                 idata = pm.sample(
                     draws=p.draws,

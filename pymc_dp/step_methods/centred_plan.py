@@ -132,6 +132,24 @@ class CentringPlan:
         )
         return step.use_anchor(self.anchor, self.lipschitz)
 
+    def starts(self, point: dict[str, Any], names: list[str], chains: int, rng: Any) -> list[dict[str, Any]]:
+        """One start per chain drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ (released): near the anchor, over-dispersed.
+
+        The centred releases' noise grows like ‖θ − θ̂‖², so chains started far from θ̂ (at a
+        DPADVI fit's widened draws) may never reach it; these starts are post-processing of the
+        released anchor and data-free randomness. θ̂ itself where −Ĥ is not positive definite.
+        """
+        hessian = np.asarray(self.anchor.hessian, dtype=float)
+        eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
+        scale = (vectors / np.sqrt(eigenvalues)) if np.all(eigenvalues > 0) else np.zeros_like(hessian)
+        flats = self.anchor.point + 2.0 * rng.standard_normal((chains, self.anchor.point.size)) @ scale.T
+        sizes = [np.asarray(point[name]).size for name in names]
+        starts = []
+        for flat in flats:
+            parts = np.split(flat, np.cumsum(sizes)[:-1])
+            starts.append({n: v.reshape(np.shape(point[n])) for n, v in zip(names, parts, strict=True)})
+        return starts
+
     def settings(self) -> dict[str, Any]:
         """The step record's ``centring`` entry (the anchor's released values once released)."""
         anchor = self.anchor.record() if self.anchor is not None else {}
