@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent, PrivacySpent, event_from_dict
 from pymc_dp.accounting.gaussian import gaussian_epsilon
 from pymc_dp.backends.jax import attach_backend, backend_record
-from pymc_dp.diagnostics import attach_diagnostics, pymc_convergence_check_replaced
+from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics, pymc_convergence_check_replaced
 from pymc_dp.mechanisms.centred import widen_for_anchor_noise
 from pymc_dp.mechanisms.noise import mechanism_rng
 from pymc_dp.results import (
@@ -393,6 +394,16 @@ def _record(
         widen_centred_draws(idata, model, p.centring.anchor, p.steps[0], _seeded_noise(p.steps))
     p.run.publish(idata, model, record)
     clipping = clip_record if p.centring is None else None  # a centred chain's bound is not the fit's
+    prediction = p.centring.prediction if p.centring is not None else None
+    if prediction is not None and on_poor_mixing != "ignore" and prediction["ess_per_chain"] * p.chains < 100:
+        warnings.warn(
+            f"pmdp.sample: the centred chains' predicted ESS is {prediction['ess_per_chain'] * p.chains:.3g} in all "
+            f"(the anchor {prediction['offset_sd']:.3g} sds from the mode its release estimates): the draws may "
+            "cover a target far wider than the posterior even where R-hat and ESS look fine (docs/centred.md). Give "
+            "more epsilon, or run with centre=False.",
+            PoorMixingWarning,
+            stacklevel=3,
+        )
     return attach_diagnostics(idata, on_poor_mixing, clipping=clipping)
 
 
