@@ -145,3 +145,8 @@ def model_from_context(model: object, caller: str) -> object:
             f"{caller} needs a PyMC model: call it inside `with model:` or pass `model=model`. Found no model "
             "on PyMC's context stack and `model=None`."
         ) from None
+
+
+#: Set on the PyMC model of a Bambi model by ``pymc_dp.from_bambi`` after its checks; the model checker
+#: (``pymc_dp.model_structure.refuse_unchecked_bambi``) refuses a Bambi model without it.
+BAMBI_CHECKED = "_pymc_dp_from_bambi"

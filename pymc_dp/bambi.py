@@ -21,13 +21,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pymc_dp._validation import BAMBI_CHECKED
+
 __all__ = ["from_bambi"]
 
 #: formulae's stateful transforms: each computes a statistic over all rows.
 _STATEFUL_TRANSFORMS = ("center", "scale", "standardize")
 
 
-def from_bambi(model: Any) -> Any:
+def from_bambi(model: Any, *, public_levels: bool = False) -> Any:
     """The ``pm.Model`` of a Bambi model, after refusing settings that read the whole data set.
 
     Parameters
@@ -36,6 +38,10 @@ def from_bambi(model: Any) -> Any:
         Built or not (it is built here). It must be constructed with ``auto_scale=False``,
         ``center_predictors=False`` and ``dropna=False``, priors chosen from public knowledge
         for every parameter, and a formula without stateful transforms.
+    public_levels : bool, default False
+        Whether the levels of the model's factor and group terms (Bambi reads them off the
+        data) are public knowledge. They and their number appear in the result's coords, so a
+        model with such terms is refused unless this is True.
 
     Returns
     -------
@@ -93,4 +99,14 @@ def from_bambi(model: Any) -> Any:
             )
     if not getattr(model, "built", False):
         model.build()
-    return model.backend.model
+    pm_model = model.backend.model
+    factor_dims = sorted(name for name in pm_model.coords if name != "__obs__")
+    if factor_dims and not public_levels:
+        raise ValueError(
+            "`public_levels` must be True for a model with factor or group terms: Bambi takes their levels from the "
+            f"data, and the levels and their number are part of the result (its coords). Found the dims {factor_dims} "
+            "with public_levels=False; pass public_levels=True if the levels are public knowledge (a fixed list of "
+            "regions, say), else recode them by a public rule first."
+        )
+    setattr(pm_model, BAMBI_CHECKED, True)
+    return pm_model

@@ -24,6 +24,8 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors
 
+from pymc_dp._validation import BAMBI_CHECKED
+
 __all__ = ["ModelStructureError", "data_dependent_deterministics", "observed_rows", "sorted_value_vars"]
 
 
@@ -90,13 +92,30 @@ def _observed_value(model, rv) -> Variable:
     return model.rvs_to_values[rv]
 
 
+def refuse_unchecked_bambi(model) -> None:
+    """Refuse the PyMC model of a Bambi model that did not pass :func:`pymc_dp.from_bambi`.
+
+    Bambi's defaults centre every predictor by its sample mean and scale the priors by the
+    data's sds before the PyMC model exists, where the graph checks cannot see it: one row would
+    move every row's term. Recognised from public structure only (Bambi's ``__obs__`` dim).
+    """
+    if "__obs__" in getattr(model, "coords", {}) and not getattr(model, BAMBI_CHECKED, False):
+        raise ModelStructureError(
+            "`model` must be passed through pmdp.from_bambi(bambi_model) first: it is a Bambi model's PyMC model "
+            "(it has Bambi's `__obs__` dim), and Bambi's defaults (center_predictors, auto_scale) read every row "
+            "before the model exists. Found a Bambi model that from_bambi has not checked."
+        )
+
+
 def _row_structure(model, neighbouring: str | None = None) -> tuple[int, str | None, list[Variable]]:
     """N, the row dim name, and the observed value variables; raises on non-row models.
 
     The lengths of the observed variables appear in an error message only under the
     substitute relation, where N is public; otherwise (``neighbouring`` "add_remove" or not
-    given) the message names the variables alone.
+    given) the message names the variables alone. A Bambi model that :func:`pymc_dp.from_bambi`
+    has not checked is refused (:func:`refuse_unchecked_bambi`).
     """
+    refuse_unchecked_bambi(model)
     observed = list(model.observed_RVs)
     if not observed:
         raise ModelStructureError("The model has no observed variables: there is no data to protect.")

@@ -79,8 +79,8 @@ def test_the_plan_for_a_bambi_regression_recommends_what_runs_on_it():
     bambi_model = bmb.Model("y ~ x", frame, priors=priors, auto_scale=False, center_predictors=False)
     plan = pmdp.plan(pmdp.from_bambi(bambi_model), epsilon=10.0, delta=1e-6)
     assert plan.released_statistics == "linear_regression"  # still said: the model is a linear regression
-    assert plan.recommended in {"DPPenaltyMH", "DPHMC", "DPADVI"}  # each takes model=the Bambi model's pm.Model
-    assert "Bambi model" in plan.recommendation and "written as a PyMC model" in plan.recommendation
+    # issue 34: the one call (pmdp.sample(model=pm_model, epsilon=...)) runs the release on the Bambi model's pm.Model
+    assert plan.recommended == "release_statistics" and plan.one_call_route == "release_statistics"
 
 
 def test_a_data_reading_deterministic_left_out_of_the_result_is_named(regression, caplog):

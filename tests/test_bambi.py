@@ -65,3 +65,22 @@ def test_a_bambi_model_runs_through_pmdp_sample_and_dpadvi(frame):
     fit = pmdp.DPADVI(epsilon=2.0, delta=1e-6, sampling_rate=0.1, grad_clip=5.0, model=pm_model)
     draws = fit.fit(100, progressbar=False).sample(20)
     assert json.loads(draws.posterior.attrs["dp_accountant"])["n_rows"] == 3000
+
+
+def test_a_bambi_model_that_from_bambi_did_not_check_is_refused_by_every_entry_point(frame):
+    raw = bmb.Model("y ~ x", frame, priors=PRIORS)  # Bambi's defaults: predictors centred by the data's mean
+    raw.build()
+    with pytest.raises(pmdp.ModelStructureError, match=r"pmdp\.from_bambi"):
+        pmdp.plan(raw.backend.model, epsilon=1.0, delta=1e-6)
+    with pytest.raises(pmdp.ModelStructureError, match=r"pmdp\.from_bambi"):
+        pmdp.sample(model=raw.backend.model, epsilon=1.0, delta=1e-6)
+
+
+def test_factor_levels_read_off_the_data_must_be_declared_public(frame):
+    grouped = frame.assign(g=pd.Categorical(np.where(frame["x"] > 0, "north", "south")))
+    priors = {**PRIORS, "1|g": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1))}
+    fixed = {"auto_scale": False, "center_predictors": False}
+    with pytest.raises(ValueError, match=r"`public_levels` must be True.*g__factor_dim"):
+        pmdp.from_bambi(bmb.Model("y ~ x + (1|g)", grouped, priors=priors, **fixed))
+    model = pmdp.from_bambi(bmb.Model("y ~ x + (1|g)", grouped, priors=priors, **fixed), public_levels=True)
+    assert list(model.coords["g__factor_dim"]) == ["north", "south"]

@@ -142,13 +142,13 @@ def test_bambi_regressions_are_recognised_and_sent_to_their_release_route():
     fixed = {"auto_scale": False, "center_predictors": False}
     linear = pmdp.from_bambi(bmb.Model("y ~ x", frame, priors=priors, **fixed))
     grouped_priors = {**priors, "1|g": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1))}
-    grouped = pmdp.from_bambi(bmb.Model("y ~ x + (1|g)", frame, priors=grouped_priors, **fixed))
+    grouped = pmdp.from_bambi(bmb.Model("y ~ x + (1|g)", frame, priors=grouped_priors, **fixed), public_levels=True)
     nb_priors = {"Intercept": priors["Intercept"], "x": priors["x"], "alpha": 2.0}  # α a public constant
     nb = pmdp.from_bambi(bmb.Model("c ~ x", frame, family="negativebinomial", priors=nb_priors, **fixed))
     free_alpha = {**nb_priors, "alpha": bmb.Prior("Gamma", alpha=2, beta=1)}  # recognised, but not released
     nb_free = pmdp.from_bambi(bmb.Model("c ~ x", frame, family="negativebinomial", priors=free_alpha, **fixed))
     slopes_priors = {**grouped_priors, "x|g": grouped_priors["1|g"]}
-    slopes = pmdp.from_bambi(bmb.Model("y ~ x + (x|g)", frame, priors=slopes_priors, **fixed))
+    slopes = pmdp.from_bambi(bmb.Model("y ~ x + (x|g)", frame, priors=slopes_priors, **fixed), public_levels=True)
     expected = {"linear_regression": linear, "grouped_linear_regression": grouped, "negative_binomial_regression": nb}
     for family, model in expected.items():
         assert regression_parts(model).family == family  # through Bambi's named views and nested sums
@@ -527,7 +527,8 @@ def test_a_bambi_varying_intercept_model_runs_the_grouped_release_route():
         "1|g": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
     }
     model = pmdp.from_bambi(
-        bmb.Model("y ~ x + (1|g)", _bambi_frame(), priors=priors, auto_scale=False, center_predictors=False)
+        bmb.Model("y ~ x + (1|g)", _bambi_frame(), priors=priors, auto_scale=False, center_predictors=False),
+        public_levels=True,
     )
     budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
     with model:
