@@ -336,6 +336,8 @@ def test_the_step_contract_holds_on_jax_with_the_default_backends_draws_and_acco
     backend = record.pop("backend")
     assert backend["name"] == "jax" and backend["dtype"] == "float64" and backend["device"] == "cpu"
     assert "backend" not in reference
+    # neither run centres; the reasons may differ (a JAX backend is one of them)
+    assert not record.pop("centring", {}).get("used") and not reference.pop("centring", {}).get("used")
     assert record == reference  # identical accounting: events, ε, μ, steps' settings, versions
     assert pmdp.privacy_spent(on_jax).epsilon == on_jax.posterior.attrs["dp_epsilon"]
 
