@@ -176,6 +176,15 @@ def test_the_decision_reads_public_settings_only(logistic, step):
     assert big.noise_multiplier < small.noise_multiplier and big.lipschitz == small.lipschitz
 
 
+def test_a_callers_own_clip_bounds_are_named_as_replaced_by_the_centring_bounds(logistic):
+    with logistic:
+        hand_set = pmdp.DPHMC(n_leapfrog=2, grad_clip=5.0)
+    decide = functools.partial(plan_centring, steps=[hand_set], model=logistic, epsilon=4.0, delta=1e-5)
+    plan, record = decide(_settings(x_bounds=(-2, 2)), dp_init=object())
+    assert record["replaced_clip_bounds"] == {"grad_clip": 5.0}
+    assert plan.grad_clip != 5.0  # the centred chain clips at the centring bounds, as the record says
+
+
 def test_a_callers_kappa_opts_in_without_bounds(logistic, step):
     with logistic:
         idata = pmdp.sample(step=step, centre_lipschitz=0.5, **RUN, **QUIET)

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp._validation import check_finite_positive
+from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
@@ -94,6 +94,8 @@ class CentringPlan:
     anchor: Any = field(default=None, repr=False)
     prediction: dict[str, Any] | None = None
     clip_source: str = "public: B and B²/4"
+    #: The step's clip bounds set by hand, which the centred bounds replace (public: the caller's values).
+    replaced_clips: dict[str, Any] = field(default_factory=dict)
 
     def predict(self, step: Any, draws: int, posterior_sd: float, offset_sd: float) -> dict[str, Any]:
         """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record.
@@ -170,6 +172,7 @@ class CentringPlan:
             "anchor_share": self.anchor_share,
             "hessian_share": self.hessian_share,
             "anchor": "the DPADVI start's mean",
+            **({"replaced_clip_bounds": dict(self.replaced_clips)} if self.replaced_clips else {}),
             **({"prediction": self.prediction} if self.prediction is not None else {}),
         }
 
@@ -365,5 +368,8 @@ def plan_centring(
     events = tuple(
         NoisyClippedGradient.events(tau_g, 1, label) + NoisyClippedHessian.events(tau_h, 1, f"{label} (Hessian)")
     )
-    plan = CentringPlan(lipschitz, bound, bound**2 / 4.0, tau_g, tau_h, source, events=events)
+    # a caller's clip bounds are not used by a centred chain (it clips at the centring bounds): say so
+    replaced = {name: getattr(steps[0], name) for name in type(steps[0]).clip_attributes}
+    replaced = {name: value for name, value in replaced.items() if value != AUTO_CLIP}
+    plan = CentringPlan(lipschitz, bound, bound**2 / 4.0, tau_g, tau_h, source, events=events, replaced_clips=replaced)
     return plan, plan.record()
