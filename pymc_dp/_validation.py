@@ -147,6 +147,22 @@ def model_from_context(model: object, caller: str) -> object:
         ) from None
 
 
+def check_bounds_pair(name: str, bounds: object, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper), each of ``width`` finite numbers with lower ≤ upper, from a pair of numbers or arrays."""
+    try:
+        lower, upper = bounds
+        lower = np.broadcast_to(np.asarray(lower, dtype=float), (width,)).copy()
+        upper = np.broadcast_to(np.asarray(upper, dtype=float), (width,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds). "
+            f"Found {bounds!r}."
+        ) from None
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
+        raise ValueError(f"`{name}` must hold finite bounds with lower ≤ upper. Found {bounds!r}.")
+    return lower, upper
+
+
 #: Set on the PyMC model of a Bambi model by ``pymc_dp.from_bambi`` after its checks; the model checker
 #: (``pymc_dp.model_structure.refuse_unchecked_bambi``) refuses a Bambi model without it.
 BAMBI_CHECKED = "_pymc_dp_from_bambi"

@@ -23,6 +23,7 @@ import numpy as np
 
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
+    check_bounds_pair,
     check_finite_positive,
     check_nonnegative_int,
     check_positive_int,
@@ -200,17 +201,17 @@ def _release_settings(parts: RegressionParts, x_bounds: Any, y_bounds: Any) -> t
         )
     settings: dict[str, Any] = {}
     if width:
-        lower, upper = _bounds_pair("x_bounds", x_bounds, width)
+        lower, upper = check_bounds_pair("x_bounds", x_bounds, width)
         if parts.intercept is not None and not grouped:  # the intercept is the coefficient of a column of ones
             lower, upper = np.concatenate([[1.0], lower]), np.concatenate([[1.0], upper])
         settings.update(n_features=lower.size, x_bounds=(lower.tolist(), upper.tolist()))
     elif not grouped:  # only an intercept: one column of ones
         settings.update(n_features=1, x_bounds=([1.0], [1.0]))
     if linear:
-        y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
+        y_lower, y_upper = check_bounds_pair("y_bounds", y_bounds, 1)
         settings["y_bounds"] = (float(y_lower[0]), float(y_upper[0]))
     if counts:
-        y_lower, y_upper = _bounds_pair("y_bounds", y_bounds, 1)
+        y_lower, y_upper = check_bounds_pair("y_bounds", y_bounds, 1)
         if y_lower[0] != 0.0 or y_upper[0] < 1.0 or y_upper[0] != round(y_upper[0]):
             raise ValueError(
                 f"`y_bounds` must be (0, y_max) with y_max a positive integer for a {base.replace('_', ' ')} (counts "
@@ -370,22 +371,6 @@ def _record_route(idata: Any, route: dict[str, Any]) -> Any:
     write_privacy_attrs(idata, record)
     attrs["dp_route"] = str(route["name"])
     return idata
-
-
-def _bounds_pair(name: str, bounds: Any, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper), each of ``width`` finite numbers with lower ≤ upper, from a pair of numbers or arrays."""
-    try:
-        lower, upper = bounds
-        lower = np.broadcast_to(np.asarray(lower, dtype=float), (width,)).copy()
-        upper = np.broadcast_to(np.asarray(upper, dtype=float), (width,)).copy()
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"`{name}` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds). "
-            f"Found {bounds!r}."
-        ) from None
-    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
-        raise ValueError(f"`{name}` must hold finite bounds with lower ≤ upper. Found {bounds!r}.")
-    return lower, upper
 
 
 def _prior_model(model: Any, outcome: Any) -> Any:

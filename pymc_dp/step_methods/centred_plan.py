@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp._validation import AUTO_CLIP, check_finite_positive
+from pymc_dp._validation import AUTO_CLIP, check_bounds_pair, check_finite_positive
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
@@ -273,20 +273,7 @@ def logistic_centring_bound(model: Any, x_bounds: Any) -> tuple[float | None, st
     width = parts.matrix.type.shape[1]
     if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
         width = int(parts.matrix.shape[1].eval())
-    pair: list[np.ndarray] = []
-    if isinstance(x_bounds, list | tuple) and len(x_bounds) == 2:
-        try:  # each side a number or one per column
-            pair = [np.broadcast_to(np.asarray(side, dtype=float), (width,)) for side in x_bounds]
-        except (TypeError, ValueError):
-            pair = []
-    if not pair:
-        raise ValueError(
-            f"`x_bounds` must be a pair (lower, upper) of numbers or of {width} numbers each (public bounds of the "
-            f"data matrix's columns). Found {x_bounds!r}."
-        )
-    lower, upper = pair
-    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower <= upper)):
-        raise ValueError(f"`x_bounds` must hold finite bounds with lower ≤ upper. Found {x_bounds!r}.")
+    lower, upper = check_bounds_pair("x_bounds", x_bounds, width)
     squares = float(np.sum(np.maximum(np.abs(lower), np.abs(upper)) ** 2))
     return math.sqrt(squares + (1.0 if parts.intercept is not None else 0.0)), "x_bounds"
 
