@@ -54,12 +54,19 @@ def _fast_runs(name: str) -> int:
     the 99.5 % Clopper–Pearson upper bound behind 0 of 5,000; p̲ = 0.99894), where the subsampled
     releases (Barker, DPADVI at q = 0.5: the row is in half of the batches) measured 6.08–6.14 over
     seeds 0–2 and the Laplace statistics 6.51–6.81: above every claim here (at most 4.377).
+
+    The real mechanisms run 3·10⁴ times, where the power check (a lower bound above 0.5) holds with
+    room on every seed measured: over seeds 0–2 (Python 3.11) the bounds at 3·10⁴ runs were
+    1.73–2.30 where the claim is 4.377 (1.63–2.74 at 10⁵ runs) and 0.92–0.93 for the Laplace
+    statistics (claim 1). DPADVI on the Poisson model keeps 10⁵: at 3·10⁴ its bound was 0.45–0.71
+    (0.87–0.94 at 10⁵), too close to 0.5. The noise-halved canary and the full-size audit
+    (``-m slow``, 4·10⁵ runs) are unchanged.
     """
     if name.endswith("/no_clipping"):
         return 10_000
-    if name.startswith("barker"):
-        return 40_000  # a Barker release draws a batch without replacement: slower
-    return 100_000
+    if name == "dpadvi_poisson" or name.endswith("/noise_halved"):
+        return 100_000
+    return 30_000
 
 
 def _check(name: str, result) -> None:
