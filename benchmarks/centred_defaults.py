@@ -49,11 +49,14 @@ def summary(idata, ref_mean, ref_sd, features: int) -> dict:
     ess = min(float(az.ess(draws[..., j], method="bulk")) for j in range(draws.shape[-1]))
     error = np.abs(flat.mean(axis=0) - ref_mean) / ref_sd
     ratio = flat.std(axis=0) / ref_sd
+    low, high = np.quantile(flat, [0.05, 0.95], axis=0)  # the 90 % interval against the reference mean
     return {
         "rhat_max": rhat,
         "bulk_ess_min": ess,
         "err_max_sd": float(error.max()),
         "sd_ratio": float(np.median(ratio)),
+        "sd_ratio_max": float(ratio.max()),
+        "covers": f"{int(np.sum((low <= ref_mean) & (ref_mean <= high)))}/{flat.shape[-1]}",
     }
 
 
@@ -81,6 +84,13 @@ def run(model, args, centre: bool, ref_mean, ref_sd) -> dict:
         epsilon=idata.posterior.attrs["dp_epsilon"],
         centring=record["centring"].get("used"),
     )
+    anchor = record["steps"][0].get("centring")
+    if anchor is not None:  # how far the released anchor (and the DP start before the Newton steps) were, in ref sds
+        out["anchor_off_sd"] = float(np.max(np.abs(np.asarray(anchor["point"]) - ref_mean) / ref_sd))
+        path = record["centring"].get("newton_path") or []
+        if path:
+            out["dp_start_off_sd"] = float(np.max(np.abs(np.asarray(path[0]["point"]) - ref_mean) / ref_sd))
+    out["flagged_because"] = json.loads(idata.posterior.attrs["dp_diagnostics"]).get("problems")
     prediction = record["centring"].get("prediction")
     if prediction is not None:
         out["predicted_ess_per_chain"] = prediction["ess_per_chain"]

@@ -31,7 +31,7 @@ from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
 from pymc_dp.backends.jax import check_backend
 from pymc_dp.data import data_dependent_deterministics, observed_rows
 from pymc_dp.diagnostics import PoorMixingWarning, check_on_poor_mixing
@@ -409,6 +409,7 @@ class ClipBoundPlan:
         )
         self.releases: list[dict[str, Any]] = []
         self.bounds: dict[str, float] = {}
+        self.counts: list[np.ndarray] = []  # the released histograms (public), read again for the anchor's clips
 
     def release(self, point: dict[str, Any], where: str) -> float:
         """One priced release at the public ``point``; returns the bound (margin × the noisy quantile)."""
@@ -417,6 +418,7 @@ class ClipBoundPlan:
         # Post-processing of the released histogram: N where it is public, else the noisy total.
         n_rows = self.step.n_rows if self.step.neighbouring == "substitute" else None
         summary = clipping_summary(released.noisy_counts, bound, self.noise_std, n_rows, where)
+        self.counts.append(np.asarray(released.noisy_counts, dtype=float))
         total = n_rows if n_rows is not None else max(float(released.noisy_counts.sum()), 1.0)
         self.releases.append(
             {
@@ -453,10 +455,12 @@ class ClipBoundPlan:
         bound = self.margin * quantile_from_histogram(noisy, self.quantile)
         n_rows = self.step.n_rows if self.step.neighbouring == "substitute" else None
         total = n_rows if n_rows is not None else max(float(noisy.sum()), 1.0)
+        self.counts.append(np.asarray(noisy, dtype=float))
         self.releases.append(
             {
                 "norms": "Hessian (Frobenius)",
                 "resolvable": quantile_is_resolvable(self.noise_std, total, self.quantile),
+                "count_noise_rows": round(cumulative_noise_rows(self.noise_std), 2),
                 **clipping_summary(noisy, bound, self.noise_std, n_rows, where),
             }
         )
@@ -528,9 +532,14 @@ def _auto_iterations(
     chains: int,
     tune: int | None,
     share: float,
-    dp_init: DPADVIStart | None,
+    centring: CentringPlan | None = None,
 ) -> tuple[int, int, dict[str, Any]]:
-    """(tune, draws, plan summary) for ``draws="auto"``, from :func:`pymc_dp.planning.plan`."""
+    """(tune, draws, plan summary) for ``draws="auto"``, from :func:`pymc_dp.planning.plan`.
+
+    ``share``: the ε share of the DP start (0 without one). A centred
+    run's anchor takes :data:`~pymc_dp.step_methods.centred_plan.CENTRE_ANCHOR_SHARE` of the μ
+    left, so the chains are planned on the rest (the ε that the calibration then gives them).
+    """
     if epsilon is None or len(steps) != 1 or not isinstance(steps[0], DPPenaltyMH | DPHMC):
         raise ValueError(
             "`draws`='auto' needs `epsilon` and one DPPenaltyMH or DPHMC step covering every variable. Found "
@@ -547,7 +556,10 @@ def _auto_iterations(
             "`draws`='auto' chooses the iterations and calibrates the noise to them: leave the step's noise unset."
         )
     is_hmc = isinstance(step, DPHMC)
-    chain_epsilon = epsilon * (1.0 - share) if dp_init is not None else epsilon  # the fit's share is not the chain's
+    chain_epsilon = epsilon * (1.0 - share)  # the DP start's share is not the chains'
+    if centring is not None:  # nor is the anchor's share of the μ left
+        chain_mu = (1.0 - centring.anchor_share) * gaussian_mu_for_target(chain_epsilon, delta)
+        chain_epsilon = gaussian_epsilon(delta, chain_mu)
     the_plan = plan_run(
         model,
         epsilon=chain_epsilon,
@@ -572,6 +584,7 @@ def _auto_iterations(
         )
     summary = {
         "method": chosen.method,
+        "chain_epsilon": chain_epsilon,
         "iterations": chosen.iterations,
         "expected_ess_per_chain": chosen.expected_ess,
         "usable": chosen.usable,
@@ -732,10 +745,6 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     with_dpadvi = initvals is None and init == "dpadvi"
     if with_dpadvi:
         dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, s["init_epsilon_share"], kwargs)
-    if draws == "auto":
-        tune, draws, iterations_plan = _auto_iterations(
-            steps, model, epsilon, delta, chains, tune, s["init_epsilon_share"], dp_init
-        )
     centring, centring_record, clip_plan = _plan_centring_and_clip_bound(
         steps,
         model,
@@ -745,6 +754,9 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         dp_init,
         (device, dask_backend),
     )
+    if draws == "auto":  # planned once, after the DP start, the clip bound and the anchor have taken their shares
+        share = s["init_epsilon_share"] if dp_init is not None else 0.0
+        tune, draws, iterations_plan = _auto_iterations(steps, model, epsilon, delta, chains, tune, share, centring)
     start, start_events = _start_provenance(initvals, init, dp_init, model)
     if init_reason is not None:
         start["init"] = init_reason

@@ -320,7 +320,7 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 where = "the DPADVI fit's mean" if dp_init is not None else "the model's initial point"
                 clip_record = clip_plan.commit(clip_plan.release(reference, where))
             elif clip_plan is not None:  # the anchor's clips at its point; the chains clip at the centring bounds
-                where = "the DPADVI fit's mean (the centring anchor)"
+                where = "the DPADVI fit's mean (where the centring's Newton steps start)"
                 p.centring.clip(clip_plan.release(reference, where), clip_plan.release_hessian(reference, where))
                 clip_record = clip_plan.fit_record()
             if p.centring is not None:  # the anchor's two releases at the DP start, priced in the plan
@@ -393,7 +393,9 @@ def _record(
     if p.centring is not None:
         widen_centred_draws(idata, model, p.centring.anchor, p.steps[0], _seeded_noise(p.steps))
     p.run.publish(idata, model, record)
-    clipping = clip_record if p.centring is None else None  # a centred chain's bound is not the fit's
+    clipping = clip_record  # a centred run's: the anchor's clips, read off its released histograms
+    if p.centring is not None:
+        clipping = p.centring.clipping(p.clip_plan) if p.clip_plan is not None else None
     prediction = p.centring.prediction if p.centring is not None else None
     if prediction is not None and on_poor_mixing != "ignore" and prediction["ess_per_chain"] * p.chains < 100:
         warnings.warn(

@@ -18,9 +18,12 @@ from pymc_dp.mechanisms.centred import CentringAnchor
 from pymc_dp.step_methods.centred_plan import (
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
+    CENTRE_NEWTON_SHARE,
+    CENTRE_NEWTON_STEPS,
     anchor_posterior_scale,
     centred_ess,
     logistic_centring_bound,
+    newton_point,
     plan_centring,
 )
 
@@ -116,12 +119,18 @@ def test_one_accountant_covers_the_anchor_and_the_chains(centred_run):
     mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(
         (1 - 0.2 - 0.05) * RUN["epsilon"] * (1 - CALIBRATION_MARGIN), RUN["delta"]
     )
+    # the anchor gets 1 − CENTRE_NEWTON_SHARE of the anchor's μ, the pilots of its Newton steps the rest
+    final = (1 - CENTRE_NEWTON_SHARE) * mu_anchor
     taus = sorted(e["noise_multiplier"] for e in anchors)
-    expected = sorted(
-        math.sqrt(0.5 / (share * mu_anchor)) for share in (1 - CENTRE_HESSIAN_SHARE, CENTRE_HESSIAN_SHARE)
-    )
+    expected = sorted(math.sqrt(0.5 / (share * final)) for share in (1 - CENTRE_HESSIAN_SHARE, CENTRE_HESSIAN_SHARE))
     assert taus == pytest.approx(expected, rel=1e-8)
     assert record["steps"][0]["centring"]["noise_multiplier"] == pytest.approx(expected[0], rel=1e-8)
+    pilots = [e for e in record["events"] if "centring Newton step" in e.get("label", "")]
+    assert len(pilots) == 2 * CENTRE_NEWTON_STEPS  # a score and a Hessian release per step
+    pilot_mu = sum(e["count"] / (2 * e["noise_multiplier"] ** 2) for e in pilots)
+    anchor_mu = sum(e["count"] / (2 * e["noise_multiplier"] ** 2) for e in anchors)
+    assert pilot_mu + anchor_mu == pytest.approx(mu_anchor, rel=1e-7)  # the split moves μ, never adds any
+    assert pilot_mu == pytest.approx(CENTRE_NEWTON_SHARE * mu_anchor, rel=1e-7)
     assert idata.posterior.attrs["dp_epsilon"] <= RUN["epsilon"]
     assert pmdp.privacy_spent(idata).epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-12)
     assert budget.spent().epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-9)
@@ -264,3 +273,103 @@ def test_the_prediction_reads_the_scale_off_the_released_anchor():
     assert s == pytest.approx(np.exp(np.mean(np.log(sds)))) and e == pytest.approx(np.sqrt(np.mean(offset**2)))
     noisy = CentringAnchor(np.zeros(3), np.zeros(3), 1.0, 1.0, "substitute", hessian=np.eye(3))  # not negative
     assert anchor_posterior_scale(noisy, 9.0, 8.0) == (9.0, 8.0)
+
+
+def test_the_anchor_moves_by_a_recorded_newton_step_from_the_dp_start(centred_run):
+    idata, _, _ = centred_run
+    record = _record(idata)
+    centring = record["centring"]
+    assert centring["newton_steps"] == CENTRE_NEWTON_STEPS and centring["newton_share"] == CENTRE_NEWTON_SHARE
+    assert centring["anchor"].startswith(f"{CENTRE_NEWTON_STEPS} noisy Newton step")
+    path = centring["newton_path"]
+    assert len(path) == CENTRE_NEWTON_STEPS
+    # the anchor sits where the last step led (post-processing of the pilot's released values)
+    assert record["steps"][0]["centring"]["point"] == pytest.approx(path[-1]["newton_point"])
+    assert path[0]["point"] != pytest.approx(path[-1]["newton_point"])  # it moved from the DP start
+    assert path[0]["noise_multiplier"] == pytest.approx(centring["newton_noise_multiplier"])
+    assert "centred on a released anchor" in pmdp.privacy_statement(idata).text
+
+
+class _FlatPrior:
+    """A data-free prior with zero score and curvature (the Newton step is then the likelihood's alone)."""
+
+    def prior_logp_and_grad(self, theta):
+        return 0.0, np.zeros_like(theta)
+
+
+def _pilot(point, gradient, hessian, hessian_noise_multiplier=1e-6):
+    return CentringAnchor(
+        np.asarray(point, float),
+        np.asarray(gradient, float),
+        1.0,
+        1.0,
+        "substitute",
+        hessian=np.asarray(hessian, float),
+        hessian_clip=1.0,
+        hessian_noise_multiplier=hessian_noise_multiplier,
+    )
+
+
+def test_a_newton_step_on_exact_releases_lands_on_a_quadratics_mode():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3))
+    precision = a @ a.T + 3 * np.eye(3)  # log-likelihood −½(θ − m)ᵀA(θ − m)
+    mode, theta = np.array([0.5, -1.0, 2.0]), np.array([3.0, 1.0, -1.0])
+    pilot = _pilot(theta, precision @ (mode - theta), -precision)
+    np.testing.assert_allclose(newton_point(pilot, _FlatPrior()), mode, rtol=1e-10)
+
+
+def test_a_newton_step_adds_the_priors_score_and_curvature():
+    class GaussianPrior:  # N(0, 1) on every coordinate
+        def prior_logp_and_grad(self, theta):
+            return -0.5 * float(theta @ theta), -theta
+
+    theta = np.array([1.0, -2.0])
+    pilot = _pilot(theta, 4.0 * (np.array([0.5, 0.5]) - theta), -4.0 * np.eye(2))  # likelihood N(θ; 0.5, 1/4)
+    # the posterior's mode: precision 4 + 1, mean 4·0.5/5
+    np.testing.assert_allclose(newton_point(pilot, GaussianPrior()), np.full(2, 0.4), rtol=1e-6)
+
+
+def test_a_curvature_the_release_cannot_tell_from_noise_takes_a_bounded_step():
+    # −Ĥ has a negative eigenvalue (noise): its |λ| floored at σ_H√(2P) sets the step, never a wild one
+    hessian = np.diag([-10.0, 1.0])
+    pilot = _pilot([0.0, 0.0], [0.0, 3.0], hessian, hessian_noise_multiplier=1.0)  # σ_H = 2, floor 2·√4 = 4
+    np.testing.assert_allclose(newton_point(pilot, _FlatPrior()), [0.0, 3.0 / 4.0])
+
+
+def test_chain_statistics_leave_out_the_anchor_the_run_priced(centred_run):
+    idata, _, _ = centred_run
+    cumulative = idata.sample_stats["dp_mu_cumulative"].values
+    per = np.diff(cumulative, axis=1)
+    np.testing.assert_allclose(per, per[0, 0])
+    # the first stored draw follows the tuning iterations: that many iterations' μ and no anchor
+    np.testing.assert_allclose(cumulative[:, 0], (RUN["tune"] + 1) * per[0, 0])
+    record = _record(idata)
+    chain = [e for e in record["events"] if e["label"].startswith("DPHMC") and "centring" not in e["label"]]
+    chain = [e for e in chain if "clip bound" not in e["label"]]
+    chain_mu = sum(e["count"] / (2 * e["noise_multiplier"] ** 2) for e in chain)
+    assert cumulative[:, -1].sum() == pytest.approx(chain_mu, rel=1e-9)  # the stat and the record agree
+
+
+def test_the_anchors_clipping_is_checked_and_a_binding_clip_flags(logistic, step, centred_run):
+    idata, _, _ = centred_run
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    centring = _record(idata)["centring"]
+    assert diagnostics["clipping"]["bound"] in (centring["grad_clip"], centring["hessian_clip"])
+    with logistic:  # clips far below the rows' norms (margin 0.05 × the quantile): most rows clipped
+        clipped = pmdp.sample(step=step, x_bounds=(-BOUND, BOUND), clip_margin=0.05, **RUN, **QUIET)
+    flagged = json.loads(clipped.posterior.attrs["dp_diagnostics"])
+    assert flagged["usable"] is False
+    assert any("clip" in problem for problem in flagged["problems"])
+
+
+def test_draws_auto_plans_the_chains_on_what_the_anchor_leaves(logistic, step):
+    from pymc_dp.accounting.gaussian import gaussian_epsilon
+    from pymc_dp.sample_plan import _auto_iterations
+
+    plan, _ = plan_centring(_settings(x_bounds=(-2, 2)), [step], logistic, 4.0, 1e-5, dp_init=object())
+    _, _, summary = _auto_iterations([step], logistic, 4.0, 1e-5, 2, None, 0.2, plan)
+    expected = gaussian_epsilon(1e-5, (1 - CENTRE_ANCHOR_SHARE) * gaussian_mu_for_target(0.8 * 4.0, 1e-5))
+    assert summary["chain_epsilon"] == pytest.approx(expected, rel=1e-9)
+    _, _, plain = _auto_iterations([step], logistic, 4.0, 1e-5, 2, None, 0.2, None)
+    assert plain["chain_epsilon"] == pytest.approx(0.8 * 4.0) and plain["iterations"] >= summary["iterations"]

@@ -12,7 +12,10 @@ The anchor's release (two at second order: scores and Hessians) is charged once 
 step's ``privacy_events`` (which :func:`pymc_dp.sample` and :func:`pymc_dp.publish` compose
 over the run's total iterations), and in each chain's ``dp_mu_cumulative`` at its first
 iteration (so a plain result priced from the statistics counts it once per chain: never less
-than spent). Because calibration splits a target over iterations alone, a centred step needs
+than spent). An anchor that :func:`pymc_dp.sample` releases itself is priced once in the run's
+plan, with its DP start and clip bound, and like them left out of ``dp_mu_cumulative``
+(:meth:`Centring.use_anchor` with ``priced_by_run``): the chains' statistics then sum to the
+iterations the run's record counts. Because calibration splits a target over iterations alone, a centred step needs
 its noise multipliers given: the anchor's share of ε is the caller's choice
 (:func:`centred_noise_multipliers`, :func:`second_order_noise_multipliers`).
 """
@@ -156,10 +159,13 @@ class Centring:
             return []
         return self.anchor.events(f"{type(self).__name__}[{','.join(self.var_names)}] centring anchor")
 
+    #: True while a run that priced the anchor itself (:func:`pymc_dp.sample`) has attached it.
+    _anchor_priced_by_run: bool = False
+
     def _iteration_mu(self) -> float:
         mu = super()._iteration_mu()
-        if self.anchor is not None and self._iterations_chain == 1:  # the anchor, once per chain (never less)
-            mu += self.anchor.mu
+        if self.anchor is not None and self._iterations_chain == 1 and not self._anchor_priced_by_run:
+            mu += self.anchor.mu  # a caller's anchor, once per chain (never less than spent)
         return mu
 
     def _centring_settings(self) -> dict[str, Any]:
@@ -219,19 +225,24 @@ class Centring:
         histogram = hessian_norm_histogram(self._row_mechanisms, noise_multiplier, self.neighbouring)
         return histogram.release_counts(theta, self.noise_rng)
 
-    def use_anchor(self, anchor: CentringAnchor, lipschitz: float) -> Any:
+    def use_anchor(self, anchor: CentringAnchor, lipschitz: float, priced_by_run: bool = False) -> Any:
         """Centre the step's releases on ``anchor`` with κ = ``lipschitz`` for one run; returns the undo function.
 
         The step must sample every free variable (checked by :func:`pymc_dp.sample`'s plan).
         The mechanisms are rebuilt at the next release; the undo function drops the centred ones
         and their per-row anchor scores and Hessians, and puts the step back uncentred.
+        ``priced_by_run``: the run's own accountant counts the anchor once (:func:`pymc_dp.sample`,
+        like its DP start and clip bound), so the chains' ``dp_mu_cumulative`` leaves it out
+        and sums, over chains, to the run's iterations as its record counts them.
         """
         self._set_anchor(anchor, lipschitz, self._prior.n_params, [v.name for v in self.vars], False)
+        self._anchor_priced_by_run = bool(priced_by_run)
         self._drop_mechanisms()
 
         def restore() -> None:
             self._drop_mechanisms()
             self.anchor, self.centre_lipschitz = None, None
+            self._anchor_priced_by_run = False
 
         return restore
 

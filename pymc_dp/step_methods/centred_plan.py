@@ -52,6 +52,7 @@ from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import check_centre_lipschitz
+from pymc_dp.mechanisms.clip_bound import clipping_summary
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.hessian import NoisyClippedHessian
 from pymc_dp.regression_graph import regression_parts
@@ -59,10 +60,13 @@ from pymc_dp.regression_graph import regression_parts
 __all__ = [
     "CENTRE_ANCHOR_SHARE",
     "CENTRE_HESSIAN_SHARE",
+    "CENTRE_NEWTON_SHARE",
+    "CENTRE_NEWTON_STEPS",
     "CentringPlan",
     "anchor_posterior_scale",
     "centred_ess",
     "logistic_centring_bound",
+    "newton_point",
     "plan_centring",
 ]
 
@@ -70,6 +74,10 @@ __all__ = [
 CENTRE_ANCHOR_SHARE = 0.5
 #: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
 CENTRE_HESSIAN_SHARE = 0.25
+#: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).
+CENTRE_NEWTON_SHARE = 0.6
+#: Noisy Newton steps from the DP start before the anchor is released.
+CENTRE_NEWTON_STEPS = 5
 #: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function.
 _LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
 
@@ -96,6 +104,12 @@ class CentringPlan:
     clip_source: str = "public: B and B²/4"
     #: The step's clip bounds set by hand, which the centred bounds replace (public: the caller's values).
     replaced_clips: dict[str, Any] = field(default_factory=dict)
+    #: The pilot releases' noise multipliers (score, Hessian), one pair per noisy Newton step before the anchor.
+    newton_noise_multipliers: tuple[float, float] | None = None
+    newton_steps: int = 0
+    newton_share: float = 0.0
+    #: The pilots' released values and the points they moved the anchor to (public), filled by :meth:`release`.
+    path: list[dict[str, Any]] = field(default_factory=list)
 
     def predict(self, step: Any, draws: int, posterior_sd: float, offset_sd: float) -> dict[str, Any]:
         """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record.
@@ -125,14 +139,28 @@ class CentringPlan:
             self.grad_clip = min(self.grad_clip, float(grad_clip))
         if math.isfinite(hessian_clip) and hessian_clip > 0:
             self.hessian_clip = min(self.hessian_clip, float(hessian_clip))
-        self.clip_source = "released: margin × the noisy quantile of the norms at the anchor, where below the public"
+        self.clip_source = "released: margin × the noisy quantile of the norms at the DP start, where below the public"
 
     def release(self, step: Any, point: dict[str, Any]) -> Any:
-        """Release the anchor at ``point`` through ``step`` and centre the step on it; returns the undo function."""
+        """Move from ``point`` by noisy Newton steps, release the anchor there and centre ``step`` on it.
+
+        Each Newton step releases a pilot second-order anchor at the current point (the
+        anchor's clips, the pilot's noise multipliers; priced in the plan) and moves to
+        :func:`newton_point` of it (post-processing). The anchor is then released at the last
+        point. Returns the undo function of :meth:`use_anchor`.
+        """
+        names = [v.name for v in step.vars]
+        current, self.path = point, []
+        for _ in range(self.newton_steps):
+            tau_g, tau_h = self.newton_noise_multipliers
+            pilot = step.release_run_anchor(current, self.grad_clip, tau_g, self.hessian_clip, tau_h)
+            moved = newton_point(pilot, step._prior)  # post-processing of the pilot's released Ĝ and Ĥ
+            self.path.append({**pilot.record(), "newton_point": [float(v) for v in moved]})
+            current = _unflatten(moved, point, names)
         self.anchor = step.release_run_anchor(
-            point, self.grad_clip, self.noise_multiplier, self.hessian_clip, self.hessian_noise_multiplier
+            current, self.grad_clip, self.noise_multiplier, self.hessian_clip, self.hessian_noise_multiplier
         )
-        return step.use_anchor(self.anchor, self.lipschitz)
+        return step.use_anchor(self.anchor, self.lipschitz, priced_by_run=True)
 
     def starts(self, point: dict[str, Any], names: list[str], chains: int, rng: Any) -> list[dict[str, Any]]:
         """One start per chain drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ (released): near the anchor, over-dispersed.
@@ -145,12 +173,31 @@ class CentringPlan:
         eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
         scale = (vectors / np.sqrt(eigenvalues)) if np.all(eigenvalues > 0) else np.zeros_like(hessian)
         flats = self.anchor.point + 2.0 * rng.standard_normal((chains, self.anchor.point.size)) @ scale.T
-        sizes = [np.asarray(point[name]).size for name in names]
-        starts = []
-        for flat in flats:
-            parts = np.split(flat, np.cumsum(sizes)[:-1])
-            starts.append({n: v.reshape(np.shape(point[n])) for n, v in zip(names, parts, strict=True)})
-        return starts
+        return [_unflatten(flat, point, names) for flat in flats]
+
+    def clipping(self, clip_plan: Any) -> dict[str, Any]:
+        """The anchor's clipping for the result's check (:func:`pymc_dp.diagnostics.attach_diagnostics`).
+
+        ``clip_plan``'s last two releases (the anchor's score and Hessian norm histograms) read at
+        the clips the anchor used (post-processing of released counts); the one further above its
+        bias threshold is last, where the check reads it. A clip at the public worst case (below
+        the released one) clips no row within the public bounds, so the quantile's resolution
+        does not matter there.
+        """
+        n_rows = clip_plan.step.n_rows if clip_plan.step.neighbouring == "substitute" else None
+        checks = []
+        used = (self.grad_clip, self.hessian_clip)
+        for counts, clip, release in zip(clip_plan.counts[-2:], used, clip_plan.releases[-2:], strict=True):
+            check = {**release, **clipping_summary(counts, clip, clip_plan.noise_std, n_rows, release["reference"])}
+            if clip < release["bound"]:
+                check.pop("resolvable", None)
+            checks.append(check)
+
+        def excess(check: dict[str, Any]) -> tuple[bool, float]:
+            margin = check["share_above_bound_at_reference"] - 3.0 * check["share_above_bound_sd"]
+            return check.get("resolvable") is False, margin - check["bias_threshold_share"]
+
+        return {"releases": sorted(checks, key=excess), "note": "the centring anchor's score and Hessian clips"}
 
     def settings(self) -> dict[str, Any]:
         """The step record's ``centring`` entry (the anchor's released values once released)."""
@@ -171,10 +218,65 @@ class CentringPlan:
             "hessian_noise_multiplier": self.hessian_noise_multiplier,
             "anchor_share": self.anchor_share,
             "hessian_share": self.hessian_share,
-            "anchor": "the DPADVI start's mean",
+            "anchor": (
+                f"{self.newton_steps} noisy Newton step(s) from the DPADVI start's mean"
+                if self.newton_steps
+                else "the DPADVI start's mean"
+            ),
+            "newton_steps": self.newton_steps,
+            "newton_share": self.newton_share,
+            **(
+                {
+                    "newton_noise_multiplier": self.newton_noise_multipliers[0],
+                    "newton_hessian_noise_multiplier": self.newton_noise_multipliers[1],
+                }
+                if self.newton_steps
+                else {}
+            ),
+            **({"newton_path": list(self.path)} if self.path else {}),
             **({"replaced_clip_bounds": dict(self.replaced_clips)} if self.replaced_clips else {}),
             **({"prediction": self.prediction} if self.prediction is not None else {}),
         }
+
+
+def _unflatten(flat: np.ndarray, like: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A flat vector as value-variable name → array shaped as in ``like``."""
+    sizes = [np.asarray(like[name]).size for name in names]
+    parts = np.split(np.asarray(flat, dtype=float), np.cumsum(sizes)[:-1])
+    return {n: v.reshape(np.shape(like[n])) for n, v in zip(names, parts, strict=True)}
+
+
+def _prior_hessian(prior: Any, theta: np.ndarray) -> np.ndarray:
+    """∇² log p(θ) of the data-free prior, by central differences of its exact gradient (no row read)."""
+    size = theta.size
+    hessian = np.empty((size, size))
+    for j in range(size):
+        h = 1e-5 * (1.0 + abs(theta[j]))
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        hessian[:, j] = (prior.prior_logp_and_grad(up)[1] - prior.prior_logp_and_grad(down)[1]) / (2.0 * h)
+    return 0.5 * (hessian + hessian.T)
+
+
+def newton_point(pilot: Any, prior: Any) -> np.ndarray:
+    """θ₁ = θ₀ + A⁻¹(Ĝ + ∇log p(θ₀)), A = −Ĥ − ∇²log p(θ₀): one noisy Newton step from a released pilot anchor.
+
+    Post-processing of the pilot's released Ĝ and Ĥ at its public point θ₀ and of the
+    data-free prior. The noise E on Ĥ has spectral norm about σ_H√(2P), so A's eigenvalues are
+    replaced by their absolute values floored there (a saddle-free Newton step, Dauphin et al.
+    2014): a direction whose curvature the release cannot tell from noise takes a short step
+    instead of a wild one. Not private in itself: it reads released values only.
+    """
+    theta = np.asarray(pilot.point, dtype=float)
+    hessian = np.asarray(pilot.hessian, dtype=float)
+    _, prior_gradient = prior.prior_logp_and_grad(theta)
+    precision = -0.5 * (hessian + hessian.T) - _prior_hessian(prior, theta)
+    eigenvalues, vectors = np.linalg.eigh(0.5 * (precision + precision.T))
+    floor = pilot.hessian_std * math.sqrt(2.0 * theta.size)
+    eigenvalues = np.maximum(np.abs(eigenvalues), floor)
+    score = np.asarray(pilot.gradient, dtype=float) + np.asarray(prior_gradient, dtype=float)
+    return theta + vectors @ ((vectors.T @ score) / eigenvalues)
 
 
 def anchor_posterior_scale(anchor: Any, fallback_sd: float, fallback_offset: float) -> tuple[float, float]:
@@ -349,14 +451,41 @@ def plan_centring(
     source = "centre_lipschitz" if centre_lipschitz is not None else "x_bounds (worst case B³/(6√3))"
     share = check_finite_positive("chain_share", chain_share)
     mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    tau_g = math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu_anchor)) * (1 + 1e-9)  # rounded towards privacy
-    tau_h = math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu_anchor)) * (1 + 1e-9)
-    label = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}] centring anchor"
-    events = tuple(
+    tau_g, tau_h = _score_and_hessian_taus((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor)
+    newton_taus = _score_and_hessian_taus(CENTRE_NEWTON_SHARE * mu_anchor / CENTRE_NEWTON_STEPS)
+    who = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}]"
+    events: tuple[PrivacyEvent, ...] = ()
+    for k in range(CENTRE_NEWTON_STEPS):  # the pilots, then the anchor: all priced here, before any row is read
+        label = f"{who} centring Newton step {k + 1}"
+        events += tuple(
+            NoisyClippedGradient.events(newton_taus[0], 1, label)
+            + NoisyClippedHessian.events(newton_taus[1], 1, f"{label} (Hessian)")
+        )
+    label = f"{who} centring anchor"
+    events += tuple(
         NoisyClippedGradient.events(tau_g, 1, label) + NoisyClippedHessian.events(tau_h, 1, f"{label} (Hessian)")
     )
     # a caller's clip bounds are not used by a centred chain (it clips at the centring bounds): say so
     replaced = {name: getattr(steps[0], name) for name in type(steps[0]).clip_attributes}
     replaced = {name: value for name, value in replaced.items() if value != AUTO_CLIP}
-    plan = CentringPlan(lipschitz, bound, bound**2 / 4.0, tau_g, tau_h, source, events=events, replaced_clips=replaced)
+    plan = CentringPlan(
+        lipschitz,
+        bound,
+        bound**2 / 4.0,
+        tau_g,
+        tau_h,
+        source,
+        events=events,
+        replaced_clips=replaced,
+        newton_noise_multipliers=newton_taus,
+        newton_steps=CENTRE_NEWTON_STEPS,
+        newton_share=CENTRE_NEWTON_SHARE,
+    )
     return plan, plan.record()
+
+
+def _score_and_hessian_taus(mu: float) -> tuple[float, float]:
+    """(τ_G, τ_H) of a second-order release of μ, :data:`CENTRE_HESSIAN_SHARE` of it to the Hessian (rounded up)."""
+    tau_g = math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9)  # rounded towards privacy
+    tau_h = math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9)
+    return tau_g, tau_h
