@@ -5,6 +5,7 @@ releases nothing; it must agree with the accountant and run on both PyMC lines.
 """
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pymc as pm
@@ -13,6 +14,7 @@ import pytest
 import pymc_dp as pmdp
 from pymc_dp.accounting.events import format_epsilon
 from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.step_methods import progress
 from pymc_dp.step_methods.base import ProgressAccounting
 
 
@@ -25,6 +27,11 @@ def _model():
     return model
 
 
+def _drawn(column, value):
+    """What the bar draws for a reading: the ε column rendered as rich renders it."""
+    return column.render(SimpleNamespace(fields={"dp_spent_chain": value})).plain
+
+
 def test_the_bar_shows_the_runs_epsilon_so_far_in_epsilon_on_both_routes():
     step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=20.0, model=_model())
     # plain pm.sample: no δ known, ε at PROGRESS_DELTA, stated in the header; 3 chains compose
@@ -33,18 +40,29 @@ def test_the_bar_shows_the_runs_epsilon_so_far_in_epsilon_on_both_routes():
     [update] = step._make_progressbar_update_functions()
     shown = update({"dp_mu_cumulative": 0.5, "dp_accept": 0.25})
     assert shown["dp_accept_rate"] == 0.25
-    assert float(shown["dp_spent_chain"]) == pytest.approx(gaussian_epsilon(1e-6, 3 * 0.5), rel=0.01)
+    assert _drawn(columns[1], shown["dp_spent_chain"]) == format_epsilon(gaussian_epsilon(1e-6, 3 * 0.5))
     assert update({"dp_mu_cumulative": math.nan, "dp_accept": 0.0})["dp_spent_chain"] == "on result"
-    # pymc_dp.sample: the run's δ, its releases before the chains and its planned μ; the last reading is its ε
-    step.progress_run = ProgressAccounting(delta=1e-5, chains=4, mu_before=0.01, mu_ratio=1.0, mu_anchor=0.01 + 4 * 0.1)
+    # pymc_dp.sample: the run's δ and its releases before the chains; every reading exact at its μ
+    step.progress_run = ProgressAccounting(delta=1e-5, chains=4, mu_before=0.01, mu_ratio=1.0)
     columns, _ = step._progressbar_config(4)
     assert columns[1].get_table_column().header == "ε run (δ=1e-05)"
     [update] = step._make_progressbar_update_functions()
-    assert update({"dp_mu_cumulative": 0.1, "dp_accept": 0.2})["dp_spent_chain"] == format_epsilon(
-        gaussian_epsilon(1e-5, 0.41)
-    )
-    halfway = update({"dp_mu_cumulative": 0.05, "dp_accept": 0.2})["dp_spent_chain"]
-    assert gaussian_epsilon(1e-5, 0.21) <= float(halfway) <= gaussian_epsilon(1e-5, 0.21 * 1.011)  # never below
+    for mu_chain in (0.1, 0.05, 0.0123):
+        reading = update({"dp_mu_cumulative": mu_chain, "dp_accept": 0.2})["dp_spent_chain"]
+        assert _drawn(columns[1], reading) == format_epsilon(gaussian_epsilon(1e-5, 0.01 + 4 * mu_chain))
+
+
+def test_epsilon_is_computed_only_for_the_readings_the_bar_draws(monkeypatch):
+    calls = []
+    monkeypatch.setattr(progress, "gaussian_epsilon", lambda delta, mu: calls.append(mu) or gaussian_epsilon(delta, mu))
+    step = pmdp.DPPenaltyMH(llr_clip=2.5, noise_multiplier=20.0, model=_model())
+    columns, _ = step._progressbar_config(2)
+    [update] = step._make_progressbar_update_functions()
+    readings = [update({"dp_mu_cumulative": k / 800, "dp_accept": 0.2})["dp_spent_chain"] for k in range(1, 2001)]
+    assert calls == []  # 2,000 draws, no ε computed
+    assert _drawn(columns[1], readings[-1]) == format_epsilon(gaussian_epsilon(1e-6, 2 * 2000 / 800))
+    assert _drawn(columns[1], readings[-1]) == f"{readings[-1]}" == str(readings[-1])  # a redraw: memoised
+    assert calls == [2 * 2000 / 800]
 
 
 @pytest.mark.parametrize("runner", ["pm.sample", "pmdp.sample"])
@@ -68,10 +86,9 @@ def test_sampling_with_the_progress_bar_on(runner, monkeypatch):
             )
             assert step.progress_run is None  # set for the run only
     assert idata.posterior.sizes["draw"] == 20
-    # both routes end on the run's ε (both chains' iterations composed), never below it: pmdp.sample's
-    # exactly as printed elsewhere; a plain run's at most 1 % of μ above (its length is not known to the bar)
+    # both routes end on the run's ε (both chains' iterations composed) as pmdp.privacy_spent prints it
     spent = pmdp.privacy_spent(idata, model=model)
+    assert f"{shown[-1]}" == format_epsilon(spent.epsilon)
+    assert str(spent).startswith(f"ε = {shown[-1]} (δ = 1e-06)")
     if runner == "pmdp.sample":
-        assert shown[-1] == format_epsilon(spent.epsilon) == "1.000"
-    else:
-        assert spent.epsilon <= float(shown[-1]) <= gaussian_epsilon(1e-6, 1.01 * spent.mu)
+        assert f"{shown[-1]}" == "1.000"

@@ -19,12 +19,12 @@ from pymc.vartypes import continuous_types
 
 from pymc_dp._validation import AUTO_CLIP, check_bool, check_finite_positive, check_positive_int, model_from_context
 from pymc_dp.accounting.calibrate import round_towards_privacy
-from pymc_dp.accounting.events import PrivacyEvent, format_epsilon
-from pymc_dp.accounting.gaussian import gaussian_epsilon
+from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import sorted_value_vars
 from pymc_dp.mechanisms import mechanism_rng, model_access
 from pymc_dp.step_methods.host_releases import HostReleases
 from pymc_dp.step_methods.kernels import NUMPY_OPS
+from pymc_dp.step_methods.progress import EpsilonSoFar
 
 __all__ = ["DPStep", "RandomWalkTuning", "TransitionInfo", "accept_reject", "check_proposal_scale"]
 
@@ -156,7 +156,8 @@ class ProgressAccounting:
         μ of one iteration of every DP step of the run over this step's (several steps); NaN
         when a step's releases are not Gaussian (the column then says "on result").
     mu_anchor : float
-        The run's μ when planned (so the last reading is the run's ε exactly), else 1.
+        The run's planned μ (set by :func:`pymc_dp.sample`), else 1. The bar does not need
+        it: every reading is the exact ε at its μ (:class:`EpsilonSoFar`).
     """
 
     delta: float
@@ -602,8 +603,9 @@ class DPStep(ArrayStepShared):
         every chain has reached that row's iteration: the run's releases before its chains (a
         private clip bound, a DP start) composed with every chain's iterations so far. Rows
         differ only while chains run at different speeds; the last reading is the run's ε
-        (``dp_epsilon``). It follows the schedule (public settings and the iteration count),
-        not the data: showing it releases nothing. ε is rounded up to four significant digits.
+        (``dp_epsilon``, and what :func:`pymc_dp.privacy_spent` prints). It follows the schedule
+        (public settings and the iteration count), not the data: showing it releases nothing.
+        Each reading is exact, rounded up to four significant digits (:class:`EpsilonSoFar`).
         """
         from rich.progress import TextColumn
         from rich.table import Column
@@ -620,23 +622,17 @@ class DPStep(ArrayStepShared):
     def _make_progressbar_update_functions(self):
         run = getattr(self, "_progress", None) or self.progress_run or ProgressAccounting(PROGRESS_DELTA, 1)
         before = run.mu_before if math.isfinite(run.mu_before) else 0.0
-        shown: dict[int, str] = {}  # ε at grid points of μ, shared by the chains
+        memo: dict[float, str] = {}  # ε as shown, per μ, shared by the chains' rows
 
         def update_stats(step_stats: dict[str, Any]) -> dict[str, Any]:
             mu = before + run.chains * run.mu_ratio * float(step_stats.get("dp_mu_cumulative", math.nan))
             if not math.isfinite(mu):  # a subsampled DPBarkerMH: RDP-accounted, priced on the result
-                text = "on result"
+                shown: Any = "on result"
             elif mu <= 0:
-                text = "0"
-            else:
-                # ε at the first grid point at or above μ (an upper bound, at most 1 % more μ): ε is
-                # computed about 100 times per tenfold growth of μ, not at every draw. The grid is
-                # anchored at the run's μ, so the last reading is the run's ε exactly.
-                j = math.ceil(math.log(mu / run.mu_anchor) / math.log(1.01) - 1e-9)
-                if j not in shown:
-                    shown[j] = format_epsilon(gaussian_epsilon(run.delta, run.mu_anchor * 1.01**j))
-                text = shown[j]
-            return {"dp_accept_rate": float(step_stats.get("dp_accept", 0.0)), "dp_spent_chain": text}
+                shown = "0"
+            else:  # exact at this μ, computed when the bar draws it (not at every draw)
+                shown = EpsilonSoFar(mu, run.delta, memo)
+            return {"dp_accept_rate": float(step_stats.get("dp_accept", 0.0)), "dp_spent_chain": shown}
 
         return (update_stats,)
 
