@@ -41,9 +41,9 @@ def test_every_page_is_in_the_site():
     listed = {f"tutorials/{name}" for name in toctree_entries(DOCS / "tutorials" / "index.md")}
     assert listed == {f"tutorials/{p.stem}" for p in TUTORIALS}
     top = set(toctree_entries(DOCS / "index.md"))
-    assert {"tutorials/index", "guides", "api", "results"} <= top
+    assert {"tutorials/index", "guides", "api", "results", "changelog"} <= top
     guides = set(toctree_entries(DOCS / "guides.md"))
-    site_pages = {p.stem for p in DOCS.glob("*.md")} - {"index", "guides", "api", "results"}
+    site_pages = {p.stem for p in DOCS.glob("*.md")} - {"index", "guides", "api", "results", "changelog"}
     assert site_pages == guides, f"docs pages missing from guides.md: {sorted(site_pages - guides)}"
 
 
