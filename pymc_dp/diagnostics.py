@@ -54,7 +54,12 @@ import numpy as np
 
 from pymc_dp.accounting.events import format_epsilon
 from pymc_dp.results import group, group_names, posterior_attrs
-from pymc_dp.usability import PoorMixingError, PoorMixingWarning, clipping_problem  # re-exported: their home
+from pymc_dp.usability import (  # re-exported: their home
+    PoorMixingError,
+    PoorMixingWarning,
+    bounds_clipping_problem,
+    clipping_problem,
+)
 
 __all__ = [
     "ESS_MIN",
@@ -239,6 +244,14 @@ def poor_mixing_message(
     """What went wrong, in plain words, and what to change (not a DP start the chains already had)."""
     spent = f" at ε = {format_epsilon(epsilon)}" if epsilon is not None else ""  # rounded up, as everywhere
     if str(diagnostics.get("method", "")).startswith(RELEASED_STATISTICS_METHOD):
+        if any(bounds_clipping_problem(check) for check in diagnostics.get("bounds_clipping", [])):
+            return (
+                "The released statistics are not a usable posterior: "
+                + "; ".join(diagnostics["problems"])
+                + ". Do not report these draws as a posterior: the bias is in the release, so rerunning the sampler "
+                "does not remove it. Diagnostics are in posterior.attrs['dp_diagnostics']; the noisy count is in "
+                "dp_accountant['clipping_check']."
+            )
         return (
             "Sampling the released statistics' likelihood did not produce a usable posterior: "
             + "; ".join(diagnostics["problems"])
@@ -333,6 +346,7 @@ def attach_diagnostics(
     clipping: dict[str, Any] | None = None,
     divergences: int | None = None,
     say: bool = False,
+    bounds_clipping: list[dict[str, Any]] | None = None,
 ) -> Any:
     """Compute :func:`mixing_diagnostics` from ``idata``'s posterior, write ``dp_diagnostics``; warn or raise.
 
@@ -352,6 +366,10 @@ def attach_diagnostics(
         Divergent transitions after tuning of a gradient-based sampler that read only released
         values (NUTS on released statistics, whose own statistics the result does not keep):
         recorded, and any divergence flags the result.
+    bounds_clipping : list of dict, optional
+        The clipping checks of the releases the draws read (``ReleasedStatistics.clipping_check``):
+        recorded, and a release whose public bounds clipped a material share of the rows
+        (:func:`pymc_dp.usability.bounds_clipping_problem`) flags the result.
     say : bool, default False
         Log the :func:`verdict` (PyMC's logger, INFO) whatever it is. Otherwise it is logged
         for a usable result unless ``on_poor_mixing="ignore"`` (a flagged one warns or raises).
@@ -384,6 +402,12 @@ def attach_diagnostics(
     if problem is not None:
         diagnostics["problems"].append(problem)
         diagnostics["usable"] = False
+    for check in bounds_clipping or []:
+        diagnostics.setdefault("bounds_clipping", []).append(check)
+        bounds_problem = bounds_clipping_problem(check)
+        if bounds_problem is not None:
+            diagnostics["problems"].append(bounds_problem)
+            diagnostics["usable"] = False
     if divergences is not None:
         diagnostics["divergences"] = int(divergences)
         if divergences > 0:

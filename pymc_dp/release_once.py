@@ -52,6 +52,7 @@ from pymc_dp.route_predictions import (
 )
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import public_initial_point
+from pymc_dp.usability import share_is_material
 
 __all__ = [
     "RELEASE_ONCE_CLIP_MARGIN",
@@ -348,9 +349,8 @@ def _clipping_reasons(clip_record: dict[str, Any] | None) -> list[str]:
                 f"release_once: the noise of the histogram of the rows' {what} hides their median, so {name}="
                 f"{bound['bound']:.3g} may be far off: use more rows or more epsilon, or give {name} as a number"
             )
-        elif (
-            bound["share_above_bound_at_reference"] - 3.0 * bound["share_above_bound_sd"]
-            > bound["bias_threshold_share"]
+        elif share_is_material(
+            bound["share_above_bound_at_reference"], bound["share_above_bound_sd"], bound["bias_threshold_share"]
         ):
             reasons.append(
                 f"release_once: {bound['share_above_bound_at_reference']:.2%} of the rows' {what} lie above {name}="

@@ -4,11 +4,13 @@
 (``Plan.one_call_route``, from public quantities only: the graph, N, P, ε, δ and the chains),
 refuses settings the route would ignore, and runs it: the released statistics of a linear,
 logistic, Poisson or negative-binomial regression (log link, α a constant of the graph), or of a
-linear or logistic regression with varying intercepts by a group index (one cell per group), and
-NUTS on their noise-aware likelihood in a copy of the model's priors, DPPenaltyMH through
-:func:`pymc_dp.sample` itself, release-once (:func:`pymc_dp.release_once` with its ``"auto"``
-clip bounds: a priced share of ε releases the rows' median score and Hessian norms before the
-Newton releases, all priced before the first row is read), or DPADVI. The result records the
+linear or logistic regression with varying intercepts by a group index (one cell per group), with
+a priced count of the rows the public bounds clip (``clipping_check=True``: the result is flagged
+when the share is material), and NUTS on their noise-aware likelihood in a copy of the model's
+priors, DPPenaltyMH through :func:`pymc_dp.sample` itself, release-once
+(:func:`pymc_dp.release_once` with its ``"auto"`` clip bounds: a priced share of ε releases the
+rows' median score and Hessian norms before the Newton releases, all priced before the first row
+is read; it flags a result whose bounds clip too many rows), or DPADVI. The result records the
 route (``dp_route``, ``dp_accountant["route"]``).
 """
 
@@ -291,6 +293,7 @@ def _release_route(
         epsilon=epsilon,
         budget=s["budget"],
         covariate_anchors=anchors,
+        clipping_check=True,  # a priced count of the rows the bounds clip; flags the result when material
         **noise,
         **settings,
     )

@@ -25,6 +25,7 @@ from pymc_dp.exponential_family.anchors import (
     check_covariate_anchors,
     release_anchors,
 )
+from pymc_dp.exponential_family.clipping_check import CLIPPING_CHECK_LABEL, plan_clipping_check, release_clipping_check
 from pymc_dp.exponential_family.compile_mode import noise_aware_sample_kwargs
 from pymc_dp.exponential_family.densities import ReleaseReading
 from pymc_dp.exponential_family.families import (
@@ -121,6 +122,9 @@ class ReleasedStatistics:
         :func:`release_statistics`), or NumPy's float64 samplers (a release built by hand).
     grid : float or None
         γ, the grid spacing of a discrete-noise release: ``noisy_statistics`` lie on γℤ.
+    clipping_check : dict or None
+        The noisy number of rows the public bounds clipped, released with the statistics
+        (``release_statistics(..., clipping_check=True)``; :mod:`~pymc_dp.exponential_family.clipping_check`).
 
     Notes
     -----
@@ -146,6 +150,7 @@ class ReleasedStatistics:
     covariate_anchors: tuple[CovariateAnchor, ...] = field(default=(), repr=False)
     noise: str = "continuous"
     grid: float | None = None
+    clipping_check: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def noise_variance(self) -> float:
@@ -324,6 +329,7 @@ class ReleasedStatistics:
                     else {"unprojected_statistics": [float(v) for v in self.noisy_statistics]}
                 ),
                 "out_of_bounds": self.out_of_bounds,
+                **({} if self.clipping_check is None else {"clipping_check": self.clipping_check}),
                 **(
                     {"covariate_anchors": [anchor_record(a, self.mechanism) for a in self.covariate_anchors]}
                     if self.covariate_anchors
@@ -519,7 +525,10 @@ def sample_releases(
         idata = pm.sample(model=model, **kwargs)
     divergences = _divergences(idata)  # counted before the sampler's own statistics are dropped
     annotate_releases(idata, releases, model=model)
-    return attach_diagnostics(idata, on_poor_mixing, method=RELEASED_STATISTICS_METHOD, divergences=divergences)
+    checks = [r.clipping_check for r in releases if r.clipping_check is not None]
+    return attach_diagnostics(
+        idata, on_poor_mixing, method=RELEASED_STATISTICS_METHOD, divergences=divergences, bounds_clipping=checks
+    )
 
 
 def _divergences(idata: Any) -> int | None:
@@ -569,6 +578,7 @@ def release_statistics(
     delta: float | None = None,
     covariate_anchors: int = 0,
     noise: str = "discrete",
+    clipping_check: bool = False,
     **family_settings: Any,
 ) -> ReleasedStatistics:
     """Release the aggregate sufficient statistics of ``data`` once with the Laplace (or Gaussian) mechanism.
@@ -643,6 +653,10 @@ def release_statistics(
         row outside, with a message that carries no count and no value; that refusal is a
         data-dependent answer given before anything is charged, so use it only while you
         hold the data yourself (it costs nothing and is not covered by ε).
+    clipping_check : bool, default False
+        Also release how many rows the bounds clip: a noisy count (sensitivity 1) inside the same ε
+        and δ (:mod:`pymc_dp.exponential_family.clipping_check`), recorded; a result sampled from the
+        release is flagged when the share is material. The one-call route sets it.
     **family_settings
         Public settings of a family given by name.
 
@@ -724,7 +738,10 @@ def release_statistics(
     label = f"{mechanism} sufficient statistics [{fam.name}]"
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
     shares = anchor_shares(anchors, getattr(fam, "anchor_share", ANCHOR_SHARE))  # a family may set its own
-    noise_setting, anchor_settings, events = price_release(mechanism, epsilon, delta, shares, label, anchor_label)
+    check_share = plan_clipping_check(clipping_check, out_of_bounds, mechanism, epsilon, delta, data)  # public
+    noise_setting, anchor_settings, check_setting, events = price_release(
+        mechanism, epsilon, delta, shares, label, anchor_label, check_share, CLIPPING_CHECK_LABEL
+    )
     # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
     private = PrivateSufficientStatistics(
         fam,
@@ -742,6 +759,7 @@ def release_statistics(
         released_anchors = release_anchors(
             fam, data, out_of_bounds, noisy, private.n_rows, anchor_settings, mechanism, source, noise
         )
+        clipped = release_clipping_check(fam, data, mechanism, check_setting, check_share, source)  # None: no check
     statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
     n_rows = private.n_rows
     return ReleasedStatistics(
@@ -762,6 +780,7 @@ def release_statistics(
         covariate_anchors=released_anchors,
         noise=noise,
         grid=private.grid,
+        clipping_check=clipped,
     )
 
 

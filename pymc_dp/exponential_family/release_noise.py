@@ -20,6 +20,7 @@ from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.exponential_family.families import ExponentialFamily, LinearRegression, LogisticRegression
 from pymc_dp.mechanisms import PrivateSufficientStatistics
+from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount
 
 __all__ = ["NOISE_SAMPLERS", "check_mechanism", "check_noise", "noise_grid_scale", "noisy_release", "price_release"]
 
@@ -79,35 +80,55 @@ def check_mechanism(family: ExponentialFamily, mechanism: Any, delta: Any) -> fl
 
 
 def price_release(
-    mechanism: str, epsilon: float, delta: float, shares: list[float], label: str, anchor_label: str
-) -> tuple[float, list[float], tuple]:
-    """(the main release's setting, each anchor's setting, the events): ε or τ per release, from public settings only.
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    shares: list[float],
+    label: str,
+    anchor_label: str,
+    check_share: float = 0.0,
+    check_label: str = "",
+) -> tuple[float, list[float], float | None, tuple]:
+    """(the main release's setting, each anchor's, the clipping check's, the events): ε or τ per release.
 
-    Laplace: anchor j gets sharesⱼ·ε and the statistics the rest, rounded down until the
-    accountant's own sum of the events never exceeds ε. Gaussian: τ calibrated to (ε, δ) for one
-    release, then τ/√(1 − Σ shares) for the statistics and τ/√sharesⱼ for anchor j, whose 1/τ²
-    add up to the target's (Dong, Roth and Su 2022, Corollary 3.3). Reads no data.
+    From public settings only. The clipping check (``check_share`` > 0:
+    :mod:`pymc_dp.exponential_family.clipping_check`) takes ``check_share`` of the budget and
+    the other releases share the rest as without it (the anchors' shares scaled by
+    1 − ``check_share``). Laplace: anchor j gets sharesⱼ·ε, the check its share of ε and the
+    statistics the rest, rounded down until the accountant's own sum of the events never exceeds
+    ε. Gaussian: τ calibrated to (ε, δ) for one release, then τ/√(share) for each release (the
+    statistics' share being what the others leave), whose 1/τ² add up to the target's (Dong, Roth
+    and Su 2022, Corollary 3.3). The check's setting is None without it. Reads no data.
     """
-    main_share = 1.0 - sum(shares)
+    shares = [share * (1.0 - check_share) for share in shares]
+    main_share = 1.0 - check_share - sum(shares)
     if mechanism == "laplace":
         anchor_settings = [share * epsilon for share in shares]
+        check_setting = check_share * epsilon if check_share > 0.0 else None
+        check_events = (
+            () if check_setting is None else tuple(PrivateClippedCount.laplace_events(check_setting, check_label))
+        )
 
         def laplace_events(main: float) -> tuple:
-            return tuple(PrivateSufficientStatistics.laplace_events(main, label)) + tuple(
+            anchors = tuple(
                 e for value in anchor_settings for e in PrivateSufficientStatistics.laplace_events(value, anchor_label)
             )
+            return tuple(PrivateSufficientStatistics.laplace_events(main, label)) + anchors + check_events
 
-        noise_setting = epsilon - math.fsum(anchor_settings)
+        noise_setting = epsilon - math.fsum(anchor_settings) - (check_setting or 0.0)
         events = laplace_events(noise_setting)
         while compose_epsilon(events, 0.0)[0] > epsilon:  # the accountant's own sum, rounded: never above ε
             noise_setting = float(np.nextafter(noise_setting, 0.0))
             events = laplace_events(noise_setting)
-        return noise_setting, anchor_settings, events
+        return noise_setting, anchor_settings, check_setting, events
     # τ from the public target only; the releases' 1/τ² add up to the target's
     noise_multiplier = noise_multiplier_for_target(epsilon, delta, 1)
     noise_setting = noise_multiplier / math.sqrt(main_share)
     anchor_settings = [noise_multiplier / math.sqrt(share) for share in shares]
+    check_setting = noise_multiplier / math.sqrt(check_share) if check_share > 0.0 else None
     events = tuple(PrivateSufficientStatistics.gaussian_events(noise_setting, label)) + tuple(
         e for value in anchor_settings for e in PrivateSufficientStatistics.gaussian_events(value, anchor_label)
     )
-    return noise_setting, anchor_settings, events
+    if check_setting is not None:
+        events += tuple(PrivateClippedCount.gaussian_events(check_setting, check_label))
+    return noise_setting, anchor_settings, check_setting, events

@@ -1,0 +1,235 @@
+"""The clipping check of the released-statistics routes (issue 34): a priced, noisy count of the rows the bounds clip.
+
+A release maps every row into its public bounds; a bound narrower than the data biases the
+posterior by more than its width shows (``randhie`` Poisson, ``y_max`` = 20: 6.75 NUTS sds off at
+ε = 4, unflagged). ``release_statistics(..., clipping_check=True)``, which the one-call route sets,
+releases the number of clipped rows (sensitivity 1) inside the same ε and δ, priced before any
+row is read, and a result sampled from the release is flagged when the noisy share exceeds 1/√N by
+three noise sds. Tolerances below are in the count's own noise sd (recorded with it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+import pymc_dp.exponential_family.release as release_module
+from pymc_dp.accounting.composition import compose_epsilon
+from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics
+from pymc_dp.exponential_family import get_family
+from pymc_dp.exponential_family.clipping_check import (
+    CLIPPING_CHECK_LABEL,
+    CLIPPING_CHECK_MAX_SHARE,
+    CLIPPING_CHECK_RESOLUTION,
+    clipping_check_share,
+)
+from pymc_dp.exponential_family.grouped import grouped_family
+from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount, discrete_laplace_sd
+from pymc_dp.run import PrivateRun
+from pymc_dp.usability import PoorMixingError, PoorMixingWarning, bounds_clipping_problem
+
+DELTA = 1e-6
+
+
+def _linear_rows(n_rows: int, share_outside: float, seed: int = 5) -> tuple[np.ndarray, np.ndarray, int]:
+    """(X, y, how many rows lie outside x_bounds = (−1, 1) or y_bounds = (−3, 3)): a known share pushed out."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-0.9, 0.9, size=(n_rows, 2))
+    y = np.clip(x @ np.array([0.5, -0.4]) + 0.3 * rng.normal(size=n_rows), -2.5, 2.5)
+    out = rng.permutation(n_rows)[: round(share_outside * n_rows)]
+    half = out.size // 2
+    y[out[:half]] = 3.0 + rng.exponential(2.0, size=half)  # the outcome above y_bounds
+    x[out[half:], 1] = -1.0 - rng.exponential(0.5, size=out.size - half)  # a covariate below x_bounds
+    return x, y, int(out.size)
+
+
+def _linear_release(x, y, mechanism: str = "laplace", seed: int = 11, **kwargs):
+    noise = {"mechanism": "gaussian", "delta": DELTA} if mechanism == "gaussian" else {}
+    return pmdp.release_statistics(
+        "linear_regression", (x, y), epsilon=2.0, n_features=2, x_bounds=(-1, 1), y_bounds=(-3, 3),
+        random_seed=seed, reproducible_noise=True, **noise, **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_the_count_is_priced_before_any_row_is_read_and_the_spend_equals_the_target(monkeypatch, mechanism):
+    x, y, _ = _linear_rows(4000, 0.02)
+    order: list[str] = []
+    price = release_module.price_release
+    plan = PrivateRun.plan
+    count_init = PrivateClippedCount.__init__
+    statistics = release_module.PrivateSufficientStatistics
+
+    def priced(*args, **kwargs):
+        out = price(*args, **kwargs)
+        order.append("priced with the check" if CLIPPING_CHECK_LABEL in {e.label for e in out[-1]} else "priced")
+        return out
+
+    def charged(self, events, *args, **kwargs):
+        order.append("charged")
+        return plan(self, events, *args, **kwargs)
+
+    def count_reads(self, family, data):
+        order.append("count reads rows")
+        count_init(self, family, data)
+
+    def statistics_read(*args, **kwargs):
+        order.append("statistics read rows")
+        return statistics(*args, **kwargs)
+
+    monkeypatch.setattr(release_module, "price_release", priced)
+    monkeypatch.setattr(PrivateRun, "plan", charged)
+    monkeypatch.setattr(PrivateClippedCount, "__init__", count_reads)
+    monkeypatch.setattr(release_module, "PrivateSufficientStatistics", statistics_read)
+    budget = pmdp.PrivacyBudget(epsilon=2.0, delta=DELTA, n_rows=4000)
+    release = _linear_release(x, y, mechanism, budget=budget, clipping_check=True)
+    # Priced (the check's event among the release's) before any row is read; the count reads after the charge.
+    assert order == ["priced with the check", "statistics read rows", "charged", "count reads rows"]
+    labels = [e.label for e in release.events]
+    assert labels.count(CLIPPING_CHECK_LABEL) == 1 and len(labels) == 2
+    # The spend is the caller's target, whatever the check takes: the other release keeps the rest.
+    spent = compose_epsilon(release.events, release.delta)[0]
+    assert spent <= 2.0 and spent == pytest.approx(2.0, rel=1e-6)
+    assert budget.spent().epsilon == pytest.approx(spent, rel=1e-9) and len(budget.labels) == 1
+    share = clipping_check_share(mechanism, 2.0, release.delta, 4000)
+    assert 0.0 < share <= CLIPPING_CHECK_MAX_SHARE and release.clipping_check["budget_share"] == share
+    record = json.loads(json.dumps(release.accountant_record()))
+    assert record["clipping_check"] == release.clipping_check  # recorded, public values only
+    assert set(release.clipping_check) >= {"noisy_clipped_rows", "share_clipped", "share_clipped_sd", "bounds"}
+
+
+def test_the_check_leaves_a_release_without_it_unchanged_and_is_refused_where_it_cannot_apply():
+    x, y, _ = _linear_rows(500, 0.0)
+    plain = _linear_release(x, y)
+    again = _linear_release(x, y, clipping_check=False)
+    assert plain.clipping_check is None and again.clipping_check is None
+    assert np.array_equal(plain.noisy_statistics, again.noisy_statistics) and plain.events == again.events
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=500)
+    with pytest.raises(TypeError, match=r"`clipping_check` must be a bool\. Found 'yes'"):
+        _linear_release(x, y, clipping_check="yes", budget=budget)
+    with pytest.raises(ValueError, match=r"`clipping_check` must be False with out_of_bounds='raise'"):
+        _linear_release(x, y, clipping_check=True, out_of_bounds="raise", budget=budget)
+    assert budget.spent().epsilon == 0.0 and budget.labels == ()
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_the_noisy_count_is_the_clipped_rows_within_its_noise_and_flags_a_material_share(mechanism):
+    n_rows = 20_000
+    problems = []
+    for share, flagged in ((0.03, True), (0.0, False)):
+        x, y, clipped = _linear_rows(n_rows, share)
+        check = _linear_release(x, y, mechanism, clipping_check=True).clipping_check
+        sd = check["noise_sd_rows"]
+        assert abs(check["noisy_clipped_rows"] - clipped) <= 5 * sd  # P(|noise| > 5 sd) < 1e-3 for either noise
+        # The share spent on the check resolves the threshold √N rows to a tenth where the budget allows.
+        assert sd <= CLIPPING_CHECK_RESOLUTION * math.sqrt(n_rows) * (1 + 1e-9)
+        assert check["bias_threshold_share"] == pytest.approx(1 / math.sqrt(n_rows), rel=1e-5)
+        problem = bounds_clipping_problem(check)
+        # 3 % is 4.2/√N, far above 1/√N + 3 sd = 1.3/√N; 0 % is 10 sds below the threshold.
+        assert (problem is not None) == flagged
+        problems.append(problem)
+    assert "x_bounds=" in problems[0] and "y_bounds=" in problems[0] and "widen the bounds" in problems[0]
+
+
+def test_the_clipped_count_sees_every_kind_of_clipping_and_nothing_else():
+    # Counts above y_max, labels that are no group, NaN, a covariate outside: each is one clipped row.
+    x = np.array([[0.0], [0.5], [2.0], [np.nan], [-0.5], [0.1]])
+    y = np.array([1.0, 2.0, 0.0, 1.0, 9.0, 0.5])
+    groups = np.array([0, 1, 1, 0, 2, 7])
+    grouped = grouped_family("linear_regression", n_groups=3, n_features=1, x_bounds=(-1, 1), y_bounds=(0, 3))
+    counts = get_family("poisson_regression", n_features=1, x_bounds=(-1, 1), y_max=3)
+    exact = {}
+    for name, family, data in (("grouped", grouped, (x, y, groups)), ("counts", counts, (x, np.round(y)))):
+        noisy, sd = PrivateClippedCount(family, data).laplace_noisy(1e6, np.random.default_rng(0))
+        assert sd < 1e-12  # discrete Laplace at ε = 10⁶: zero noise with probability 1 − 2e^{−10⁶}
+        exact[name] = noisy
+    # grouped: x = 2 and NaN (rows 2, 3), y = 9 (row 4), label 7 (row 5); counts: x (rows 2, 3), y = 9 (row 4)
+    assert exact == {"grouped": 4, "counts": 3}
+    assert discrete_laplace_sd(1.0) == pytest.approx(math.sqrt(2 * math.exp(-1)) / (1 - math.exp(-1)))
+
+
+def _independent_draws(seed: int = 0):
+    import arviz as az
+
+    draws = np.random.default_rng(seed).normal(size=(4, 500))
+    if int(az.__version__.split(".")[0]) >= 1:  # ArviZ 1.x (PyMC 6): groups in one mapping, a DataTree back
+        return az.from_dict({"posterior": {"theta": draws}})
+    return az.from_dict(posterior={"theta": draws})
+
+
+def test_the_diagnostics_flag_a_material_check_say_why_and_what_to_do_and_keep_the_others_usable():
+    n_rows = 20_000
+    x, y, _ = _linear_rows(n_rows, 0.03)
+    material = _linear_release(x, y, clipping_check=True).clipping_check
+    x, y, _ = _linear_rows(n_rows, 0.0)
+    clean = _linear_release(x, y, clipping_check=True).clipping_check
+    kept = attach_diagnostics(_independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[clean])
+    recorded = json.loads(kept.posterior.attrs["dp_diagnostics"])
+    assert recorded["usable"] and recorded["bounds_clipping"] == [clean]
+    with pytest.warns(PoorMixingWarning, match=r"clipping: about 3(\.\d)? % .*x_bounds=.*y_bounds=") as caught:
+        flagged = attach_diagnostics(
+            _independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[clean, material]
+        )
+    assert "rerunning the sampler does not remove it" in str(caught[0].message)
+    recorded = json.loads(flagged.posterior.attrs["dp_diagnostics"])
+    assert not recorded["usable"] and len([p for p in recorded["problems"] if p.startswith("clipping:")]) == 1
+    with pytest.raises(PoorMixingError, match="clipping: about"):
+        attach_diagnostics(_independent_draws(), "raise", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[material])
+
+
+@pytest.mark.slow
+def test_a_result_sampled_from_a_release_whose_bounds_clip_is_flagged_with_the_bounds_named():
+    rng = np.random.default_rng(2)
+    n_rows = 20_000
+    data = rng.normal(0.3, 1.0, size=n_rows)  # about 16 % of the rows lie outside (−1.4, 1.4)
+    for bounds, flagged in (((-1.4, 1.4), True), ((-6.0, 6.0), False)):
+        release = pmdp.release_statistics(
+            "normal", data, epsilon=2.0, sigma=1.0, bounds=bounds, clipping_check=True, random_seed=4,
+            reproducible_noise=True,
+        )  # fmt: skip
+        with pm.Model():
+            mu = pm.Normal("mu", 0, 2)
+            release.likelihood("lik", mu=mu)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                idata = release.sample(draws=200, tune=200, chains=2, cores=1, random_seed=1, progressbar=False)
+        diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+        assert diagnostics["bounds_clipping"] == [release.clipping_check]
+        clipping = [p for p in diagnostics["problems"] if p.startswith("clipping:")]
+        assert bool(clipping) == flagged
+        said = [str(w.message) for w in caught if issubclass(w.category, PoorMixingWarning)]
+        if flagged:
+            assert diagnostics["usable"] is False and "bounds=[-1.4, 1.4]" in clipping[0]
+            assert said and "rerunning the sampler does not remove it" in said[0] and "bounds=" in said[0]
+        record = json.loads(idata.posterior.attrs["dp_accountant"])
+        assert record["clipping_check"]["noisy_clipped_rows"] == release.clipping_check["noisy_clipped_rows"]
+        assert pmdp.privacy_spent(idata).epsilon == pytest.approx(2.0, rel=1e-9)
+
+
+def test_the_one_call_release_route_asks_for_the_check(monkeypatch):
+    import pymc_dp.exponential_family as family_module
+
+    asked: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def release_statistics(*args, **kwargs):
+        asked.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(family_module, "release_statistics", release_statistics)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, size=(300, 2))
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Poisson("y", mu=pm.math.exp(0.2 + x @ b), observed=rng.poisson(1.0, size=300))
+        with pytest.raises(Stop):
+            pmdp.sample(epsilon=4.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(0, 10), progressbar=False)
+    assert asked["clipping_check"] is True
