@@ -15,6 +15,7 @@ from typing import Any
 
 from pymc.model import modelcontext
 
+from pymc_dp._validation import BAMBI_CHECKED
 from pymc_dp.data import _is_matrix_product, observed_rows
 
 __all__ = [
@@ -142,6 +143,8 @@ class _Graph:
         self.n_rows = observed_rows(model)
         self.free = set(model.free_RVs)
         self.data_vars = set(model.data_vars)
+        #: Bambi's term names are read only on a model pmdp.from_bambi built and checked (its mark).
+        self.bambi = bool(getattr(model, BAMBI_CHECKED, False))
 
     def is_row_data(self, v: Any, ndim: int) -> bool:
         """A data container or a constant of ``ndim`` dimensions with one entry per row."""
@@ -169,8 +172,10 @@ class _Graph:
 
     def group_term(self, v: Any) -> tuple[Any, Any] | None:
         """(effects, index) when ``v`` is effects[index]: a vector of free variables indexed by an integer data
-        vector of one entry per row; Bambi's ``1|g`` term (effects[index] times its column of ones) included."""
-        if _scalar_op(v) == "Mul" and len(v.owner.inputs) == 2:  # Bambi: Mul(`1|g`[index], Z)
+        vector of one entry per row; Bambi's ``1|g`` term (effects[index] times its column of ones) included, on a
+        model :func:`pymc_dp.from_bambi` marked only (elsewhere a vector named ``1|g`` times a data column is not an
+        intercept: the column need not be ones)."""
+        if self.bambi and _scalar_op(v) == "Mul" and len(v.owner.inputs) == 2:  # Bambi: Mul(`1|g`[index], Z)
             indexed, column = v.owner.inputs
             if not self.is_row_data(column, 1):
                 return None

@@ -539,3 +539,40 @@ def test_a_bambi_varying_intercept_model_runs_the_grouped_release_route():
     _check_result(idata, 2.0, "release_statistics", budget)
     assert json.loads(idata.posterior.attrs["dp_accountant"])["family"]["n_groups"] == 4
     assert {"Intercept", "x", "sigma", "1|g_offset"} <= set(idata.posterior.data_vars)
+
+
+@pytest.mark.slow
+def test_the_poisson_release_route_flags_bounds_that_clip_a_material_share_of_the_counts():
+    # Counts with means 0.8-3.3 clipped to y_max = 2: about a fifth of the rows are clipped (issue 34's check).
+    model = _counts("poisson", n_rows=2000)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=2000)
+    from pymc_dp.diagnostics import PoorMixingWarning
+
+    with model, pytest.warns(PoorMixingWarning, match=r"clipping: about .* y_max=2"):
+        idata = pmdp.sample(
+            epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(0, 2), draws=100, tune=100, chains=2,
+            budget=budget, **QUIET,
+        )  # fmt: skip
+    _check_result(idata, 2.0, "release_statistics", budget)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    check = record["clipping_check"]
+    assert check["bounds"]["y_max"] == 2 and 0.0 < check["budget_share"] <= 0.1
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    assert diagnostics["usable"] is False and diagnostics["bounds_clipping"] == [check]
+    assert any(p.startswith("clipping:") for p in diagnostics["problems"])
+
+
+def test_a_plain_pymc_vector_named_like_a_bambi_term_is_not_read_as_varying_intercepts():
+    # Review finding 10 (issue 34): Bambi's `1|g` term is effects[g] times a column of ones; a plain model's vector
+    # named "1|g" times a data column z is no intercept (z need not be ones), so only from_bambi's mark reads it so.
+    from pymc_dp._validation import BAMBI_CHECKED
+
+    rng = np.random.default_rng(0)
+    groups, z = rng.integers(0, 4, 300), rng.uniform(-1, 1, 300)
+    with pm.Model() as model:
+        effects = pm.Normal("1|g", 0, 1, shape=4)
+        pm.Normal("y", mu=effects[groups] * z, sigma=1.0, observed=rng.normal(size=300))
+    assert regression_parts(model) is None
+    assert pmdp.plan(model, epsilon=4.0, delta=1e-6).one_call_route != "release_statistics"
+    setattr(model, BAMBI_CHECKED, True)  # what from_bambi marks: Bambi builds the term with its column of ones
+    assert regression_parts(model).family == "grouped_linear_regression"
