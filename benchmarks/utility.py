@@ -29,8 +29,10 @@ of the data. Each DP method runs at every ε in ``--epsilons`` (δ = 0.1/N) with
   set's public clip bound with the clipping check (``clip_check_share``); 1,000 draws from q;
 - ``one_call``: ``pmdp.sample(epsilon=..., delta=...)`` without a step, the route :func:`pymc_dp.plan`
   recommends from the graph (:func:`run_one_call`; the released statistics get the public bounds of
-  :data:`ONE_CALL_BOUNDS`), recorded per cell (``route``); the hierarchical models' cells also give the worst
-  global parameter (``global``: the group effects left out);
+  :data:`ONE_CALL_BOUNDS`), recorded per cell (``route``, the result's ``problems`` and, on the
+  released-statistics route, ``clipped_share``: the released share of rows the bounds clip and its
+  sd); the hierarchical models' cells also give the worst global parameter (``global``: the group
+  effects left out);
 - ``release_once``: :func:`pymc_dp.release_once` with ``"auto"`` clip bounds and the one call's 6 Newton
   anchors (the general route, to compare with the specialised ones where both apply);
 - ``release`` (the logistic regressions only): the released statistics (Σ s·x, Σ xxᵀ) and two
@@ -544,6 +546,11 @@ def main(argv: list[str] | None = None) -> dict:
                 cell.update(compare(idata, reference, names))
                 if method == "one_call":
                     cell["route"] = str(idata.posterior.attrs.get("dp_route"))
+                    diagnostics = json.loads(idata.posterior.attrs.get("dp_diagnostics", "{}"))
+                    cell["problems"] = list(diagnostics.get("problems", diagnostics.get("reasons", [])))
+                    checks = diagnostics.get("bounds_clipping") or []
+                    if checks:  # the released share of rows the public bounds clipped, and its noise sd
+                        cell["clipped_share"] = [checks[0]["share_clipped"], checks[0]["share_clipped_sd"]]
                 if name in GROUP_EFFECTS:  # the worst global parameter, the group effects left out
                     keep = [n for n in names if n not in GROUP_EFFECTS[name]]
                     glob = compare(idata, {k: v for k, v in reference.items() if k.split("[")[0] in keep}, keep)
