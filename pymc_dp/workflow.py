@@ -329,3 +329,31 @@ class _TrainingRowsGuard(logging.Filter):
 #: The filter on ``pymc.sampling.forward``'s logger that raises :class:`TrainingRowsWarning` (see the module's text).
 TRAINING_ROWS_GUARD = _TrainingRowsGuard()
 logging.getLogger(_FORWARD).addFilter(TRAINING_ROWS_GUARD)
+
+#: The message patterns of PyTensor's own filters of two Numba warnings about its compiled functions
+#: (its ``pytensor/link/numba/dispatch/basic.py``, PyTensor 2.38 and 3.3): "Cannot cache compiled
+#: function "numba_funcified_fgraph..." as it uses dynamic globals" (a graph holding an array over 1 MB
+#: as a constant, such as covariates given as a NumPy array, is compiled again in each process instead
+#: of loaded from Numba's disk cache: compile time only) and "np.dot() is faster on contiguous arrays".
+NUMBA_FILTERS = (
+    '(\x1b\\[1m)*Cannot cache compiled function "numba_funcified_fgraph.*" as it uses dynamic globals',
+    "(\x1b\\[1m)*(np\\.dot\\(\\)|np\\.vdot\\(\\)|'@') is faster on contiguous arrays",
+)
+
+
+def keep_pytensors_numba_filters() -> None:
+    """Add PyTensor's two Numba filters (:data:`NUMBA_FILTERS`) once more, outside any ``catch_warnings`` block.
+
+    PyTensor adds them when it first loads its Numba backend. pymc_dp compiles inside
+    ``warnings.catch_warnings()`` blocks (the data layer's probes, the release route's NUTS), and
+    a filter added inside such a block is dropped when it exits; so when PyTensor's first Numba
+    compile of a session happened there, the warnings PyTensor hides reached the user (the
+    session-37 walk: after the README's ``pmdp.sample``, a plain ``pm.sample_posterior_predictive``
+    showed the first). Called once when pymc_dp is imported. No other warning is touched; the
+    category is ``Warning`` only so that Numba need not be imported for it.
+    """
+    for pattern in NUMBA_FILTERS:
+        warnings.filterwarnings("ignore", message=pattern, category=Warning)
+
+
+keep_pytensors_numba_filters()

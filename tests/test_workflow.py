@@ -165,3 +165,44 @@ def test_arviz_model_comparison_is_refused_for_lack_of_log_likelihoods(fitted, c
     assert "log_likelihood" not in group_names(idata)  # exact per-row log-likelihoods read the rows
     with pytest.raises(TypeError, match=r"log likelihood not found|ELPD"):
         az.loo(idata) if call == "loo" else az.compare({"one": idata, "two": idata})
+
+
+def test_the_numba_warnings_pytensor_hides_stay_hidden_and_no_other():
+    # PyTensor filters these two when it loads its Numba backend; pymc_dp's compile blocks
+    # (warnings.catch_warnings) dropped its filters when that happened inside one (docs/workflow.md)
+    from pymc_dp.workflow import keep_pytensors_numba_filters
+
+    hidden = [
+        'Cannot cache compiled function "numba_funcified_fgraph" as it uses dynamic globals (such as ctypes '
+        "pointers and large global arrays)",
+        "\x1b[1m'@' is faster on contiguous arrays, called on (Array(float64, 2, 'A', False, aligned=True),)",
+    ]
+    shown = [
+        'Cannot cache compiled function "my_function" as it uses dynamic globals',
+        "Cannot cache compiled function as it uses lifted code",
+        "np.dot() is slow here",
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()  # no filter but the ones the function adds
+        warnings.simplefilter("always")
+        keep_pytensors_numba_filters()
+        for text in hidden + shown:
+            warnings.warn_explicit(text, UserWarning, "<string>", 1)
+    assert [str(w.message) for w in caught] == shown
+
+
+@pytest.mark.slow  # a fresh interpreter: about 9 CPU-s to import pymc_dp (pytest drops the filters its imports add)
+def test_importing_pymc_dp_adds_pytensors_numba_filters():
+    import ast
+    import subprocess
+    import sys
+
+    from pymc_dp.workflow import NUMBA_FILTERS
+
+    script = (
+        "import warnings, pymc_dp, sys; "
+        "sys.stdout.write(repr({f[1].pattern for f in warnings.filters if f[0] == 'ignore' and f[1] is not None}))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert set(NUMBA_FILTERS) <= ast.literal_eval(result.stdout)  # a set of strings, printed by repr
