@@ -108,7 +108,7 @@ class PrivateClippedCount:
         if getattr(family, "n_groups", None) is not None:  # a grouped row whose label is not a group is dropped
             moved |= admitted[:, 0] < 0
         self.n_rows = n_rows
-        self._count = int(np.count_nonzero(moved))
+        self._exact_clipped_count = int(np.count_nonzero(moved))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_rows={self.n_rows})"
@@ -127,7 +127,7 @@ class PrivateClippedCount:
         """(count + discrete Laplace noise of scale 1/ε, the noise's sd): one ε-DP release."""
         epsilon = check_finite_positive("epsilon", epsilon)
         [noise] = discrete_laplace_noise(Fraction(CLIPPED_COUNT_SENSITIVITY) / Fraction(epsilon), 1, source)
-        return self._count + int(noise), discrete_laplace_sd(epsilon)
+        return self._exact_clipped_count + int(noise), discrete_laplace_sd(epsilon)
 
     def gaussian_noisy(
         self, noise_multiplier: float, source: np.random.Generator | SecureNoise | None
@@ -136,4 +136,4 @@ class PrivateClippedCount:
         noise_multiplier = check_finite_positive("noise_multiplier", noise_multiplier)
         variance = (Fraction(noise_multiplier) * CLIPPED_COUNT_SENSITIVITY) ** 2
         [noise] = discrete_gaussian_noise(variance, 1, source)
-        return self._count + int(noise), noise_multiplier
+        return self._exact_clipped_count + int(noise), noise_multiplier
