@@ -351,16 +351,43 @@ def test_chain_statistics_leave_out_the_anchor_the_run_priced(centred_run):
     assert cumulative[:, -1].sum() == pytest.approx(chain_mu, rel=1e-9)  # the stat and the record agree
 
 
-def test_the_anchors_clipping_is_checked_and_a_binding_clip_flags(logistic, step, centred_run):
+def test_the_anchors_clipping_is_recorded_on_a_centred_result(centred_run):
     idata, _, _ = centred_run
     diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
     centring = _record(idata)["centring"]
     assert diagnostics["clipping"]["bound"] in (centring["grad_clip"], centring["hessian_clip"])
-    with logistic:  # clips far below the rows' norms (margin 0.05 × the quantile): most rows clipped
-        clipped = pmdp.sample(step=step, x_bounds=(-BOUND, BOUND), clip_margin=0.05, **RUN, **QUIET)
-    flagged = json.loads(clipped.posterior.attrs["dp_diagnostics"])
-    assert flagged["usable"] is False
-    assert any("clip" in problem for problem in flagged["problems"])
+
+
+class _Rows:
+    n_rows, neighbouring = 10_000, "substitute"
+
+
+class _ClipPlan:
+    """The released histograms a centred run's clip plan holds: the fit's, then the anchor's score and Hessian norms."""
+
+    def __init__(self, score_norm: float, hessian_norm: float) -> None:
+        from pymc_dp.mechanisms.clip_bound import NORM_GRID_EDGES, norm_histogram
+
+        self.step, self.noise_std = _Rows(), 1.0  # noise small next to 1/√N of 10,000 rows
+        self.counts = [norm_histogram(np.full(10_000, norm)) for norm in (1.0, score_norm, hessian_norm)]
+        assert NORM_GRID_EDGES[0] < min(score_norm, hessian_norm)
+        self.releases = [{"bound": 2.0, "resolvable": True, "reference": "θ₀"} for _ in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("score_norm", "hessian_norm", "flagged"), [(0.5, 0.3, False), (8.0, 0.3, True), (0.5, 5, True)]
+)
+def test_an_anchor_clip_that_binds_flags_the_result(score_norm, hessian_norm, flagged):
+    from pymc_dp.step_methods.centred_plan import CentringPlan
+    from pymc_dp.usability import clipping_problem
+
+    plan = CentringPlan(
+        1.0, grad_clip=2.0, hessian_clip=1.0, noise_multiplier=1.0, hessian_noise_multiplier=1.0, source=""
+    )
+    clipping = plan.clipping(_ClipPlan(score_norm, hessian_norm))
+    assert (clipping_problem(clipping) is not None) is flagged
+    if flagged:  # the check reads the last release: the one that binds
+        assert clipping["releases"][-1]["bound"] == (2.0 if score_norm > 2.0 else 1.0)
 
 
 def test_draws_auto_plans_the_chains_on_what_the_anchor_leaves(logistic, step):
