@@ -70,6 +70,7 @@ ROW_ATTRIBUTES = {
     # raw data or exact statistics held by an object
     "_data",
     "_exact_statistics",
+    "_exact_clipped_count",  # mechanisms/clipped_rows: the exact count of clipped rows (noised before release)
 }
 #: What other layers may import from ``pymc_dp.data``: everything else there is row access.
 DATA_FREE = {
@@ -266,14 +267,23 @@ def _children(obj):
                 yield f".{slot}", getattr(obj, slot)
 
 
-def _paths_to_rows(root, name: str) -> list[str]:
-    """Paths from ``root`` to a RowLikelihood that do not pass through the mechanism layer."""
-    seen, found, stack = set(), [], [(root, name)]
+def _paths_to_rows(root, name: str, seen: dict[int, object] | None = None) -> list[str]:
+    """Paths from ``root`` to a RowLikelihood that do not pass through the mechanism layer.
+
+    ``seen``: the objects (by id, each held so that its id cannot be reused) an earlier walk from another
+    root has already explored, shared so that objects every root reaches (the model, its PyTensor graphs,
+    compiled functions) are walked once.
+    Whether the walk stops at an object depends on the object alone, never on the path, so the walks
+    together visit exactly the objects reachable from some root: a row reachable from any root is found
+    (its path named from the first root whose walk reaches it).
+    """
+    seen = {} if seen is None else seen
+    found, stack = [], [(root, name)]
     while stack:
         obj, path = stack.pop()
         if id(obj) in seen:
             continue
-        seen.add(id(obj))
+        seen[id(obj)] = obj
         if type(obj) not in weakref.ProxyTypes and isinstance(obj, weakref.ReferenceType):  # reaches a live object
             stack.append((obj(), path + "()"))
             continue
@@ -305,6 +315,16 @@ def test_the_object_walk_sees_rows_behind_bound_methods_and_closures():
     assert _paths_to_rows(via_method, "step") == ["step.compile.__self__"]
     assert _paths_to_rows(via_closure, "step") == ["step.evaluate.<cell 0>"]
     assert _paths_to_rows(allowed, "step") == []
+    # Walks sharing `seen`: a row behind an object both roots reach is found once, from the first root.
+    shared, first, second = Leaky(), Leaky(), Leaky()
+    first.shared = second.shared = shared
+    second.own = rows
+    seen: dict[int, object] = {}
+    assert (_paths_to_rows(first, "a", seen), _paths_to_rows(second, "b", seen)) == ([], ["b.own"])
+    shared.held = rows
+    seen = {}
+    # the same row object is reported once, on the first path that reaches it
+    assert (_paths_to_rows(first, "a", seen), _paths_to_rows(second, "b", seen)) == (["a.shared.held"], [])
 
 
 def _row_model():
@@ -350,5 +370,6 @@ def test_steps_and_dpadvi_reach_rows_only_through_the_mechanism_layer():
     dpadvi = pmdp.DPADVI(noise_multiplier=1.0, sampling_rate=0.5, grad_clip=1.0, delta=1e-5, random_seed=1)
     approx = dpadvi.fit(3, model=model, progressbar=False)
     roots = {**steps, "DPADVI": dpadvi, "approximation": approx}
-    leaks = {name: _paths_to_rows(obj, name) for name, obj in roots.items()}
+    seen: dict[int, object] = {}
+    leaks = {name: _paths_to_rows(obj, name, seen) for name, obj in roots.items()}
     assert leaks == {name: [] for name in roots}
