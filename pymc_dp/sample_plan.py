@@ -524,6 +524,24 @@ def _plan_clip_bound(
     return ClipBoundPlan(step, quantile, margin, math.sqrt(releases / (2.0 * mu)), releases, share)
 
 
+def _check_auto_iterations(steps: list[DPStep], epsilon: float | None) -> None:
+    """Refuse ``draws="auto"`` where it does not apply, before anything else is planned."""
+    if epsilon is None or len(steps) != 1 or not isinstance(steps[0], DPPenaltyMH | DPHMC):
+        raise ValueError(
+            "`draws`='auto' needs `epsilon` and one DPPenaltyMH or DPHMC step covering every variable. Found "
+            f"epsilon={epsilon!r} and steps {[type(s).__name__ for s in steps]}."
+        )
+    if steps[0].neighbouring != "substitute":
+        raise ValueError(
+            "`draws`='auto' plans the iterations from N, which is private under add/remove neighbours (the number "
+            "of draws would reveal it). Found neighbouring='add_remove'; give `draws` and `tune` yourself."
+        )
+    if not steps[0].needs_calibration:
+        raise ValueError(
+            "`draws`='auto' chooses the iterations and calibrates the noise to them: leave the step's noise unset."
+        )
+
+
 def _auto_iterations(
     steps: list[DPStep],
     model: Any,
@@ -534,27 +552,9 @@ def _auto_iterations(
     share: float,
     centring: CentringPlan | None = None,
 ) -> tuple[int, int, dict[str, Any]]:
-    """(tune, draws, plan summary) for ``draws="auto"``, from :func:`pymc_dp.planning.plan`.
-
-    ``share``: the ε share of the DP start (0 without one). A centred
-    run's anchor takes :data:`~pymc_dp.step_methods.centred_plan.CENTRE_ANCHOR_SHARE` of the μ
-    left, so the chains are planned on the rest (the ε that the calibration then gives them).
-    """
-    if epsilon is None or len(steps) != 1 or not isinstance(steps[0], DPPenaltyMH | DPHMC):
-        raise ValueError(
-            "`draws`='auto' needs `epsilon` and one DPPenaltyMH or DPHMC step covering every variable. Found "
-            f"epsilon={epsilon!r} and steps {[type(s).__name__ for s in steps]}."
-        )
+    """(tune, draws, plan summary) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the chains' ε: less
+    the DP start's ``share``, and a centred run's anchor's share of the μ left (as the calibration then gives)."""
     step = steps[0]
-    if step.neighbouring != "substitute":
-        raise ValueError(
-            "`draws`='auto' plans the iterations from N, which is private under add/remove neighbours (the number "
-            "of draws would reveal it). Found neighbouring='add_remove'; give `draws` and `tune` yourself."
-        )
-    if not step.needs_calibration:
-        raise ValueError(
-            "`draws`='auto' chooses the iterations and calibrates the noise to them: leave the step's noise unset."
-        )
     is_hmc = isinstance(step, DPHMC)
     chain_epsilon = epsilon * (1.0 - share)  # the DP start's share is not the chains'
     if centring is not None:  # nor is the anchor's share of the μ left
@@ -692,11 +692,8 @@ def _plan_centring_and_clip_bound(
     dp_init: Any,
     backends: tuple[Any, Any],
 ) -> tuple[CentringPlan | None, dict[str, Any], ClipBoundPlan | None]:
-    """Whether the run centres (:func:`pymc_dp.step_methods.centred_plan.plan_centring`) and its private clip bound.
-
-    The clip bound's histograms: the DPADVI fit's (with a DP start), then the chains' bound, or
-    for a centred run the anchor's score and Hessian norms, all at one noise multiplier.
-    """
+    """Whether the run centres (:func:`pymc_dp.step_methods.centred_plan.plan_centring`) and its private clip bound:
+    the DPADVI fit's histogram (with a DP start), then the chains' or the anchor's score and Hessian norms'."""
     centring, centring_record = plan_centring(s, steps, model, epsilon, delta, dp_init, backends)
     clip_plan = _plan_clip_bound(
         steps,
@@ -745,6 +742,8 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     with_dpadvi = initvals is None and init == "dpadvi"
     if with_dpadvi:
         dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, s["init_epsilon_share"], kwargs)
+    if draws == "auto":
+        _check_auto_iterations(steps, epsilon)
     centring, centring_record, clip_plan = _plan_centring_and_clip_bound(
         steps,
         model,
