@@ -11,6 +11,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from _blas import one_blas_thread  # noqa: F401  (autouse: one BLAS thread, see tests/_blas.py)
 from _invariance import Z_CRIT, invariance_z_scores, run_chains_from, without_penalty
 from pymc.blocking import DictToArrayBijection
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
@@ -197,6 +198,9 @@ def test_calibration_honours_the_gradient_share(conjugate_normal):
     assert mu_grad / (mu_grad + mu_llr) == pytest.approx(0.3, rel=1e-9)
     assert mu_grad + mu_llr == pytest.approx(gaussian_mu_for_target(6.0, 1e-6), rel=1e-9)
     assert idata.posterior.attrs["dp_epsilon"] <= 6.0
+    # The stats hold no exact energies: only DPHMC's declared (released or public) stats. Checked on this run
+    # rather than on a sampling of its own (one compilation and run less; the stats do not depend on the settings).
+    assert set(idata.sample_stats.data_vars) == set(pmdp.DPHMC.stats_dtypes_shapes)
 
 
 def test_tuning_adapts_step_size_and_mass_and_is_accounted(conjugate_normal):
@@ -293,22 +297,6 @@ def test_gradient_failures_are_told_apart_by_where_they_were_raised_not_by_their
 def test_bad_arguments_name_the_parameter(conjugate_normal, kwargs, name):
     with conjugate_normal.model, pytest.raises(ValueError, match=f"`{name}` must"):
         pmdp.DPHMC(**kwargs)
-
-
-def test_stats_hold_no_exact_energies(conjugate_normal):
-    with conjugate_normal.model:
-        idata = pmdp.sample(
-            step=pmdp.DPHMC(grad_clip=5.0, llr_clip=5.0),
-            epsilon=5.0,
-            delta=1e-6,
-            draws=10,
-            tune=5,
-            chains=1,
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    assert set(idata.sample_stats.data_vars) == set(pmdp.DPHMC.stats_dtypes_shapes)
 
 
 def test_each_iteration_makes_l_plus_one_gradient_releases_and_one_ratio_release(conjugate_normal, monkeypatch):
