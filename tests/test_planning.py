@@ -69,7 +69,11 @@ def test_small_n_epsilon_is_flagged_and_large_is_usable():
     assert middle.recommended == "release_once"
     settings = {"epsilon": 1.0, "delta": 1e-6, "n_rows": 20_000, "n_params": 7, "chains": 2, "llr_clip": 2.5}
     assert plan_from_settings(**settings, release_once=False).recommended == "DPADVI"
-    large = plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**6, n_params=3, chains=2, llr_clip=2.5)
+    # DPADVI's row at its default q = 10⁻³ costs an 18 s calibration and is not what this plan checks: q = 1 (0.5 s,
+    # shared with the printed-plan test's ε = 4 plan); the default q is planned above at N = 1,000 and 20,000.
+    large = plan_from_settings(
+        epsilon=4.0, delta=1e-6, n_rows=10**6, n_params=3, chains=2, llr_clip=2.5, dpadvi_sampling_rate=1.0
+    )
     best = large.method("DPPenaltyMH")  # the only validated model: the one the recommendation rests on
     assert best.usable and best.expected_ess * 2 >= MIN_USEFUL_ESS
     assert best.method in large.recommendation
@@ -84,8 +88,10 @@ def test_small_n_epsilon_is_flagged_and_large_is_usable():
 
 def test_the_limit_scales_with_n_epsilon():
     # ESS limit ∝ μ* N / P² at the default posterior sd 2√P/(b√N).
-    a = plan_from_settings(epsilon=2.0, delta=1e-6, n_rows=10**4, n_params=2).method("DPPenaltyMH").ess_limit
-    b = plan_from_settings(epsilon=2.0, delta=1e-6, n_rows=10**5, n_params=2).method("DPPenaltyMH").ess_limit
+    # one DPADVI q for both (its row is not checked here): one σ calibration instead of two
+    same_q = {"epsilon": 2.0, "delta": 1e-6, "n_params": 2, "dpadvi_sampling_rate": 0.1}
+    a = plan_from_settings(n_rows=10**4, **same_q).method("DPPenaltyMH").ess_limit
+    b = plan_from_settings(n_rows=10**5, **same_q).method("DPPenaltyMH").ess_limit
     assert b / a == pytest.approx(10.0, rel=1e-9)
 
 
@@ -345,7 +351,7 @@ def test_the_printed_plan_says_in_words_why_a_cell_is_empty_or_tiny():
     assert "\n-: does not apply (only the samplers have an acceptance rate and an ESS" in table  # blank cells say why
     assert "\n?: not predicted: DPHMC's ESS limit has no closed form." in table
     given = str(plan_from_settings(epsilon=4.0, delta=1e-6, n_rows=10**5, n_params=1, chains=1, llr_clip=2.5,
-                                   posterior_sd=0.01))  # fmt: skip
+                                   posterior_sd=0.01, dpadvi_sampling_rate=1.0))  # fmt: skip  # q = 1: 0.5 s, not 9
     assert "the posterior sd you gave, ≈ 0.01" in given and "P = 1 parameter and 1 chain," in given
 
 
@@ -410,7 +416,11 @@ def test_the_release_once_row_is_predicted_from_the_noise_the_route_will_use():
     # r = κ m τ_g √(P/N): 2 · 4 · τ_g · √(4/10⁴), and the sd ratio √(1 + r²)
     assert row.noise_to_signal == pytest.approx(8.0 * taus[-1][0] * 0.02)
     assert row.sd_ratio == pytest.approx(math.sqrt(1 + row.noise_to_signal**2))
-    larger = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1_000_000, n_params=4).method("release_once")
+    # DPADVI at the N = 10⁴ plan's q (its σ is then reused, not a 15 s calibration at q = 10⁻³); release_once's
+    # row, the one checked, does not depend on q
+    larger = plan_from_settings(epsilon=1.0, delta=1e-6, n_rows=1_000_000, n_params=4, dpadvi_sampling_rate=0.1).method(
+        "release_once"
+    )
     assert larger.noise_to_signal == pytest.approx(row.noise_to_signal / 10)
     assert row.usable and larger.usable
     assert not plan_from_settings(epsilon=0.1, delta=1e-6, n_rows=500, n_params=4).method("release_once").usable
