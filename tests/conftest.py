@@ -20,6 +20,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 import numpy as np
 import pymc as pm
 import pytest
+from threadpoolctl import threadpool_limits  # a PyMC dependency
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_blas_thread_per_process():
+    """One BLAS/LAPACK (and OpenMP) thread in every test process: the suite's workers already fill the cores.
+
+    The default test command runs one pytest worker per core, and OpenBLAS starts one thread per core in
+    each, so every LAPACK call on a tiny matrix hands work to threads that wait for a busy core (measured
+    on the 2-core machine: 10 ms → 0.53 ms of CPU per gradient of a small ``MvNormal`` likelihood; see
+    tests/_blas.py, which applies the same limit module by module). A run-time setting that no
+    assertion reads: both sides of every comparison run under it. Subprocesses a test starts (the README's
+    quick start) run with the library defaults, as a user's would.
+    """
+    with threadpool_limits(limits=1):
+        yield
 
 
 @dataclass
