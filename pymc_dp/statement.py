@@ -327,7 +327,23 @@ def _g(value: Any) -> str:
     return f"{float(value):.4g}"
 
 
-def _centred_step_text(name: str, on: str, step: dict[str, Any], factor: str, cite: _Citations) -> str:
+def _newton_text(run_centring: dict[str, Any]) -> str:
+    """The noisy Newton steps that moved a centred run's anchor (empty without them)."""
+    steps = int(run_centring.get("newton_steps") or 0)
+    if not steps:
+        return ""
+    return (
+        f" Before it, {steps} pilot releases of the same two clipped sums (noise multipliers "
+        f"{_g(run_centring['newton_noise_multiplier'])} for scores and "
+        f"{_g(run_centring['newton_hessian_noise_multiplier'])} for Hessians, {_g(run_centring['newton_share'])} of "
+        "the anchor's μ together) moved θ̂ from the DPADVI start's mean, each to the Newton step computed from "
+        "the previous pilot's released sums and the data-free prior (post-processing); they are counted in ε"
+    )
+
+
+def _centred_step_text(
+    name: str, on: str, step: dict[str, Any], factor: str, cite: _Citations, run_centring: dict[str, Any]
+) -> str:
     """A step whose releases are centred on a released anchor (issue 36; ``docs/centred.md``)."""
     cite("yildirim2019exact")
     centring = step["centring"]
@@ -362,7 +378,8 @@ def _centred_step_text(name: str, on: str, step: dict[str, Any], factor: str, ci
             "κ‖θ − θ̂‖ (gradients)"
         )
     return (
-        f"{name}{on}, centred on a released anchor: {anchor}. The chain then releases {released}, each row's term "
+        f"{name}{on}, centred on a released anchor: {anchor}.{_newton_text(run_centring)}"
+        f"{'.' if run_centring.get('newton_steps') else ''} The chain then releases {released}, each row's term "
         f"taken against {bound}, κ = {_g(centring['lipschitz'])}, with Gaussian {noise} (noise standard deviation "
         f"τ·Δ, where Δ, the L2 sensitivity of each clipped sum, is {factor})."
     )
@@ -375,7 +392,7 @@ def _step_text(step: dict[str, Any], record: dict[str, Any], cite: _Citations) -
     relation = step.get("neighbouring", record.get("neighbouring"))
     factor = "twice the clip bound" if relation == "substitute" else "the clip bound"
     if step.get("centring") and name in ("DPPenaltyMH", "DPHMC"):
-        return _centred_step_text(name, on, step, factor, cite)
+        return _centred_step_text(name, on, step, factor, cite, record.get("centring") or {})
     if name in ("DPPenaltyMH", "DPMultiOwnerPenaltyMH"):
         cite("yildirim2019exact")
         text = (

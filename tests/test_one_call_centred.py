@@ -287,7 +287,9 @@ def test_the_anchor_moves_by_a_recorded_newton_step_from_the_dp_start(centred_ru
     assert record["steps"][0]["centring"]["point"] == pytest.approx(path[-1]["newton_point"])
     assert path[0]["point"] != pytest.approx(path[-1]["newton_point"])  # it moved from the DP start
     assert path[0]["noise_multiplier"] == pytest.approx(centring["newton_noise_multiplier"])
-    assert "centred on a released anchor" in pmdp.privacy_statement(idata).text
+    text = pmdp.privacy_statement(idata).text
+    assert "centred on a released anchor" in text
+    assert f"Before it, {CENTRE_NEWTON_STEPS} pilot releases of the same two clipped sums" in text
 
 
 class _FlatPrior:
