@@ -232,8 +232,8 @@ def _new_chain(step, hook, seed, tune, draws):
 def test_a_new_chain_starts_from_a_fresh_steps_state(name, row_model, prior_model, data):
     """Run a chain (tuning a full interval and a mass window, then stop_tuning), start another: state = fresh.
 
-    Both hooks on one pair of steps (each step compiles its data layer): PyMC 5's ``set_rng``, then, after
-    another chain on the used step, PyMC 6's ``setup_chain``.
+    Both hooks on one used step (each step compiles its data layer): PyMC 5's ``set_rng``, then, after
+    another chain on it, PyMC 6's ``setup_chain``; each hook is compared with a step never run.
     """
     model = _model_for(name, row_model, prior_model)
     tune, draws = 110, 10
@@ -243,9 +243,11 @@ def test_a_new_chain_starts_from_a_fresh_steps_state(name, row_model, prior_mode
             kwargs["tune_interval"] = 50
         else:
             kwargs["adapt_mass_window"] = 50
-        used, fresh = STEPS[name](model, data, **kwargs), STEPS[name](model, data, **kwargs)
+        used = STEPS[name](model, data, **kwargs)
     point = model.initial_point()
     for hook in ("set_rng", "setup_chain"):
+        with model:
+            fresh = STEPS[name](model, data, **kwargs)
         q = DictToArrayBijection.map({v.name: point[v.name] for v in used.vars})
         _new_chain(used, hook, 0, tune, draws)
         for i in range(tune + draws):
