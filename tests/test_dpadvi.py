@@ -293,7 +293,11 @@ def test_accounted_sampling_rate_is_the_sampling_rate(conjugate_normal, monkeypa
         return batch
 
     monkeypatch.setattr(poisson_gradient, "poisson_sample", recording)  # where the release looks it up
-    dpadvi = pmdp.DPADVI(noise_multiplier=2.0, delta=1e-5, sampling_rate=0.25, grad_clip=3.0, random_seed=3)
+    # Reproducible batches: a z-test on OS-entropy batches fails one run in 10⁴ by chance (it did, z = 4.03, in
+    # a full CI run); seeded, the test's verdict is fixed, and the batches come from the same poisson_sample.
+    dpadvi = pmdp.DPADVI(
+        noise_multiplier=2.0, delta=1e-5, sampling_rate=0.25, grad_clip=3.0, random_seed=3, reproducible_noise=True
+    )
     dpadvi.fit(400, model=conjugate_normal.model, progressbar=False)
     n_rows = conjugate_normal.y.size
     assert len(calls) == 400 and {c[:2] for c in calls} == {(n_rows, 0.25)}
