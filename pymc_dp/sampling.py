@@ -323,7 +323,7 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 where = "the DPADVI fit's mean (where the centring's Newton steps start)"
                 p.centring.clip(clip_plan.release(reference, where), clip_plan.release_hessian(reference, where))
                 clip_record = clip_plan.fit_record()
-            if p.centring is not None:  # the anchor's two releases at the DP start, priced in the plan
+            if p.centring is not None:  # the Newton pilots from the DP start, then the anchor; priced in the plan
                 uncentre = p.centring.release(steps[0], reference)
                 fit = dp_init.settings  # released: q's sds and the fit's expected mean error set the prediction
                 offset = fit["fit_diagnostics"].get("expected_mean_error_sd") or 1.0

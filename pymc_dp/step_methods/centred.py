@@ -14,7 +14,7 @@ over the run's total iterations), and in each chain's ``dp_mu_cumulative`` at it
 iteration (so a plain result priced from the statistics counts it once per chain: never less
 than spent). An anchor that :func:`pymc_dp.sample` releases itself is priced once in the run's
 plan, with its DP start and clip bound, and like them left out of ``dp_mu_cumulative``
-(:meth:`Centring.use_anchor` with ``priced_by_run``): the chains' statistics then sum to the
+(``_anchor_priced_by_run``, set by the run's plan only): the chains' statistics then sum to the
 iterations the run's record counts. Because calibration splits a target over iterations alone, a centred step needs
 its noise multipliers given: the anchor's share of ε is the caller's choice
 (:func:`centred_noise_multipliers`, :func:`second_order_noise_multipliers`).
@@ -225,18 +225,20 @@ class Centring:
         histogram = hessian_norm_histogram(self._row_mechanisms, noise_multiplier, self.neighbouring)
         return histogram.release_counts(theta, self.noise_rng)
 
-    def use_anchor(self, anchor: CentringAnchor, lipschitz: float, priced_by_run: bool = False) -> Any:
+    def use_anchor(self, anchor: CentringAnchor, lipschitz: float) -> Any:
         """Centre the step's releases on ``anchor`` with κ = ``lipschitz`` for one run; returns the undo function.
 
         The step must sample every free variable (checked by :func:`pymc_dp.sample`'s plan).
         The mechanisms are rebuilt at the next release; the undo function drops the centred ones
         and their per-row anchor scores and Hessians, and puts the step back uncentred.
-        ``priced_by_run``: the run's own accountant counts the anchor once (:func:`pymc_dp.sample`,
-        like its DP start and clip bound), so the chains' ``dp_mu_cumulative`` leaves it out
-        and sums, over chains, to the run's iterations as its record counts them.
+        Each chain's ``dp_mu_cumulative`` counts the anchor at its first iteration (never less than
+        spent). Only :func:`pymc_dp.sample`, whose own accountant counts the anchor once (like its DP
+        start and clip bound), sets the private ``_anchor_priced_by_run`` after this call, so that the
+        chains' statistics sum to the run's iterations as its record counts them; no argument lets a
+        caller drop the anchor from the statistics.
         """
         self._set_anchor(anchor, lipschitz, self._prior.n_params, [v.name for v in self.vars], False)
-        self._anchor_priced_by_run = bool(priced_by_run)
+        self._anchor_priced_by_run = False
         self._drop_mechanisms()
 
         def restore() -> None:

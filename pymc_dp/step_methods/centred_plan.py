@@ -5,9 +5,11 @@ covariate bounds ``x_bounds`` or a caller's κ, the steps, the start and the bac
 ``pmdp.sample(step=DPHMC(...))`` (or ``DPPenaltyMH``) spends a planned share of ε on a
 second-order centring anchor at the run's DP start and runs the centred step
 (:mod:`pymc_dp.mechanisms.centred`), and says why not when it does not. The plan
-(:class:`CentringPlan`) prices the anchor's two releases before any row is read; the run
-releases them at the DPADVI fit's mean, inside the run's charge, and attaches the anchor to
-the step for that run only.
+(:class:`CentringPlan`) prices the anchor's releases before any row is read: ``newton_steps``
+pilot second-order releases, the first at the DPADVI fit's mean and each later one at the
+noisy Newton point computed from the previous pilot's released sums and the data-free prior
+(:func:`newton_point`, post-processing), then the anchor's two releases at the last Newton
+point; the run makes them inside its charge and attaches the anchor to the step for that run only.
 
 **Where κ and the clips come from** (a recognised logistic regression, η = α + xᵢᵀβ with α and
 β free variables on their own scale). With public bounds |x_ij| ≤ M_j (``x_bounds``), every
@@ -32,9 +34,10 @@ Notes
 **Sensitivity.** The anchor's score sum: 2b_g (L2); its Hessian sum: 2b_H (Frobenius); each
 row's term is clipped at these public bounds. The centred releases: :mod:`pymc_dp.mechanisms.centred`.
 
-**What ε covers.** The anchor's two Gaussian releases are priced here, with μ_anchor =
-``anchor_share`` × the μ left to the chains after the DP start and the clip bound (of it
-``hessian_share`` to the Hessian), and composed with the run's other releases in its one plan:
+**What ε covers.** The anchor's two Gaussian releases and the 2 × ``newton_steps`` pilot
+releases are priced here, with μ_anchor = ``anchor_share`` × the μ left to the chains after the
+DP start and the clip bound (of it ``newton_share`` to the pilots together and, within each
+release pair, ``hessian_share`` to the Hessian), and composed with the run's other releases in its one plan:
 a run over its target or the budget is refused before any row is read. The chains are then
 calibrated to what is left. Deciding to centre reads nothing (public quantities only).
 """
@@ -160,7 +163,9 @@ class CentringPlan:
         self.anchor = step.release_run_anchor(
             current, self.grad_clip, self.noise_multiplier, self.hessian_clip, self.hessian_noise_multiplier
         )
-        return step.use_anchor(self.anchor, self.lipschitz, priced_by_run=True)
+        restore = step.use_anchor(self.anchor, self.lipschitz)
+        step._anchor_priced_by_run = True  # this run's plan prices the anchor once: not in dp_mu_cumulative
+        return restore
 
     def starts(self, point: dict[str, Any], names: list[str], chains: int, rng: Any) -> list[dict[str, Any]]:
         """One start per chain drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ (released): near the anchor, over-dispersed.
