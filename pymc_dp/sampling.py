@@ -299,7 +299,7 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
         backend_details = {"backend": _dask_record(dask_backend)}
     restore = _commit_calibration(steps, p.planned, p.tune, p.draws)
     # the progress bar shows the run's ε so far at the run's δ
-    progress = _progress_accounting(p.planned, p.earlier + p.start_events, p.run.delta, p.chains, p.tune + p.draws)
+    progress = _progress_accounting(p.planned, p.earlier + p.start_events, p.run.delta, p.chains)
     for s, shown in zip(steps, progress):
         s.progress_run = shown
     clip_record = None
@@ -438,7 +438,7 @@ def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproduc
 
 
 def _progress_accounting(
-    planned: list[Any], before: tuple[PrivacyEvent, ...], delta: float, chains: int, iterations: int
+    planned: list[Any], before: tuple[PrivacyEvent, ...], delta: float, chains: int
 ) -> list[ProgressAccounting]:
     """For each step, what its progress-bar column needs to show the run's ε so far (public settings only).
 
@@ -454,8 +454,7 @@ def _progress_accounting(
     except (NotImplementedError, ValueError):  # a subsampled DPBarkerMH: priced in RDP, shown "on result"
         return [ProgressAccounting(delta, chains, mu_before, math.nan) for _ in planned]
     total = sum(per_iteration)
-    anchor = (mu_before if math.isfinite(mu_before) else 0.0) + chains * iterations * total
-    return [ProgressAccounting(delta, chains, mu_before, total / mu, anchor) for mu in per_iteration]
+    return [ProgressAccounting(delta, chains, mu_before, total / mu) for mu in per_iteration]
 
 
 def _dask_record(backend: Any) -> dict[str, Any]:

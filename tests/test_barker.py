@@ -7,7 +7,6 @@ import mpmath as mp
 import numpy as np
 import pymc as pm
 import pytest
-from _blas import one_blas_thread  # noqa: F401  (autouse: one BLAS thread, see tests/_blas.py)
 from _invariance import Z_CRIT, invariance_z_scores, run_chains_from
 from scipy import integrate, special
 

@@ -11,7 +11,6 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from _blas import one_blas_thread  # noqa: F401  (autouse: one BLAS thread, see tests/_blas.py)
 from _invariance import Z_CRIT, invariance_z_scores, run_chains_from, without_penalty
 from pymc.blocking import DictToArrayBijection
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag

@@ -10,7 +10,6 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from _blas import one_blas_thread  # noqa: F401  (autouse: one BLAS thread, see tests/_blas.py)
 from scipy import integrate, special, stats
 
 import pymc_dp as pmdp

@@ -155,16 +155,13 @@ class ProgressAccounting:
     mu_ratio : float
         μ of one iteration of every DP step of the run over this step's (several steps); NaN
         when a step's releases are not Gaussian (the column then says "on result").
-    mu_anchor : float
-        The run's planned μ (set by :func:`pymc_dp.sample`), else 1. The bar does not need
-        it: every reading is the exact ε at its μ (:class:`EpsilonSoFar`).
+    Every reading is the exact ε at its μ (:class:`EpsilonSoFar`): no planned total is needed.
     """
 
     delta: float
     chains: int
     mu_before: float = 0.0
     mu_ratio: float = 1.0
-    mu_anchor: float = 1.0
 
 
 class DPStep(ArrayStepShared):

@@ -59,6 +59,7 @@ from pymc_dp.mechanisms.clip_bound import clipping_summary
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.hessian import NoisyClippedHessian
 from pymc_dp.regression_graph import regression_parts
+from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
 __all__ = [
     "CENTRE_ANCHOR_SHARE",
@@ -199,7 +200,7 @@ class CentringPlan:
             checks.append(check)
 
         def excess(check: dict[str, Any]) -> tuple[bool, float]:
-            margin = check["share_above_bound_at_reference"] - 3.0 * check["share_above_bound_sd"]
+            margin = check["share_above_bound_at_reference"] - CLIPPING_MARGIN_SDS * check["share_above_bound_sd"]
             return check.get("resolvable") is False, margin - check["bias_threshold_share"]
 
         return {"releases": sorted(checks, key=excess), "note": "the centring anchor's score and Hessian clips"}
