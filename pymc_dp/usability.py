@@ -19,6 +19,7 @@ __all__ = [
     "MIN_USEFUL_ESS",
     "PoorMixingError",
     "PoorMixingWarning",
+    "bounds_clipping_note",
     "bounds_clipping_problem",
     "clipping_problem",
     "dpadvi_mean_error",
@@ -147,6 +148,9 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     (:func:`share_is_material`, the samplers' rule), so noise alone rarely flags a result; the
     check's budget share is sized so that one noise sd is a tenth of the threshold where the
     budget allows (:func:`pymc_dp.exponential_family.clipping_check.clipping_check_share`).
+    A row counts when an entry moved by more than the check's public ``tolerance`` (a fraction
+    of its bound's width), which the message names. Where the check cannot resolve the threshold
+    (``"resolvable": False``) it is not a problem but a note (:func:`bounds_clipping_note`).
     Post-processing of a released count.
     """
     if not check:
@@ -155,6 +159,13 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     if not share_is_material(share, share_sd, threshold):
         return None
     bounds = ", ".join(f"{k}={v}" for k, v in check.get("bounds", {}).items())
+    tolerance = check.get("tolerance")
+    by_more = (
+        f" by more than {100 * tolerance:.3g} % of a bound's width (of y_max for a count bound), or as NaN or "
+        "invalid labels,"
+        if tolerance
+        else ""
+    )
     counts = (
         " (the count likelihoods model the clipping only under their own distribution: over-dispersed counts, as "
         "on randhie, come back biased)"
@@ -163,8 +174,20 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     )
     return (
         f"clipping: about {100 * share:.2g} % (± {100 * share_sd:.2g} %) of the rows lie outside the public bounds "
-        f"({bounds}) and were clipped into them (a noisy count; above 1/√N = {100 * threshold:.2g} % clipping can "
-        "move the posterior means by a posterior standard deviation or more, and neither the posterior's width nor "
-        "R-hat shows it): widen the bounds that clip from public knowledge of the data's range (for counts a larger "
-        "y_max), or transform the data so that they lie within them, and release again" + counts
+        f"({bounds}){by_more} and were clipped into them (a noisy count; above 1/√N = {100 * threshold:.2g} % "
+        "clipping can move the posterior means by a posterior standard deviation or more, and neither the "
+        "posterior's width nor R-hat shows it): widen the bounds that clip from public knowledge of the data's "
+        "range (for counts a larger y_max), or transform the data so that they lie within them, and release "
+        "again" + counts
     )
+
+
+def bounds_clipping_note(check: dict[str, Any] | None) -> str | None:
+    """The check's own note when its noise cannot resolve the flag's threshold (``"resolvable": False``), else None.
+
+    Not a problem (nothing was seen) but a limit of what the check could see, from public
+    settings only: the flag fires only above 1/√N + 3 noise sds, so a material share may pass.
+    """
+    if not check or check.get("resolvable", True):
+        return None
+    return str(check.get("note") or "the clipping check cannot resolve its threshold 1/√N (its noise is too large)")

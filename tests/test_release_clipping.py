@@ -27,18 +27,30 @@ from pymc_dp.exponential_family.clipping_check import (
     CLIPPING_CHECK_LABEL,
     CLIPPING_CHECK_MAX_SHARE,
     CLIPPING_CHECK_RESOLUTION,
+    check_resolution,
     clipping_check_share,
 )
 from pymc_dp.exponential_family.grouped import grouped_family
-from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount, discrete_laplace_sd
+from pymc_dp.mechanisms.clipped_rows import (
+    CLIPPED_ROW_TOLERANCE,
+    PrivateClippedCount,
+    discrete_laplace_sd,
+    entry_tolerances,
+)
 from pymc_dp.run import PrivateRun
-from pymc_dp.usability import PoorMixingError, PoorMixingWarning, bounds_clipping_problem
+from pymc_dp.usability import (
+    CLIPPING_MARGIN_SDS,
+    PoorMixingError,
+    PoorMixingWarning,
+    bounds_clipping_note,
+    bounds_clipping_problem,
+)
 
 DELTA = 1e-6
 
 
 def _linear_rows(n_rows: int, share_outside: float, seed: int = 5) -> tuple[np.ndarray, np.ndarray, int]:
-    """(X, y, how many rows lie outside x_bounds = (−1, 1) or y_bounds = (−3, 3)): a known share pushed out."""
+    """(X, y, how many rows lie beyond the tolerance outside x_bounds = (−1, 1) or y_bounds = (−3, 3))."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-0.9, 0.9, size=(n_rows, 2))
     y = np.clip(x @ np.array([0.5, -0.4]) + 0.3 * rng.normal(size=n_rows), -2.5, 2.5)
@@ -46,7 +58,9 @@ def _linear_rows(n_rows: int, share_outside: float, seed: int = 5) -> tuple[np.n
     half = out.size // 2
     y[out[:half]] = 3.0 + rng.exponential(2.0, size=half)  # the outcome above y_bounds
     x[out[half:], 1] = -1.0 - rng.exponential(0.5, size=out.size - half)  # a covariate below x_bounds
-    return x, y, int(out.size)
+    # Counted: rows moved by more than the tolerance, 1 % of the widths 6 (y) and 2 (x), about 96 % of them.
+    beyond = (y > 3.0 + 6 * CLIPPED_ROW_TOLERANCE) | (x[:, 1] < -1.0 - 2 * CLIPPED_ROW_TOLERANCE)
+    return x, y, int(np.count_nonzero(beyond))
 
 
 def _linear_release(x, y, mechanism: str = "laplace", seed: int = 11, **kwargs):
@@ -75,9 +89,9 @@ def test_the_count_is_priced_before_any_row_is_read_and_the_spend_equals_the_tar
         order.append("charged")
         return plan(self, events, *args, **kwargs)
 
-    def count_reads(self, family, data):
+    def count_reads(self, family, data, *args):
         order.append("count reads rows")
-        count_init(self, family, data)
+        count_init(self, family, data, *args)
 
     def statistics_read(*args, **kwargs):
         order.append("statistics read rows")
@@ -154,6 +168,74 @@ def test_the_clipped_count_sees_every_kind_of_clipping_and_nothing_else():
     assert discrete_laplace_sd(1.0) == pytest.approx(math.sqrt(2 * math.exp(-1)) / (1 - math.exp(-1)))
 
 
+def _exact_count(family, data, tolerance: float = CLIPPED_ROW_TOLERANCE) -> int:
+    """The exact clipped-row count (discrete Laplace at ε = 10⁶: zero noise with probability 1 − 2e^{−10⁶})."""
+    noisy, sd = PrivateClippedCount(family, data, tolerance).laplace_noisy(1e6, np.random.default_rng(0))
+    assert sd < 1e-12
+    return noisy
+
+
+def test_a_row_counts_as_clipped_only_when_an_entry_moved_by_more_than_the_public_tolerance():
+    # Review finding 6: randhie's lncoins bound 4.61 (ln 101 = 4.6151) "clipped" 5.3 % of its rows by at most
+    # 0.2 % of the range and flagged the release. 1 % of a width: x_bounds (-1, 1) → 0.02, y_bounds (-3, 3) → 0.06,
+    # y_max = 20 → 0.2; labels, NaN and invalid group labels count whatever they moved by.
+    assert CLIPPED_ROW_TOLERANCE == 0.01
+    linear = get_family("linear_regression", n_features=1, x_bounds=(-1, 1), y_bounds=(-3, 3))
+    x = np.array([[1.019], [1.021], [-1.01], [0.0], [0.0], [np.nan], [np.inf]])
+    y = np.array([0.0, 0.0, 0.0, 3.05, -3.07, 0.0, 0.0])
+    # Moved by 0.019 and 0.01 (x), 0.05 (y): within; 0.021 (x), 0.07 (y), NaN, inf: clipped.
+    assert _exact_count(linear, (x, y)) == 4
+    assert _exact_count(linear, (x, y), tolerance=0.0) == 7  # the rule before the fix: any movement
+    counts = get_family("poisson_regression", n_features=1, x_bounds=(-1, 1), y_max=20)
+    xc = np.zeros((4, 1))
+    assert _exact_count(counts, (xc, np.array([20.1, 20.3, 21.0, -0.1]))) == 2  # 0.1 within; 0.3 and 1 beyond
+    logistic = get_family("logistic_regression", n_features=1, x_bounds=(-1, 1))
+    assert _exact_count(logistic, (xc, np.array([0.001, 1.0, 0.999, 0.0]))) == 2  # a label: any change counts
+    grouped = grouped_family("logistic_regression", n_groups=2, n_features=1, x_bounds=(-1, 1))
+    assert _exact_count(grouped, (np.array([[1.01], [1.01], [1.03]]), np.ones(3), np.array([0, 2, 1]))) == 2
+    # The tolerances in the families' row layouts: [x, y], [label, 1, x, y], one column.
+    assert entry_tolerances(linear, 2) == pytest.approx([0.02, 0.06])
+    assert entry_tolerances(grouped, 4) == pytest.approx([0.0, 0.0, 0.02, 0.0])
+    assert entry_tolerances(get_family("poisson", upper=50), 1) == pytest.approx([0.5])
+    assert entry_tolerances(get_family("categorical", n_categories=3), 1) == pytest.approx([0.0])
+    assert entry_tolerances(linear, 3) == pytest.approx([0.0, 0.0, 0.0])  # a layout it cannot read: strict
+    with pytest.raises(ValueError, match=r"`tolerance` must be a fraction in \[0, 1\)\. Found 1\.5"):
+        entry_tolerances(linear, 2, 1.5)
+
+
+def test_the_record_names_the_tolerance_and_the_flag_says_it():
+    x, y, _ = _linear_rows(20_000, 0.03)
+    check = _linear_release(x, y, clipping_check=True).clipping_check
+    assert check["tolerance"] == CLIPPED_ROW_TOLERANCE and check["resolvable"] is True and "note" not in check
+    assert "by more than 1 % of a bound's width" in bounds_clipping_problem(check)
+    assert bounds_clipping_note(check) is None
+
+
+def test_a_check_whose_noise_hides_its_threshold_says_so_instead_of_passing_silently():
+    # N = 400, ε = 0.5 (Laplace): the check's share is capped at 10 % of ε, so its count's sd is about
+    # 1/0.05·√2 ≈ 28 rows, 3 sds = 85 rows against the threshold √N = 20 rows: it cannot flag a material share.
+    x, y, _ = _linear_rows(400, 0.0)
+    release = pmdp.release_statistics(
+        "linear_regression", (x, y), epsilon=0.5, n_features=2, x_bounds=(-1, 1), y_bounds=(-3, 3),
+        clipping_check=True, random_seed=1, reproducible_noise=True,
+    )  # fmt: skip
+    check = release.clipping_check
+    assert check["budget_share"] == CLIPPING_CHECK_MAX_SHARE
+    assert CLIPPING_MARGIN_SDS * check["share_clipped_sd"] >= check["bias_threshold_share"]
+    assert check["resolvable"] is False
+    assert check["smallest_flagged_share"] == pytest.approx(
+        check["bias_threshold_share"] + CLIPPING_MARGIN_SDS * check["share_clipped_sd"], abs=2e-6
+    )
+    note = bounds_clipping_note(check)
+    assert note is not None and "cannot resolve its threshold" in note and note == check["note"]
+    kept = attach_diagnostics(_independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[check])
+    assert json.loads(kept.posterior.attrs["dp_diagnostics"])["bounds_clipping"][0]["resolvable"] is False
+    # The rule's edge, from public values only: 3 sd just below the threshold is resolvable, at it is not.
+    threshold = 1 / math.sqrt(10_000)
+    assert check_resolution(0.999 * threshold / 3, 10_000)["resolvable"] is True
+    assert check_resolution(threshold / 3, 10_000)["resolvable"] is False
+
+
 def _independent_draws(seed: int = 0):
     import arviz as az
 
@@ -172,7 +254,7 @@ def test_the_diagnostics_flag_a_material_check_say_why_and_what_to_do_and_keep_t
     kept = attach_diagnostics(_independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[clean])
     recorded = json.loads(kept.posterior.attrs["dp_diagnostics"])
     assert recorded["usable"] and recorded["bounds_clipping"] == [clean]
-    with pytest.warns(PoorMixingWarning, match=r"clipping: about 3(\.\d)? % .*x_bounds=.*y_bounds=") as caught:
+    with pytest.warns(PoorMixingWarning, match=r"clipping: about [23](\.\d)? % .*x_bounds=.*y_bounds=") as caught:
         flagged = attach_diagnostics(
             _independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[clean, material]
         )

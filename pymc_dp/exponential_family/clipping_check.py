@@ -7,7 +7,9 @@ does not show (measured: the ``randhie`` Poisson regression with ``y_max = 20`` 
 20,190 visit counts, up to 77, and its released-statistics posterior at ε = 4 came back 6.75 NUTS
 sds off, unflagged). ``release_statistics(..., clipping_check=True)`` (the one-call route's
 setting) therefore also releases the number of rows the bounds clip
-(:class:`pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`: sensitivity 1), priced with the
+(:class:`pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`: sensitivity 1; a row counts when
+an entry moved by more than :data:`~pymc_dp.mechanisms.clipped_rows.CLIPPED_ROW_TOLERANCE` (1 %)
+of its bound's width, of ``y_max`` for a count bound, or is NaN or an invalid label), priced with the
 statistics inside the same ε and δ before any row is read, and records it; a result sampled
 from the release is flagged (:func:`pymc_dp.usability.bounds_clipping_problem`) when the noisy
 share of clipped rows is material.
@@ -15,7 +17,10 @@ share of clipped rows is material.
 **Its share of the budget** is a function of public settings only (ε, δ, the mechanism, N):
 just enough for the count's noise sd to be :data:`CLIPPING_CHECK_RESOLUTION` (a tenth) of the
 flag's threshold √N rows, at most :data:`CLIPPING_CHECK_MAX_SHARE` of ε (Laplace) or of ρ
-(Gaussian): :func:`clipping_check_share`. The other releases share the rest as before.
+(Gaussian): :func:`clipping_check_share`. The other releases share the rest as before. Where
+that cap binds so that the flag's margin (three noise sds) reaches the threshold itself (small N
+or ε), the check cannot resolve a material share: its record says so (``"resolvable": False``,
+with the smallest share it would flag and a ``"note"``), rather than passing silently.
 
 Neighbouring relation: substitute (one row replaced, N public), the release's; the count's
 sensitivity is 1 under it (and under add/remove).
@@ -30,7 +35,8 @@ import numpy as np
 
 from pymc_dp._validation import check_bool
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount, discrete_laplace_sd
+from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_TOLERANCE, PrivateClippedCount, discrete_laplace_sd
+from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
 __all__ = [
     "CLIPPING_CHECK_LABEL",
@@ -121,12 +127,12 @@ def release_clipping_check(
 
     Call inside the run that priced it (:func:`pymc_dp.release_statistics`). Returns the record
     (public: the noisy count, its share of N and their noise sds, the threshold 1/√N, the bounds,
-    the check's ε_c or τ_c and budget share); the rows, and which were clipped, stay in the
-    mechanism.
+    the tolerance, the check's ε_c or τ_c and budget share, and whether it can resolve the
+    threshold, :func:`check_resolution`); the rows, and which were clipped, stay in the mechanism.
     """
     if setting is None:
         return None
-    private = PrivateClippedCount(family, data)
+    private = PrivateClippedCount(family, data, CLIPPED_ROW_TOLERANCE)
     if mechanism == "laplace":
         noisy, sd = private.laplace_noisy(setting, source)
         noise = {"mechanism": "discrete laplace", "epsilon": setting, "noise_sd_rows": discrete_laplace_sd(setting)}
@@ -136,6 +142,7 @@ def release_clipping_check(
     n_rows = private.n_rows
     return {
         "bounds": bounds_named(family),
+        "tolerance": CLIPPED_ROW_TOLERANCE,
         "noisy_clipped_rows": int(noisy),
         "n_rows": n_rows,
         "share_clipped": round(noisy / n_rows, 6),
@@ -144,4 +151,31 @@ def release_clipping_check(
         "budget_share": share,
         "sensitivity": 1,
         **noise,
+        **check_resolution(sd / n_rows, n_rows),
     }
+
+
+def check_resolution(share_sd: float, n_rows: int) -> dict[str, Any]:
+    """Whether a check whose share has noise sd ``share_sd`` can flag a material share (public values only).
+
+    The flag needs the noisy share to exceed 1/√N by :data:`~pymc_dp.usability.CLIPPING_MARGIN_SDS`
+    noise sds, so it fires only above 1/√N + 3 sd (``"smallest_flagged_share"``). Where 3 sd ≥
+    1/√N (the budget cap binds at small N·ε) a share at the material level, or twice it, passes:
+    ``"resolvable"`` is then False and ``"note"`` says so in words (the result's diagnostics keep
+    the record). A function of ε_c (or τ_c) and N only: it says nothing about the data.
+    """
+    threshold = 1.0 / math.sqrt(max(int(n_rows), 1))
+    margin = CLIPPING_MARGIN_SDS * share_sd
+    out: dict[str, Any] = {
+        "resolvable": bool(margin < threshold),
+        "smallest_flagged_share": round(threshold + margin, 6),
+    }
+    if not out["resolvable"]:
+        out["note"] = (
+            f"the clipping check cannot resolve its threshold: its noise ({100 * share_sd:.2g} % of the rows, one sd) "
+            f"is at least a third of 1/√N = {100 * threshold:.2g} %, so it flags only shares above "
+            f"{100 * (threshold + margin):.2g} %; a smaller share of clipped rows, which can still bias the posterior "
+            "by a posterior sd or more, passes unseen (more rows or a larger ε resolve it; or choose bounds from "
+            "public knowledge that the data cannot exceed)"
+        )
+    return out
