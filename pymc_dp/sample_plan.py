@@ -30,8 +30,9 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.barker import subsampled_barker_max_iterations
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, calibrate_releasers, poisson_gaussian_noise_multiplier
+from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.accounting.gaussian import gaussian_epsilon, gaussian_mu_for_target
+from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.backends.jax import check_backend
 from pymc_dp.data import data_dependent_deterministics, observed_rows
 from pymc_dp.diagnostics import PoorMixingWarning, check_on_poor_mixing
@@ -545,21 +546,20 @@ def _check_auto_iterations(steps: list[DPStep], epsilon: float | None) -> None:
 def _auto_iterations(
     steps: list[DPStep],
     model: Any,
-    epsilon: float | None,
+    epsilon: float,
     delta: float,
     chains: int,
     tune: int | None,
-    share: float,
-    centring: CentringPlan | None = None,
+    earlier: tuple[PrivacyEvent, ...],
+    budget: Any = None,
 ) -> tuple[int, int, dict[str, Any]]:
-    """(tune, draws, plan summary) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the chains' ε: less
-    the DP start's ``share``, and a centred run's anchor's share of the μ left (as the calibration then gives)."""
+    """(tune, draws, plan summary) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the chains' ε: that of
+    the chains' events as the run's own calibration (:func:`_calibrate`) sets them after the ``earlier`` releases."""
     step = steps[0]
     is_hmc = isinstance(step, DPHMC)
-    chain_epsilon = epsilon * (1.0 - share)  # the DP start's share is not the chains'
-    if centring is not None:  # nor is the anchor's share of the μ left
-        chain_mu = (1.0 - centring.anchor_share) * gaussian_mu_for_target(chain_epsilon, delta)
-        chain_epsilon = gaussian_epsilon(delta, chain_mu)
+    # The chains' total μ does not depend on their iteration count (Gaussian μ add), so one iteration stands in.
+    chain_events = [e for p in _calibrate(steps, 1, epsilon, delta, budget, earlier) for e in p.privacy_events(1)]
+    chain_epsilon = compose_epsilon(chain_events, delta)[0]
     the_plan = plan_run(
         model,
         epsilon=chain_epsilon,
@@ -753,9 +753,13 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         dp_init,
         (device, dask_backend),
     )
-    if draws == "auto":  # planned once, after the DP start, the clip bound and the anchor have taken their shares
-        share = s["init_epsilon_share"] if dp_init is not None else 0.0
-        tune, draws, iterations_plan = _auto_iterations(steps, model, epsilon, delta, chains, tune, share, centring)
+    earlier = (
+        (clip_plan.events if clip_plan is not None else ())
+        + (dp_init.events if dp_init else ())
+        + (centring.events if centring is not None else ())
+    )
+    if draws == "auto":  # planned once, on what the DP start, the clip bound and the anchor leave the chains
+        tune, draws, iterations_plan = _auto_iterations(steps, model, epsilon, delta, chains, tune, earlier, budget)
     start, start_events = _start_provenance(initvals, init, dp_init, model)
     if init_reason is not None:
         start["init"] = init_reason
@@ -763,11 +767,6 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
     # Calibrate unset noise and price every iteration of every chain, before any data access.
     iterations = chains * (tune + draws)
-    earlier = (
-        (clip_plan.events if clip_plan is not None else ())
-        + (dp_init.events if dp_init else ())
-        + (centring.events if centring is not None else ())
-    )
     planned = _calibrate(steps, iterations, epsilon, delta, budget, earlier)
     run_epsilon = run.plan(
         list(earlier) + [e for p in planned for e in p.privacy_events(iterations)],
