@@ -476,7 +476,7 @@ class ClipBoundPlan:
             "noise_multiplier": self.noise_multiplier,
             "bounds": {},
             "releases": list(self.releases),
-            "note": "the DPADVI fit's bound, then the centring anchor's score and Hessian clips at the fit's mean",
+            "note": "the DPADVI fit's bound, then the anchor's score and Hessian clips at the last Newton point",
         }
 
     def restore(self) -> None:

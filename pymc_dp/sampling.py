@@ -319,12 +319,10 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
             if clip_plan is not None and p.centring is None:
                 where = "the DPADVI fit's mean" if dp_init is not None else "the model's initial point"
                 clip_record = clip_plan.commit(clip_plan.release(reference, where))
-            elif clip_plan is not None:  # the anchor's clips at its point; the chains clip at the centring bounds
-                where = "the DPADVI fit's mean (where the centring's Newton steps start)"
-                p.centring.clip(clip_plan.release(reference, where), clip_plan.release_hessian(reference, where))
-                clip_record = clip_plan.fit_record()
             if p.centring is not None:  # the Newton pilots from the DP start, then the anchor; priced in the plan
-                uncentre = p.centring.release(steps[0], reference)
+                # the anchor's clips from the norm histograms at its own point; the chains clip at the centring bounds
+                uncentre = p.centring.release(steps[0], reference, clip_plan)
+                clip_record = clip_plan.fit_record() if clip_plan is not None else None
                 fit = dp_init.settings  # released: q's sds and the fit's expected mean error set the prediction
                 offset = fit["fit_diagnostics"].get("expected_mean_error_sd") or 1.0
                 p.centring.predict(p.planned[0], p.draws, fit["fit_sd_geometric_mean"], offset)

@@ -353,6 +353,22 @@ def test_chain_statistics_leave_out_the_anchor_the_run_priced(centred_run):
     assert cumulative[:, -1].sum() == pytest.approx(chain_mu, rel=1e-9)  # the stat and the record agree
 
 
+def test_the_anchors_clips_are_read_at_its_point_and_the_pilots_clip_at_the_public_worst_case(centred_run):
+    """Finding 2: the norm histograms that set (and check) the anchor's clips are released where the anchor sits."""
+    idata, _, _ = centred_run
+    record = _record(idata)
+    centring = record["centring"]
+    anchor_point = record["steps"][0]["centring"]["point"]
+    assert centring["clip_histograms_point"] == pytest.approx(anchor_point, rel=1e-12)
+    assert anchor_point == pytest.approx(centring["newton_path"][-1]["newton_point"], rel=1e-12)
+    bound = math.sqrt(1.0 + 2 * BOUND**2)  # B over x_bounds: the pilots never read a released clip
+    assert centring["newton_clips"] == pytest.approx([bound, bound**2 / 4])
+    for pilot in centring["newton_path"]:
+        assert (pilot["grad_clip"], pilot["hessian_clip"]) == pytest.approx((bound, bound**2 / 4))
+    anchors_histograms = record["clip_bound"]["releases"][1:]
+    assert [r["reference"] for r in anchors_histograms] == ["the centring anchor's point (the last Newton point)"] * 2
+
+
 def test_the_anchors_clipping_is_recorded_on_a_centred_result(centred_run):
     idata, _, _ = centred_run
     diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])

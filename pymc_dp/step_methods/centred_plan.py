@@ -21,8 +21,9 @@ within the bounds is ever clipped. A caller's ``centre_lipschitz`` κ replaces t
 (rows beyond it are clipped: a bias, never a privacy loss); without ``x_bounds`` the clips are
 then those of the B with B³/(6√3) = κ. These worst cases are loose where P is large (B grows
 like √P, the typical row's norm too but its score and Hessian far less), so with the step's
-``"auto"`` clip bound the run also releases, at the anchor, the histograms of the rows' score
-and Hessian norms (:class:`pymc_dp.mechanisms.clip_bound.NoisyScoreNormHistogram`,
+``"auto"`` clip bound the run also releases, at the anchor's point (the last Newton point; the
+pilots before it clip at the public B and B²/4), the histograms of the rows' score and Hessian
+norms (:class:`pymc_dp.mechanisms.clip_bound.NoisyScoreNormHistogram`,
 :class:`pymc_dp.mechanisms.hessian.NoisyHessianNormHistogram`, priced with the clip bound's
 share of ε) and clips the anchor at ``clip_margin`` × their noisy ``clip_quantile`` where that
 is below b_g or b_H (post-processing; the noise multipliers, and so ε, do not depend on it).
@@ -114,6 +115,13 @@ class CentringPlan:
     newton_share: float = 0.0
     #: The pilots' released values and the points they moved the anchor to (public), filled by :meth:`release`.
     path: list[dict[str, Any]] = field(default_factory=list)
+    #: The point the score and Hessian norm histograms were released at (the anchor's), filled by :meth:`release`.
+    clip_point: list[float] | None = None
+    #: The public worst-case clips (B, B²/4) the pilots use: :meth:`clip` lowers only the anchor's.
+    public_clips: tuple[float, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.public_clips = (self.grad_clip, self.hessian_clip)
 
     def predict(self, step: Any, draws: int, posterior_sd: float, offset_sd: float) -> dict[str, Any]:
         """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record.
@@ -143,24 +151,34 @@ class CentringPlan:
             self.grad_clip = min(self.grad_clip, float(grad_clip))
         if math.isfinite(hessian_clip) and hessian_clip > 0:
             self.hessian_clip = min(self.hessian_clip, float(hessian_clip))
-        self.clip_source = "released: margin × the noisy quantile of the norms at the DP start, where below the public"
+        self.clip_source = (
+            "released: margin × the noisy quantile of the norms at the anchor's point (the last Newton point), where "
+            "below the public"
+        )
 
-    def release(self, step: Any, point: dict[str, Any]) -> Any:
+    def release(self, step: Any, point: dict[str, Any], clip_plan: Any = None) -> Any:
         """Move from ``point`` by noisy Newton steps, release the anchor there and centre ``step`` on it.
 
-        Each Newton step releases a pilot second-order anchor at the current point (the
-        anchor's clips, the pilot's noise multipliers; priced in the plan) and moves to
-        :func:`newton_point` of it (post-processing). The anchor is then released at the last
-        point. Returns the undo function of :meth:`use_anchor`.
+        Each Newton step releases a pilot second-order anchor at the current point (clipped at
+        the public worst cases B and B²/4, the pilot's noise multipliers; priced in the plan)
+        and moves to :func:`newton_point` of it (post-processing). With ``clip_plan`` (the
+        step's ``"auto"`` clip bound) the rows' score and Hessian norm histograms are then
+        released at the last point, where the anchor sits, and clip the anchor
+        (:meth:`clip`); the anchor is released there. Returns the undo function of
+        :meth:`use_anchor`.
         """
         names = [v.name for v in step.vars]
         current, self.path = point, []
         for _ in range(self.newton_steps):
             tau_g, tau_h = self.newton_noise_multipliers
-            pilot = step.release_run_anchor(current, self.grad_clip, tau_g, self.hessian_clip, tau_h)
+            pilot = step.release_run_anchor(current, self.public_clips[0], tau_g, self.public_clips[1], tau_h)
             moved = newton_point(pilot, step._prior)  # post-processing of the pilot's released Ĝ and Ĥ
             self.path.append({**pilot.record(), "newton_point": [float(v) for v in moved]})
             current = _unflatten(moved, point, names)
+        if clip_plan is not None:  # the anchor's clips, read at the point it sits at (two priced histograms)
+            where = "the centring anchor's point (the last Newton point)"
+            self.clip(clip_plan.release(current, where), clip_plan.release_hessian(current, where))
+            self.clip_point = [float(v) for name in names for v in np.ravel(current[name])]
         self.anchor = step.release_run_anchor(
             current, self.grad_clip, self.noise_multiplier, self.hessian_clip, self.hessian_noise_multiplier
         )
@@ -240,6 +258,8 @@ class CentringPlan:
                 else {}
             ),
             **({"newton_path": list(self.path)} if self.path else {}),
+            **({"newton_clips": list(self.public_clips)} if self.newton_steps else {}),
+            **({"clip_histograms_point": list(self.clip_point)} if self.clip_point is not None else {}),
             **({"replaced_clip_bounds": dict(self.replaced_clips)} if self.replaced_clips else {}),
             **({"prediction": self.prediction} if self.prediction is not None else {}),
         }
