@@ -1,6 +1,13 @@
 """pymc-dp: differentially private Bayesian inference for PyMC models.
 
 Public names only; see the README for a quick start and ``docs/`` for the guarantees.
+
+Importing the package adds two narrow global warning filters, PyTensor's own filters of two Numba
+messages about compile time (:data:`pymc_dp.workflow.NUMBA_FILTERS`, added again because one added
+inside a ``warnings.catch_warnings()`` block is lost when it exits), and a filter on the
+``pymc.sampling.forward`` logger that raises :class:`TrainingRowsWarning` when a plain
+``pm.sample_posterior_predictive`` would read a DP result's training rows; nothing else
+(``docs/api.md``).
 """
 
 from importlib import metadata

@@ -18,6 +18,8 @@ from pymc_dp.diagnostics import (
     attach_diagnostics,
     mixing_diagnostics,
     pymc_convergence_check_replaced,
+    thresholds,
+    verdict,
 )
 from pymc_dp.starts import prior_starts
 
@@ -284,3 +286,29 @@ def test_chains_that_mixed_show_the_r_hat_the_dp_threshold_allows_for():
     mean, se = r_hats.mean(), r_hats.std(ddof=1) / np.sqrt(r_hats.size)
     assert abs(mean - np.sqrt(1 + 2 * chains / ess)) < 4 * se + 0.002  # measured: 1.0384 ± 0.0015 (200 runs)
     assert np.mean(r_hats > 1.01) > 0.8 and np.median(r_hats) < R_HAT_MAX  # measured: 96 % above 1.01, 77 % ≤ 1.05
+
+
+def test_printed_r_hat_shows_why_a_result_is_or_is_not_flagged():
+    # az.summary shows R-hat to two decimals, so 1.0081 (passed on released statistics, threshold 1.01) and 1.0112
+    # (flagged) both read "1.01" there; our verdict and problems print three decimals, more where three would round a
+    # flagged value down to the threshold (docs/workflow.md). Pure formatting: well under a second, no sampling.
+    limits = thresholds(RELEASED_STATISTICS_METHOD, 4)
+
+    def diagnostics(r_hat, usable, problems=()):
+        variables = {"slopes": {"r_hat": r_hat, "ess_bulk": 900.4, "ess_tail": 850.6}}
+        return {"thresholds": limits, "usable": usable, "problems": list(problems), "variables": variables}
+
+    passed = verdict(diagnostics(1.0081, True))
+    assert passed.startswith("DP result diagnostics (from the released draws, no privacy cost): usable;")
+    assert "largest R-hat 1.008 (flagged above 1.01), smallest bulk ESS 900 and tail ESS 851 (flagged below 400)" in (
+        passed
+    )
+    for r_hat, shown in ((1.0112, "1.011"), (1.0104, "1.0104"), (1.0100004, "1.0100004")):
+        flagged = verdict(diagnostics(r_hat, False, [f"`slopes`: R-hat {shown} > 1.01"]))
+        assert f"largest R-hat {shown} (flagged above 1.01)" in flagged and "NOT a usable posterior" in flagged
+    # the same rule in the problems mixing_diagnostics writes: chains 0.2 sd apart give R-hat ≈ 1.02
+    rng = np.random.default_rng(5)
+    draws = rng.normal(size=(4, 1000)) + np.array([-0.2, -0.2, 0.2, 0.2])[:, None]
+    found = mixing_diagnostics({"slopes": draws}, method=RELEASED_STATISTICS_METHOD)
+    r_hat = found["variables"]["slopes"]["r_hat"]
+    assert found["problems"][0].startswith(f"`slopes`: R-hat {r_hat:.3f} > 1.01")
