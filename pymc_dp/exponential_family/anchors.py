@@ -6,7 +6,8 @@ releases before it (adaptive composition): the model's mean function and its slo
 (:class:`~pymc_dp.exponential_family.families.LogisticCovariateAnchor`, or the family's own
 ``anchor_family``). Its share of the budget is fixed by public settings before any row is read.
 
-Neighbouring relation: substitute (one row replaced, N public).
+Neighbouring relation: substitute (one row replaced, N public). The rows may be in memory or Dask arrays
+(:mod:`pymc_dp.backends.dask_rows`): the same per-row sums, computed per partition.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pymc_dp._validation import check_nonnegative_int
+from pymc_dp.backends.dask_rows import private_statistics
 from pymc_dp.exponential_family.families import (
     ANCHOR_HESSIAN_WEIGHT,
     ExponentialFamily,
@@ -27,7 +29,6 @@ from pymc_dp.exponential_family.families import (
 )
 from pymc_dp.exponential_family.noise_aware import logistic_anchor_point
 from pymc_dp.exponential_family.release_noise import noise_grid_scale, noisy_release
-from pymc_dp.mechanisms import PrivateSufficientStatistics
 
 __all__ = [
     "ANCHOR_SHARE",
@@ -163,7 +164,12 @@ def release_anchors(
     noise: str = "continuous",
 ) -> tuple[CovariateAnchor, ...]:
     """Release one covariate anchor per entry of ``settings`` (its ε or τ), each at the estimate from the releases
-    before it (inside the run)."""
+    before it (inside the run).
+
+    ``data`` in memory, or as Dask arrays: then each anchor's clipped sums are computed per partition on the
+    workers at the public point β̂ (:func:`pymc_dp.backends.dask_rows.private_statistics`), one pass over the
+    partitions per anchor, and the noise is added here, as in memory.
+    """
     released: list[CovariateAnchor] = []
     for setting in settings:
         previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
@@ -174,7 +180,7 @@ def release_anchors(
             point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
             anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))
         grid_scale = noise_grid_scale(anchor_family, mechanism, setting) if noise == "discrete" else None
-        private = PrivateSufficientStatistics(anchor_family, data, out_of_bounds, grid_scale=grid_scale)
+        private = private_statistics(anchor_family, data, out_of_bounds, grid_scale=grid_scale)
         values, scale = noisy_release(private, mechanism, noise, setting, rng)
         variance = 2.0 * scale**2 if mechanism == "laplace" else scale**2
         released.append(

@@ -14,7 +14,10 @@ them into the bounds), sums the per-row statistics and keeps only that sum; the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +30,12 @@ __all__ = [
     "MIN_NOISE_UNITS",
     "NoisySufficientStatistics",
     "PrivateSufficientStatistics",
+    "RowSums",
+    "checked_row_sums",
     "grid_exponent",
     "laplace_sufficient_statistics",
+    "refuse_partitioned_rows",
+    "row_sums",
 ]
 
 #: The discrete noise's grid γ = 2^e is the largest power of two with N·γ ≤ scale·2^−GRID_BITS and
@@ -104,6 +111,78 @@ def _grid_sum(row_statistics: np.ndarray, family, exponent: int) -> list[int]:
     return totals
 
 
+@dataclass(frozen=True)
+class RowSums:
+    """The exact sums of a set of rows' statistics (private: held by the mechanism, never released as such).
+
+    Attributes
+    ----------
+    n_rows : int
+        How many rows were summed.
+    exact : ndarray
+        Σᵢ S(xᵢ) in float64 (continuous noise, and zero-sensitivity releases).
+    grid : list of int or None
+        Σᵢ round(clip(S(xᵢ))/2^e) per coordinate as Python integers (discrete noise), or None
+        without a grid.
+
+    Partial sums over disjoint sets of rows add (:meth:`__add__`): the grid sums exactly
+    (integers), the float sums up to rounding.
+    """
+
+    n_rows: int
+    exact: np.ndarray
+    grid: list[int] | None
+
+    def __add__(self, other: RowSums) -> RowSums:
+        grid = None if self.grid is None else [a + b for a, b in zip(self.grid, other.grid, strict=True)]
+        return RowSums(self.n_rows + other.n_rows, self.exact + other.exact, grid)
+
+    def __repr__(self) -> str:  # the sums are private: never in a message or a log
+        return f"RowSums(n_rows={self.n_rows}, <sums withheld>)"
+
+
+def checked_row_sums(family, rows: np.ndarray, exponent: int | None) -> RowSums:
+    """The sums of rows already mapped into the family's bounds (``family.check_data``'s output).
+
+    The per-row work of every sufficient-statistics release: S(xᵢ) of each row, their float sum
+    and, with a grid exponent, each row's statistic clipped and rounded to the grid on its own and
+    the integers summed exactly (:func:`_grid_sum`). A function of the rows only, so that a
+    partition of the rows gives its part of the sums and the parts add up exactly.
+    """
+    row_statistics = family.row_statistics(rows)
+    grid = None if exponent is None else _grid_sum(row_statistics, family, exponent)
+    return RowSums(int(np.shape(rows)[0]), row_statistics.sum(axis=0), grid)
+
+
+def row_sums(family, data: Any, out_of_bounds: str, exponent: int | None) -> RowSums:
+    """Raw rows → their :class:`RowSums`: ``family.check_data`` (each row mapped into the bounds on its own)
+    then :func:`checked_row_sums`. What each partition of a cluster's rows runs (pymc_dp.backends.dask_rows).
+
+    Notes
+    -----
+    Neighbouring relation: substitute. Each row is clamped and rounded on its own, so one row
+    replaced moves the sums of the partition that holds it, and so the total, by at most the
+    family's (grid) sensitivities, however the rows are partitioned.
+    """
+    return checked_row_sums(family, family.check_data(data, out_of_bounds), exponent)
+
+
+def _is_partitioned(value: Any) -> bool:
+    """Whether ``value`` is a Dask collection (by its type's module: Dask need not be installed or imported)."""
+    return type(value).__module__.partition(".")[0] == "dask"
+
+
+def refuse_partitioned_rows(data: Any) -> None:
+    """Refuse rows given as Dask collections: this in-memory mechanism would read every row on the client."""
+    parts = data if isinstance(data, tuple | list) else (data,)
+    if any(_is_partitioned(part) for part in parts):
+        raise TypeError(
+            "`data` given as Dask arrays must be released by pymc_dp.release_statistics, which sums each partition "
+            "on the workers; this in-memory mechanism would read every row on the client. Found "
+            f"{', '.join(type(part).__name__ for part in parts)}."
+        )
+
+
 class PrivateSufficientStatistics:
     """The exact aggregate S = Σᵢ S(xᵢ) of one data set under an exponential family; only noisy releases leave.
 
@@ -146,18 +225,70 @@ class PrivateSufficientStatistics:
     def __init__(self, family, data, out_of_bounds: str = "clamp", grid_scale: float | None = None) -> None:
         if grid_scale is not None:
             grid_scale = check_finite_positive("grid_scale", grid_scale)
+        refuse_partitioned_rows(data)
         rows = family.check_data(data, out_of_bounds)
         self.family = family
         self.out_of_bounds = out_of_bounds
         self.n_rows = int(np.asarray(rows).shape[0])
-        row_statistics = family.row_statistics(rows)
-        self._exact_statistics = row_statistics.sum(axis=0)
         #: e of the grid γ = 2^e (public: from the family, the scale and N), or None without one.
-        self.grid_exponent: int | None = None
-        self._grid_statistics: list[int] | None = None
+        self.grid_exponent = None if grid_scale is None else grid_exponent(family, grid_scale, self.n_rows)
+        self._sums: RowSums | None = checked_row_sums(family, rows, self.grid_exponent)
+        self._read_sums: Callable[[], RowSums] | None = None
+
+    @classmethod
+    def deferred(
+        cls,
+        family,
+        n_rows: int,
+        read_sums: Callable[[int | None], RowSums],
+        out_of_bounds: str = "clamp",
+        grid_scale: float | None = None,
+    ) -> PrivateSufficientStatistics:
+        """The mechanism on rows held elsewhere (a cluster's partitions), read only at its first release.
+
+        ``n_rows`` is N from public metadata (the partitions' lengths), never counted from rows;
+        ``read_sums(grid_exponent)`` returns the :class:`RowSums` of all rows, each partition's
+        computed by :func:`row_sums` (the same per-row code as the in-memory constructor) and the
+        partition sums added exactly. It is called once, at the first release, so that a caller
+        who charges the budget between construction and release (``release_statistics``) reads
+        no row before the charge. The grid exponent comes from public settings and N, as in the
+        constructor.
+        """
         if grid_scale is not None:
-            self.grid_exponent = grid_exponent(family, grid_scale, self.n_rows)
-            self._grid_statistics = _grid_sum(row_statistics, family, self.grid_exponent)
+            grid_scale = check_finite_positive("grid_scale", grid_scale)
+        self = cls.__new__(cls)
+        self.family = family
+        self.out_of_bounds = out_of_bounds
+        self.n_rows = int(n_rows)
+        self.grid_exponent = None if grid_scale is None else grid_exponent(family, grid_scale, self.n_rows)
+        self._sums = None
+        self._read_sums = read_sums
+        return self
+
+    def _loaded(self) -> RowSums:
+        """The exact sums, read from where the rows are on first use (deferred construction)."""
+        if self._sums is None:
+            sums = self._read_sums(self.grid_exponent)
+            if sums.n_rows != self.n_rows:  # the partitions' lengths were stated wrongly (public metadata)
+                raise ValueError(
+                    f"`data` must hold the {self.n_rows} rows its partitions' lengths state. Found {sums.n_rows} "
+                    "rows read: compute the chunk sizes again (`compute_chunk_sizes()`)."
+                )
+            self._sums, self._read_sums = sums, None
+        return self._sums
+
+    @property
+    def _exact_statistics(self) -> np.ndarray:
+        return self._loaded().exact
+
+    @property
+    def _grid_statistics(self) -> list[int] | None:
+        return self._loaded().grid
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_sums"], state["_read_sums"] = self._loaded(), None  # S, never the rows or their reader
+        return state
 
     @property
     def grid(self) -> float | None:
