@@ -1,10 +1,12 @@
-"""The Dask backend on a real ``distributed.LocalCluster`` (2 worker processes, 1 thread each).
+"""The Dask backend on a real ``distributed.LocalCluster`` (2 worker processes, 1 thread each, 2 GiB each).
 
-What is checked: the clipped sums the workers return equal the in-process ones (to 1e-10), a
-run gives the same draws, ε and accounting record with and without the backend (reproducible
-noise, same seed), only fixed-size sums come back to the client and no data value is in a
-shipped graph or an error's text, refusals name their parameter and change nothing, and a
-worker lost mid-run stops the run with a clear error while the budget keeps its charge.
+What is checked: released statistics of rows that exist only on the workers (Dask arrays built
+there) equal the in-memory release exactly, with the same accounting (issue 37); the clipped sums
+the workers return equal the in-process ones (to 1e-10), a run gives the same draws, ε and
+accounting record with and without the backend (reproducible noise, same seed), only fixed-size
+sums come back to the client and no data value is in a shipped graph or an error's text,
+refusals name their parameter and change nothing, and a worker lost mid-run stops the run with
+a clear error while the budget keeps its charge.
 """
 
 import json
@@ -44,10 +46,19 @@ N_ROWS = 3000
 @pytest.fixture(scope="module")
 def client():
     # The suite runs two test processes on two cores: a cluster started beside a busy one may need more
-    # than the default 30 s to connect.
-    with dask.config.set({"distributed.comm.timeouts.connect": "180s"}):
+    # than the default 30 s to connect. The workers fork from one server process that imported pymc_dp once
+    # (each spawned worker would import PyMC on its own: seconds of CPU per worker).
+    config = {"distributed.comm.timeouts.connect": "180s", "distributed.worker.multiprocessing-method": "forkserver"}
+    with dask.config.set(config):
+        # (after Dask's own preload list, which it sets once; no effect if this process's server already runs)
+        distributed.utils.get_mp_context().set_forkserver_preload(["distributed", "pymc_dp.backends.dask"])
         cluster = distributed.LocalCluster(
-            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.CRITICAL
+            processes=True,
+            n_workers=2,
+            threads_per_worker=1,
+            memory_limit="2GiB",  # per worker: a real cluster's limit (the workers hold 3000 rows and compiled graphs)
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
         )
         client = distributed.Client(cluster, timeout="180s")
     yield client
@@ -177,6 +188,50 @@ def test_only_fixed_size_sums_reach_the_client_and_no_data_in_the_shipped_graph(
             assert max(sizes) < N_ROWS
     finally:
         cluster.close()
+
+
+def _rows_on_a_worker(seed: int, n_rows: int, part: str) -> np.ndarray:
+    """One partition of a logistic data set, made where the task runs (the same rows for the same seed)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 0.8, size=(n_rows, 3))
+    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-x @ np.array([0.5, -1.0, 0.25])))).astype(float)
+    return x if part == "x" else y
+
+
+def test_a_release_of_rows_that_live_on_the_workers_equals_the_in_memory_release(client, monkeypatch):
+    """Issue 37: X and y are Dask arrays whose partitions are made on the workers; only sums come back."""
+    import dask.array as da
+    from _dask_hook import apply_release_hook
+
+    apply_release_hook(monkeypatch)  # release.py's Dask hook, until it lands there
+    sizes = (700, 1100, 400, 800)
+    parts = {
+        part: [
+            da.from_delayed(
+                dask.delayed(_rows_on_a_worker)(seed, n, part), shape=(n, 3) if part == "x" else (n,), dtype=float
+            )
+            for seed, n in enumerate(sizes)
+        ]
+        for part in ("x", "y")
+    }
+    remote_data = (da.concatenate(parts["x"]), da.concatenate(parts["y"]))
+    local_data = tuple(
+        np.concatenate([_rows_on_a_worker(seed, n, part) for seed, n in enumerate(sizes)]) for part in ("x", "y")
+    )
+    settings = dict(
+        n_features=3, x_bounds=(-2.0, 2.0), covariate_anchors=2, epsilon=1.0, random_seed=5, reproducible_noise=True
+    )
+    budget = pmdp.PrivacyBudget(epsilon=2.0, delta=1e-6, n_rows=sum(sizes))
+    with distributed.get_task_stream(client) as stream:  # the default scheduler is `client`
+        remote = pmdp.release_statistics("logistic_regression", remote_data, budget=budget, **settings)
+    local = pmdp.release_statistics("logistic_regression", local_data, **settings)
+    np.testing.assert_array_equal(remote.noisy_statistics, local.noisy_statistics)
+    for a, b in zip(remote.covariate_anchors, local.covariate_anchors, strict=True):
+        np.testing.assert_array_equal(a.noisy_statistics, b.noisy_statistics)
+    assert remote.accountant_record() == local.accountant_record()
+    assert budget.spent().epsilon == pytest.approx(1.0, rel=1e-12)
+    ran = [task for task in stream.data if "pymc-dp-row-sums" in str(task["key"])]  # the tree's sums: 3 passes
+    assert len(ran) >= 3 and {task["worker"] for task in ran} <= set(client.scheduler_info()["workers"])
 
 
 def _leaky_task(partition):

@@ -17,17 +17,12 @@ import numpy as np
 import pytest
 
 import pymc_dp as pmdp
-from pymc_dp.exponential_family import release as release_module
 
 da = pytest.importorskip("dask.array")  # the `dask` extra (in `test`); the rest of the suite runs without
 import dask  # noqa: E402
+from _dask_hook import apply_release_hook  # noqa: E402
 
-from pymc_dp.backends.dask_rows import (  # noqa: E402
-    PartitionError,
-    check_partitioned_release,
-    partitioned_n_rows,
-    private_statistics,
-)
+from pymc_dp.backends.dask_rows import PartitionError, partitioned_n_rows, private_statistics  # noqa: E402
 from pymc_dp.mechanisms import PrivateSufficientStatistics  # noqa: E402
 
 N_ROWS = 500
@@ -48,22 +43,7 @@ def synchronous():
 
 @pytest.fixture(autouse=True)
 def partitioned_release(monkeypatch):
-    """release_statistics with the two-line Dask hook of issue 37 while ``release.py`` (another owner's) lacks it.
-
-    The hook: ``check_partitioned_release(data, out_of_bounds=..., clipping_check=...)`` before the
-    clipping check is planned, and ``private_statistics`` in place of ``PrivateSufficientStatistics``.
-    Once ``release.py`` imports ``private_statistics`` this fixture does nothing (delete it then).
-    """
-    if hasattr(release_module, "private_statistics"):
-        return
-    monkeypatch.setattr(release_module, "PrivateSufficientStatistics", private_statistics)
-    plan = release_module.plan_clipping_check
-
-    def checked_plan(clipping_check, out_of_bounds, mechanism, epsilon, delta, data):
-        check_partitioned_release(data, out_of_bounds=out_of_bounds, clipping_check=clipping_check)
-        return plan(clipping_check, out_of_bounds, mechanism, epsilon, delta, data)
-
-    monkeypatch.setattr(release_module, "plan_clipping_check", checked_plan)
+    apply_release_hook(monkeypatch)  # release.py's Dask hook, until it lands there (tests/_dask_hook.py)
 
 
 def _rows(case: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
