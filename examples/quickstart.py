@@ -150,7 +150,11 @@ def main() -> None:
     r_hat = {
         name: round(v["r_hat"], 3) for name, v in diagnostics["variables"].items() if name in ("intercept", "slopes")
     }
-    print(f"Usable posterior: {diagnostics['usable']}; largest R-hat per variable: {r_hat}")
+    limit = diagnostics["thresholds"]["r_hat_max"]  # the flag's own threshold (az.summary rounds R-hat to 2 decimals)
+    print(
+        f"Usable posterior: {diagnostics['usable']}; largest R-hat per variable: {r_hat} "
+        f"(to 3 decimals; flagged above {limit})"
+    )
 
     rows = []
     for name in ("intercept", "slopes"):
