@@ -106,6 +106,8 @@ from pymc_dp.regression_graph import RegressionParts, regression_parts, released
 from pymc_dp.route_predictions import (
     RELEASE_ONCE_MAX_SD_RATIO,
     RELEASE_ROUTES,
+    centred_rows,
+    centring_bound_and_lipschitz,
     gaussian_to_laplace_variance,
     one_call_route,
     release_once_row,
@@ -336,9 +338,10 @@ class Plan:
         )
 
     def __str__(self) -> str:
+        w = max(18, *(len(m.method) for m in self.methods))  # a centred row's name is longer
         lines = [
             self._header(),
-            f"{'method':<18} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'mean error':>10} "
+            f"{'method':<{w}} {'iterations':>10} {'accept':>7} {'ESS/chain':>10} {'ESS limit':>10} {'mean error':>10} "
             f"{'sd ×':>6}  usable",
         ]
         notes: dict[str, list[str]] = {"-": [], "?": [], "<0.01": []}
@@ -356,7 +359,7 @@ class Plan:
             return f"{value:.2f}" if kind == "acc" else f"{value:.3g}"
 
         for m in self.methods:
-            sampler = m.method in ("DPPenaltyMH", "DPHMC")
+            sampler = m.method.split(" ")[0] in ("DPPenaltyMH", "DPHMC")
             released = m.method == "release_statistics"
             acc = cell(m.expected_acceptance, "acc" if sampler else "-")
             ess = cell(m.expected_ess, "ess" if sampler else "-")
@@ -364,7 +367,9 @@ class Plan:
             err = cell(m.noise_to_signal, "-" if sampler else "err", _RELEASED_UNPREDICTED if released else "")
             sdx = cell(m.sd_ratio, "err" if released or m.method == "release_once" else "-")
             usable = "yes" if m.usable else "no"
-            lines.append(f"{m.method:<18} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {err:>10} {sdx:>6}  {usable}")
+            lines.append(
+                f"{m.method:<{w}} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {err:>10} {sdx:>6}  {usable}"
+            )
         lines += [
             "iterations: per chain for the samplers, optimisation steps for DPADVI, noisy Newton anchors for "
             "release_once, releases for release_statistics. ESS/chain: expected effective draws per chain; ESS "
@@ -375,7 +380,7 @@ class Plan:
             f"{DPADVI_MAX_MEAN_ERROR:g} (DPADVI); sd × at most {RELEASE_ONCE_MAX_SD_RATIO:g} with the curvature "
             "resolved (release_once); release_statistics: as measured on regressions (docs/exponential_family.md).",
         ]
-        if any(m.method not in ("DPPenaltyMH", "DPHMC") for m in self.methods):
+        if any(m.method.split(" ")[0] not in ("DPPenaltyMH", "DPHMC") for m in self.methods):
             lines.append(
                 "-: does not apply (only the samplers have an acceptance rate and an ESS: DPADVI is an optimiser and "
                 "the release routes draw independent samples; mean error and sd × are predicted for DPADVI and "
@@ -574,6 +579,18 @@ def _recommend(
     return recommended, recommendation
 
 
+def _centred_methods(
+    centring: tuple[float, float] | None, epsilon: float, delta: float, setting: dict[str, Any]
+) -> tuple[tuple[MethodPlan, ...], dict[str, Any]]:
+    """The centred rows (:func:`pymc_dp.route_predictions.centred_rows`) where ``pmdp.sample`` would centre, and the
+    settings they assume (the plan's ``details``); none without (B, κ) or under add/remove (no DP start there)."""
+    if centring is None or setting["neighbouring"] != "substitute":
+        return (), {}
+    setting = {**setting, "bound": centring[0], "lipschitz": centring[1], "tune_fraction": TUNE_FRACTION}
+    rows, details = centred_rows(epsilon, delta, **setting)
+    return tuple(MethodPlan(**row) for row in rows), {"centring": details}
+
+
 def plan_from_settings(
     *,
     epsilon: float,
@@ -592,6 +609,7 @@ def plan_from_settings(
     max_iterations: int = 20000,
     released_statistics: str | None = None,
     release_once: bool = True,
+    centring: tuple[float, float] | None = None,
 ) -> Plan:
     """:func:`plan` from numbers alone (no model): every argument is public.
 
@@ -599,7 +617,10 @@ def plan_from_settings(
     ``released_statistics``: the release family that describes the model's likelihood
     (``"logistic_regression"``, ``"linear_regression"``, ``"poisson_regression"``), if any: its
     route is then recommended; and ``release_once``: whether the model can take
-    :func:`pymc_dp.release_once` (continuous free variables), whose row is then predicted.
+    :func:`pymc_dp.release_once` (continuous free variables), whose row is then predicted;
+    ``centring``: (B, κ) of a logistic regression ``pmdp.sample`` would centre (public covariate
+    bound and Lipschitz constant), whose centred DPHMC and DPPenaltyMH rows are then predicted
+    (:func:`pymc_dp.route_predictions.centred_rows`).
     """
     if released_statistics not in (None, *RELEASE_ROUTES):
         raise ValueError(
@@ -645,21 +666,13 @@ def plan_from_settings(
     )
     if released_statistics is not None:
         methods = (MethodPlan(**released_statistics_row(released_statistics, n_rows, epsilon)), *methods)
+    setting = dict(n_rows=n_rows, n_params=n_params, chains=chains, posterior_sd=s, neighbouring=neighbouring)
+    setting.update(n_leapfrog=n_leapfrog, grad_budget_share=grad_budget_share, max_iterations=max_iterations)
+    centred, details = _centred_methods(centring, epsilon, delta, setting)
+    methods = (*methods, *centred)
     recommended, recommendation = _recommend(methods, chains, released_statistics, epsilon, delta, n_params)
-    the_plan = Plan(
-        epsilon,
-        delta,
-        neighbouring,
-        n_rows,
-        n_params,
-        chains,
-        s,
-        source,
-        methods,
-        recommendation,
-        recommended=recommended,
-        released_statistics=released_statistics,
-    )
+    fields = (epsilon, delta, neighbouring, n_rows, n_params, chains, s, source, methods, recommendation, details)
+    the_plan = Plan(*fields, recommended=recommended, released_statistics=released_statistics)
     route, reason = one_call_route(the_plan)
     return replace(the_plan, one_call_route=route, one_call_reason=reason)
 
@@ -707,6 +720,11 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
         DPADVI's iterations.
     max_iterations : int, default 20000
         The most iterations per chain the plan proposes.
+    x_bounds, centre_lipschitz : optional
+        As for ``pmdp.sample(step=...)``: with either, a logistic regression the graph shows gets
+        rows "DPHMC (centred)" and "DPPenaltyMH (centred)", what ``pmdp.sample`` runs by default
+        there (a DPADVI start, the ``"auto"`` clip bound, a second-order anchor after noisy
+        Newton steps; ``docs/centred.md``), predicted from public quantities only.
 
     Returns
     -------
@@ -738,9 +756,14 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
     parts = regression_parts(model)
     route = parts.family if parts is not None and parts.routable else None
     continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)  # what release_once can take
-    from_model = sorted(set(settings) & {"n_rows", "n_params", "released_statistics", "release_once"})
+    from_model = sorted(set(settings) & {"n_rows", "n_params", "released_statistics", "release_once", "centring"})
     if from_model:
         raise TypeError(f"`{from_model[0]}` must be left unset: pmdp.plan reads it from the model. Found it given.")
+    x_bounds, centre_lipschitz = settings.pop("x_bounds", None), settings.pop("centre_lipschitz", None)
+    if x_bounds is not None or centre_lipschitz is not None:  # the centred rows: a logistic regression only
+        kappa = None if centre_lipschitz is None else check_finite_positive("centre_lipschitz", centre_lipschitz)
+        bound, lipschitz, _ = centring_bound_and_lipschitz(model, x_bounds, kappa)
+        settings["centring"] = None if bound is None else (bound, lipschitz)
     the_plan = plan_from_settings(
         epsilon=epsilon,
         delta=delta,

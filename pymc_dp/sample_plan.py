@@ -11,6 +11,7 @@ neighbours, the steps' settings, ε, δ, the chains).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import warnings
@@ -552,14 +553,15 @@ def _auto_iterations(
     tune: int | None,
     earlier: tuple[PrivacyEvent, ...],
     budget: Any = None,
-) -> tuple[int, int, dict[str, Any]]:
-    """(tune, draws, plan summary) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the chains' ε: that of
-    the chains' events as the run's own calibration (:func:`_calibrate`) sets them after the ``earlier`` releases."""
+) -> tuple[int, int, dict[str, Any], float | None]:
+    """(tune, draws, plan summary, the chains' μ) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the
+    chains' ε: that of their events as the run's own calibration (:func:`_calibrate`) sets them after ``earlier``."""
     step = steps[0]
     is_hmc = isinstance(step, DPHMC)
     # The chains' total μ does not depend on their iteration count (Gaussian μ add), so one iteration stands in.
     chain_events = [e for p in _calibrate(steps, 1, epsilon, delta, budget, earlier) for e in p.privacy_events(1)]
     chain_epsilon = compose_epsilon(chain_events, delta)[0]
+    chains_mu = sum(e.mu for e in chain_events) if step.anchor is None else None  # a caller's anchor: not per iteration
     the_plan = plan_run(
         model,
         epsilon=chain_epsilon,
@@ -593,7 +595,7 @@ def _auto_iterations(
     }
     if not chosen.usable:
         warnings.warn(f"pymc_dp.sample(draws='auto'): {the_plan.recommendation}.", PoorMixingWarning, stacklevel=3)
-    return tune, draws, summary
+    return tune, draws, summary, chains_mu
 
 
 def _iteration_hint(steps: list[DPStep], epsilon: float, delta: float, chains: int) -> str:
@@ -673,9 +675,16 @@ def _check_run_settings(
 
 
 def _calibrate(
-    steps: list[DPStep], iterations: int, epsilon: float | None, delta: float, budget: Any, earlier: tuple
+    steps: list[DPStep], iterations: int, epsilon: float | None, delta: float, budget: Any, earlier: tuple, mu=None
 ) -> list[DPStep]:
-    """Calibrated copies of the steps: unset noise spends the target (or what is left of the budget)."""
+    """Calibrated copies of the steps: unset noise spends the target (or what is left of the budget).
+
+    ``mu``: a lone step's whole μ as this calibration found it for ``draws="auto"`` (it does not depend on the
+    iteration count), spread over ``iterations`` without a second search; the run's plan checks it again."""
+    if mu is not None:
+        planned = [copy.copy(steps[0])]
+        planned[0].set_noise_for_mu(mu / iterations)  # rounds towards privacy: never more than `mu` in all
+        return planned
     if budget is not None and epsilon is None and any(s.needs_calibration for s in steps):
         # No target for this run: calibrate it to what is left of the budget.
         return calibrate_releasers(steps, iterations, budget.epsilon, budget.delta, budget.events + earlier)
@@ -738,11 +747,12 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     check_on_poor_mixing(s["on_poor_mixing"])
     initvals = kwargs.get("initvals")
     init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, initvals, dask_backend is not None)
-    dp_init, iterations_plan = None, None
+    dp_init, iterations_plan, chains_mu = None, None, None
     with_dpadvi = initvals is None and init == "dpadvi"
     if with_dpadvi:
         dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, s["init_epsilon_share"], kwargs)
-    if draws == "auto":
+    draws_auto = draws == "auto"
+    if draws_auto:
         _check_auto_iterations(steps, epsilon)
     centring, centring_record, clip_plan = _plan_centring_and_clip_bound(
         steps,
@@ -758,8 +768,10 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         + (dp_init.events if dp_init else ())
         + (centring.events if centring is not None else ())
     )
-    if draws == "auto":  # planned once, on what the DP start, the clip bound and the anchor leave the chains
-        tune, draws, iterations_plan = _auto_iterations(steps, model, epsilon, delta, chains, tune, earlier, budget)
+    if draws_auto:  # planned once, on what the DP start, the clip bound and the anchor leave the chains
+        tune, draws, iterations_plan, chains_mu = _auto_iterations(
+            steps, model, epsilon, delta, chains, tune, earlier, budget
+        )
     start, start_events = _start_provenance(initvals, init, dp_init, model)
     if init_reason is not None:
         start["init"] = init_reason
@@ -767,7 +779,7 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
         kwargs["initvals"] = prior_starts(model, chains, _start_seed(kwargs.get("random_seed")))
     # Calibrate unset noise and price every iteration of every chain, before any data access.
     iterations = chains * (tune + draws)
-    planned = _calibrate(steps, iterations, epsilon, delta, budget, earlier)
+    planned = _calibrate(steps, iterations, epsilon, delta, budget, earlier, chains_mu)
     run_epsilon = run.plan(
         list(earlier) + [e for p in planned for e in p.privacy_events(iterations)],
         depends_on=start_events,
@@ -775,24 +787,6 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
             "use more noise, fewer chains or fewer iterations." + _iteration_hint(planned, epsilon, delta, chains)
         ),
     )
-    return SamplePlan(
-        run,
-        steps,
-        planned,
-        chains,
-        tune,
-        draws,
-        var_names,
-        budget,
-        start,
-        tuple(start_events),
-        earlier,
-        run_epsilon,
-        dp_init,
-        clip_plan,
-        iterations_plan,
-        device,
-        dask_backend,
-        centring,
-        centring_record,
-    )
+    fields = (run, steps, planned, chains, tune, draws, var_names, budget, start, tuple(start_events), earlier)
+    later = (run_epsilon, dp_init, clip_plan, iterations_plan, device, dask_backend, centring, centring_record)
+    return SamplePlan(*fields, *later)

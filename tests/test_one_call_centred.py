@@ -194,13 +194,25 @@ def test_a_callers_own_clip_bounds_are_named_as_replaced_by_the_centring_bounds(
     assert plan.grad_clip != 5.0  # the centred chain clips at the centring bounds, as the record says
 
 
+def _plan_sample(model, step, **given):
+    """pmdp.sample's plan of a run (sample_plan.plan_sample): checked and priced, no row read, no chain run."""
+    import inspect
+
+    from pymc_dp.sample_plan import plan_sample
+
+    parameters = inspect.signature(pmdp.sample).parameters.items()
+    defaults = {k: v.default for k, v in parameters if k not in ("step", "model", "kwargs")}
+    with model:
+        return plan_sample(step, model, {}, **{**defaults, **given})
+
+
 def test_a_callers_kappa_opts_in_without_bounds(logistic, step):
-    with logistic:
-        idata = pmdp.sample(step=step, centre_lipschitz=0.5, **RUN, **QUIET)
-    record = _record(idata)["centring"]
+    # planning only: the run's record takes these from the plan (centring.record(), centring.settings())
+    the_plan = _plan_sample(logistic, step, centre_lipschitz=0.5, **RUN)
+    record = the_plan.centring_record
     assert record["used"] is True and record["lipschitz"] == 0.5 and record["lipschitz_source"] == "centre_lipschitz"
     assert record["grad_clip"] <= (0.5 * 6 * math.sqrt(3)) ** (1 / 3) + 1e-12
-    assert _record(idata)["steps"][0]["centring"]["lipschitz"] == 0.5
+    assert the_plan.centring.settings()["lipschitz"] == 0.5
 
 
 @pytest.mark.slow
@@ -408,30 +420,67 @@ def test_an_anchor_clip_that_binds_flags_the_result(score_norm, hessian_norm, fl
         assert clipping["releases"][-1]["bound"] == (2.0 if score_norm > 2.0 else 1.0)
 
 
-def test_draws_auto_plans_on_the_epsilon_the_calibrated_chains_get(logistic, step):
+@pytest.fixture(scope="module")
+def auto_plan(logistic, step):
+    """pmdp.sample's plan with draws="auto" for the centred DPHMC at ε = 1, 2 chains: no row read, no chain run."""
+    settings = {"epsilon": 1.0, "delta": 1e-5, "draws": "auto", "chains": 2, "x_bounds": (-BOUND, BOUND)}
+    with pytest.warns(pmdp.diagnostics.PoorMixingWarning):  # the plan never calls (plain) DPHMC usable
+        the_plan = _plan_sample(logistic, step, **settings)
+    assert the_plan.centring is not None and the_plan.dp_init is not None and the_plan.clip_plan is not None
+    return the_plan
+
+
+def _chain_events(the_plan):
+    """The chains' own events (the calibrated steps' at the run's iterations), as the record lists them."""
+    iterations = the_plan.chains * (the_plan.tune + the_plan.draws)
+    return [e for p in the_plan.planned for e in p.privacy_events(iterations)]
+
+
+def test_draws_auto_plans_on_the_epsilon_the_calibrated_chains_get(auto_plan):
     """The plan's chain ε is the accountant's ε of the chains' own events after the run's calibration.
 
-    Planning only (no row read, no chain run; about 2 CPU-s, mostly the DPADVI start's compile). The
-    old linear split (μ of 0.8ε, half of it to the anchor) planned on about 0.55 at ε = 1 (finding 3).
+    The old linear split (μ of 0.8ε, half of it to the anchor) planned on 0.55 here against the chains' 0.79
+    (finding 3), so it fails the first assertion.
     """
-    import inspect
-
     from pymc_dp.accounting.composition import compose_epsilon
     from pymc_dp.accounting.gaussian import gaussian_epsilon
-    from pymc_dp.sample_plan import plan_sample
 
-    defaults = {
-        k: v.default
-        for k, v in inspect.signature(pmdp.sample).parameters.items()
-        if k not in ("step", "model", "kwargs")
-    }
-    settings = {**defaults, "epsilon": 1.0, "delta": 1e-5, "draws": "auto", "chains": 2, "x_bounds": (-BOUND, BOUND)}
-    with logistic, pytest.warns(pmdp.diagnostics.PoorMixingWarning):  # the plan finds no usable DPHMC here
-        the_plan = plan_sample(step, logistic, {}, **settings)
-    assert the_plan.centring is not None and the_plan.dp_init is not None and the_plan.clip_plan is not None
-    iterations = the_plan.chains * (the_plan.tune + the_plan.draws)
-    chains_only = [e for p in the_plan.planned for e in p.privacy_events(iterations)]
-    chain_epsilon = compose_epsilon(chains_only, 1e-5)[0]
-    assert the_plan.iterations_plan["chain_epsilon"] == pytest.approx(chain_epsilon, rel=1e-6)
-    old = gaussian_epsilon(1e-5, (1 - CENTRE_ANCHOR_SHARE) * gaussian_mu_for_target(0.8, 1e-5))
-    assert chain_epsilon > 1.2 * old  # the old formula would fail the first assertion by over 20 %
+    chain_epsilon = compose_epsilon(_chain_events(auto_plan), 1e-5)[0]
+    assert auto_plan.iterations_plan["chain_epsilon"] == pytest.approx(chain_epsilon, rel=1e-6)
+    old = gaussian_epsilon(1e-5, (1 - CENTRE_ANCHOR_SHARE) * gaussian_mu_for_target(0.8 * 1.0, 1e-5))
+    assert chain_epsilon > 1.2 * old
+    assert auto_plan.run_epsilon <= 1.0
+
+
+def test_the_plans_centred_row_is_the_runs_prediction_for_the_same_settings(logistic, step, auto_plan):
+    """pmdp.plan's "DPHMC (centred)" row: the chains' μ the run's calibration leaves, split as the step splits it,
+    and :func:`centred_ess` of that noise (planning only; the run's own prediction reads s and e off its anchor)."""
+    import copy
+
+    the_plan = pmdp.plan(logistic, epsilon=1.0, delta=1e-5, chains=2, n_leapfrog=2, x_bounds=(-BOUND, BOUND))
+    row, centring = the_plan.method("DPHMC (centred)"), the_plan.details["centring"]
+    assert the_plan.method("DPPenaltyMH (centred)").expected_ess > 0
+    chains_mu = sum(e.mu for e in _chain_events(auto_plan))
+    assert centring["chains_mu"] == pytest.approx(chains_mu, rel=1e-6)
+    at_row = copy.copy(step)  # the step's own split of that μ over the row's iterations
+    at_row.set_noise_for_mu(chains_mu / (2 * row.iterations))
+    assert row.noise["llr_noise_multiplier"] == pytest.approx(at_row.llr_noise_multiplier, rel=1e-6)
+    assert row.noise["grad_noise_multiplier"] == pytest.approx(at_row.grad_noise_multiplier, rel=1e-6)
+    run = auto_plan.centring
+    assert (centring["lipschitz"], centring["bound"]) == pytest.approx((run.lipschitz, run.grad_clip))
+    # the anchor's offset: the last pilot's score noise, f τ B per coordinate, through a covariance of s²
+    assert centring["offset_sd"] == pytest.approx(
+        the_plan.posterior_sd * 2 * run.newton_noise_multipliers[0] * run.grad_clip
+    )
+    expected = centred_ess(
+        draws=row.draws,
+        n_params=3,
+        posterior_sd=the_plan.posterior_sd,
+        offset_sd=centring["offset_sd"],
+        lipschitz=run.lipschitz,
+        llr_noise_multiplier=at_row.llr_noise_multiplier,
+        grad_noise_multiplier=at_row.grad_noise_multiplier,
+        n_leapfrog=2,
+    )
+    assert row.expected_ess == pytest.approx(expected["ess_per_chain"], rel=1e-6)
+    assert row.usable is (row.expected_ess * 2 >= pmdp.planning.MIN_USEFUL_ESS)

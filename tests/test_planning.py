@@ -155,6 +155,23 @@ def test_plan_recommends_released_statistics_for_a_linear_and_a_logistic_regress
         assert "no DP sampler can deliver" in result.recommendation  # the samplers' verdict is kept
 
 
+def test_centred_rows_only_where_pmdp_sample_would_centre(regression):
+    """The centred rows need a logistic regression and x_bounds or a κ; without them the plan is as before."""
+    logistic = _logistic(True)
+    plain = pmdp.plan(logistic, epsilon=1.0, delta=1e-6)
+    centred = pmdp.plan(logistic, epsilon=1.0, delta=1e-6, centre_lipschitz=0.5)
+    names = [m.method for m in centred.methods]
+    assert names == [m.method for m in plain.methods] + ["DPHMC (centred)", "DPPenaltyMH (centred)"]
+    assert centred.details["centring"]["lipschitz"] == 0.5 and "centring" not in plain.details
+    assert centred.recommended == plain.recommended  # a row to read, not yet a route the recommendation takes
+    assert "DPHMC (centred)" in str(centred)
+    for model, extra in ((regression, {"x_bounds": (-3, 3)}), (logistic, {"neighbouring": "add_remove"})):
+        other = pmdp.plan(model, epsilon=1.0, delta=1e-6, centre_lipschitz=0.5, **extra)
+        assert not any("centred" in m.method for m in other.methods)
+    with pytest.raises(ValueError, match="`centre_lipschitz` must be"):
+        pmdp.plan(logistic, epsilon=1.0, delta=1e-6, centre_lipschitz=-1.0)
+
+
 def test_plan_finds_no_released_statistics_route_for_other_models():
     rng = np.random.default_rng(4)
     x = rng.normal(size=(200, 2))
@@ -308,18 +325,19 @@ def test_draws_auto_refuses_a_tune_longer_than_the_plan(regression):
 
 
 def test_draws_auto_with_dphmc_records_a_json_plan(regression):
-    # The DP-HMC plan is computed with NumPy (acceptance from the normal CDF): the record must still be JSON.
-    with regression:
-        with pytest.warns(pmdp.diagnostics.PoorMixingWarning):
-            idata = pmdp.sample(
-                step=pmdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_leapfrog=2),
-                epsilon=0.5,
-                delta=1e-6,
-                draws="auto",
-                chains=1,
-                **QUIET,
-            )
-    plan = json.loads(idata.posterior.attrs["dp_accountant"])["plan"]
+    # The DP-HMC plan is computed with NumPy (acceptance from the normal CDF): the record's "plan" entry must still be
+    # JSON. Planning only (sample_plan.plan_sample; the record's entry is its iterations_plan): no fit, no chain run.
+    import inspect
+
+    from pymc_dp.sample_plan import plan_sample
+
+    parameters = inspect.signature(pmdp.sample).parameters.items()
+    settings = {k: v.default for k, v in parameters if k not in ("step", "model", "kwargs")}
+    settings.update(epsilon=0.5, delta=1e-6, draws="auto", chains=1)
+    step = pmdp.DPHMC(llr_clip=3.0, grad_clip=3.0, n_leapfrog=2, model=regression)
+    with regression, pytest.warns(pmdp.diagnostics.PoorMixingWarning):
+        the_plan = plan_sample(step, regression, {}, **settings)
+    plan = json.loads(json.dumps(the_plan.iterations_plan, allow_nan=False))
     assert plan["method"] == "DPHMC" and plan["usable"] is False
     assert all(isinstance(m.usable, bool) for m in pmdp.plan(regression, epsilon=0.5, delta=1e-6).methods)
 

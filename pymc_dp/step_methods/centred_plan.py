@@ -51,15 +51,22 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp._validation import AUTO_CLIP, check_bounds_pair, check_finite_positive
-from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN
+from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.mechanisms.centred import check_centre_lipschitz
 from pymc_dp.mechanisms.clip_bound import clipping_summary
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.hessian import NoisyClippedHessian
-from pymc_dp.regression_graph import regression_parts
+from pymc_dp.route_predictions import (  # the pure math, on the planning floor (pmdp.plan's centred rows use it)
+    CENTRE_ANCHOR_SHARE,
+    CENTRE_HESSIAN_SHARE,
+    CENTRE_NEWTON_SHARE,
+    CENTRE_NEWTON_STEPS,
+    LOGISTIC_THIRD,
+    centred_ess,
+    centring_noise_multipliers,
+    logistic_centring_bound,
+)
 from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
 __all__ = [
@@ -74,17 +81,6 @@ __all__ = [
     "newton_point",
     "plan_centring",
 ]
-
-#: The anchor's share of the μ left to the chains (the setting measured in ``docs/centred.md``).
-CENTRE_ANCHOR_SHARE = 0.5
-#: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
-CENTRE_HESSIAN_SHARE = 0.25
-#: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).
-CENTRE_NEWTON_SHARE = 0.6
-#: Noisy Newton steps from the DP start before the anchor is released.
-CENTRE_NEWTON_STEPS = 5
-#: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function.
-_LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
 
 
 @dataclass
@@ -321,91 +317,6 @@ def anchor_posterior_scale(anchor: Any, fallback_sd: float, fallback_offset: flo
     return float(np.exp(np.mean(np.log(sds)))), float(np.sqrt(np.mean((step / sds) ** 2)))
 
 
-def centred_ess(
-    *,
-    draws: int,
-    n_params: int,
-    posterior_sd: float,
-    offset_sd: float,
-    lipschitz: float,
-    llr_noise_multiplier: float,
-    grad_noise_multiplier: float | None = None,
-    n_leapfrog: int | None = None,
-    neighbouring: str = "substitute",
-) -> dict[str, Any]:
-    """The predicted bulk ESS of one centred second-order chain (DPHMC with ``grad_noise_multiplier``, else
-    DPPenaltyMH), from public quantities only.
-
-    The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
-    anchor's offset from the posterior mean in sds per coordinate).
-
-    - **DPPenaltyMH**: the second-order ratio bound is ½κR² per unit of ‖Δθ‖, so the planner's
-      random-walk law (:func:`pymc_dp.planning.penalty_ess_from_noise`) with b = ½κR²:
-      ESS = 0.331 draws / (P (1 + c²)), c = f τ b s (f = 2 substitute, 1 add/remove).
-    - **DPHMC**: a tuned trajectory moves ‖Δθ‖ ≈ s√P; the test's noise is σ_l = f τ_l c with
-      c = ½κ‖Δθ‖(R² − ‖Δθ‖²/6) (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`),
-      the gradients' σ_g = f τ_g ½κR² per coordinate, which perturbs the trajectory's energy by
-      about σ_H = (π/2) s σ_g √(P/L) (L momentum kicks of a half-period trajectory in whitened
-      units). Acceptance 2Φ(−√(σ_l² + σ_H²)/2), and ESS = acceptance × draws (every accepted
-      trajectory an independent draw: optimistic where the posterior's correlations make a
-      fixed-L trajectory short of independence).
-    """
-    from scipy import special
-
-    f = 2.0 if neighbouring == "substitute" else 1.0
-    s, p = float(posterior_sd), int(n_params)
-    r2 = p * s**2 * (1.0 + float(offset_sd) ** 2)
-    if grad_noise_multiplier is None:
-        c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * s
-        ess = 0.331 * draws / (p * (1.0 + c**2))
-        return {"method": "DPPenaltyMH", "ess_per_chain": ess, "c": c, "posterior_sd": s, "offset_sd": offset_sd}
-    jump = s * math.sqrt(p)
-    sigma_l = f * llr_noise_multiplier * 0.5 * lipschitz * jump * max(r2 - jump**2 / 6.0, 0.0)
-    sigma_g = f * grad_noise_multiplier * 0.5 * lipschitz * r2
-    sigma_h = 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog)
-    acceptance = float(2.0 * special.ndtr(-math.hypot(sigma_l, sigma_h) / 2.0))
-    return {
-        "method": "DPHMC",
-        "ess_per_chain": acceptance * draws,
-        "acceptance": acceptance,
-        "ratio_noise_sd": sigma_l,
-        "energy_noise_sd": sigma_h,
-        "posterior_sd": s,
-        "offset_sd": offset_sd,
-    }
-
-
-def logistic_centring_bound(model: Any, x_bounds: Any) -> tuple[float | None, str]:
-    """(B, why): the public bound on ‖x̃ᵢ‖ of a recognised logistic regression, or (None, why not).
-
-    Reads the graph only. B = √(1 + Σⱼ M_j²) with M_j = max(|lower_j|, |upper_j|) from
-    ``x_bounds`` (the 1 for an intercept); ``x_bounds=None`` gives (nan, why): a logistic
-    regression whose B needs a caller's κ.
-    """
-    from pytensor.compile.ops import ViewOp
-    from pytensor.tensor.elemwise import CAReduce, DimShuffle
-
-    parts = regression_parts(model)
-    if parts is None or parts.family != "logistic_regression":
-        return None, "not a logistic regression the graph shows (Bernoulli with logit_p = intercept + X @ coefficients)"
-
-    def free(v: Any) -> bool:
-        while v.owner is not None and isinstance(v.owner.op, DimShuffle | CAReduce | ViewOp):
-            v = v.owner.inputs[0]
-        return v in model.free_RVs and model.rvs_to_transforms.get(v) is None
-
-    if not free(parts.coefficients) or (parts.intercept is not None and not free(parts.intercept)):
-        return None, "the coefficients or the intercept are not free variables on their own scale (κ is for those)"
-    if x_bounds is None:
-        return math.nan, "no public covariate bound: give x_bounds (or a κ as centre_lipschitz)"
-    width = parts.matrix.type.shape[1]
-    if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
-        width = int(parts.matrix.shape[1].eval())
-    lower, upper = check_bounds_pair("x_bounds", x_bounds, width)
-    squares = float(np.sum(np.maximum(np.abs(lower), np.abs(upper)) ** 2))
-    return math.sqrt(squares + (1.0 if parts.intercept is not None else 0.0)), "x_bounds"
-
-
 def _not_applicable(steps: list[Any], dp_init: Any, device: Any, dask_backend: Any) -> str | None:
     """Why the run's steps, start or backend rule centring out (None when they do not)."""
     from pymc_dp.step_methods.hmc import DPHMC
@@ -459,7 +370,7 @@ def plan_centring(
     if why is None:
         bound, why = logistic_centring_bound(model, x_bounds)
         if bound is not None and math.isnan(bound) and centre_lipschitz is not None:
-            bound = (centre_lipschitz / _LOGISTIC_THIRD) ** (1.0 / 3.0)  # the B whose worst-case κ is the caller's
+            bound = (centre_lipschitz / LOGISTIC_THIRD) ** (1.0 / 3.0)  # the B whose worst-case κ is the caller's
             why = "centre_lipschitz"
         elif bound is not None and math.isnan(bound):
             bound = None
@@ -473,12 +384,10 @@ def plan_centring(
                     f"{name}={value!r}."
                 )
         return None, {"used": False, "reason": why}
-    lipschitz = centre_lipschitz if centre_lipschitz is not None else _LOGISTIC_THIRD * bound**3
+    lipschitz = centre_lipschitz if centre_lipschitz is not None else LOGISTIC_THIRD * bound**3
     source = "centre_lipschitz" if centre_lipschitz is not None else "x_bounds (worst case B³/(6√3))"
     share = check_finite_positive("chain_share", chain_share)
-    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    tau_g, tau_h = _score_and_hessian_taus((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor)
-    newton_taus = _score_and_hessian_taus(CENTRE_NEWTON_SHARE * mu_anchor / CENTRE_NEWTON_STEPS)
+    (tau_g, tau_h), newton_taus = centring_noise_multipliers(epsilon, delta, share)
     who = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}]"
     events: tuple[PrivacyEvent, ...] = ()
     for k in range(CENTRE_NEWTON_STEPS):  # the pilots, then the anchor: all priced here, before any row is read
@@ -508,10 +417,3 @@ def plan_centring(
         newton_share=CENTRE_NEWTON_SHARE,
     )
     return plan, plan.record()
-
-
-def _score_and_hessian_taus(mu: float) -> tuple[float, float]:
-    """(τ_G, τ_H) of a second-order release of μ, :data:`CENTRE_HESSIAN_SHARE` of it to the Hessian (rounded up)."""
-    tau_g = math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9)  # rounded towards privacy
-    tau_h = math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9)
-    return tau_g, tau_h
