@@ -21,6 +21,24 @@ def run_example(name: str, *args: str) -> str:
     return result.stdout
 
 
+def run_example_in_process(name: str, *args: str, capsys: pytest.CaptureFixture, monkeypatch) -> str:
+    """Run ``examples/<name>``'s ``main()`` in this process with ``args`` as its command line; return its output.
+
+    The script's body is its ``main()`` (the ``__main__`` guard only calls it): in-process, the
+    test does not pay a second interpreter's start and PyMC import (about 3 CPU-s a run, a third
+    of these tests' cost), and the examples' warnings are errors here as in every test.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{Path(name).stem}", ROOT / "examples" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", [name, *args])
+    capsys.readouterr()  # what came before is not the example's
+    module.main()
+    return capsys.readouterr().out
+
+
 @pytest.mark.slow  # 25–42 s, nearly all start-up and compilation; DPPenaltyMH is tested in tests/test_penalty.py
 def test_quickstart_runs_and_reports_its_guarantee_on_the_penalty_route():
     # The default route (released statistics) is run by tests/test_readme.py, as the README's command line.
@@ -64,19 +82,24 @@ def test_dp_barker_gmm_runs_at_a_small_size(tmp_path):
     assert re.search(r"exact tempered posterior \(grid\)\s+-?[0-9.]+", out)
 
 
-def test_exponential_family_beta_bernoulli_runs_at_a_small_size(tmp_path):
-    out = run_example(
-        "exponential_family_beta_bernoulli.py", *("--repeats", "20", "--sizes", "10", "1000", "--output", str(tmp_path))
+def test_exponential_family_beta_bernoulli_runs_at_a_small_size(tmp_path, capsys, monkeypatch):
+    out = run_example_in_process(
+        "exponential_family_beta_bernoulli.py",
+        *("--repeats", "20", "--sizes", "10", "1000", "--output", str(tmp_path)),
+        capsys=capsys,
+        monkeypatch=monkeypatch,
     )
     assert re.search(r"OPS temperature T = 0\.0166", out)  # ε/(2·(−log 0.05)) at ε = 0.1
     table = (tmp_path / "beta_bernoulli_l1.md").read_text().splitlines()
     assert len(table) == 2 + 2
 
 
-def test_naive_bayes_fair_runs_at_a_small_size(tmp_path):
-    out = run_example(
+def test_naive_bayes_fair_runs_at_a_small_size(tmp_path, capsys, monkeypatch):
+    out = run_example_in_process(
         "naive_bayes_fair.py",
         *("--rows", "800", "--repeats", "3", "--epsilons", "0.3", "3", "--output", str(tmp_path)),
+        capsys=capsys,
+        monkeypatch=monkeypatch,
     )
     assert "800 rows, 8 features, 9 released tables; test rows 240" in out
     table = (tmp_path / "naive_bayes_fair.md").read_text().splitlines()
