@@ -5,6 +5,9 @@ wraps it as ``Cast{int64}(y)``, and the one-call release route read only bare co
 constants (``AttributeError: 'TensorVariable' object has no attribute 'data'``).
 """
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -56,3 +59,23 @@ def test_the_one_call_route_refuses_a_row_mixing_outcome_before_any_charge():
         with pytest.raises(ValueError, match="must hold data"):
             pmdp.sample(epsilon=1.0, delta=1e-6, x_bounds=(-3, 3), budget=budget)
     assert budget.spent().epsilon == 0.0
+
+
+@pytest.mark.slow
+def test_the_getting_started_route_covers_the_truth_at_the_tutorials_size():
+    """benchmarks/getting_started_coverage.py at R = 20 (about 12 CPU-minutes on 2 cores; slow, on demand): fresh
+    data from a known truth and fresh release noise each time, the tutorial's one-call route. The 90 % intervals'
+    coverage, pooled over the three coefficients, may fall short of nominal by at most 3 binomial SEs at R (the
+    pooled share's SE is at most a single coefficient's, so this bound is conservative); the standardised errors
+    (posterior mean − truth)/sd average within 4 of their SEs of 0 (calibrated: mean 0, sd 1)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "getting_started_coverage.py"
+    spec = importlib.util.spec_from_file_location("getting_started_coverage", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    replicates = 20
+    found = benchmark.coverage(benchmark.main(["--replicates", str(replicates), "--first-seed", "1000"]))
+    se = np.sqrt(0.9 * 0.1 / replicates)
+    assert found["shares"][0.9].mean() >= 0.9 - 3 * se, found["shares"]
+    mean_z, se_z = found["dp_z"].mean(axis=0), found["dp_z"].std(axis=0, ddof=1) / np.sqrt(replicates)
+    assert np.all(np.abs(mean_z) < 4 * se_z + 0.05), (mean_z, se_z)
+    assert found["usable"] == 1.0
