@@ -31,6 +31,25 @@ logistic regression (P = 6, ε = 1) predicted 1.71 and 1.09 at N = 10⁴ and 10�
 sd ratios of 1.57 and 1.08 (there with fixed bounds). A posterior far from Gaussian (small N,
 several modes, heavy tails) is not seen by this prediction: the run's own diagnostics flag
 what they can.
+
+The centred samplers' prediction
+--------------------------------
+``pmdp.sample(step=DPHMC() or DPPenaltyMH(), x_bounds=...)`` centres a recognised logistic
+regression on a second-order anchor (``docs/centred.md``). Its pure math lives here, below the
+step methods, so that :func:`pymc_dp.plan` can print rows for it: the anchor's and pilots'
+noise (:func:`centring_noise_multipliers`), the public bound B and κ
+(:func:`logistic_centring_bound`), the chains' μ that the run's calibration leaves
+(:func:`centred_chains_mu`) and the predicted ESS (:func:`centred_ess`, :func:`centred_rows`).
+
+Notes
+-----
+Neighbouring relation: substitute (one row replaced, N public; a centred run plans a DP start,
+which is planned only under it). The anchor's score sum has L2 sensitivity 2B and its Hessian
+sum Frobenius sensitivity 2·B²/4, each pilot's the same (clipped at the public B and B²/4).
+What ε covers, as priced before any row is read: the DP start, the clip bound's three norm
+histograms, the 2 × :data:`CENTRE_NEWTON_STEPS` pilot releases, the anchor's two releases and
+every chain iteration. Nothing here releases or reads data: every value is a function of public
+settings (ε, δ, N, P, the chains, the shares).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -148,16 +149,17 @@ def test_events_are_gaussian_releases_at_the_recorded_noise(centred_run):
     assert [e["type"] for e in anchors] == [GaussianReleases.kind] * 2 and [e["count"] for e in anchors] == [1, 1]
 
 
-def test_without_bounds_the_run_is_plain_and_says_why(logistic, step):
-    with logistic:
-        plain = pmdp.sample(step=step, **RUN, **QUIET)
-    assert _record(plain)["centring"] == {
+def test_without_bounds_the_plan_is_plain_and_says_why(logistic, step):
+    # planning only: the run's record copies these (an uncentred run's record end to end: test_planning's draws="auto")
+    the_plan = _plan_sample(logistic, step, **RUN)
+    assert the_plan.centring is None and the_plan.centring_record == {
         "used": False,
         "reason": "no public covariate bound: give x_bounds (or a κ as centre_lipschitz)",
     }
-    assert "centring" not in _record(plain)["steps"][0]
-    assert not any("centring" in e.get("label", "") for e in _record(plain)["events"])
-    assert _record(plain)["clip_bound"]["bounds"]  # the plain chain's own clip bound, released at the fit's mean
+    assert "centring" not in the_plan.planned[0].accountant_settings()
+    assert not any("centring" in e.label for e in the_plan.earlier)
+    # the DPADVI fit's clip bound, then the plain chain's own (at the fit's mean): no anchor's Hessian histogram
+    assert [e.count for e in the_plan.clip_plan.events] == [2]
 
 
 def _settings(**given):
@@ -185,9 +187,9 @@ def test_the_decision_reads_public_settings_only(logistic, step):
     assert big.noise_multiplier < small.noise_multiplier and big.lipschitz == small.lipschitz
 
 
-def test_a_callers_own_clip_bounds_are_named_as_replaced_by_the_centring_bounds(logistic):
-    with logistic:
-        hand_set = pmdp.DPHMC(n_leapfrog=2, grad_clip=5.0)
+def test_a_callers_own_clip_bounds_are_named_as_replaced_by_the_centring_bounds(logistic, step):
+    hand_set = copy.copy(step)  # the module's step (compiled once) with a clip bound set by hand
+    hand_set.grad_clip = 5.0
     decide = functools.partial(plan_centring, steps=[hand_set], model=logistic, epsilon=4.0, delta=1e-5)
     plan, record = decide(_settings(x_bounds=(-2, 2)), dp_init=object())
     assert record["replaced_clip_bounds"] == {"grad_clip": 5.0}
@@ -455,8 +457,6 @@ def test_draws_auto_plans_on_the_epsilon_the_calibrated_chains_get(auto_plan):
 def test_the_plans_centred_row_is_the_runs_prediction_for_the_same_settings(logistic, step, auto_plan):
     """pmdp.plan's "DPHMC (centred)" row: the chains' μ the run's calibration leaves, split as the step splits it,
     and :func:`centred_ess` of that noise (planning only; the run's own prediction reads s and e off its anchor)."""
-    import copy
-
     the_plan = pmdp.plan(logistic, epsilon=1.0, delta=1e-5, chains=2, n_leapfrog=2, x_bounds=(-BOUND, BOUND))
     row, centring = the_plan.method("DPHMC (centred)"), the_plan.details["centring"]
     assert the_plan.method("DPPenaltyMH (centred)").expected_ess > 0

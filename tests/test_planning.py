@@ -220,6 +220,9 @@ def test_draws_auto_runs_the_planned_iterations_and_records_the_plan(regression)
     assert record["plan"]["iterations"] == expected.iterations and record["plan"]["usable"] is False
     assert idata.posterior.sizes["draw"] == expected.draws
     assert idata.posterior.attrs["dp_epsilon"] <= 0.5
+    # a step run that does not centre says why in its record (public settings only), and no anchor was priced
+    assert record["centring"]["used"] is False and "not a logistic regression" in record["centring"]["reason"]
+    assert not any("centring" in e["label"] for e in record["events"])
 
 
 def test_draws_auto_refuses_fixed_noise_and_other_steps(regression):
@@ -319,9 +322,9 @@ def test_dpadvi_start_refusals_from_dpadvi_checks_come_before_the_charge(regress
 
 
 def test_draws_auto_refuses_a_tune_longer_than_the_plan(regression):
-    with regression:
-        with pytest.raises(ValueError, match="`tune` must be below"):
-            pmdp.sample(step=pmdp.DPPenaltyMH(llr_clip=3.0), epsilon=0.5, delta=1e-6, draws="auto", tune=10**6, **QUIET)
+    step = pmdp.DPPenaltyMH(llr_clip=3.0, model=regression)
+    with regression, pytest.raises(ValueError, match="`tune` must be below"):  # init="prior": no DP start to plan
+        pmdp.sample(step=step, epsilon=0.5, delta=1e-6, draws="auto", tune=10**6, init="prior", **QUIET)
 
 
 def test_draws_auto_with_dphmc_records_a_json_plan(regression):
