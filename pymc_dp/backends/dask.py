@@ -11,8 +11,9 @@ partition sums and the mechanism noise, once, exactly as the in-process mechanis
 sensitivity, the events and the accounting are unchanged.
 
 Users reach it through :func:`pymc_dp.sample` (``backend=pmdp.DaskBackend(client)``); see
-docs/dask.md. ``dask[distributed]`` is an optional dependency (the ``dask`` extra), imported
-only when a backend is used.
+docs/dask.md. Released statistics of rows that never sit on the client (Dask arrays, summed per
+partition on the workers) are in :mod:`pymc_dp.backends.dask_rows`. ``dask[distributed]`` is an
+optional dependency (the ``dask`` extra), imported only when a backend is used.
 """
 
 from __future__ import annotations

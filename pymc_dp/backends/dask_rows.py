@@ -123,7 +123,7 @@ def check_partitioned_release(data: Any, *, out_of_bounds: str = "clamp", clippi
             "`out_of_bounds` must be 'clamp' for rows given as Dask arrays: 'raise' would refuse from the rows, on the "
             f"workers, after the release was charged. Found {out_of_bounds!r}."
         )
-    if clipping_check is not False:
+    if clipping_check:
         raise ValueError(
             "`clipping_check` must be False for rows given as Dask arrays: the count of clipped rows is not computed "
             f"on the workers yet (issue 37). Found {clipping_check!r}."
