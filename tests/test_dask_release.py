@@ -183,3 +183,25 @@ def test_the_in_memory_mechanism_refuses_dask_arrays_instead_of_reading_them_on_
     family = pmdp.exponential_family.get_family("logistic_regression", n_features=3, x_bounds=(-2, 2))
     with pytest.raises(TypeError, match=r"`data` given as Dask arrays must be released by pymc_dp\.release_statistics"):
         PrivateSufficientStatistics(family, _dask(x, y))
+
+
+def test_the_sums_do_not_depend_on_the_block_size(monkeypatch):
+    """The mechanism sums its rows in blocks (BLOCK_BYTES): the grid integers are the same whatever the blocks."""
+    from pymc_dp.mechanisms import sufficient_statistics
+
+    x, y = _rows("logistic")
+    family = pmdp.exponential_family.get_family("logistic_regression", n_features=3, x_bounds=(-2, 2))
+    whole = PrivateSufficientStatistics(family, (x, y), grid_scale=5.0)
+    monkeypatch.setattr(sufficient_statistics, "BLOCK_BYTES", 8 * family.dim * 37)  # blocks of 37 rows
+    sizes = []
+    row_statistics = type(family).row_statistics
+
+    def counted(self, rows):
+        sizes.append(len(rows))
+        return row_statistics(self, rows)
+
+    monkeypatch.setattr(type(family), "row_statistics", counted)
+    blocks = PrivateSufficientStatistics(family, (x, y), grid_scale=5.0)
+    assert sizes == [37] * (N_ROWS // 37) + [N_ROWS % 37]  # every row once, in blocks
+    assert blocks._grid_statistics == whole._grid_statistics
+    np.testing.assert_allclose(blocks._exact_statistics, whole._exact_statistics, rtol=1e-12, atol=1e-10)
