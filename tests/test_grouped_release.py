@@ -13,6 +13,7 @@ from pymc_dp.exponential_family.grouped import GroupedRegression, grouped_family
 from pymc_dp.mechanisms import PrivateSufficientStatistics
 
 LINEAR = {"n_features": 1, "x_bounds": (-2.0, 3.0), "y_bounds": (-4.0, 5.0)}
+POISSON = {"n_features": 1, "x_bounds": (-2.0, 3.0), "y_max": 4}
 
 
 def _row_statistics(family, x, y, g):
@@ -26,12 +27,17 @@ def _extreme_rows(family):
         (xl,), (xu,) = family.x_bounds
         return [([xv], yv, gv) for xv, yv, gv in itertools.product((xl, 0.0, xu), family.y_bounds, (-1, 0, 1, 2))]
     (xl,), (xu,) = family.x_bounds
-    return [([xv], yv, gv) for xv, yv, gv in itertools.product((xl, 0.0, xu), (0, 1), (-1, 0, 1, 2))]
+    outcomes = (0, family.y_max) if family.base == "poisson_regression" else (0, 1)
+    return [([xv], yv, gv) for xv, yv, gv in itertools.product((xl, 0.0, xu), outcomes, (-1, 0, 1, 2))]
 
 
 @pytest.mark.parametrize(
     "base, settings",
-    [("linear_regression", LINEAR), ("logistic_regression", {"n_features": 1, "x_bounds": (-2.0, 3.0)})],
+    [
+        ("linear_regression", LINEAR),
+        ("logistic_regression", {"n_features": 1, "x_bounds": (-2.0, 3.0)}),
+        ("poisson_regression", POISSON),
+    ],
 )
 def test_sensitivities_bound_every_pair_of_rows_under_both_relations_and_do_not_grow_with_groups(base, settings):
     family = grouped_family(base, n_groups=3, **settings)
@@ -46,7 +52,7 @@ def test_sensitivities_bound_every_pair_of_rows_under_both_relations_and_do_not_
     # The bounds hold for every pair of corner rows, and they are attained there (corners reach the bounds).
     assert worst_sub <= l1_sub + 1e-9 and worst_sub2 <= l2_sub + 1e-9
     assert worst_add <= l1_add + 1e-9 and worst_add2 <= l2_add + 1e-9
-    if base == "linear_regression":
+    if base in ("linear_regression", "poisson_regression"):
         assert worst_sub == pytest.approx(l1_sub) and worst_add == pytest.approx(l1_add)
     # Substitution moves a row between two groups: twice the L1 of add/remove.
     assert l1_sub == pytest.approx(2.0 * l1_add)
@@ -309,3 +315,98 @@ def test_the_batched_gaussian_log_density_is_the_sum_of_the_groups_densities():
     expected = sum(stats.multivariate_normal(mean[g], cov[g]).logpdf(value[g]) for g in range(4))
     got = batched_gaussian_logpdf(value, mean, pt.as_tensor_variable(cov)).eval()
     assert got == pytest.approx(expected, abs=1e-7)  # the 1e-10 ridge on the unit diagonal moves it by ~1e-9
+
+
+# -- grouped Poisson regression (log link): the Poisson release's statistics per group cell --------------------------
+
+
+def _poisson_rows(n, g, seed, slope=0.3):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 1))
+    groups = rng.integers(0, g, size=n)
+    alpha = rng.normal(0.5, 0.5, size=g)
+    return x, rng.poisson(np.exp(alpha[groups] + slope * x[:, 0])), groups
+
+
+def test_grouped_poisson_cells_are_the_poisson_release_per_group_and_one_row_moves_it_by_at_most_the_bound():
+    # Exact releases (ε = 10¹²: noise ~1e-10) on neighbouring data sets: one row substituted, once within its group
+    # and once moved to another group at the corners of the bounds; the release moves by at most Δ₁ and Δ₂.
+    x, y, groups = _poisson_rows(300, 3, seed=1)
+    x, y = np.clip(x, -2.0, 3.0), np.minimum(y, 4)
+
+    def exact(xs, ys, gs):
+        return release_statistics(
+            "poisson_regression", (xs, ys, gs), epsilon=1e12, n_groups=3, **POISSON
+        ).noisy_statistics
+
+    base = exact(x, y, groups)
+    family = grouped_family("poisson_regression", n_groups=3, **POISSON)
+    l1, l2 = family.sensitivities("substitute")
+    for row, (xv, yv, gv) in itertools.product((0, 7), ((-2.0, 0, 2), (3.0, 4, 0), (3.0, 4, int(groups[7])))):
+        x2, y2, g2 = x.copy(), y.copy(), groups.copy()
+        x2[row, 0], y2[row], g2[row] = xv, yv, gv
+        moved = exact(x2, y2, g2) - base
+        assert np.abs(moved).sum() <= l1 + 1e-6 and np.sqrt((moved**2).sum()) <= l2 + 1e-6
+        assert np.count_nonzero(np.any(np.abs(family.cells(moved)) > 1e-6, axis=1)) <= 2  # two cells at most
+    # G = 1: the cell is the ungrouped Poisson release with a column of ones (its statistics, reused).
+    ones = np.column_stack([np.ones(300), x])
+    ungrouped = release_statistics(
+        "poisson_regression", (ones, y), epsilon=1e12, n_features=2, x_bounds=((1, -2), (1, 3)), y_max=4,
+        covariate_anchors=1,
+    ).noisy_statistics  # fmt: skip
+    single = release_statistics(
+        "poisson_regression", (x, y, np.zeros(300)), epsilon=1e12, n_groups=1, **POISSON
+    ).noisy_statistics
+    np.testing.assert_allclose(single, ungrouped[: single.size], atol=1e-6)
+    assert family.count_indices == (4, 2) and family.cells(base)[:, 4] == pytest.approx(np.bincount(groups), abs=1e-6)
+
+
+def test_the_clipped_poisson_moments_and_the_cell_moments_are_right():
+    # Against scipy's pmf (clipped moments) and a Monte Carlo of 400,000 rows (cell moments, z ≤ 5 per coordinate).
+    import pytensor.tensor as pt
+    from scipy import stats
+
+    from pymc_dp.exponential_family.grouped_likelihood import grouped_cell_moments
+    from pymc_dp.exponential_family.regression_likelihoods import clamped_poisson_moments, poisson_regression_moments
+
+    log_rate = np.linspace(-6.0, 5.0, 23)
+    k = np.arange(400)
+    pmf = stats.poisson.pmf(k[None, :], np.exp(log_rate)[:, None])
+    for y_max in (1, 4, 30):
+        first, second = (v.eval() for v in clamped_poisson_moments(log_rate, y_max))
+        np.testing.assert_allclose(first, pmf @ np.minimum(k, y_max), atol=1e-10)
+        np.testing.assert_allclose(second, pmf @ np.minimum(k, y_max) ** 2, atol=1e-9)
+    family = grouped_family("poisson_regression", n_groups=2, n_features=2, x_bounds=(-9, 9), y_max=5)
+    x_mean = np.array([1.0, 0.3, -0.2])
+    x_cov = np.array([[0.0, 0.0, 0.0], [0.0, 0.5, 0.1], [0.0, 0.1, 0.4]])
+    coefficients = np.array([[0.8, 0.6, -0.5], [-0.2, 0.1, 0.4]])
+    rows, cols = np.triu_indices(3)
+    keep = np.arange(family.cell_size)
+    mean, cov = (v.eval() for v in grouped_cell_moments(family, x_mean, x_cov, coefficients, None, keep))
+    rng = np.random.default_rng(9)
+    n = 400_000
+    x = np.column_stack([np.ones(n), rng.multivariate_normal(x_mean[1:], x_cov[1:, 1:], size=n)])
+    for g in range(2):
+        m, v = (
+            t.eval() for t in poisson_regression_moments(x_mean, x_cov, pt.constant(coefficients[g]), rows, cols, 5)
+        )
+        np.testing.assert_allclose(mean[g], m, rtol=1e-10, atol=1e-12)  # batched = group by group
+        np.testing.assert_allclose(cov[g], v, rtol=1e-10, atol=1e-12)
+        y = np.minimum(rng.poisson(np.exp(x @ coefficients[g])), 5)
+        t = family.cell.row_statistics(np.column_stack([x, y]))
+        se = t.std(axis=0) / np.sqrt(n)
+        free = se > 0  # the constant column's entries are exact
+        assert np.all(np.abs(t.mean(axis=0) - m)[free] <= 5 * se[free])
+        assert np.abs(t.mean(axis=0) - m)[~free] == pytest.approx(0.0, abs=1e-12)
+        np.testing.assert_allclose(np.cov(t.T), v, atol=0.03 * np.abs(v).max())  # sampling error ~0.5 % here
+
+
+def test_grouped_poisson_settings_are_checked_naming_the_parameter():
+    with pytest.raises(ValueError, match="`y_max` must be given for a grouped Poisson regression"):
+        grouped_family("poisson_regression", n_groups=2, n_features=1, x_bounds=(-1, 1))
+    with pytest.raises(ValueError, match="`y_bounds` is not a setting of a grouped poisson_regression"):
+        grouped_family("poisson_regression", n_groups=2, n_features=1, x_bounds=(-1, 1), y_max=3, y_bounds=(0, 3))
+    with pytest.raises(ValueError, match="`y_max` must be None for a grouped logistic regression"):
+        GroupedRegression("logistic_regression", 2, 0, y_max=3)
+    family = grouped_family("poisson_regression", n_groups=2, n_features=0, y_max=3)
+    assert family.params == ("alpha", "beta") and family.settings()["y_max"] == 3

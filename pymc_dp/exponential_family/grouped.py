@@ -5,11 +5,14 @@ concatenation over the G groups of each group's *cell*: the regression's suffici
 statistic summed over the group's rows, with a constant column prepended so that the cell
 also holds the group's size n_g and its sums Σx, Σy (linear regression: the upper triangle
 of Σ zzᵀ with z = (1, x, y); logistic regression: (Σ s·x̃, Σ x̃x̃ᵀ) with x̃ = (1, x) and
-s = 2y − 1). A row touches only its own group's cell, so one release covers all groups at the
-price of one (the per-group statistics form a partition of the rows). The number of groups G
-is public (stated by the caller, never read from the data); a row's label is private, and a
-row whose label is not an integer in 0..G − 1 contributes nothing (a zero statistic), which
-the sensitivities below cover.
+s = 2y − 1; Poisson regression with a log link: the statistics of
+:class:`~pymc_dp.exponential_family.counts.PoissonRegression`, (Σ y·x̃, Σ x̃, Σ x̃x̃ᵀ) with y
+clipped to 0..``y_max``, whose Σ x̃ repeats the first row of Σ x̃x̃ᵀ: n_g is released twice, and
+the noise-aware likelihood reads both copies). A row touches only its own group's cell, so one
+release covers all groups at the price of one (the per-group statistics form a partition of the
+rows). The number of groups G is public (stated by the caller, never read from the data); a
+row's label is private, and a row whose label is not an integer in 0..G − 1 contributes
+nothing (a zero statistic), which the sensitivities below cover.
 
 The group sizes are private: each n_g is a noisy coordinate of the release, and the
 noise-aware likelihood (:meth:`GroupedRegression.noise_aware_loglik`) keeps the true n_g
@@ -41,6 +44,7 @@ import numpy as np
 import pytensor.tensor as pt
 
 from pymc_dp._validation import check_neighbouring, check_positive_int
+from pymc_dp.exponential_family.counts import PoissonRegression, _count_rows
 from pymc_dp.exponential_family.families import (
     ExponentialFamily,
     LinearRegression,
@@ -55,7 +59,13 @@ from pymc_dp.exponential_family.families import (
 __all__ = ["GROUPED_BASES", "MAX_GROUPS", "GroupedRegression", "grouped_family"]
 
 #: The regressions a grouped release supports: the name given to ``release_statistics``.
-GROUPED_BASES = ("linear_regression", "logistic_regression")
+GROUPED_BASES = ("linear_regression", "logistic_regression", "poisson_regression")
+#: The settings each grouped regression takes besides ``n_features`` and ``x_bounds``.
+_BASE_SETTINGS = {
+    "linear_regression": ("y_bounds",),
+    "logistic_regression": ("approximation_radius",),
+    "poisson_regression": ("y_max", "approximation_interval"),
+}
 
 #: Most groups one release takes (the released vector has G cells; its noise-aware likelihood G blocks).
 MAX_GROUPS = 10_000
@@ -71,12 +81,12 @@ def _check_features(n_features: Any) -> int:
 
 @dataclass(frozen=True, repr=False)
 class GroupedRegression(ExponentialFamily):
-    """A linear or logistic regression with one cell of statistics per group (public settings only).
+    """A linear, logistic or Poisson regression with one cell of statistics per group (public settings only).
 
     Parameters
     ----------
-    base : {"linear_regression", "logistic_regression"}
-        The regression within each group.
+    base : {"linear_regression", "logistic_regression", "poisson_regression"}
+        The regression within each group (Poisson: log link).
     n_groups : int
         G, the number of groups (public: stated by the caller, never read from the data).
     n_features : int
@@ -90,6 +100,11 @@ class GroupedRegression(ExponentialFamily):
     approximation_radius : float, default 4.0
         Logistic regression: the naive likelihood's polynomial (see
         :class:`~pymc_dp.exponential_family.families.LogisticRegression`).
+    y_max : int
+        Poisson regression: the public bound the counts are clipped to (0..``y_max``).
+    approximation_interval : (float, float), default (-2.0, 2.0)
+        Poisson regression: the naive likelihood's polynomial (see
+        :class:`~pymc_dp.exponential_family.counts.PoissonRegression`).
 
     Notes
     -----
@@ -104,6 +119,8 @@ class GroupedRegression(ExponentialFamily):
     x_bounds: tuple[Any, Any] | None = None
     y_bounds: tuple[float, float] | None = None
     approximation_radius: float = 4.0
+    y_max: int | None = None
+    approximation_interval: tuple[float, float] = (-2.0, 2.0)
     cell: ExponentialFamily = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -136,13 +153,30 @@ class GroupedRegression(ExponentialFamily):
                 )
             cell = LinearRegression(n_features=p + 1, x_bounds=bounds, y_bounds=self.y_bounds)
             object.__setattr__(self, "y_bounds", cell.y_bounds)
-        else:
+        elif self.base == "logistic_regression":
             if self.y_bounds is not None:
                 raise ValueError(
                     f"`y_bounds` must be None for a logistic regression (labels 0/1). Found {self.y_bounds!r}."
                 )
             cell = LogisticRegression(n_features=p + 1, x_bounds=bounds, approximation_radius=self.approximation_radius)
             object.__setattr__(self, "approximation_radius", cell.approximation_radius)
+        else:
+            if self.y_bounds is not None:
+                raise ValueError(
+                    f"`y_bounds` must be None for a grouped Poisson regression (give y_max). Found {self.y_bounds!r}."
+                )
+            if self.y_max is None:
+                raise ValueError(
+                    "`y_max` must be given for a grouped Poisson regression: the public bound the counts are clipped "
+                    "to. Found None."
+                )
+            cell = PoissonRegression(
+                n_features=p + 1, x_bounds=bounds, y_max=self.y_max, approximation_interval=self.approximation_interval
+            )
+            object.__setattr__(self, "y_max", cell.y_max)
+            object.__setattr__(self, "approximation_interval", cell.approximation_interval)
+        if self.base != "poisson_regression" and self.y_max is not None:
+            raise ValueError(f"`y_max` must be None for a grouped {self.base.replace('_', ' ')}. Found {self.y_max!r}.")
         object.__setattr__(self, "n_groups", g)
         object.__setattr__(self, "n_features", p)
         object.__setattr__(self, "cell", cell)
@@ -163,8 +197,18 @@ class GroupedRegression(ExponentialFamily):
 
     @property
     def count_index(self) -> int:
-        """Where n_g (the constant column's Σ 1·1) sits in a cell."""
-        return 0 if self.base == "linear_regression" else self.n_features + 1
+        """Where n_g (the constant column's Σ 1·1) sits in a cell (the first of :attr:`count_indices`)."""
+        return self.count_indices[0]
+
+    @property
+    def count_indices(self) -> tuple[int, ...]:
+        """Every place n_g sits in a cell: Σ 1·1, and for Poisson regression also Σ x̃₀ (x̃₀ = 1)."""
+        d = self.n_features + 1
+        if self.base == "linear_regression":
+            return (0,)
+        if self.base == "logistic_regression":
+            return (d,)
+        return (2 * d, d)  # Σ x̃x̃ᵀ[0, 0] and Σ x̃₀
 
     def settings(self) -> dict[str, Any]:
         out = {"family": self.name, "n_groups": self.n_groups, "n_features": self.n_features}
@@ -172,8 +216,10 @@ class GroupedRegression(ExponentialFamily):
             out["x_bounds"] = [list(b) for b in self.x_bounds]
         if self.base == "linear_regression":
             out["y_bounds"] = list(self.y_bounds)
-        else:
+        elif self.base == "logistic_regression":
             out["approximation_radius"] = self.approximation_radius
+        else:
+            out.update(y_max=self.y_max, approximation_interval=list(self.approximation_interval))
         return out
 
     def __repr__(self) -> str:
@@ -256,6 +302,8 @@ class GroupedRegression(ExponentialFamily):
             x1, y = _regression_rows(pair, self.n_features + 1, out_of_bounds, self.cell.x_bounds, "linear regression")
             y = _admit_real(y, *self.y_bounds, out_of_bounds, f"`y_bounds` = {self.y_bounds}")
             cell_rows = np.column_stack([x1, y])
+        elif self.base == "poisson_regression":
+            cell_rows = _count_rows(pair, self.n_features + 1, out_of_bounds, self.cell.x_bounds, self.y_max)
         else:
             cell_rows = _logistic_rows(pair, self.n_features + 1, out_of_bounds, self.cell.x_bounds)
         valid = np.isfinite(labels) & (labels == np.round(labels)) & (labels >= 0) & (labels < self.n_groups)
@@ -265,13 +313,17 @@ class GroupedRegression(ExponentialFamily):
     def row_statistics(self, data: np.ndarray) -> np.ndarray:
         """Each row's cell statistic in its group's block, zeros elsewhere (and everywhere for label −1)."""
         label = data[:, 0].astype(np.int64)
-        rows, cols = np.triu_indices(self.n_features + (2 if self.base == "linear_regression" else 1))
         z = data[:, 1:]
         if self.base == "linear_regression":  # the upper triangle of zzᵀ, z = (1, x, y)
+            rows, cols = np.triu_indices(self.n_features + 2)
             cells = z[:, rows] * z[:, cols]
-        else:  # (s·x̃, upper triangle of x̃x̃ᵀ), x̃ = (1, x), s = 2y − 1
-            x, s = z[:, :-1], 2.0 * z[:, -1:] - 1.0
-            cells = np.column_stack([s * x, x[:, rows] * x[:, cols]])
+        else:
+            rows, cols = np.triu_indices(self.n_features + 1)
+            x, y = z[:, :-1], z[:, -1:]
+            if self.base == "logistic_regression":  # (s·x̃, upper triangle of x̃x̃ᵀ), x̃ = (1, x), s = 2y − 1
+                cells = np.column_stack([(2.0 * y - 1.0) * x, x[:, rows] * x[:, cols]])
+            else:  # Poisson: (y·x̃, x̃, upper triangle of x̃x̃ᵀ), y clipped to 0..y_max
+                cells = np.column_stack([y * x, x, x[:, rows] * x[:, cols]])
         c = self.cell_size
         out = np.zeros((data.shape[0], self.n_groups * c))
         keep = np.nonzero(label >= 0)[0]
@@ -287,10 +339,11 @@ class GroupedRegression(ExponentialFamily):
     def project(self, statistics: np.ndarray, n_rows: int) -> np.ndarray:
         """Each cell projected as the regression's release of a group of max(n̂_g, 0) rows (clipped at N)."""
         out = []
+        counts = list(self.count_indices)
         for cell in self.cells(statistics):
-            size = float(np.clip(cell[self.count_index], 0.0, n_rows))
+            size = float(np.clip(np.mean(cell[counts]), 0.0, n_rows))  # n_g's copies averaged
             cell = cell.copy()
-            cell[self.count_index] = size
+            cell[counts] = size
             out.append(self.cell.project(cell, size))
         return np.concatenate(out)
 
@@ -355,10 +408,11 @@ def grouped_family(family: Any, n_groups: Any, **settings: Any) -> GroupedRegres
         raise ValueError(
             f"`family` must be one of {list(GROUPED_BASES)} with `n_groups` (a grouped release). Found {family!r}."
         )
-    unknown = sorted(set(settings) - {"n_features", "x_bounds", "y_bounds", "approximation_radius"})
+    extra = _BASE_SETTINGS[family.lower()]
+    unknown = sorted(set(settings) - {"n_features", "x_bounds", *extra})
     if unknown:
         raise ValueError(
-            f"`{unknown[0]}` is not a setting of a grouped {family}: give n_features, x_bounds"
-            f"{', y_bounds' if family.lower() == 'linear_regression' else ', approximation_radius'}. Found {unknown}."
+            f"`{unknown[0]}` is not a setting of a grouped {family}: give n_features, x_bounds, "
+            f"{', '.join(extra)}. Found {unknown}."
         )
     return GroupedRegression(base=family.lower(), n_groups=n_groups, **settings)

@@ -13,9 +13,15 @@ latent:
   statistic under the model with the group's coefficients (α_g, β_g), plus the release noise —
   the Laplace noise replaced by the normal of its variance 2b², exactly as the ungrouped
   regressions do (Bernstein and Sheldon 2019, §3; Kulkarni et al. 2021, §4). One row's moments
-  are those of :func:`~pymc_dp.exponential_family.noise_aware.linear_regression_moments` and
-  :func:`~pymc_dp.exponential_family.noise_aware.logistic_regression_moments` on z = (1, x, y)
-  (x̃ = (1, x)), vectorised over the groups;
+  are those of :func:`~pymc_dp.exponential_family.noise_aware.linear_regression_moments`,
+  :func:`~pymc_dp.exponential_family.noise_aware.logistic_regression_moments` and
+  :func:`~pymc_dp.exponential_family.regression_likelihoods.poisson_regression_moments` (the
+  clipped count's Poisson moments, log link) on z = (1, x, y) (x̃ = (1, x)), vectorised over the
+  groups. A Poisson cell holds n_g twice (Σ 1·1 and Σ x̃₀), two independent noisy readings of
+  the same latent size (both read by the count's density), and Σ x̃ⱼ next to the identical
+  Σ x̃₀x̃ⱼ: each such pair is read as its average, whose noise variance is half (for Gaussian
+  noise the average is sufficient for the pair; two copies would make the CLT covariance
+  singular as the noise vanishes);
 * the covariates are modelled as Gaussian with one latent mean and covariance shared by all
   groups (:func:`~pymc_dp.exponential_family.noise_aware.gaussian_covariates`, priors from the
   public bounds); a model whose covariates' distribution differs much between groups is
@@ -56,7 +62,11 @@ from pymc_dp.exponential_family.densities import (
     _release_noise_variance,
     _tensor,
 )
-from pymc_dp.exponential_family.regression_likelihoods import gaussian_covariates, logistic_regression_moments
+from pymc_dp.exponential_family.regression_likelihoods import (
+    gaussian_covariates,
+    logistic_regression_moments,
+    poisson_regression_moments,
+)
 
 __all__ = ["batched_gaussian_logpdf", "grouped_cell_moments", "grouped_release_loglik"]
 
@@ -127,7 +137,9 @@ def grouped_cell_moments(
     from Isserlis' theorem for all groups at once (:func:`batched_product_moments`; the same numbers as
     :func:`~pymc_dp.exponential_family.noise_aware.linear_regression_moments`). Logistic regression: the
     moments of (s·x̃, x̃x̃ᵀ) of :func:`~pymc_dp.exponential_family.noise_aware.logistic_regression_moments`,
-    vectorised over the groups (:func:`pytensor.graph.replace.vectorize_graph`).
+    vectorised over the groups (:func:`pytensor.graph.replace.vectorize_graph`); Poisson regression
+    likewise with :func:`~pymc_dp.exponential_family.regression_likelihoods.poisson_regression_moments`
+    ((y·x̃, x̃, x̃x̃ᵀ), y clipped to 0..``y_max``).
     """
     coefficients = pt.as_tensor_variable(coefficients)
     if family.base == "linear_regression":
@@ -143,7 +155,10 @@ def grouped_cell_moments(
         return batched_product_moments(mu, cov, rows[keep], cols[keep])
     one = pt.vector(f"{family.name}_coefficients", dtype="float64")
     rows, cols = np.triu_indices(family.n_features + 1)
-    mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
+    if family.base == "poisson_regression":
+        mean, cov = poisson_regression_moments(x_mean, x_cov, one, rows, cols, family.y_max)
+    else:
+        mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
     mean, cov = mean[keep], cov[keep][:, keep]
     return tuple(vectorize_graph([mean, cov], {one: coefficients}))
 
@@ -169,22 +184,22 @@ def grouped_release_loglik(
 
     cells = family.cells(noisy)
     cell = family.cell
-    count = family.count_index
+    counts = list(family.count_indices)
     lo, hi = cell.intervals()
-    keep = np.nonzero((hi > lo) & (np.arange(lo.size) != count))[0]
-    released = cells[:, count]
+    keep = np.nonzero((hi > lo) & ~np.isin(np.arange(lo.size), counts))[0]
+    released = cells[:, counts]  # G × (copies of n_g)
     sizes = pm.HalfFlat(
-        f"{name}_group_size", shape=family.n_groups, initval=np.clip(released, 1.0, max(float(n_rows), 1.0))
+        f"{name}_group_size",
+        shape=family.n_groups,
+        initval=np.clip(released.mean(axis=1), 1.0, max(float(n_rows), 1.0)),
     )
+    gap = released - sizes[:, None]
     if noise_variance is None and scale > 0.0:
-        count_logp = pt.sum(-math.log(2.0 * scale) - pt.abs(released - sizes) / scale)
+        count_logp = pt.sum(-math.log(2.0 * scale) - pt.abs(gap) / scale)
     else:
         variance = _release_noise_variance(scale, noise_variance)
-        count_logp = pt.sum(-0.5 * (released - sizes) ** 2 / variance - 0.5 * math.log(2.0 * math.pi * variance))
-    if family.base == "linear_regression":
-        position = {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*cell._triu, strict=True))}
-    else:
-        position = cell.product_positions()
+        count_logp = pt.sum(-0.5 * gap**2 / variance - 0.5 * math.log(2.0 * math.pi * variance))
+    position = _product_positions(family)
     x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
     coefficients = family._coefficients(alpha, beta)
     if family.base == "linear_regression":
@@ -201,8 +216,41 @@ def grouped_release_loglik(
     coefficients = pt.switch(ok, coefficients, 0.0)
     x_mean = pt.switch(ok, x_mean, 0.0)
     x_cov = pt.switch(ok, x_cov, pt.eye(family.n_features + 1))
+    values, keep, noise_weights = _merged_copies(family, cells, keep)
     mean, cov = grouped_cell_moments(family, x_mean, x_cov, coefficients, sigma, keep)
     noise = _release_noise_variance(scale, noise_variance)
-    total = sizes[:, None, None] * cov + noise * np.eye(keep.size)
-    logp = batched_gaussian_logpdf(cells[:, keep], sizes[:, None] * mean, total)
+    total = sizes[:, None, None] * cov + noise * np.diag(noise_weights)
+    logp = batched_gaussian_logpdf(values, sizes[:, None] * mean, total)
     return pt.switch(ok, count_logp + logp, -np.inf)
+
+
+def _product_positions(family: Any) -> dict[tuple[int, int], int]:
+    """{(j, k), j ≤ k: index of Σ x̃ⱼx̃ₖ in a cell} (x̃ = (1, x); linear regression: of Σ zⱼzₖ, z = (x̃, y))."""
+    cell = family.cell
+    if family.base == "linear_regression":
+        return {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*cell._triu, strict=True))}
+    if family.base == "logistic_regression":
+        return cell.product_positions()
+    d = cell.n_features  # Poisson: after Σ y·x̃ and Σ x̃
+    return {(int(r), int(c)): 2 * d + i for i, (r, c) in enumerate(zip(*cell._triu, strict=True))}
+
+
+def _merged_copies(family: Any, cells: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values G × K, the kept coordinates, each one's share of the noise variance): a repeated statistic read once.
+
+    A Poisson cell releases Σ x̃ⱼ (j ≥ 1) and Σ x̃₀x̃ⱼ, the same sum (x̃₀ = 1), with independent
+    noise: the pair is read as its average at Σ x̃₀x̃ⱼ's place, noise variance halved, and Σ x̃ⱼ is
+    dropped. Other cells are returned as they are (shares 1). Post-processing of the release.
+    """
+    values = cells[:, keep].copy()
+    weights = np.ones(keep.size)
+    if family.base != "poisson_regression":
+        return values, keep, weights
+    d = family.cell.n_features
+    position = _product_positions(family)
+    for j in range(1, d):
+        at = int(np.nonzero(keep == position[(0, j)])[0][0])
+        values[:, at] = 0.5 * (cells[:, d + j] + cells[:, position[(0, j)]])
+        weights[at] = 0.5
+    single = ~((keep > d) & (keep < 2 * d))  # Σ x̃ⱼ, j ≥ 1: read in the averages
+    return values[:, single], keep[single], weights[single]
