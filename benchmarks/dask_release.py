@@ -107,23 +107,6 @@ def lazy(folder: Path, sizes: list[int]):
     return da.concatenate(xs), da.concatenate(ys)
 
 
-def _apply_release_hook() -> None:
-    """release.py's two-line Dask hook (issue 37), applied here while release.py (another owner's) lacks it."""
-    from pymc_dp.backends.dask_rows import check_partitioned_release, private_statistics
-    from pymc_dp.exponential_family import release
-
-    if hasattr(release, "private_statistics"):
-        return
-    plan = release.plan_clipping_check
-
-    def checked_plan(clipping_check, out_of_bounds, mechanism, epsilon, delta, data):
-        check_partitioned_release(data, out_of_bounds=out_of_bounds, clipping_check=clipping_check)
-        return plan(clipping_check, out_of_bounds, mechanism, epsilon, delta, data)
-
-    release.PrivateSufficientStatistics = private_statistics
-    release.plan_clipping_check = checked_plan
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -137,7 +120,6 @@ def main() -> None:
 
     import pymc_dp as pmdp
 
-    _apply_release_hook()
     print(f"client peak RSS after imports: {_peak_rss_mib():.0f} MiB")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

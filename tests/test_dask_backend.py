@@ -198,12 +198,10 @@ def _rows_on_a_worker(seed: int, n_rows: int, part: str) -> np.ndarray:
     return x if part == "x" else y
 
 
-def test_a_release_of_rows_that_live_on_the_workers_equals_the_in_memory_release(client, monkeypatch):
+def test_a_release_of_rows_that_live_on_the_workers_equals_the_in_memory_release(client):
     """Issue 37: X and y are Dask arrays whose partitions are made on the workers; only sums come back."""
     import dask.array as da
-    from _dask_hook import apply_release_hook
 
-    apply_release_hook(monkeypatch)  # release.py's Dask hook, until it lands there
     sizes = (700, 1100, 400, 800)
     parts = {
         part: [

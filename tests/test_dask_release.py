@@ -20,7 +20,6 @@ import pymc_dp as pmdp
 
 da = pytest.importorskip("dask.array")  # the `dask` extra (in `test`); the rest of the suite runs without
 import dask  # noqa: E402
-from _dask_hook import apply_release_hook  # noqa: E402
 
 from pymc_dp.backends.dask_rows import PartitionError, partitioned_n_rows, private_statistics  # noqa: E402
 from pymc_dp.mechanisms import PrivateSufficientStatistics  # noqa: E402
@@ -39,11 +38,6 @@ FAMILIES = {
 def synchronous():
     with dask.config.set(scheduler="synchronous"):  # no cluster: the partitions run one after the other here
         yield
-
-
-@pytest.fixture(autouse=True)
-def partitioned_release(monkeypatch):
-    apply_release_hook(monkeypatch)  # release.py's Dask hook, until it lands there (tests/_dask_hook.py)
 
 
 def _rows(case: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

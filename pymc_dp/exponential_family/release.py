@@ -14,6 +14,7 @@ from pymc.model import modelcontext
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
+from pymc_dp.backends.dask_rows import check_partitioned_release, private_statistics
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.anchors import (
@@ -44,7 +45,7 @@ from pymc_dp.exponential_family.release_noise import (
     noisy_release,
     price_release,
 )
-from pymc_dp.mechanisms import PrivateSufficientStatistics, mechanism_rng
+from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.public_data import declare_constants_public
 from pymc_dp.results import finalize_result, posterior_attrs
 from pymc_dp.run import AccountantRecord, PrivateRun
@@ -598,7 +599,8 @@ def release_statistics(
         ``covariate_anchors`` ≥ 1 required, 2 recommended:
         :mod:`pymc_dp.exponential_family.negative_binomial`), or a family instance.
     data : array or (X, y)
-        The raw rows. Rows outside the public bounds are mapped into them (``out_of_bounds``).
+        The raw rows, in memory or as Dask arrays (``docs/dask.md``: each partition's sums are computed on
+        the workers). Rows outside the public bounds are mapped into them (``out_of_bounds``).
     epsilon : float
         ε of the release.
     random_seed : int or Generator, optional
@@ -738,12 +740,14 @@ def release_statistics(
     label = f"{mechanism} sufficient statistics [{fam.name}]"
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
     shares = anchor_shares(anchors, getattr(fam, "anchor_share", ANCHOR_SHARE))  # a family may set its own
+    check_partitioned_release(data, out_of_bounds=out_of_bounds, clipping_check=clipping_check)  # Dask: metadata only
     check_share = plan_clipping_check(clipping_check, out_of_bounds, mechanism, epsilon, delta, data)  # public
     noise_setting, anchor_settings, check_setting, events = price_release(
         mechanism, epsilon, delta, shares, label, anchor_label, check_share, CLIPPING_CHECK_LABEL
     )
-    # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged.
-    private = PrivateSufficientStatistics(
+    # The mechanism reads the rows once (shapes, public bounds, N), before anything is charged; for Dask arrays N
+    # comes from the chunk sizes and the partitions are read on the workers at the release, after the charge.
+    private = private_statistics(
         fam,
         data,
         out_of_bounds,
