@@ -343,9 +343,16 @@ def unroutable_note(parts: RegressionParts | None) -> str | None:
             "statistics carry next to no information about alpha, so their route needs alpha as a public constant "
             "(pm.NegativeBinomial(mu=pm.math.exp(...), alpha=<number>)); the general routes apply as they are"
         )
+    if parts.family == "grouped_poisson_regression":
+        return (
+            "the graph is a Poisson regression with varying intercepts by a group index: the one-call route does not "
+            "run its grouped release yet, but pmdp.release_statistics('poisson_regression', (X, y, groups), "
+            "n_groups=..., n_features=..., x_bounds=..., y_max=...) releases it and its likelihood "
+            "(docs/exponential_family.md); the general routes apply as they are"
+        )
     return (
         f"the graph is a {parts.base.replace('_', ' ')} with varying intercepts by a group index, which no grouped "
-        "release covers yet (grouped releases: linear and logistic regression); the general routes apply"
+        "release covers yet (grouped releases: linear, logistic and Poisson regression); the general routes apply"
     )
 
 

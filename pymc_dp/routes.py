@@ -268,7 +268,8 @@ def _release_route(
     tau = noise_multiplier_for_target(epsilon, delta, 1)
     gaussian = (tau * fam.l2_sensitivity()) ** 2 < 2.0 * (fam.l1_sensitivity() / epsilon) ** 2
     noise = {"mechanism": "gaussian", "delta": delta} if gaussian else {"mechanism": "laplace"}
-    anchors = release_anchors(family, n_rows, epsilon)  # public N and ε only (the planner's row says the same)
+    # Public N and ε only (the planner's row says the same); a grouped release takes no anchors.
+    anchors = 0 if parts.groups is not None else release_anchors(family, n_rows, epsilon)
 
     # The priors, and the likelihood's parameters on them, before anything is released.
     prior = _prior_model(model, parts.outcome)

@@ -410,3 +410,23 @@ def test_grouped_poisson_settings_are_checked_naming_the_parameter():
         GroupedRegression("logistic_regression", 2, 0, y_max=3)
     family = grouped_family("poisson_regression", n_groups=2, n_features=0, y_max=3)
     assert family.params == ("alpha", "beta") and family.settings()["y_max"] == 3
+
+
+def test_a_grouped_poisson_pymc_model_is_read_off_its_graph_into_the_grouped_release_settings():
+    # The one-call route's pieces, from the graph only (no sampling): the family, the settings and the anchors (none).
+    from pymc_dp.regression_graph import regression_parts, unroutable_note
+    from pymc_dp.routes import _release_settings
+
+    x, y, groups = _poisson_rows(200, 5, seed=2)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        effects = pm.Normal("effects", 0.0, 1.0, shape=5)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=1)
+        pm.Poisson("y", mu=pm.math.exp(mu + effects[groups] + x @ beta), observed=y)
+    parts = regression_parts(model)
+    assert parts.family == "grouped_poisson_regression" and parts.n_groups == 5
+    settings, family = _release_settings(parts, (-4.0, 4.0), (0, 30))
+    assert settings == {"n_groups": 5, "n_features": 1, "x_bounds": ([-4.0], [4.0]), "y_max": 30}
+    assert isinstance(family, GroupedRegression) and family.base == "poisson_regression" and family.y_max == 30
+    # Until the planner has its route (pymc_dp.route_predictions), the note names the release that covers it.
+    assert "pmdp.release_statistics('poisson_regression', (X, y, groups)" in unroutable_note(parts)
