@@ -338,7 +338,25 @@ def _newton_text(run_centring: dict[str, Any]) -> str:
         f"{_g(run_centring['newton_hessian_noise_multiplier'])} for Hessians, {_g(run_centring['newton_share'])} of "
         "the anchor's μ together) moved θ̂ from the DPADVI start's mean, each to the Newton step computed from "
         "the previous pilot's released sums and the data-free prior (post-processing); they are counted in ε"
+        + _newton_clips_text(run_centring)
     )
+
+
+def _newton_clips_text(run_centring: dict[str, Any]) -> str:
+    """Where the pilots' clips and the anchor's clip histograms come from (empty on records without them)."""
+    clips = run_centring.get("newton_clips")
+    text = (
+        f". Each pilot clipped every row's score at the public B = {_g(clips[0])} and its Hessian at B²/4 = "
+        f"{_g(clips[1])}"
+        if clips
+        else ""
+    )
+    if run_centring.get("clip_histograms_point") is not None:
+        text += (
+            "; the anchor's clips come from the noisy score- and Hessian-norm histograms released at the "
+            "anchor's own point, the last Newton point"
+        )
+    return text
 
 
 def _centred_step_text(
