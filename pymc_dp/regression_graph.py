@@ -345,10 +345,10 @@ def unroutable_note(parts: RegressionParts | None) -> str | None:
         )
     if parts.family == "grouped_poisson_regression":
         return (
-            "the graph is a Poisson regression with varying intercepts by a group index: the one-call route does not "
-            "run its grouped release yet, but pmdp.release_statistics('poisson_regression', (X, y, groups), "
-            "n_groups=..., n_features=..., x_bounds=..., y_max=...) releases it and its likelihood "
-            "(docs/exponential_family.md); the general routes apply as they are"
+            "the graph is a Poisson regression with varying intercepts by a group index, which no grouped release "
+            "covers yet on the one-call route; pmdp.release_statistics('poisson_regression', (X, y, groups), "
+            "n_groups=..., n_features=..., x_bounds=..., y_max=...) releases it and its noise-aware likelihood by "
+            "hand (docs/exponential_family.md); the general routes apply as they are"
         )
     return (
         f"the graph is a {parts.base.replace('_', ' ')} with varying intercepts by a group index, which no grouped "
