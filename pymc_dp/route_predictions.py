@@ -61,9 +61,12 @@ import numpy as np
 
 from pymc_dp._validation import check_bounds_pair
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, noise_multiplier_for_target
-from pymc_dp.accounting.events import GaussianReleases, PoissonGaussianReleases
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
+from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian
+from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 from pymc_dp.regression_graph import regression_parts
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS
 
@@ -551,7 +554,7 @@ class _ChainsMu:
         self.mu = mu_per_iteration
 
     def privacy_events(self, k: int) -> list[Any]:
-        return [GaussianReleases(math.sqrt(0.5 / self.mu), int(k), "centred chains")]
+        return NoisyClippedGradient.events(math.sqrt(0.5 / self.mu), int(k), "centred chains")
 
 
 def centred_chains_mu(
@@ -578,11 +581,17 @@ def centred_chains_mu(
     )
     tau_clip = math.sqrt(3 / (2.0 * gaussian_mu_for_target(clip_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)))
     anchor, pilot = centring_noise_multipliers(epsilon, delta, 1.0 - init_share - clip_share)
+    # Each release priced by its mechanism's own event builder, as the run prices it (tests/test_run.py).
+    (score, hessian) = (NoisyClippedGradient, NoisyClippedHessian)
     earlier = (
-        PoissonGaussianReleases(sigma, rate, DP_START_ITERATIONS, neighbouring, "DP start"),
-        GaussianReleases(tau_clip, 3, "clip bound"),
-        *(GaussianReleases(tau, CENTRE_NEWTON_STEPS, "pilots") for tau in pilot),
-        *(GaussianReleases(tau, 1, "anchor") for tau in anchor),
+        *NoisyPoissonGradientSum.events(sigma, rate, DP_START_ITERATIONS, neighbouring, "DP start"),
+        *NoisyScoreNormHistogram.events(tau_clip, 3, "clip bound"),
+        *(
+            e
+            for mech, tau in zip((score, hessian), pilot, strict=True)
+            for e in mech.events(tau, CENTRE_NEWTON_STEPS, "pilots")
+        ),
+        *(e for mech, tau in zip((score, hessian), anchor, strict=True) for e in mech.events(tau, 1, "anchor")),
     )
     (chains,) = calibrate_releasers([_ChainsMu()], 1, epsilon, delta, earlier)
     return chains.mu, (anchor, pilot)
