@@ -57,6 +57,7 @@ from pymc_dp.results import group, group_names, posterior_attrs
 from pymc_dp.usability import (  # re-exported: their home
     PoorMixingError,
     PoorMixingWarning,
+    bounds_clipping_note,
     bounds_clipping_problem,
     clipping_problem,
 )
@@ -298,11 +299,13 @@ def verdict(diagnostics: dict[str, Any]) -> str:
         )
     head = "usable" if diagnostics.get("usable") else "NOT a usable posterior: " + "; ".join(diagnostics["problems"])
     rule = f" Rule: {limits['rule']}." if limits.get("rule") else ""
+    notes = "".join(f" Note: {note}." for note in diagnostics.get("notes") or [])
     return (
         f"DP result diagnostics (from the released draws, no privacy cost): {head}"
         + (f"; {', '.join(parts)}" if parts else "")
         + "."
         + rule
+        + notes
         + " Details: posterior.attrs['dp_diagnostics']."
     )
 
@@ -408,6 +411,9 @@ def attach_diagnostics(
         if bounds_problem is not None:
             diagnostics["problems"].append(bounds_problem)
             diagnostics["usable"] = False
+        note = bounds_clipping_note(check)  # a check too noisy to flag anything says so (public settings only)
+        if note is not None:
+            diagnostics.setdefault("notes", []).append(note)
     if divergences is not None:
         diagnostics["divergences"] = int(divergences)
         if divergences > 0:

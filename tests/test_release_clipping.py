@@ -21,7 +21,7 @@ import pytest
 import pymc_dp as pmdp
 import pymc_dp.exponential_family.release as release_module
 from pymc_dp.accounting.composition import compose_epsilon
-from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics
+from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, verdict
 from pymc_dp.exponential_family import get_family
 from pymc_dp.exponential_family.clipping_check import (
     CLIPPING_CHECK_LABEL,
@@ -78,7 +78,7 @@ def test_the_count_is_priced_before_any_row_is_read_and_the_spend_equals_the_tar
     price = release_module.price_release
     plan = PrivateRun.plan
     count_init = PrivateClippedCount.__init__
-    statistics = release_module.PrivateSufficientStatistics
+    statistics = release_module.private_statistics  # in memory: PrivateSufficientStatistics
 
     def priced(*args, **kwargs):
         out = price(*args, **kwargs)
@@ -100,7 +100,7 @@ def test_the_count_is_priced_before_any_row_is_read_and_the_spend_equals_the_tar
     monkeypatch.setattr(release_module, "price_release", priced)
     monkeypatch.setattr(PrivateRun, "plan", charged)
     monkeypatch.setattr(PrivateClippedCount, "__init__", count_reads)
-    monkeypatch.setattr(release_module, "PrivateSufficientStatistics", statistics_read)
+    monkeypatch.setattr(release_module, "private_statistics", statistics_read)
     budget = pmdp.PrivacyBudget(epsilon=2.0, delta=DELTA, n_rows=4000)
     release = _linear_release(x, y, mechanism, budget=budget, clipping_check=True)
     # Priced (the check's event among the release's) before any row is read; the count reads after the charge.
@@ -229,7 +229,9 @@ def test_a_check_whose_noise_hides_its_threshold_says_so_instead_of_passing_sile
     note = bounds_clipping_note(check)
     assert note is not None and "cannot resolve its threshold" in note and note == check["note"]
     kept = attach_diagnostics(_independent_draws(), "warn", method=RELEASED_STATISTICS_METHOD, bounds_clipping=[check])
-    assert json.loads(kept.posterior.attrs["dp_diagnostics"])["bounds_clipping"][0]["resolvable"] is False
+    recorded = json.loads(kept.posterior.attrs["dp_diagnostics"])
+    assert recorded["bounds_clipping"][0]["resolvable"] is False
+    assert recorded["notes"] == [note] and f"Note: {note}." in verdict(recorded)  # said in the logged verdict too
     # The rule's edge, from public values only: 3 sd just below the threshold is resolvable, at it is not.
     threshold = 1 / math.sqrt(10_000)
     assert check_resolution(0.999 * threshold / 3, 10_000)["resolvable"] is True
