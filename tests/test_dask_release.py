@@ -131,6 +131,8 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing():
         (dict(data=(xd, yd), out_of_bounds="raise"), ValueError, "`out_of_bounds` must be 'clamp' for rows given as"),
         (dict(data=(xd, yd), clipping_check=True), ValueError, "`clipping_check` must be False for rows given as"),
         (dict(data=(xd[:, :2], yd)), ValueError, "X"),  # the family's own shape check, on one row of zeros
+        # a non-numeric dtype (metadata) is refused here, not by a worker failing on a value after the charge
+        (dict(data=(xd, yd.astype(object))), TypeError, "must hold booleans, integers or floats.*Found dtype object"),
     ]
     for kwargs, error, message in cases:
         data = kwargs.pop("data")

@@ -430,3 +430,17 @@ def test_a_grouped_poisson_pymc_model_is_read_off_its_graph_into_the_grouped_rel
     assert isinstance(family, GroupedRegression) and family.base == "poisson_regression" and family.y_max == 30
     # Until the planner has its route (pymc_dp.route_predictions), the note names the release that covers it.
     assert "pmdp.release_statistics('poisson_regression', (X, y, groups)" in unroutable_note(parts)
+
+
+def test_a_grouped_poisson_likelihood_builds_with_a_constant_covariate():
+    """A constant column (zero-width bounds, as for an explicit intercept) releases neither copy of its sum; the
+    likelihood reads what was released (privacy review: an IndexError once the release was already charged)."""
+    x, y, groups = _poisson_rows(200, 2, seed=3)
+    ones = np.column_stack([np.ones(200), x[:, 0]])
+    release = release_statistics(
+        "poisson_regression", (ones, y, groups), epsilon=1.0, n_groups=2, n_features=2,
+        x_bounds=((1.0, -3.0), (1.0, 3.0)), y_max=4,
+    )  # fmt: skip
+    with pm.Model() as model:
+        release.likelihood("lik", alpha=pm.Normal("a", shape=2), beta=pm.Normal("b", shape=2))
+    assert model.logp() is not None  # the graph builds (compiling it costs tens of seconds; not needed here)

@@ -99,7 +99,14 @@ def partitioned_n_rows(data: Any) -> int:
             raise ValueError(
                 "`data` given as Dask arrays must have known chunk sizes along the rows: N is public and is read from "
                 "them, never counted from the rows. Found unknown sizes (nan); convert a dask dataframe with "
-                "`to_dask_array(lengths=True)` or call `array.compute_chunk_sizes()` first."
+                "`to_dask_array(lengths=True)` or call `array.compute_chunk_sizes()` first (on rows selected by public "
+                "attributes only: a filter on private values makes N private, which this release does not cover)."
+            )
+        if array.dtype.kind not in "biuf":
+            raise TypeError(
+                "`data` given as Dask arrays must hold booleans, integers or floats (their dtype is metadata; a "
+                "value that is not a number would otherwise fail on a worker after the charge). "
+                f"Found dtype {array.dtype}."
             )
         lengths.append(int(sum(rows)))
     if len(set(lengths)) > 1:

@@ -249,7 +249,10 @@ def _merged_copies(family: Any, cells: np.ndarray, keep: np.ndarray) -> tuple[np
     d = family.cell.n_features
     position = _product_positions(family)
     for j in range(1, d):
-        at = int(np.nonzero(keep == position[(0, j)])[0][0])
+        found = np.nonzero(keep == position[(0, j)])[0]
+        if not found.size:  # a constant covariate (zero-width bounds): neither copy is released, nothing to merge
+            continue
+        at = int(found[0])
         values[:, at] = 0.5 * (cells[:, d + j] + cells[:, position[(0, j)]])
         weights[at] = 0.5
     single = ~((keep > d) & (keep < 2 * d))  # Σ x̃ⱼ, j ≥ 1: read in the averages
