@@ -108,6 +108,7 @@ from pymc_dp.route_predictions import (
     RELEASE_ROUTES,
     centred_rows,
     centring_bound_and_lipschitz,
+    default_dpadvi_sampling_rate,  # re-exported: its home is below the planner, beside the centred prediction
     gaussian_to_laplace_variance,
     one_call_route,
     release_once_row,
@@ -140,8 +141,6 @@ __all__ = [
 _RWM_EFFICIENCY = 0.331
 #: Optimal speed ℓ² · 2Φ(−ℓ/2) of random-walk Metropolis, at ℓ = 2.38.
 _RWM_SPEED = 1.325
-#: Expected rows per DPADVI batch when no sampling rate is given.
-DPADVI_BATCH_ROWS = 1000.0
 #: Fraction of the iterations the plan spends on tuning.
 TUNE_FRACTION = 0.25
 #: c² at which ESS reaches 90 % of its limit (c² / (1 + c²) = 0.9).
@@ -151,11 +150,6 @@ _KNEE = 9.0
 def _sensitivity_factor(neighbouring: str) -> float:
     """κ: the sensitivity of a sum of rows clipped to norm 1 (2 under substitute, 1 under add/remove)."""
     return sensitivity_of_clipped_sum(1.0, neighbouring)
-
-
-def default_dpadvi_sampling_rate(n_rows: int) -> float:
-    """q = min(1, 1000/N): Poisson batches of about 1,000 rows, the default of the plan and of init="dpadvi"."""
-    return min(1.0, DPADVI_BATCH_ROWS / n_rows)
 
 
 def penalty_ess(iterations: int, **setting: Any) -> float:

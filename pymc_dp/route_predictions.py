@@ -75,6 +75,7 @@ __all__ = [
     "CENTRE_HESSIAN_SHARE",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
+    "DPADVI_BATCH_ROWS",
     "DP_START_ITERATIONS",
     "LOGISTIC_THIRD",
     "RELEASE_ONCE_CLIP_MARGIN",
@@ -89,6 +90,7 @@ __all__ = [
     "centred_rows",
     "centring_bound_and_lipschitz",
     "centring_noise_multipliers",
+    "default_dpadvi_sampling_rate",
     "gaussian_to_laplace_variance",
     "logistic_centring_bound",
     "one_call_route",
@@ -415,8 +417,15 @@ CENTRE_NEWTON_SHARE = 0.6
 CENTRE_NEWTON_STEPS = 5
 #: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function: κ = B³/(6√3) bounds a row's Hessian's Lipschitz constant.
 LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
-#: The DPADVI start pmdp.sample plans: its iterations and expected rows per Poisson batch (public constants).
+#: The DPADVI start pmdp.sample plans (``init="dpadvi"``): its iterations (public constant).
 DP_START_ITERATIONS = 1000
+#: Expected rows per DPADVI batch when no sampling rate is given (the plan's and ``init="dpadvi"``'s).
+DPADVI_BATCH_ROWS = 1000.0
+
+
+def default_dpadvi_sampling_rate(n_rows: int) -> float:
+    """q = min(1, 1000/N): Poisson batches of about 1,000 rows, the default of the plan and of init="dpadvi"."""
+    return min(1.0, DPADVI_BATCH_ROWS / n_rows)
 
 
 def centring_noise_multipliers(
@@ -575,7 +584,7 @@ def centred_chains_mu(
     """
     from pymc_dp.accounting.calibrate import calibrate_releasers, poisson_gaussian_noise_multiplier
 
-    rate = min(1.0, 1000.0 / n_rows)
+    rate = default_dpadvi_sampling_rate(n_rows)
     sigma = poisson_gaussian_noise_multiplier(
         init_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, rate, DP_START_ITERATIONS, neighbouring
     )

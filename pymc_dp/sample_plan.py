@@ -45,9 +45,9 @@ from pymc_dp.mechanisms.clip_bound import (
     quantile_from_histogram,
     quantile_is_resolvable,
 )
-from pymc_dp.planning import default_dpadvi_sampling_rate
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import PrivateStart, note_dropped_deterministics
+from pymc_dp.route_predictions import DP_START_ITERATIONS, default_dpadvi_sampling_rate
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import (
     check_init,
@@ -332,7 +332,7 @@ def dpadvi_start_settings(n_rows: int, clip: float) -> dict[str, Any]:
         "approximation": "meanfield",
         "optimizer": "adam",
         "learning_rate": 0.05,
-        "iterations": 1000,
+        "iterations": DP_START_ITERATIONS,
     }
 
 
