@@ -89,6 +89,7 @@ __all__ = [
     "centred_ess",
     "centred_rows",
     "centring_bound_and_lipschitz",
+    "centring_events",
     "centring_noise_multipliers",
     "default_dpadvi_sampling_rate",
     "gaussian_to_laplace_variance",
@@ -552,6 +553,31 @@ def centring_bound_and_lipschitz(
     return bound, (centre_lipschitz if centre_lipschitz is not None else LOGISTIC_THIRD * bound**3), why
 
 
+def centring_events(
+    anchor_taus: tuple[float, float], pilot_taus: tuple[float, float], who: str = "planned"
+) -> tuple[Any, ...]:
+    """The privacy events of a centred run's releases before its chains (public settings only).
+
+    The :data:`CENTRE_NEWTON_STEPS` pilot pairs, then the anchor's pair: each a clipped score sum
+    (τ_G) and a clipped Hessian sum (τ_H), priced by the mechanisms' own event builders. What
+    :func:`pymc_dp.step_methods.centred_plan.plan_centring` charges in the run's plan and what
+    :func:`centred_chains_mu` predicts with.
+    """
+    events: tuple[Any, ...] = ()
+    for k in range(CENTRE_NEWTON_STEPS):
+        label = f"{who} centring Newton step {k + 1}"
+        events += (
+            *NoisyClippedGradient.events(pilot_taus[0], 1, label),
+            *NoisyClippedHessian.events(pilot_taus[1], 1, f"{label} (Hessian)"),
+        )
+    label = f"{who} centring anchor"
+    return (
+        *events,
+        *NoisyClippedGradient.events(anchor_taus[0], 1, label),
+        *NoisyClippedHessian.events(anchor_taus[1], 1, f"{label} (Hessian)"),
+    )
+
+
 class _ChainsMu:
     """A stand-in releaser for :func:`pymc_dp.accounting.calibrate.calibrate_releasers`: one Gaussian release of
     μ per iteration, so that one iteration's calibrated μ is the chains' whole μ (public settings only)."""
@@ -591,16 +617,10 @@ def centred_chains_mu(
     tau_clip = math.sqrt(3 / (2.0 * gaussian_mu_for_target(clip_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)))
     anchor, pilot = centring_noise_multipliers(epsilon, delta, 1.0 - init_share - clip_share)
     # Each release priced by its mechanism's own event builder, as the run prices it (tests/test_run.py).
-    (score, hessian) = (NoisyClippedGradient, NoisyClippedHessian)
     earlier = (
         *NoisyPoissonGradientSum.events(sigma, rate, DP_START_ITERATIONS, neighbouring, "DP start"),
         *NoisyScoreNormHistogram.events(tau_clip, 3, "clip bound"),
-        *(
-            e
-            for mech, tau in zip((score, hessian), pilot, strict=True)
-            for e in mech.events(tau, CENTRE_NEWTON_STEPS, "pilots")
-        ),
-        *(e for mech, tau in zip((score, hessian), anchor, strict=True) for e in mech.events(tau, 1, "anchor")),
+        *centring_events(anchor, pilot),
     )
     (chains,) = calibrate_releasers([_ChainsMu()], 1, epsilon, delta, earlier)
     return chains.mu, (anchor, pilot)

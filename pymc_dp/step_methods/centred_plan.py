@@ -55,15 +55,14 @@ from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms.centred import check_centre_lipschitz
 from pymc_dp.mechanisms.clip_bound import clipping_summary
-from pymc_dp.mechanisms.gradient import NoisyClippedGradient
-from pymc_dp.mechanisms.hessian import NoisyClippedHessian
 from pymc_dp.route_predictions import (  # the pure math, on the planning floor (pmdp.plan's centred rows use it)
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
     CENTRE_NEWTON_SHARE,
     CENTRE_NEWTON_STEPS,
-    LOGISTIC_THIRD,
     centred_ess,
+    centring_bound_and_lipschitz,
+    centring_events,
     centring_noise_multipliers,
     logistic_centring_bound,
 )
@@ -366,14 +365,9 @@ def plan_centring(
                 f"centre_lipschitz={centre_lipschitz!r}."
             )
     why = "centre=False" if centre is False else _not_applicable(steps, dp_init, *backends)
-    bound = None
-    if why is None:
-        bound, why = logistic_centring_bound(model, x_bounds)
-        if bound is not None and math.isnan(bound) and centre_lipschitz is not None:
-            bound = (centre_lipschitz / LOGISTIC_THIRD) ** (1.0 / 3.0)  # the B whose worst-case κ is the caller's
-            why = "centre_lipschitz"
-        elif bound is not None and math.isnan(bound):
-            bound = None
+    bound = lipschitz = None
+    if why is None:  # B from x_bounds (or the B whose worst-case κ is the caller's), κ the caller's or B³/(6√3)
+        bound, lipschitz, why = centring_bound_and_lipschitz(model, x_bounds, centre_lipschitz)
     if bound is None:
         if centre is True:
             raise ValueError(f"`centre`=True needs centring to apply to this run. Found: {why}.")
@@ -384,22 +378,11 @@ def plan_centring(
                     f"{name}={value!r}."
                 )
         return None, {"used": False, "reason": why}
-    lipschitz = centre_lipschitz if centre_lipschitz is not None else LOGISTIC_THIRD * bound**3
     source = "centre_lipschitz" if centre_lipschitz is not None else "x_bounds (worst case B³/(6√3))"
     share = check_finite_positive("chain_share", chain_share)
     (tau_g, tau_h), newton_taus = centring_noise_multipliers(epsilon, delta, share)
     who = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}]"
-    events: tuple[PrivacyEvent, ...] = ()
-    for k in range(CENTRE_NEWTON_STEPS):  # the pilots, then the anchor: all priced here, before any row is read
-        label = f"{who} centring Newton step {k + 1}"
-        events += tuple(
-            NoisyClippedGradient.events(newton_taus[0], 1, label)
-            + NoisyClippedHessian.events(newton_taus[1], 1, f"{label} (Hessian)")
-        )
-    label = f"{who} centring anchor"
-    events += tuple(
-        NoisyClippedGradient.events(tau_g, 1, label) + NoisyClippedHessian.events(tau_h, 1, f"{label} (Hessian)")
-    )
+    events = centring_events((tau_g, tau_h), newton_taus, who)  # all priced here, before any row is read
     # a caller's clip bounds are not used by a centred chain (it clips at the centring bounds): say so
     replaced = {name: getattr(steps[0], name) for name in type(steps[0]).clip_attributes}
     replaced = {name: value for name, value in replaced.items() if value != AUTO_CLIP}
