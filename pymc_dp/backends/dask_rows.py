@@ -34,6 +34,7 @@ from pymc_dp.mechanisms.sufficient_statistics import (
     PrivateSufficientStatistics,
     RowSums,
     _is_partitioned,
+    is_partitioned,  # re-exported: the dispatch's question, asked where the in-memory mechanism refuses too
     row_sums,
 )
 
@@ -49,12 +50,6 @@ __all__ = [
 
 class PartitionError(RuntimeError):
     """A partition's sums failed on a worker; only the exception's type crosses the network, never its text."""
-
-
-def is_partitioned(data: Any) -> bool:
-    """Whether ``data`` (an array, or a tuple of arrays) is given as Dask collections (nothing read)."""
-    parts = data if isinstance(data, tuple | list) else (data,)
-    return any(_is_partitioned(part) for part in parts)
 
 
 def _arrays(data: Any) -> tuple[Any, ...]:

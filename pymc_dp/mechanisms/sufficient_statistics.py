@@ -34,6 +34,7 @@ __all__ = [
     "RowSums",
     "checked_row_sums",
     "grid_exponent",
+    "is_partitioned",
     "laplace_sufficient_statistics",
     "refuse_partitioned_rows",
     "row_sums",
@@ -189,10 +190,16 @@ def _is_partitioned(value: Any) -> bool:
     return type(value).__module__.partition(".")[0] == "dask"
 
 
+def is_partitioned(data: Any) -> bool:
+    """Whether ``data`` (an array, or a tuple of arrays) is given as Dask collections (nothing read)."""
+    parts = data if isinstance(data, tuple | list) else (data,)
+    return any(_is_partitioned(part) for part in parts)
+
+
 def refuse_partitioned_rows(data: Any) -> None:
     """Refuse rows given as Dask collections: this in-memory mechanism would read every row on the client."""
-    parts = data if isinstance(data, tuple | list) else (data,)
-    if any(_is_partitioned(part) for part in parts):
+    if is_partitioned(data):
+        parts = data if isinstance(data, tuple | list) else (data,)
         raise TypeError(
             "`data` given as Dask arrays must be released by pymc_dp.release_statistics, which sums each partition "
             "on the workers; this in-memory mechanism would read every row on the client. Found "
