@@ -248,6 +248,11 @@ class PoissonRegression(_CovariateFamily):
         rows, cols = self._triu
         return np.column_stack([y * x, x, x[:, rows] * x[:, cols]])
 
+    def product_positions(self) -> dict[tuple[int, int], int]:
+        """{(j, k), j ≤ k: index of Σ xⱼxₖ in the statistic vector} (after the 2d entries of Σ y·x and Σ x)."""
+        d = self.n_features
+        return {(int(r), int(c)): 2 * d + i for i, (r, c) in enumerate(zip(*self._triu, strict=True))}
+
     def split(self, statistics: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(Σ y·x, Σ x, the symmetric Σ xxᵀ) from a statistic vector."""
         d = self.n_features

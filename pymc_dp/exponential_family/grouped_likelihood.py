@@ -229,10 +229,7 @@ def _product_positions(family: Any) -> dict[tuple[int, int], int]:
     cell = family.cell
     if family.base == "linear_regression":
         return {(int(r), int(c)): i for i, (r, c) in enumerate(zip(*cell._triu, strict=True))}
-    if family.base == "logistic_regression":
-        return cell.product_positions()
-    d = cell.n_features  # Poisson: after Σ y·x̃ and Σ x̃
-    return {(int(r), int(c)): 2 * d + i for i, (r, c) in enumerate(zip(*cell._triu, strict=True))}
+    return cell.product_positions()  # the logistic and Poisson cells' own layouts
 
 
 def _merged_copies(family: Any, cells: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
