@@ -355,8 +355,9 @@ class Plan:
         for m in self.methods:
             sampler = m.method.split(" ")[0] in ("DPPenaltyMH", "DPHMC")
             released = m.method == "release_statistics"
-            acc = cell(m.expected_acceptance, "acc" if sampler else "-")
-            ess = cell(m.expected_ess, "ess" if sampler else "-")
+            unpredicted = _CENTRED_UNPREDICTED if "(centred)" in m.method else ""
+            acc = cell(m.expected_acceptance, "acc" if sampler else "-", unpredicted)
+            ess = cell(m.expected_ess, "ess" if sampler else "-", unpredicted)
             lim = cell(m.ess_limit, "ess" if sampler else "-", f"{m.method}'s ESS limit has no closed form")
             err = cell(m.noise_to_signal, "-" if sampler else "err", _RELEASED_UNPREDICTED if released else "")
             sdx = cell(m.sd_ratio, "err" if released or m.method == "release_once" else "-")
@@ -389,6 +390,12 @@ class Plan:
             lines.append(f"pmdp.sample(epsilon=..., delta=...) without step= runs: {self.one_call_reason}")
         return "\n".join(lines)
 
+
+#: Why a centred row may have no predicted ESS (the "?" of the printed plan).
+_CENTRED_UNPREDICTED = (
+    "a centred row's ESS where the noisy Newton steps cannot resolve the posterior's curvature (the row's note, "
+    "Plan.method(...).note, says how far off)"
+)
 
 #: Why the released-statistics row has no predicted error (the "?" of the printed plan).
 _RELEASED_UNPREDICTED = (
@@ -573,13 +580,27 @@ def _recommend(
     return recommended, recommendation
 
 
+#: The centred rows' posterior sd without a caller's: LOGISTIC_SD_FACTOR/√N (a logistic row's information is at
+#: most ¼ per unit-variance coordinate, at p = ½).
+LOGISTIC_SD_FACTOR = 2.0
+
+
 def _centred_methods(
-    centring: tuple[float, float] | None, epsilon: float, delta: float, setting: dict[str, Any]
+    centring: tuple[float, float] | None, epsilon: float, delta: float, setting: dict[str, Any], sd_source: str
 ) -> tuple[tuple[MethodPlan, ...], dict[str, Any]]:
     """The centred rows (:func:`pymc_dp.route_predictions.centred_rows`) where ``pmdp.sample`` would centre, and the
-    settings they assume (the plan's ``details``); none without (B, κ) or under add/remove (no DP start there)."""
+    settings they assume (the plan's ``details``); none without (B, κ) or under add/remove (no DP start there).
+
+    The centred rows are for a logistic regression, whose rows carry less information than the
+    unit-information guess: at p = ½ and unit-variance covariates a row's Fisher information is
+    ¼ per coordinate, so without a ``posterior_sd`` the rows take s = 2/√N
+    (:data:`LOGISTIC_SD_FACTOR`; measured 2.3–2.5/√N on the benchmark's N(0, 1) covariates, where
+    1/√N made the noise, which grows like s³, 10–15× too small).
+    """
     if centring is None or setting["neighbouring"] != "substitute":
         return (), {}
+    if sd_source == "unit information":
+        setting = {**setting, "posterior_sd": LOGISTIC_SD_FACTOR / math.sqrt(setting["n_rows"])}
     setting = {**setting, "bound": centring[0], "lipschitz": centring[1], "tune_fraction": TUNE_FRACTION}
     rows, details = centred_rows(epsilon, delta, **setting)
     return tuple(MethodPlan(**row) for row in rows), {"centring": details}
@@ -662,7 +683,7 @@ def plan_from_settings(
         methods = (MethodPlan(**released_statistics_row(released_statistics, n_rows, epsilon)), *methods)
     setting = dict(n_rows=n_rows, n_params=n_params, chains=chains, posterior_sd=s, neighbouring=neighbouring)
     setting.update(n_leapfrog=n_leapfrog, grad_budget_share=grad_budget_share, max_iterations=max_iterations)
-    centred, details = _centred_methods(centring, epsilon, delta, setting)
+    centred, details = _centred_methods(centring, epsilon, delta, setting, source)
     methods = (*methods, *centred)
     recommended, recommendation = _recommend(methods, chains, released_statistics, epsilon, delta, n_params)
     fields = (epsilon, delta, neighbouring, n_rows, n_params, chains, s, source, methods, recommendation, details)

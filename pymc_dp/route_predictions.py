@@ -73,9 +73,11 @@ from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS
 __all__ = [
     "CENTRE_ANCHOR_SHARE",
     "CENTRE_HESSIAN_SHARE",
+    "CENTRE_MAX_CURVATURE_NOISE",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
     "DPADVI_BATCH_ROWS",
+    "DPHMC_TARGET_ACCEPT",
     "DP_START_ITERATIONS",
     "LOGISTIC_THIRD",
     "RELEASE_ONCE_CLIP_MARGIN",
@@ -87,8 +89,10 @@ __all__ = [
     "RELEASE_ROUTES",
     "centred_chains_mu",
     "centred_ess",
+    "centred_prediction_at",
     "centred_rows",
     "centring_bound_and_lipschitz",
+    "centring_curvature_noise",
     "centring_events",
     "centring_noise_multipliers",
     "default_dpadvi_sampling_rate",
@@ -418,6 +422,11 @@ CENTRE_NEWTON_SHARE = 0.6
 CENTRE_NEWTON_STEPS = 5
 #: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function: κ = B³/(6√3) bounds a row's Hessian's Lipschitz constant.
 LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
+#: The centred rows are predicted only where a pilot's Hessian noise is at most this fraction of the posterior's
+#: curvature (:func:`centring_curvature_noise`): measured in ``benchmarks/centred_planner_check.py``.
+CENTRE_MAX_CURVATURE_NOISE = 0.5
+#: DPHMC's default ``target_accept`` (its step size's dual-averaging target), which the centred prediction models.
+DPHMC_TARGET_ACCEPT = 0.65
 #: The DPADVI start pmdp.sample plans (``init="dpadvi"``): its iterations (public constant).
 DP_START_ITERATIONS = 1000
 #: Expected rows per DPADVI batch when no sampling rate is given (the plan's and ``init="dpadvi"``'s).
@@ -461,6 +470,7 @@ def centred_ess(
     grad_noise_multiplier: float | None = None,
     n_leapfrog: int | None = None,
     neighbouring: str = "substitute",
+    target_accept: float = DPHMC_TARGET_ACCEPT,
 ) -> dict[str, Any]:
     """The predicted bulk ESS of one centred second-order chain (DPHMC with ``grad_noise_multiplier``, else
     DPPenaltyMH), from public quantities only.
@@ -471,13 +481,19 @@ def centred_ess(
     - **DPPenaltyMH**: the second-order ratio bound is ½κR² per unit of ‖Δθ‖, so the planner's
       random-walk law (:func:`pymc_dp.planning.penalty_ess_from_noise`) with b = ½κR²:
       ESS = 0.331 draws / (P (1 + c²)), c = f τ b s (f = 2 substitute, 1 add/remove).
-    - **DPHMC**: a tuned trajectory moves ‖Δθ‖ ≈ s√P; the test's noise is σ_l = f τ_l c with
-      c = ½κ‖Δθ‖(R² − ‖Δθ‖²/6) (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`),
-      the gradients' σ_g = f τ_g ½κR² per coordinate, which perturbs the trajectory's energy by
-      about σ_H = (π/2) s σ_g √(P/L) (L momentum kicks of a half-period trajectory in whitened
-      units). Acceptance 2Φ(−√(σ_l² + σ_H²)/2), and ESS = acceptance × draws (every accepted
-      trajectory an independent draw: optimistic where the posterior's correlations make a
-      fixed-L trajectory short of independence).
+    - **DPHMC**: a trajectory of x half-periods (in whitened units, T = xπ/2) moves
+      ‖Δθ‖ ≈ x s√P; the test's noise is σ_l = f τ_l c with c = ½κ‖Δθ‖(R² − ‖Δθ‖²/6)
+      (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`), the gradients'
+      σ_g = f τ_g ½κR² per coordinate, which perturbs the trajectory's energy by about
+      σ_H = x (π/2) s σ_g √(P/L) (L momentum kicks of step xπ/(2L)). The acceptance is
+      a(x) = 2Φ(−√(σ_l² + σ_H²)/2). The step size's adaptation (dual averaging on the
+      privatized acceptance, target ``target_accept``) keeps the half-period trajectory (x = 1)
+      where a(1) reaches the target and otherwise shortens the steps until a(x) = target: the
+      noise-limited regime of small N·ε. Each iteration then moves the draws like an AR(1)
+      process with lag-1 correlation 1 − a(1 − cos T) on a Gaussian target, and
+      ESS = a tan²(T/2) × draws: a × draws at the half period (every accepted trajectory an
+      independent draw: optimistic where the posterior's correlations make a fixed-L
+      trajectory short of independence), about a(T/2)² × draws for short trajectories.
     """
     from scipy import special
 
@@ -488,15 +504,31 @@ def centred_ess(
         c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * s
         ess = 0.331 * draws / (p * (1.0 + c**2))
         return {"method": "DPPenaltyMH", "ess_per_chain": ess, "c": c, "posterior_sd": s, "offset_sd": offset_sd}
-    jump = s * math.sqrt(p)
-    sigma_l = f * llr_noise_multiplier * 0.5 * lipschitz * jump * max(r2 - jump**2 / 6.0, 0.0)
     sigma_g = f * grad_noise_multiplier * 0.5 * lipschitz * r2
-    sigma_h = 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog)
-    acceptance = float(2.0 * special.ndtr(-math.hypot(sigma_l, sigma_h) / 2.0))
+
+    def noise(x: float) -> tuple[float, float]:
+        jump = x * s * math.sqrt(p)
+        sigma_l = f * llr_noise_multiplier * 0.5 * lipschitz * jump * max(r2 - jump**2 / 6.0, 0.0)
+        return sigma_l, x * 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog)
+
+    def acceptance(x: float) -> float:
+        return float(2.0 * special.ndtr(-math.hypot(*noise(x)) / 2.0))
+
+    fraction = 1.0
+    if acceptance(1.0) < target_accept:  # the adaptation shortens the steps: a(x) falls as x grows
+        low, high = 0.0, 1.0
+        for _ in range(60):
+            middle = 0.5 * (low + high)
+            low, high = (middle, high) if acceptance(middle) > target_accept else (low, middle)
+        fraction = low
+    accept = acceptance(fraction)
+    sigma_l, sigma_h = noise(fraction)
+    per_draw = accept if fraction == 1.0 else accept * math.tan(0.25 * math.pi * fraction) ** 2
     return {
         "method": "DPHMC",
-        "ess_per_chain": acceptance * draws,
-        "acceptance": acceptance,
+        "ess_per_chain": per_draw * draws,
+        "acceptance": accept,
+        "trajectory_fraction": fraction,
         "ratio_noise_sd": sigma_l,
         "energy_noise_sd": sigma_h,
         "posterior_sd": s,
@@ -626,6 +658,55 @@ def centred_chains_mu(
     return chains.mu, (anchor, pilot)
 
 
+def centred_prediction_at(
+    method: str,
+    iterations: int,
+    tune: int,
+    chain_mu: float,
+    *,
+    n_params: int,
+    posterior_sd: float,
+    offset_sd: float,
+    lipschitz: float,
+    neighbouring: str = "substitute",
+    n_leapfrog: int = 10,
+    grad_budget_share: float = 0.5,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """(noise, prediction) of one centred chain of ``iterations`` (``tune`` tuning) on μ ``chain_mu``, split per
+    iteration as the step splits it, and :func:`centred_ess` of its draws. Public settings only."""
+    mu = chain_mu / iterations
+    if method == "DPHMC":
+        noise = {
+            "llr_noise_multiplier": math.sqrt(0.5 / ((1.0 - grad_budget_share) * mu)),
+            "grad_noise_multiplier": math.sqrt((n_leapfrog + 1) * 0.5 / (grad_budget_share * mu)),
+            "n_leapfrog": n_leapfrog,
+        }
+    elif method == "DPPenaltyMH":
+        noise = {"llr_noise_multiplier": math.sqrt(0.5 / mu)}
+    else:
+        raise ValueError(f"`method` must be 'DPHMC' or 'DPPenaltyMH'. Found {method!r}.")
+    prediction = centred_ess(
+        draws=iterations - tune,
+        n_params=n_params,
+        posterior_sd=posterior_sd,
+        offset_sd=offset_sd,
+        lipschitz=lipschitz,
+        neighbouring=neighbouring,
+        **noise,
+    )
+    return noise, prediction
+
+
+def centring_curvature_noise(
+    pilot_hessian_noise_multiplier: float, bound: float, n_params: int, posterior_sd: float, neighbouring: str
+) -> float:
+    """h = f τ_H (B²/4) √(2P) s²: a pilot's Hessian noise (spectral norm; clip B²/4, f = 2 substitute, 1
+    add/remove) over the curvature 1/s². Above :data:`CENTRE_MAX_CURVATURE_NOISE` the Newton steps cannot tell
+    the curvature from noise, the anchor stays near the DP start, and no ESS is predicted. Public only."""
+    f = sensitivity_of_clipped_sum(1.0, neighbouring)
+    return f * pilot_hessian_noise_multiplier * bound**2 / 4.0 * math.sqrt(2.0 * n_params) * posterior_sd**2
+
+
 def centred_rows(
     epsilon: float,
     delta: float,
@@ -641,6 +722,8 @@ def centred_rows(
     lipschitz: float,
     max_iterations: int,
     tune_fraction: float,
+    chains_mu: float | None = None,
+    pilot: tuple[float, float] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """The planner's rows "DPHMC (centred)" and "DPPenaltyMH (centred)" (:class:`pymc_dp.planning.MethodPlan`'s
     fields), and the public settings they assume: what ``pmdp.sample(step=..., x_bounds=...)`` would run.
@@ -652,33 +735,47 @@ def centred_rows(
     through a posterior covariance of about s²: where the last Newton step leaves the anchor).
     The iterations per chain are those (on the planner's grid up to ``max_iterations``) that
     maximise the predicted ESS; the noise grows with them, so more is not always better.
-    Usable: at least :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all.
+    Usable: at least :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, and
+    predicted only where the Newton steps resolve the curvature (:func:`centring_curvature_noise`).
+    ``chains_mu`` and ``pilot`` (the pilots' τ_G, τ_H), if given, replace :func:`centred_chains_mu`'s
+    (``pmdp.sample(draws="auto")`` gives its own calibration's: the same numbers).
     """
-    chains_mu, (_, pilot) = centred_chains_mu(epsilon, delta, n_rows, neighbouring)
+    if chains_mu is None or pilot is None:
+        chains_mu, (_, pilot) = centred_chains_mu(epsilon, delta, n_rows, neighbouring)
     f = sensitivity_of_clipped_sum(1.0, neighbouring)
     offset = posterior_sd * f * pilot[0] * bound
+    curvature_noise = centring_curvature_noise(pilot[1], bound, n_params, posterior_sd, neighbouring)
+    resolved = curvature_noise <= CENTRE_MAX_CURVATURE_NOISE
     common = dict(n_params=n_params, posterior_sd=posterior_sd, offset_sd=offset, lipschitz=lipschitz)
+    hmc = dict(n_leapfrog=n_leapfrog, grad_budget_share=grad_budget_share)
     rows = []
     for method in ("DPHMC", "DPPenaltyMH"):
         best = None
         for k in sorted({max(2, int(v)) for v in np.geomspace(20, max_iterations, 60)}):
             tune = max(1, round(tune_fraction * k))
-            mu = chains_mu / (chains * k)
-            if method == "DPHMC":
-                noise = {
-                    "llr_noise_multiplier": math.sqrt(0.5 / ((1.0 - grad_budget_share) * mu)),
-                    "grad_noise_multiplier": math.sqrt((n_leapfrog + 1) * 0.5 / (grad_budget_share * mu)),
-                    "n_leapfrog": n_leapfrog,
-                }
-            else:
-                noise = {"llr_noise_multiplier": math.sqrt(0.5 / mu)}
-            prediction = centred_ess(draws=k - tune, neighbouring=neighbouring, **common, **noise)
+            noise, prediction = centred_prediction_at(
+                method, k, tune, chains_mu / chains, neighbouring=neighbouring, **common, **hmc
+            )
             if best is None or prediction["ess_per_chain"] > best[3]["ess_per_chain"] * 1.01:
                 best = (k, tune, noise, prediction)
         k, tune, noise, prediction = best
         if method == "DPPenaltyMH":
             noise = {"noise_multiplier": noise["llr_noise_multiplier"]}
         ess = float(prediction["ess_per_chain"])
+        note = (
+            f"centred on a second-order anchor after {CENTRE_NEWTON_STEPS} noisy Newton steps (pmdp.sample's "
+            f"default with x_bounds or centre_lipschitz: κ = {lipschitz:.3g}, B = {bound:.3g}; "
+            "docs/centred.md); the anchor's noise tilts the target, which the run's widened draws cover; "
+            "predicted within 2× of the chains' measured ESS where the curvature is resolved "
+            "(benchmarks/centred_planner_check.py, docs/centred.md)"
+        )
+        if not resolved:
+            note += (
+                f"; not predicted here: the Newton steps' Hessian noise is {curvature_noise:.2g}× the posterior's "
+                f"curvature (above {CENTRE_MAX_CURVATURE_NOISE:g}, at a posterior sd of about {posterior_sd:.3g}), "
+                "so the anchor can stay many sds off and the chains may not mix (measured at N·ε ≤ 2,000: R-hat "
+                "2–4, ESS about 1 per chain); more rows or more ε, or narrower public x_bounds"
+            )
         rows.append(
             {
                 "method": f"{method} (centred)",
@@ -686,17 +783,14 @@ def centred_rows(
                 "tune": tune,
                 "draws": k - tune,
                 "noise": noise,
-                "expected_acceptance": prediction.get("acceptance", 0.234),
-                "expected_ess": ess,
+                "expected_acceptance": prediction.get("acceptance", 0.234) if resolved else None,
+                "expected_ess": ess if resolved else None,
                 "ess_limit": None,
                 "noise_to_signal": None,
-                "usable": bool(ess * chains >= MIN_USEFUL_ESS),
-                "note": (
-                    f"centred on a second-order anchor after {CENTRE_NEWTON_STEPS} noisy Newton steps (pmdp.sample's "
-                    f"default with x_bounds or centre_lipschitz: κ = {lipschitz:.3g}, B = {bound:.3g}; "
-                    "docs/centred.md); the anchor's noise tilts the target, which the run's widened draws cover; "
-                    "predicted within 1.2× of measured ESS on three N = 20,000 runs (docs/centred.md)"
-                ),
+                "usable": bool(resolved and ess * chains >= MIN_USEFUL_ESS),
+                "note": note,
             }
         )
-    return rows, {"lipschitz": lipschitz, "bound": bound, "offset_sd": offset, "chains_mu": chains_mu}
+    details = {"lipschitz": lipschitz, "bound": bound, "offset_sd": offset, "chains_mu": chains_mu}
+    details.update(posterior_sd=posterior_sd, curvature_noise=curvature_noise, resolved=resolved)
+    return rows, details

@@ -553,29 +553,36 @@ def _auto_iterations(
     tune: int | None,
     earlier: tuple[PrivacyEvent, ...],
     budget: Any = None,
+    centring: CentringPlan | None = None,
 ) -> tuple[int, int, dict[str, Any], float | None]:
     """(tune, draws, plan summary, the chains' μ) for ``draws="auto"`` from :func:`pymc_dp.planning.plan`, on the
-    chains' ε: that of their events as the run's own calibration (:func:`_calibrate`) sets them after ``earlier``."""
+    chains' ε: that of their events as the run's own calibration (:func:`_calibrate`) sets them after ``earlier``;
+    a centred run's from its centred row (:meth:`pymc_dp.step_methods.centred_plan.CentringPlan.auto_row`)."""
     step = steps[0]
     is_hmc = isinstance(step, DPHMC)
     # The chains' total μ does not depend on their iteration count (Gaussian μ add), so one iteration stands in.
     chain_events = [e for p in _calibrate(steps, 1, epsilon, delta, budget, earlier) for e in p.privacy_events(1)]
     chain_epsilon = compose_epsilon(chain_events, delta)[0]
     chains_mu = sum(e.mu for e in chain_events) if step.anchor is None else None  # a caller's anchor: not per iteration
-    the_plan = plan_run(
-        model,
-        epsilon=chain_epsilon,
-        delta=delta,
-        chains=chains,
-        # Without a posterior sd the plan's b·s is 2√P/√N whatever b: an "auto" bound plans like any other (None:
-        # the plan's unit-information guess of the posterior sd, 1/√N, with b = 2√P).
-        llr_clip=None if step.llr_clip == "auto" else step.llr_clip,
-        grad_clip=(1.0 if step.grad_clip == "auto" else step.grad_clip) if is_hmc else None,
-        neighbouring=step.neighbouring,
-        n_leapfrog=step.n_leapfrog if is_hmc else 10,
-        grad_budget_share=step.grad_budget_share if is_hmc else 0.5,
-    )
-    chosen = the_plan.method("DPHMC" if is_hmc else "DPPenaltyMH")
+    if centring is not None:  # the centred row on this run's own μ, pilot noise, B and κ
+        chosen = centring.auto_row(step, chains, sum(e.mu for e in chain_events), epsilon, delta)
+        recommendation, s, source = chosen.note, centring.prediction_sd, "logistic unit information (2/√N)"
+    else:
+        the_plan = plan_run(
+            model,
+            epsilon=chain_epsilon,
+            delta=delta,
+            chains=chains,
+            # Without a posterior sd the plan's b·s is 2√P/√N whatever b: an "auto" bound plans like any other
+            # (None: the plan's unit-information guess of the posterior sd, 1/√N, with b = 2√P).
+            llr_clip=None if step.llr_clip == "auto" else step.llr_clip,
+            grad_clip=(1.0 if step.grad_clip == "auto" else step.grad_clip) if is_hmc else None,
+            neighbouring=step.neighbouring,
+            n_leapfrog=step.n_leapfrog if is_hmc else 10,
+            grad_budget_share=step.grad_budget_share if is_hmc else 0.5,
+        )
+        chosen = the_plan.method("DPHMC" if is_hmc else "DPPenaltyMH")
+        recommendation, s, source = the_plan.recommendation, the_plan.posterior_sd, the_plan.posterior_sd_source
     if tune is None:
         tune, draws = chosen.tune, chosen.draws
     elif tune < chosen.iterations:
@@ -590,11 +597,11 @@ def _auto_iterations(
         "iterations": chosen.iterations,
         "expected_ess_per_chain": chosen.expected_ess,
         "usable": chosen.usable,
-        "posterior_sd": the_plan.posterior_sd,
-        "posterior_sd_source": the_plan.posterior_sd_source,
+        "posterior_sd": s,
+        "posterior_sd_source": source,
     }
     if not chosen.usable:
-        warnings.warn(f"pymc_dp.sample(draws='auto'): {the_plan.recommendation}.", PoorMixingWarning, stacklevel=3)
+        warnings.warn(f"pymc_dp.sample(draws='auto'): {recommendation}.", PoorMixingWarning, stacklevel=3)
     return tune, draws, summary, chains_mu
 
 
@@ -770,7 +777,7 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     )
     if draws_auto:  # planned once, on what the DP start, the clip bound and the anchor leave the chains
         tune, draws, iterations_plan, chains_mu = _auto_iterations(
-            steps, model, epsilon, delta, chains, tune, earlier, budget
+            steps, model, epsilon, delta, chains, tune, earlier, budget, centring
         )
     start, start_events = _start_provenance(initvals, init, dp_init, model)
     if init_reason is not None:

@@ -459,10 +459,10 @@ def test_draws_auto_plans_on_the_epsilon_the_calibrated_chains_get(auto_plan):
 
 def test_the_plans_centred_row_is_the_runs_prediction_for_the_same_settings(logistic, step, auto_plan):
     """pmdp.plan's "DPHMC (centred)" row: the chains' μ the run's calibration leaves, split as the step splits it,
-    and :func:`centred_ess` of that noise (planning only; the run's own prediction reads s and e off its anchor)."""
+    the run's B and κ, and s = 2/√N; at N·ε = 400 its Newton steps cannot resolve the curvature, so the row says
+    so and prints no ESS (planning only; the run's own prediction reads s and e off its anchor)."""
     the_plan = pmdp.plan(logistic, epsilon=1.0, delta=1e-5, chains=2, n_leapfrog=2, x_bounds=(-BOUND, BOUND))
     row, centring = the_plan.method("DPHMC (centred)"), the_plan.details["centring"]
-    assert the_plan.method("DPPenaltyMH (centred)").expected_ess > 0
     chains_mu = sum(e.mu for e in _chain_events(auto_plan))
     assert centring["chains_mu"] == pytest.approx(chains_mu, rel=1e-6)
     at_row = copy.copy(step)  # the step's own split of that μ over the row's iterations
@@ -471,19 +471,87 @@ def test_the_plans_centred_row_is_the_runs_prediction_for_the_same_settings(logi
     assert row.noise["grad_noise_multiplier"] == pytest.approx(at_row.grad_noise_multiplier, rel=1e-6)
     run = auto_plan.centring
     assert (centring["lipschitz"], centring["bound"]) == pytest.approx((run.lipschitz, run.grad_clip))
+    s = centring["posterior_sd"]
+    assert s == pytest.approx(2.0 / math.sqrt(400))  # a logistic row's information is at most ¼ per coordinate
     # the anchor's offset: the last pilot's score noise, f τ B per coordinate, through a covariance of s²
-    assert centring["offset_sd"] == pytest.approx(
-        the_plan.posterior_sd * 2 * run.newton_noise_multipliers[0] * run.grad_clip
+    assert centring["offset_sd"] == pytest.approx(s * 2 * run.newton_noise_multipliers[0] * run.grad_clip)
+    # a pilot's Hessian noise against the curvature 1/s²: f τ_H (B²/4) √(2P) s², far above ½ here
+    curvature = 2 * run.newton_noise_multipliers[1] * run.grad_clip**2 / 4 * math.sqrt(6) * s**2
+    assert centring["curvature_noise"] == pytest.approx(curvature) and curvature > 2.0
+    for name in ("DPHMC (centred)", "DPPenaltyMH (centred)"):
+        unpredicted = the_plan.method(name)
+        assert unpredicted.expected_ess is None and not unpredicted.usable and "not predicted here" in unpredicted.note
+    assert "a centred row's ESS where the noisy Newton steps cannot resolve" in str(the_plan)  # the "?" line
+
+
+def test_a_resolved_centred_row_prints_centred_ess_at_its_iterations():
+    """Where the curvature is resolved (N = 10⁵, ε = 4) the row's ESS is :func:`centred_ess` of its own noise."""
+    from pymc_dp.route_predictions import centred_prediction_at
+
+    the_plan = pmdp.planning.plan_from_settings(
+        epsilon=4.0, delta=1e-6, n_rows=100_000, n_params=3, chains=2, n_leapfrog=3, centring=(5.74, 0.5)
     )
-    expected = centred_ess(
-        draws=row.draws,
+    centring = the_plan.details["centring"]
+    assert centring["resolved"] and centring["curvature_noise"] <= 0.5
+    for method in ("DPHMC", "DPPenaltyMH"):
+        row = the_plan.method(f"{method} (centred)")
+        _, expected = centred_prediction_at(
+            method,
+            row.iterations,
+            row.tune,
+            centring["chains_mu"] / 2,
+            n_params=3,
+            posterior_sd=centring["posterior_sd"],
+            offset_sd=centring["offset_sd"],
+            lipschitz=0.5,
+            n_leapfrog=3,
+        )
+        assert row.expected_ess == pytest.approx(expected["ess_per_chain"], rel=1e-9) and row.expected_ess > 0
+        assert row.usable is (row.expected_ess * 2 >= pmdp.planning.MIN_USEFUL_ESS)
+
+
+def test_noise_limited_dphmc_shortens_its_steps_to_the_target_acceptance():
+    """Where the half-period trajectory's acceptance is below the step-size target, the prediction is the
+    trajectory the adaptation settles on: acceptance at the target, ESS a·tan²(T/2) per draw, falling with noise."""
+    common = dict(draws=1000, n_params=3, posterior_sd=0.05, offset_sd=3.0, lipschitz=0.5, n_leapfrog=3)
+    easy = centred_ess(**common, llr_noise_multiplier=1.0, grad_noise_multiplier=1.0)
+    assert easy["trajectory_fraction"] == 1.0 and easy["acceptance"] > 0.65
+    hard = centred_ess(**common, llr_noise_multiplier=300.0, grad_noise_multiplier=300.0)
+    harder = centred_ess(**common, llr_noise_multiplier=3000.0, grad_noise_multiplier=3000.0)
+    for noisy in (hard, harder):
+        x = noisy["trajectory_fraction"]
+        assert 0 < x < 1 and noisy["acceptance"] == pytest.approx(0.65, abs=1e-6)
+        assert noisy["ess_per_chain"] == pytest.approx(1000 * 0.65 * math.tan(math.pi * x / 4) ** 2, rel=1e-6)
+    assert 0 < harder["ess_per_chain"] < hard["ess_per_chain"] < easy["ess_per_chain"]
+
+
+def test_draws_auto_takes_a_centred_runs_iterations_from_the_centred_row(logistic, auto_plan):
+    """draws="auto" on a centred run: the centred row on the run's own chains' μ, pilot noise, B and κ, capped at
+    the public CENTRED_AUTO_MAX_ITERATIONS (not the plain DPHMC row's), and the run spends exactly that μ."""
+    from pymc_dp.route_predictions import centred_rows
+    from pymc_dp.step_methods.centred_plan import CENTRED_AUTO_MAX_ITERATIONS
+
+    summary = auto_plan.iterations_plan
+    assert summary["method"] == "DPHMC (centred)"
+    chains_mu = sum(e.mu for e in _chain_events(auto_plan))
+    rows, _ = centred_rows(
+        1.0,
+        1e-5,
+        chains_mu=chains_mu,
+        pilot=auto_plan.centring.newton_noise_multipliers,
+        n_rows=400,
         n_params=3,
-        posterior_sd=the_plan.posterior_sd,
-        offset_sd=centring["offset_sd"],
-        lipschitz=run.lipschitz,
-        llr_noise_multiplier=at_row.llr_noise_multiplier,
-        grad_noise_multiplier=at_row.grad_noise_multiplier,
+        chains=2,
+        posterior_sd=2.0 / math.sqrt(400),
+        neighbouring="substitute",
         n_leapfrog=2,
+        grad_budget_share=0.5,
+        bound=auto_plan.centring.grad_clip,
+        lipschitz=auto_plan.centring.lipschitz,
+        max_iterations=CENTRED_AUTO_MAX_ITERATIONS,
+        tune_fraction=pmdp.planning.TUNE_FRACTION,
     )
-    assert row.expected_ess == pytest.approx(expected["ess_per_chain"], rel=1e-6)
-    assert row.usable is (row.expected_ess * 2 >= pmdp.planning.MIN_USEFUL_ESS)
+    assert (auto_plan.tune, auto_plan.draws) == (rows[0]["tune"], rows[0]["draws"])
+    assert auto_plan.tune + auto_plan.draws == summary["iterations"] <= CENTRED_AUTO_MAX_ITERATIONS
+    plain = pmdp.plan(logistic, epsilon=summary["chain_epsilon"], delta=1e-5, chains=2, n_leapfrog=2)
+    assert summary["iterations"] != plain.method("DPHMC").iterations  # the plain row would have planned otherwise
