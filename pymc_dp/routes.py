@@ -12,6 +12,12 @@ priors, DPPenaltyMH through :func:`pymc_dp.sample` itself, release-once
 rows' median score and Hessian norms before the Newton releases, all priced before the first row
 is read; it flags a result whose bounds clip too many rows), or DPADVI. The result records the
 route (``dp_route``, ``dp_accountant["route"]``).
+
+Rows that live on a Dask cluster (``rows={"X": ..., "y": ...}``, Dask arrays; ``docs/dask.md``)
+take the released-statistics route with the model built on placeholders of their shape
+(:func:`pymc_dp.backends.dask_rows.row_placeholder`): each partition's sums are computed on the
+worker that holds it, and every other route, which would read the rows on the client, is refused
+before anything is charged.
 """
 
 from __future__ import annotations
@@ -61,6 +67,51 @@ _DPADVI_KWARGS = ("random_seed", "progressbar")
 ONE_CALL_DPADVI = {"approximation": "meanfield", "optimizer": "adam", "learning_rate": 0.05}
 #: DPADVI's per-row gradient bound on the one-call route when none is given: the planner's assumption.
 ONE_CALL_GRAD_CLIP = 1.0
+#: The roles of the Dask arrays ``rows=`` gives: the model's data matrix (without the intercept's column) and outcome.
+ROW_ROLES = ("X", "y")
+
+
+def _check_rows(model: Any, rows: Any) -> dict[str, Any] | None:
+    """``rows`` checked from metadata only (kinds, chunk sizes, dtypes): None, or a dict of Dask arrays by role.
+
+    A model built on :func:`~pymc_dp.backends.dask_rows.row_placeholder` arrays needs them: without
+    ``rows`` it would be fitted to the placeholders' zeros.
+    """
+    from pymc_dp.backends.dask_rows import holds_row_placeholders, is_partitioned, partitioned_n_rows
+
+    if rows is None:
+        if holds_row_placeholders(model):
+            raise ValueError(
+                "`rows` must give the Dask arrays for a model built on pmdp's row placeholders (row_placeholder): "
+                'pmdp.sample(epsilon=..., rows={"X": X, "y": y}); without them the zeros would be fitted. Found None.'
+            )
+        return None
+    if not isinstance(rows, dict) or not rows or not set(rows) <= set(ROW_ROLES):
+        found = sorted(map(str, rows)) if isinstance(rows, dict) else type(rows).__name__
+        raise ValueError(
+            '`rows` must be a dict of Dask arrays by role, {"X": covariates, "y": outcome} ("X" only for a model '
+            f"with a data matrix), that replace the model's placeholders at the release. Found {found}."
+        )
+    for role, array in rows.items():
+        if not is_partitioned(array):
+            raise TypeError(
+                f'`rows["{role}"]` must be a Dask array (rows that stay on the cluster); in-memory rows belong in the '
+                f"model itself. Found {type(array).__module__}.{type(array).__name__}."
+            )
+    partitioned_n_rows(tuple(rows.values()))  # dask.array kinds, known chunk sizes, numbers, equal lengths
+    return dict(rows)
+
+
+def _refuse_rows_off_route(rows: dict[str, Any] | None, route: str, reason: str) -> None:
+    """Refuse Dask ``rows`` on a route that would read them on the client (every route but released statistics)."""
+    if rows is not None and route != "release_statistics":
+        raise ValueError(
+            "`rows` (Dask arrays) can be used only on the released-statistics route, whose sums are computed on the "
+            "workers: a linear, logistic, Poisson or negative-binomial regression the graph shows, with x_bounds "
+            f"(and y_bounds). pmdp.sample without a step takes the {route} route here ({reason}), which reads every "
+            "row in this process (DPADVI, the DP samplers and release-once do not run on partitions yet); hold the "
+            f"rows in the model to run it. Found rows for {sorted(rows)}."
+        )
 
 
 def _check_one_call(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> tuple[float, float, Any, Any, int, Any]:
@@ -132,6 +183,7 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
     run, before its one charge.
     """
     s = dict(settings)
+    s["rows"] = _check_rows(model, kwargs.pop("rows", None))  # Dask arrays that replace the model's placeholders
     s["epsilon"], s["delta"], s["draws"], s["tune"], s["chains"], s["grad_clip"] = _check_one_call(model, s, kwargs)
     the_plan = plan_run(model, epsilon=s["epsilon"], delta=s["delta"], chains=s["chains"], grad_clip=s["grad_clip"])
     route = the_plan.one_call_route
@@ -140,6 +192,7 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
             "`epsilon` must buy a usable posterior of this model by some route. pmdp.plan: "
             f"{the_plan.one_call_reason}. Found epsilon={s['epsilon']!r} at N = {the_plan.n_rows}."
         )
+    _refuse_rows_off_route(s["rows"], route, the_plan.one_call_reason)  # the rows would be read in this process
     _refuse_unused(route, the_plan.one_call_reason, s, kwargs)
     record = {
         "name": route,
@@ -280,14 +333,7 @@ def _release_route(
     name = parts.outcome.name
     while any(n == name or n.startswith(f"{name}_") for n in prior.named_vars):
         name = f"{name}_release"
-    design = None if parts.matrix is None else _observed_array(parts.matrix)
-    outcome = _observed_array(model.rvs_to_values[parts.outcome])
-    if parts.groups is not None:  # (X, y, groups); the intercept is in the group intercepts
-        data = (design, outcome, _observed_array(parts.groups))
-    elif parts.intercept is not None:
-        data = (np.ones((n_rows, 1)) if design is None else np.column_stack([np.ones(n_rows), design]), outcome)
-    else:
-        data = (design, outcome)
+    data = _release_data(model, parts, n_rows, s["rows"])
     release = release_statistics(  # the one access to the rows, charged once
         parts.base if parts.groups is not None else family,
         data,
@@ -299,12 +345,69 @@ def _release_route(
         **settings,
     )
     record.update(family=family, mechanism=noise["mechanism"], covariate_anchors=anchors, likelihood=name)
+    if s["rows"] is not None:
+        record["rows"] = "Dask arrays: each partition's sums computed on the worker that holds it"
     with prior:
         release.likelihood(name, **params)
     run = {"draws": s["draws"] or 1000, "tune": 1000 if s["tune"] is None else s["tune"], "chains": s["chains"]}
     if s["var_names"] is not None:
         run["var_names"] = list(s["var_names"])
     return release.sample(model=prior, on_poor_mixing=s["on_poor_mixing"], **run, **kwargs)
+
+
+def _release_data(model: Any, parts: RegressionParts, n_rows: int, rows: dict[str, Any] | None) -> tuple:
+    """The release's rows: the model's data (in memory), or the Dask ``rows`` in place of its placeholders.
+
+    Dask rows are checked against the model's placeholders from metadata only (roles, shapes, N
+    from the chunk sizes), before anything is charged; the intercept's column of ones is then
+    made partition by partition on the workers.
+    """
+    if rows is not None:
+        return _partitioned_data(parts, n_rows, rows)
+    design = None if parts.matrix is None else _observed_array(parts.matrix)
+    outcome = _observed_array(model.rvs_to_values[parts.outcome])
+    if parts.groups is not None:  # (X, y, groups); the intercept is in the group intercepts
+        return (design, outcome, _observed_array(parts.groups))
+    if parts.intercept is not None:
+        return (np.ones((n_rows, 1)) if design is None else np.column_stack([np.ones(n_rows), design]), outcome)
+    return (design, outcome)
+
+
+def _partitioned_data(parts: RegressionParts, n_rows: int, rows: dict[str, Any]) -> tuple:
+    """(X, y) from Dask ``rows`` that match the model's placeholders (metadata only; nothing read, nothing charged)."""
+    from pymc_dp.backends.dask_rows import partitioned_n_rows, with_ones_column
+
+    if parts.groups is not None:
+        raise ValueError(
+            "`rows` (Dask arrays) must be left unset for a regression with varying intercepts: the grouped release "
+            f"does not run on partitions yet. Found rows for {sorted(rows)}."
+        )
+    needed = {"y"} | ({"X"} if parts.matrix is not None else set())
+    if set(rows) != needed:
+        raise ValueError(
+            f"`rows` must give the model's {' and '.join(sorted(needed))} (the data matrix as 'X', without the "
+            f"intercept's column, and the outcome as 'y'). Found {sorted(rows)}."
+        )
+    found = partitioned_n_rows(tuple(rows.values()))
+    if found != n_rows:  # N is public under substitute neighbours: both numbers may be shown
+        raise ValueError(
+            f"`rows` must hold as many rows as the model's placeholders (N = {n_rows}, public). Found {found} rows in "
+            "the Dask arrays' chunk sizes."
+        )
+    y = rows["y"]
+    if y.ndim != 1:
+        raise ValueError(f'`rows["y"]` must be one-dimensional (one outcome per row). Found shape {y.shape}.')
+    x = rows.get("X")
+    if x is not None:
+        width = parts.matrix.type.shape[1]
+        width = int(parts.matrix.shape[1].eval()) if width is None else width  # a pm.Data container's: public
+        if x.ndim != 2 or x.shape[1] != width:
+            raise ValueError(
+                f'`rows["X"]` must be (N, {width}), the shape of the model\'s data matrix. Found shape {x.shape}.'
+            )
+    if parts.intercept is not None:
+        return (with_ones_column(x, n_rows, y), y)
+    return (x, y)
 
 
 def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:

@@ -466,3 +466,92 @@ def test_auto_init_starts_from_prior_draws_on_a_cluster_and_says_why(client, log
     idata = _run(model, step, pmdp.DaskBackend(client), init="auto")
     start = json.loads(idata.posterior.attrs["dp_accountant"])["start"]
     assert start["source"] == "prior" and "Dask backend" in start["init"]
+
+
+def _one_call_rows(sizes):
+    """A logistic regression's (X, y) as Dask arrays made on the workers, and the same rows in memory."""
+    import dask.array as da
+
+    parts = {
+        part: [
+            da.from_delayed(
+                dask.delayed(_rows_on_a_worker)(seed, n, part), shape=(n, 3) if part == "x" else (n,), dtype=float
+            )
+            for seed, n in enumerate(sizes)
+        ]
+        for part in ("x", "y")
+    }
+    local = [np.concatenate([_rows_on_a_worker(seed, n, part) for seed, n in enumerate(sizes)]) for part in "xy"]
+    return (da.concatenate(parts["x"]), da.concatenate(parts["y"])), (local[0], local[1].astype("int64"))
+
+
+def _one_call_model(x, y):
+    with pm.Model() as model:
+        intercept = pm.Normal("intercept", 0.0, 2.0)
+        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
+        pm.Bernoulli("y", logit_p=intercept + x @ beta, observed=y)
+    return model
+
+
+class _Released(Exception):
+    """Stops a one-call run after its release (the route's NUTS part reads only the release)."""
+
+
+def _seeded_one_call_release(monkeypatch, stop: bool):
+    """The one-call route's releases with reproducible noise (seed 5), recorded; with ``stop`` the run ends there."""
+    import pymc_dp.exponential_family as exponential_family
+
+    released = []
+    original = exponential_family.release_statistics
+
+    def seeded(*args, **kwargs):
+        released.append(original(*args, random_seed=5, reproducible_noise=True, **kwargs))
+        if stop:
+            raise _Released
+        return released[-1]
+
+    monkeypatch.setattr(exponential_family, "release_statistics", seeded)
+    return released
+
+
+def test_the_one_call_route_on_rows_that_live_on_the_workers_releases_what_it_releases_in_memory(client, monkeypatch):
+    """Issue 37: ``pmdp.sample(epsilon=..., rows=...)`` on a model of row placeholders; the rows never leave the
+    workers (they are made there), and the release and its charges are the in-memory one-call route's."""
+    from pymc_dp.backends.dask_rows import row_placeholder
+
+    released = _seeded_one_call_release(monkeypatch, stop=True)
+    (xd, yd), (x, y) = _one_call_rows((700, 1100, 400, 800))
+    budgets = [pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=len(y)) for _ in range(2)]
+    settings = dict(epsilon=2.0, delta=1e-6, x_bounds=(-2.0, 2.0), chains=2, random_seed=1)
+    with _one_call_model(x, y), pytest.raises(_Released):
+        pmdp.sample(budget=budgets[0], **settings)
+    with _one_call_model(row_placeholder(xd), row_placeholder(yd)), pytest.raises(_Released):
+        with distributed.get_task_stream(client) as stream:  # the default scheduler is `client`
+            pmdp.sample(rows={"X": xd, "y": yd}, budget=budgets[1], **settings)
+    local, remote = released
+    np.testing.assert_array_equal(remote.noisy_statistics, local.noisy_statistics)
+    np.testing.assert_allclose(remote.statistics, local.statistics, rtol=1e-10, atol=1e-10)
+    for a, b in zip(remote.covariate_anchors, local.covariate_anchors, strict=True):
+        np.testing.assert_array_equal(a.noisy_statistics, b.noisy_statistics)
+    assert remote.clipping_check == local.clipping_check and remote.accountant_record() == local.accountant_record()
+    assert budgets[1].events == budgets[0].events
+    keys = [str(task["key"]) for task in stream.data]
+    assert any("pymc-dp-row-sums" in key for key in keys) and any("pymc-dp-clipped-rows" in key for key in keys)
+
+
+@pytest.mark.slow  # two NUTS runs on the noise-aware likelihood (compile and sample): about 30 CPU s
+def test_the_one_call_route_on_the_cluster_gives_the_in_memory_route_s_result(client, monkeypatch):
+    from pymc_dp.backends.dask_rows import row_placeholder
+
+    _seeded_one_call_release(monkeypatch, stop=False)
+    (xd, yd), (x, y) = _one_call_rows((700, 1100, 400, 800))
+    settings = dict(epsilon=2.0, delta=1e-6, x_bounds=(-2.0, 2.0), chains=2, draws=200, tune=200, random_seed=1)
+    with _one_call_model(x, y):
+        local = pmdp.sample(progressbar=False, **settings)
+    with _one_call_model(row_placeholder(xd), row_placeholder(yd)):
+        remote = pmdp.sample(rows={"X": xd, "y": yd}, progressbar=False, **settings)
+    np.testing.assert_allclose(remote.posterior["beta"].values, local.posterior["beta"].values, rtol=0, atol=1e-10)
+    records = [json.loads(idata.posterior.attrs["dp_accountant"]) for idata in (local, remote)]
+    assert records[1]["route"].pop("rows").startswith("Dask arrays")  # the one difference: where the sums ran
+    assert records[1] == records[0]
+    assert remote.posterior.attrs["dp_epsilon"] == local.posterior.attrs["dp_epsilon"]

@@ -16,6 +16,12 @@ built without reading a row (:meth:`~pymc_dp.mechanisms.PrivateSufficientStatist
 the partitions are read at its first release, after ``release_statistics`` has charged the
 budget, so that a worker lost during the release leaves the charge in place.
 
+The one-call route (``pmdp.sample(epsilon=..., rows={"X": ..., "y": ...})``, :mod:`pymc_dp.routes`)
+releases the same statistics from a model built on :func:`row_placeholder` arrays of the rows' shape
+and dtype (the model holds no row; the rows replace the placeholders at the release), and the
+clipping check's weighted count of clipped rows is summed per partition the same way
+(:func:`partitioned_clipped_count`).
+
 Dask is imported only when Dask collections are given (the ``dask`` extra); this module imports
 nothing of it at import time.
 
@@ -30,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount
 from pymc_dp.mechanisms.sufficient_statistics import (
     PrivateSufficientStatistics,
     RowSums,
@@ -39,13 +46,22 @@ from pymc_dp.mechanisms.sufficient_statistics import (
 )
 
 __all__ = [
+    "ROW_PLACEHOLDER_NAME",
     "PartitionError",
     "check_partitioned_release",
+    "holds_row_placeholders",
     "is_partitioned",
+    "partitioned_clipped_count",
     "partitioned_n_rows",
     "partitioned_row_sums",
     "private_statistics",
+    "row_placeholder",
+    "with_ones_column",
 ]
+
+
+#: The name every :func:`row_placeholder` constant carries, so that a model built on placeholders is recognised.
+ROW_PLACEHOLDER_NAME = "pymc_dp.row_placeholder"
 
 
 class PartitionError(RuntimeError):
@@ -109,13 +125,12 @@ def partitioned_n_rows(data: Any) -> int:
     return lengths[-1]
 
 
-def check_partitioned_release(data: Any, *, out_of_bounds: str = "clamp", clipping_check: bool = False) -> None:
+def check_partitioned_release(data: Any, *, out_of_bounds: str = "clamp") -> None:
     """Refuse, before anything is priced or charged, a release of Dask data this route cannot run.
 
     A no-op for in-memory data. For Dask arrays: their kinds and chunk sizes
     (:func:`partitioned_n_rows`); ``out_of_bounds`` must be ``"clamp"`` (``"raise"`` would answer
-    from the rows, on the workers, after the charge); ``clipping_check`` must be False (its count
-    of clipped rows is not yet computed per partition). Reads metadata only.
+    from the rows, on the workers, after the charge). Reads metadata only.
     """
     if not is_partitioned(data):
         return
@@ -124,11 +139,6 @@ def check_partitioned_release(data: Any, *, out_of_bounds: str = "clamp", clippi
         raise ValueError(
             "`out_of_bounds` must be 'clamp' for rows given as Dask arrays: 'raise' would refuse from the rows, on the "
             f"workers, after the release was charged. Found {out_of_bounds!r}."
-        )
-    if clipping_check:
-        raise ValueError(
-            "`clipping_check` must be False for rows given as Dask arrays: the count of clipped rows is not computed "
-            f"on the workers yet (issue 37). Found {clipping_check!r}."
         )
 
 
@@ -144,24 +154,23 @@ def _no_sums(family: Any, exponent: int | None) -> RowSums:
     return RowSums(0, np.zeros(width), None if exponent is None else [0] * width)
 
 
-def _partition_sums(family: Any, out_of_bounds: str, exponent: int | None, paired: bool, *blocks) -> np.ndarray:
-    """One partition's :class:`RowSums` as a (1, 1) object array: the reduction's leaf (runs on a worker).
+def _partition_value(leaf: Any, paired: bool, *blocks) -> np.ndarray:
+    """``leaf(data)`` of one partition as a (1, 1) object array: the reduction's leaf (runs on a worker).
 
     A failure carries the exception's type only: its text may quote the rows.
     """
     try:
-        data = blocks if paired else blocks[0]
-        empty = np.shape(blocks[0])[0] == 0  # the partition's length: metadata
-        sums = _no_sums(family, exponent) if empty else row_sums(family, data, out_of_bounds, exponent)
+        value = leaf(blocks if paired else blocks[0], np.shape(blocks[0])[0])  # the partition's length: metadata
     except Exception as error:
         raise PartitionError(f"{type(error).__name__} in a partition's sums (message withheld)") from None
     out = np.empty((1, 1), dtype=object)
-    out[0, 0] = sums
+    out[0, 0] = value
     return out
 
 
 def _add_sums(values: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
-    """Σ of partition sums (object arrays of :class:`RowSums`, or lists of them): Dask's combine and aggregate."""
+    """Σ of partition values (object arrays of :class:`RowSums` or counts, or lists of them): Dask's combine and
+    aggregate."""
     if isinstance(values, list):  # concatenate=False hands the tree's children as a (nested) list
         values = np.concatenate([np.asarray(_add_sums(v, axis, True), dtype=object).reshape(-1) for v in values])
     flat = np.asarray(values, dtype=object).reshape(-1)
@@ -171,19 +180,13 @@ def _add_sums(values: Any, axis: Any = None, keepdims: bool = False) -> np.ndarr
     return out
 
 
-def partitioned_row_sums(family: Any, data: Any, out_of_bounds: str, exponent: int | None, split_every=None) -> RowSums:
-    """The :class:`RowSums` of rows given as Dask arrays: each partition's on its worker, added by Dask's tree.
+def _tree_total(leaf: Any, data: Any, split_every: Any, name: str) -> Any:
+    """Σ over the partitions of ``leaf(partition, length)``: each on its worker, added by Dask's tree on the workers.
 
-    Each block of rows (the arrays' row chunks, aligned by Dask where they differ) runs
-    :func:`~pymc_dp.mechanisms.sufficient_statistics.row_sums`; :func:`dask.array.reduction`
-    adds them ``split_every`` at a time on the workers (Dask's default when None), so the
-    client receives one :class:`RowSums` whatever the number of partitions. Computed with the
-    scheduler in force (a ``distributed.Client`` when one is the default).
-
-    Notes
-    -----
-    Neighbouring relation: substitute. The integer sums are exact and associative, so the total
-    is the in-memory release's exactly; nothing row-level leaves a worker.
+    The blocks of rows are the arrays' row chunks (aligned by Dask where they differ);
+    :func:`dask.array.reduction` adds the values ``split_every`` at a time (Dask's default when
+    None), so the client receives one value whatever the number of partitions. Computed with
+    the scheduler in force (a ``distributed.Client`` when one is the default).
     """
     import dask.array as da
 
@@ -192,9 +195,8 @@ def partitioned_row_sums(family: Any, data: Any, out_of_bounds: str, exponent: i
     for array in arrays:
         index = ("i", *(f"k{position}" for position in range(1, array.ndim)))
         indexed += [array, index]
-    leaf = functools.partial(_partition_sums, family, out_of_bounds, exponent, isinstance(data, tuple | list))
     partials = da.blockwise(
-        leaf,
+        functools.partial(_partition_value, leaf, isinstance(data, tuple | list)),
         ("i", "j"),
         *indexed,
         new_axes={"j": 1},
@@ -214,9 +216,80 @@ def partitioned_row_sums(family: Any, data: Any, out_of_bounds: str, exponent: i
         combine=_add_sums,
         concatenate=False,
         meta=np.empty((), dtype=object),
-        name="pymc-dp-row-sums",
+        name=name,
     )
     return np.asarray(total.compute(), dtype=object).reshape(()).item()
+
+
+def _row_sums_leaf(family: Any, out_of_bounds: str, exponent: int | None, data: Any, length: int) -> RowSums:
+    """One partition's :class:`RowSums` (an empty one's are zeros: Dask may align chunks into empty blocks)."""
+    return _no_sums(family, exponent) if length == 0 else row_sums(family, data, out_of_bounds, exponent)
+
+
+def partitioned_row_sums(family: Any, data: Any, out_of_bounds: str, exponent: int | None, split_every=None) -> RowSums:
+    """The :class:`RowSums` of rows given as Dask arrays: each partition's on its worker, added by Dask's tree.
+
+    Each block of rows runs :func:`~pymc_dp.mechanisms.sufficient_statistics.row_sums`
+    (:func:`_tree_total`), so the client receives one :class:`RowSums` whatever the number of
+    partitions.
+
+    Notes
+    -----
+    Neighbouring relation: substitute. The integer sums are exact and associative, so the total
+    is the in-memory release's exactly; nothing row-level leaves a worker.
+    """
+    leaf = functools.partial(_row_sums_leaf, family, out_of_bounds, exponent)
+    return _tree_total(leaf, data, split_every, "pymc-dp-row-sums")
+
+
+class _CountSums:
+    """A partition's exact clipped-row count (the ``_exact_*`` integers of
+    :class:`~pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`), its length and its public settings; added
+    exactly over partitions. Never leaves the workers except as the tree's total, inside the mechanism."""
+
+    def __init__(self, n_rows: int, exact: dict[str, int], public: dict[str, Any]) -> None:
+        self.n_rows, self.exact, self.public = n_rows, exact, public
+
+    def __add__(self, other: _CountSums) -> _CountSums:
+        if not other.exact:  # an empty partition adds nothing
+            return self
+        if not self.exact:
+            return other
+        exact = {k: self.exact[k] + other.exact[k] for k in self.exact}
+        return _CountSums(self.n_rows + other.n_rows, exact, self.public)
+
+
+def _clipped_count_leaf(family: Any, data: Any, length: int) -> _CountSums:
+    """One partition's exact clipped-row count: the in-memory mechanism on the partition's rows."""
+    if length == 0:
+        return _CountSums(0, {}, {})
+    count = vars(PrivateClippedCount(family, data))  # the family's admission and the public weights
+    exact = {k: int(v) for k, v in count.items() if k.startswith("_exact_")}
+    public = {k: v for k, v in count.items() if not k.startswith("_exact_") and k != "n_rows"}
+    return _CountSums(int(count["n_rows"]), exact, public)
+
+
+def partitioned_clipped_count(family: Any, data: Any, split_every=None) -> PrivateClippedCount:
+    """The clipping check's count mechanism for rows given as Dask arrays: each partition counted on its worker.
+
+    Each partition runs :class:`~pymc_dp.mechanisms.clipped_rows.PrivateClippedCount` on its own
+    rows (a pure function of one row at a time, summed as exact integers) and Dask's tree adds
+    the counts on the workers; the client receives the total inside the returned mechanism, which
+    adds the noise as the in-memory one does. Call inside the run that priced the check (after
+    the charge): the partitions are read here.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (N public, from the chunk sizes). Each row adds its own
+    weight in [0, 1] whatever partition holds it, so the total, and the count's sensitivity (1
+    row), are those of the in-memory mechanism.
+    """
+    total = _tree_total(functools.partial(_clipped_count_leaf, family), data, split_every, "pymc-dp-clipped-rows")
+    if total.n_rows != partitioned_n_rows(data) or not total.exact:
+        raise PartitionError("The partitions' lengths differ from their chunk sizes (message withheld)")
+    count = PrivateClippedCount.__new__(PrivateClippedCount)  # the in-memory mechanism, its rows already counted
+    vars(count).update(total.public, n_rows=total.n_rows, **total.exact)
+    return count
 
 
 def private_statistics(
@@ -256,3 +329,59 @@ def private_statistics(
     return PrivateSufficientStatistics.deferred(
         family, partitioned_n_rows(data), read_sums, out_of_bounds, grid_scale=grid_scale
     )
+
+
+def row_placeholder(rows: Any) -> Any:
+    """A stand-in for ``rows`` (a Dask array) in a PyMC model: zeros of its shape and dtype that hold no memory.
+
+    A PyMC model cannot hold a Dask array without reading it on the client. Build the model on
+    ``row_placeholder(X)`` and ``row_placeholder(y)`` (a PyTensor constant over a NumPy view with
+    zero strides: one element, whatever N), then give the Dask arrays to
+    ``pmdp.sample(epsilon=..., rows={"X": X, "y": y})``, which releases them in place of the
+    placeholders (``docs/dask.md``). Reads the shape, dtype and chunk sizes only.
+
+    Parameters
+    ----------
+    rows : dask.array.Array
+        The rows, with known chunk sizes (N is read from them).
+
+    Returns
+    -------
+    TensorConstant
+        Zeros of ``rows.shape`` and ``rows.dtype`` (read-only, not contiguous: use it in the
+        model's graph, not as data to compute with).
+
+    Notes
+    -----
+    Neighbouring relation: substitute (N public). The shape and dtype are metadata; no row is read.
+    """
+    import pytensor.tensor as pt
+
+    n_rows = partitioned_n_rows(rows)  # refuses unknown chunk sizes and non-numbers, naming `data`
+    zeros = np.broadcast_to(np.zeros((), dtype=rows.dtype), (n_rows, *rows.shape[1:]))
+    return pt.constant(zeros, name=ROW_PLACEHOLDER_NAME)  # its dtype (no `dtype=`: that would copy the zeros out)
+
+
+def holds_row_placeholders(model: Any) -> bool:
+    """Whether ``model``'s likelihood reads a :func:`row_placeholder` (by the constant's name: nothing read).
+
+    Such a model has no rows of its own: releasing or sampling it without the Dask rows would
+    fit the zeros (a confidently wrong posterior), so the caller refuses it.
+    """
+    from pytensor.graph.traversal import ancestors
+
+    observed = [*model.observed_RVs, *(model.rvs_to_values[rv] for rv in model.observed_RVs)]
+    return any(getattr(v, "name", None) == ROW_PLACEHOLDER_NAME for v in ancestors(observed))
+
+
+def with_ones_column(covariates: Any, n_rows: int, like: Any) -> Any:
+    """``[1, x]`` per row as a Dask array (the intercept's column of ones, made on the workers), or the ones alone.
+
+    ``covariates`` is None for a model with an intercept only; ``like`` gives the row chunks then.
+    The in-memory route's ``np.column_stack([np.ones(N), X])``, partition by partition.
+    """
+    import dask.array as da
+
+    chunks = (covariates if covariates is not None else like).chunks[0]
+    ones = da.ones((n_rows, 1), chunks=(chunks, 1), dtype=float)
+    return ones if covariates is None else da.concatenate([ones, covariates], axis=1)

@@ -14,7 +14,7 @@ from pymc.model import modelcontext
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import check_bool, check_finite_positive, check_neighbouring
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.backends.dask_rows import check_partitioned_release, private_statistics
+from pymc_dp.backends.dask_rows import check_partitioned_release, is_partitioned, private_statistics
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.exponential_family.anchors import (
@@ -38,6 +38,7 @@ from pymc_dp.exponential_family.families import (
 )
 from pymc_dp.exponential_family.grouped import grouped_family
 from pymc_dp.exponential_family.noise_aware import release_loglik
+from pymc_dp.exponential_family.partitioned_check import release_partitioned_clipping_check
 from pymc_dp.exponential_family.release_noise import (
     check_mechanism,
     check_noise,
@@ -740,7 +741,7 @@ def release_statistics(
     label = f"{mechanism} sufficient statistics [{fam.name}]"
     anchor_label = f"{mechanism} covariate anchor [{fam.name}]"
     shares = anchor_shares(anchors, getattr(fam, "anchor_share", ANCHOR_SHARE))  # a family may set its own
-    check_partitioned_release(data, out_of_bounds=out_of_bounds, clipping_check=clipping_check)  # Dask: metadata only
+    check_partitioned_release(data, out_of_bounds=out_of_bounds)  # Dask arrays: metadata only
     check_share = plan_clipping_check(clipping_check, out_of_bounds, mechanism, epsilon, delta, data)  # public
     noise_setting, anchor_settings, check_setting, events = price_release(
         mechanism, epsilon, delta, shares, label, anchor_label, check_share, CLIPPING_CHECK_LABEL
@@ -763,7 +764,8 @@ def release_statistics(
         released_anchors = release_anchors(
             fam, data, out_of_bounds, noisy, private.n_rows, anchor_settings, mechanism, source, noise
         )
-        clipped = release_clipping_check(fam, data, mechanism, check_setting, check_share, source)  # None: no check
+        check = release_partitioned_clipping_check if is_partitioned(data) else release_clipping_check
+        clipped = check(fam, data, mechanism, check_setting, check_share, source)  # None: no check
     statistics = fam.project(noisy, private.n_rows)  # post-processing of the release
     n_rows = private.n_rows
     return ReleasedStatistics(
