@@ -79,15 +79,23 @@ _CLIPPING_ADVICE = {
 
 #: Noise sds by which a noisy clipped share must exceed the bias threshold 1/√N before a result is flagged.
 CLIPPING_MARGIN_SDS = 3.0
+#: The same margin for a statistics release's check of its public bounds, whose noise sd is sized to a
+#: tenth of the threshold wherever the budget allows
+#: (:data:`pymc_dp.exponential_family.clipping_check.CLIPPING_CHECK_RESOLUTION`): two sds are then a
+#: fifth of it, so noise alone flags a share below 0.8× the threshold with probability under 3·10⁻⁵,
+#: while a share of 1.4× the threshold (a bias of 1.4 posterior sds per spread the rows moved) is
+#: flagged with probability 0.98 (0.5 with three sds).
+RELEASE_CLIPPING_MARGIN_SDS = 2.0
 
 
-def share_is_material(share: float, share_sd: float, threshold: float) -> bool:
-    """Whether a noisy share of clipped rows exceeds ``threshold`` (1/√N) by :data:`CLIPPING_MARGIN_SDS` noise sds.
+def share_is_material(share: float, share_sd: float, threshold: float, margin_sds: float = CLIPPING_MARGIN_SDS) -> bool:
+    """Whether a noisy share of clipped rows exceeds ``threshold`` (1/√N) by ``margin_sds`` noise sds.
 
     The rule of every clipping check (the samplers' private clip bound, DPADVI's ``grad_clip``
-    and the released statistics' public bounds): post-processing of a released count.
+    and the released statistics' public bounds, the last with
+    :data:`RELEASE_CLIPPING_MARGIN_SDS`): post-processing of a released count.
     """
-    return share - CLIPPING_MARGIN_SDS * share_sd > threshold
+    return share - margin_sds * share_sd > threshold
 
 
 def clipping_problem(clipping: dict[str, Any] | None, setter: str = "sample") -> str | None:
@@ -144,26 +152,27 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     tell (the excess is not released); the posterior's width does not show the bias.
     Measured: ``randhie`` (N = 20,190, ``y_max`` = 20) clips 1.0 % (1.4/√N) of its counts, which
     reach 77, and its released-statistics posterior at ε = 4 was 6.75 NUTS sds off (r ≈ 5).
-    The count is noisy: it flags only when the share exceeds 1/√N by three of its noise sds
-    (:func:`share_is_material`, the samplers' rule), so noise alone rarely flags a result; the
-    check's budget share is sized so that one noise sd is a tenth of the threshold where the
-    budget allows (:func:`pymc_dp.exponential_family.clipping_check.clipping_check_share`).
-    A row counts when an entry moved by more than the check's public ``tolerance`` (a fraction
-    of its bound's width), which the message names. Where the check cannot resolve the threshold
+    The count is noisy: it flags only when the share exceeds 1/√N by
+    :data:`RELEASE_CLIPPING_MARGIN_SDS` (two) of its noise sds (:func:`share_is_material`), so
+    noise alone rarely flags a result; the check's budget share is sized so that one noise sd
+    is a tenth of the threshold where the budget allows
+    (:func:`pymc_dp.exponential_family.clipping_check.clipping_check_share`). A row counts in
+    proportion to how far it moved, fully from the check's public ``full_weight_movement`` (a
+    fraction of its bound's width), which the message names. Where the check cannot resolve the threshold
     (``"resolvable": False``) it is not a problem but a note (:func:`bounds_clipping_note`).
     Post-processing of a released count.
     """
     if not check:
         return None
     share, share_sd, threshold = check["share_clipped"], check["share_clipped_sd"], check["bias_threshold_share"]
-    if not share_is_material(share, share_sd, threshold):
+    if not share_is_material(share, share_sd, threshold, RELEASE_CLIPPING_MARGIN_SDS):
         return None
     bounds = ", ".join(f"{k}={v}" for k, v in check.get("bounds", {}).items())
-    tolerance = check.get("tolerance")
+    full_weight = check.get("full_weight_movement")
     by_more = (
-        f" by more than {100 * tolerance:.3g} % of a bound's width (of y_max for a count bound), or as NaN or "
-        "invalid labels,"
-        if tolerance
+        f" (each row weighted by how far it moved, fully from {100 * full_weight:.3g} % of a bound's width, of "
+        "y_max for a count bound; NaN and invalid labels fully)"
+        if full_weight
         else ""
     )
     counts = (
@@ -186,7 +195,7 @@ def bounds_clipping_note(check: dict[str, Any] | None) -> str | None:
     """The check's own note when its noise cannot resolve the flag's threshold (``"resolvable": False``), else None.
 
     Not a problem (nothing was seen) but a limit of what the check could see, from public
-    settings only: the flag fires only above 1/√N + 3 noise sds, so a material share may pass.
+    settings only: the flag fires only above 1/√N + 2 noise sds, so a material share may pass.
     """
     if not check or check.get("resolvable", True):
         return None

@@ -70,7 +70,7 @@ ROW_ATTRIBUTES = {
     # raw data or exact statistics held by an object
     "_data",
     "_exact_statistics",
-    "_exact_clipped_count",  # mechanisms/clipped_rows: the exact count of clipped rows (noised before release)
+    "_exact_clipped_units",  # mechanisms/clipped_rows: the exact weighted count of clipped rows (noised before release)
 }
 #: What other layers may import from ``pymc_dp.data``: everything else there is row access.
 DATA_FREE = {

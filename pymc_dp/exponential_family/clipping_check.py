@@ -6,21 +6,29 @@ are narrower than the data — a bias of the bound, not of the noise, that the p
 does not show (measured: the ``randhie`` Poisson regression with ``y_max = 20`` clips 1.0 % of its
 20,190 visit counts, up to 77, and its released-statistics posterior at ε = 4 came back 6.75 NUTS
 sds off, unflagged). ``release_statistics(..., clipping_check=True)`` (the one-call route's
-setting) therefore also releases the number of rows the bounds clip
-(:class:`pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`: sensitivity 1; a row counts when
-an entry moved by more than :data:`~pymc_dp.mechanisms.clipped_rows.CLIPPED_ROW_TOLERANCE` (1 %)
-of its bound's width, of ``y_max`` for a count bound, or is NaN or an invalid label), priced with the
-statistics inside the same ε and δ before any row is read, and records it; a result sampled
-from the release is flagged (:func:`pymc_dp.usability.bounds_clipping_problem`) when the noisy
-share of clipped rows is material.
+setting) therefore also releases a weighted number of the rows the bounds clip
+(:class:`pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`: sensitivity 1; a row counts in
+proportion to how far its furthest-moved entry moved, fully from
+:data:`~pymc_dp.mechanisms.clipped_rows.CLIPPED_ROW_FULL_WEIGHT` (5 %) of its bound's width, of
+``y_max`` for a count bound; a NaN or an invalid label counts fully), priced with the statistics
+inside the same ε and δ before any row is read, and records it; a result sampled from the
+release is flagged (:func:`pymc_dp.usability.bounds_clipping_problem`) when the noisy share of
+clipped rows is material: above 1/√N by :data:`~pymc_dp.usability.RELEASE_CLIPPING_MARGIN_SDS`
+(two) of its noise sds.
 
 **Its share of the budget** is a function of public settings only (ε, δ, the mechanism, N):
 just enough for the count's noise sd to be :data:`CLIPPING_CHECK_RESOLUTION` (a tenth) of the
 flag's threshold √N rows, at most :data:`CLIPPING_CHECK_MAX_SHARE` of ε (Laplace) or of ρ
-(Gaussian): :func:`clipping_check_share`. The other releases share the rest as before. Where
-that cap binds so that the flag's margin (three noise sds) reaches the threshold itself (small N
-or ε), the check cannot resolve a material share: its record says so (``"resolvable": False``,
-with the smallest share it would flag and a ``"note"``), rather than passing silently.
+(Gaussian): :func:`clipping_check_share`. The other releases share the rest as before. At that
+resolution the flag fires at 1.2× the threshold: a share of 1.4× the threshold is flagged with
+probability 0.98, one at the threshold with 0.02, one at 0.8× with 3·10⁻⁵. (``randhie``'s
+Poisson release, ``y_max`` = 20, whose posterior at ε = 4 was 6.75–44 NUTS sds off: its weighted
+share is 1.18 % = 1.68× the threshold, flagged at ε = 4 with probability 1 − 10⁻⁶; the earlier
+count of rows moved by more than 1 %, 1.02 %, with a margin of three sds was flagged in 93 % of
+runs.) Where the cap binds
+so that the flag's margin reaches the threshold itself (small N or ε), the check cannot resolve
+a material share: its record says so (``"resolvable": False``, with the smallest share it would
+flag and a ``"note"``), rather than passing silently.
 
 Neighbouring relation: substitute (one row replaced, N public), the release's; the count's
 sensitivity is 1 under it (and under add/remove).
@@ -35,8 +43,8 @@ import numpy as np
 
 from pymc_dp._validation import check_bool
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_TOLERANCE, PrivateClippedCount, discrete_laplace_sd
-from pymc_dp.usability import CLIPPING_MARGIN_SDS
+from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT, CLIPPED_ROW_WEIGHT_GRID, PrivateClippedCount
+from pymc_dp.usability import RELEASE_CLIPPING_MARGIN_SDS
 
 __all__ = [
     "CLIPPING_CHECK_LABEL",
@@ -101,7 +109,7 @@ def clipping_check_share(mechanism: str, epsilon: float, delta: float, n_rows: i
     ε_c = √2/(R√N) and the share is ε_c/ε; Gaussian noise at multiplier τ_c = τ/√c (τ calibrated
     to (ε, δ) for one release) has sd τ_c, so c = τ²/(R²N). At most
     :data:`CLIPPING_CHECK_MAX_SHARE`; where that binds (small N·ε) the count is noisier and the
-    flag weaker (its margin is three noise sds).
+    flag weaker (its margin is two noise sds).
     """
     n_rows = max(int(n_rows), 1)
     if mechanism == "laplace":
@@ -132,18 +140,19 @@ def release_clipping_check(
     """
     if setting is None:
         return None
-    private = PrivateClippedCount(family, data, CLIPPED_ROW_TOLERANCE)
+    private = PrivateClippedCount(family, data, CLIPPED_ROW_FULL_WEIGHT)
     if mechanism == "laplace":
         noisy, sd = private.laplace_noisy(setting, source)
-        noise = {"mechanism": "discrete laplace", "epsilon": setting, "noise_sd_rows": discrete_laplace_sd(setting)}
+        noise = {"mechanism": "discrete laplace", "epsilon": setting, "noise_sd_rows": sd}
     else:
         noisy, sd = private.gaussian_noisy(setting, source)
         noise = {"mechanism": "discrete gaussian", "noise_multiplier": setting, "noise_sd_rows": sd}
     n_rows = private.n_rows
     return {
         "bounds": bounds_named(family),
-        "tolerance": CLIPPED_ROW_TOLERANCE,
-        "noisy_clipped_rows": int(noisy),
+        "full_weight_movement": CLIPPED_ROW_FULL_WEIGHT,
+        "weight_grid": CLIPPED_ROW_WEIGHT_GRID,
+        "noisy_clipped_rows": float(noisy),
         "n_rows": n_rows,
         "share_clipped": round(noisy / n_rows, 6),
         "share_clipped_sd": round(sd / n_rows, 6),
@@ -158,14 +167,15 @@ def release_clipping_check(
 def check_resolution(share_sd: float, n_rows: int) -> dict[str, Any]:
     """Whether a check whose share has noise sd ``share_sd`` can flag a material share (public values only).
 
-    The flag needs the noisy share to exceed 1/√N by :data:`~pymc_dp.usability.CLIPPING_MARGIN_SDS`
-    noise sds, so it fires only above 1/√N + 3 sd (``"smallest_flagged_share"``). Where 3 sd ≥
+    The flag needs the noisy share to exceed 1/√N by
+    :data:`~pymc_dp.usability.RELEASE_CLIPPING_MARGIN_SDS` noise sds, so it fires only above
+    1/√N + 2 sd (``"smallest_flagged_share"``). Where 2 sd ≥
     1/√N (the budget cap binds at small N·ε) a share at the material level, or twice it, passes:
     ``"resolvable"`` is then False and ``"note"`` says so in words (the result's diagnostics keep
     the record). A function of ε_c (or τ_c) and N only: it says nothing about the data.
     """
     threshold = 1.0 / math.sqrt(max(int(n_rows), 1))
-    margin = CLIPPING_MARGIN_SDS * share_sd
+    margin = RELEASE_CLIPPING_MARGIN_SDS * share_sd
     out: dict[str, Any] = {
         "resolvable": bool(margin < threshold),
         "smallest_flagged_share": round(threshold + margin, 6),
@@ -173,7 +183,7 @@ def check_resolution(share_sd: float, n_rows: int) -> dict[str, Any]:
     if not out["resolvable"]:
         out["note"] = (
             f"the clipping check cannot resolve its threshold: its noise ({100 * share_sd:.2g} % of the rows, one sd) "
-            f"is at least a third of 1/√N = {100 * threshold:.2g} %, so it flags only shares above "
+            f"is at least half of 1/√N = {100 * threshold:.2g} %, so it flags only shares above "
             f"{100 * (threshold + margin):.2g} %; a smaller share of clipped rows, which can still bias the posterior "
             "by a posterior sd or more, passes unseen (more rows or a larger ε resolve it; or choose bounds from "
             "public knowledge that the data cannot exceed)"
