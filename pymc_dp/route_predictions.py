@@ -34,12 +34,9 @@ what they can.
 
 The centred samplers' prediction
 --------------------------------
-``pmdp.sample(step=DPHMC() or DPPenaltyMH(), x_bounds=...)`` centres a recognised logistic
-regression on a second-order anchor (``docs/centred.md``). Its pure math lives here, below the
-step methods, so that :func:`pymc_dp.plan` can print rows for it: the anchor's and pilots'
-noise (:func:`centring_noise_multipliers`), the public bound B and κ
-(:func:`logistic_centring_bound`), the chains' μ that the run's calibration leaves
-(:func:`centred_chains_mu`) and the predicted ESS (:func:`centred_ess`, :func:`centred_rows`).
+``pmdp.sample(step=DPHMC() or DPPenaltyMH(), x_bounds=...)`` centres a logistic regression on a
+second-order anchor (``docs/centred.md``); its pure math lives here, below the step methods, for
+:func:`pymc_dp.plan`'s rows (:func:`centred_chains_mu`, :func:`centred_ess`, :func:`centred_rows`).
 
 Notes
 -----
@@ -76,6 +73,7 @@ __all__ = [
     "CENTRE_MAX_CURVATURE_NOISE",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
+    "CENTRE_SD_SPREAD",
     "DPADVI_BATCH_ROWS",
     "DPHMC_TARGET_ACCEPT",
     "DP_START_ITERATIONS",
@@ -425,6 +423,9 @@ LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
 #: The centred rows are predicted only where a pilot's Hessian noise is at most this fraction of the posterior's
 #: curvature (:func:`centring_curvature_noise`): measured in ``benchmarks/centred_planner_check.py``.
 CENTRE_MAX_CURVATURE_NOISE = 0.5
+#: The centred rows say what they would predict at this many times the posterior sd they assume, where that is
+#: less than half (their noise grows like s³): on fair's [−1, 1]-scaled covariates s was 2.85× the 2/√N guess.
+CENTRE_SD_SPREAD = 3.0
 #: DPHMC's default ``target_accept`` (its step size's dual-averaging target), which the centred prediction models.
 DPHMC_TARGET_ACCEPT = 0.65
 #: The DPADVI start pmdp.sample plans (``init="dpadvi"``): its iterations (public constant).
@@ -481,19 +482,14 @@ def centred_ess(
     - **DPPenaltyMH**: the second-order ratio bound is ½κR² per unit of ‖Δθ‖, so the planner's
       random-walk law (:func:`pymc_dp.planning.penalty_ess_from_noise`) with b = ½κR²:
       ESS = 0.331 draws / (P (1 + c²)), c = f τ b s (f = 2 substitute, 1 add/remove).
-    - **DPHMC**: a trajectory of x half-periods (in whitened units, T = xπ/2) moves
-      ‖Δθ‖ ≈ x s√P; the test's noise is σ_l = f τ_l c with c = ½κ‖Δθ‖(R² − ‖Δθ‖²/6)
-      (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`), the gradients'
-      σ_g = f τ_g ½κR² per coordinate, which perturbs the trajectory's energy by about
-      σ_H = x (π/2) s σ_g √(P/L) (L momentum kicks of step xπ/(2L)). The acceptance is
-      a(x) = 2Φ(−√(σ_l² + σ_H²)/2). The step size's adaptation (dual averaging on the
-      privatized acceptance, target ``target_accept``) keeps the half-period trajectory (x = 1)
-      where a(1) reaches the target and otherwise shortens the steps until a(x) = target: the
-      noise-limited regime of small N·ε. Each iteration then moves the draws like an AR(1)
-      process with lag-1 correlation 1 − a(1 − cos T) on a Gaussian target, and
-      ESS = a tan²(T/2) × draws: a × draws at the half period (every accepted trajectory an
-      independent draw: optimistic where the posterior's correlations make a fixed-L
-      trajectory short of independence), about a(T/2)² × draws for short trajectories.
+    - **DPHMC**: a trajectory of x half-periods (T = xπ/2, whitened) moves ‖Δθ‖ ≈ x s√P; the
+      test's noise is σ_l = f τ_l ½κ‖Δθ‖(R² − ‖Δθ‖²/6) (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`),
+      the gradients' (σ_g = f τ_g ½κR² per coordinate) perturb the energy by σ_H = x (π/2) s σ_g √(P/L);
+      acceptance a(x) = 2Φ(−√(σ_l² + σ_H²)/2). Where a(1) < ``target_accept`` the step size's dual
+      averaging shortens the steps until a(x) = target (small N·ε). ESS = a tan²(T/2) × draws (an AR(1)
+      with lag-1 correlation 1 − a(1 − cos T) on a Gaussian): a × draws at the half period (optimistic where
+      a fixed-L trajectory falls short of independence; antithetic longer ones give more), about a(T/2)²
+      × draws for short trajectories.
     """
     from scipy import special
 
@@ -659,22 +655,13 @@ def centred_chains_mu(
 
 
 def centred_prediction_at(
-    method: str,
-    iterations: int,
-    tune: int,
-    chain_mu: float,
-    *,
-    n_params: int,
-    posterior_sd: float,
-    offset_sd: float,
-    lipschitz: float,
-    neighbouring: str = "substitute",
-    n_leapfrog: int = 10,
-    grad_budget_share: float = 0.5,
+    method: str, iterations: int, tune: int, chain_mu: float, **setting: Any
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """(noise, prediction) of one centred chain of ``iterations`` (``tune`` tuning) on μ ``chain_mu``, split per
-    iteration as the step splits it, and :func:`centred_ess` of its draws. Public settings only."""
+    iteration as the step splits it, and :func:`centred_ess` of its draws; ``setting``: centred_ess's n_params,
+    posterior_sd, offset_sd, lipschitz, neighbouring, and DPHMC's n_leapfrog (10) and grad_budget_share (0.5)."""
     mu = chain_mu / iterations
+    n_leapfrog, grad_budget_share = setting.pop("n_leapfrog", 10), setting.pop("grad_budget_share", 0.5)
     if method == "DPHMC":
         noise = {
             "llr_noise_multiplier": math.sqrt(0.5 / ((1.0 - grad_budget_share) * mu)),
@@ -685,16 +672,7 @@ def centred_prediction_at(
         noise = {"llr_noise_multiplier": math.sqrt(0.5 / mu)}
     else:
         raise ValueError(f"`method` must be 'DPHMC' or 'DPPenaltyMH'. Found {method!r}.")
-    prediction = centred_ess(
-        draws=iterations - tune,
-        n_params=n_params,
-        posterior_sd=posterior_sd,
-        offset_sd=offset_sd,
-        lipschitz=lipschitz,
-        neighbouring=neighbouring,
-        **noise,
-    )
-    return noise, prediction
+    return noise, centred_ess(draws=iterations - tune, **setting, **noise)
 
 
 def centring_curvature_noise(
@@ -769,6 +747,20 @@ def centred_rows(
             "predicted within 2× of the chains' measured ESS where the curvature is resolved "
             "(benchmarks/centred_planner_check.py, docs/centred.md)"
         )
+        wider = {**common, "posterior_sd": CENTRE_SD_SPREAD * posterior_sd, "offset_sd": CENTRE_SD_SPREAD * offset}
+        at_wider = centred_prediction_at(method, k, tune, chains_mu / chains, neighbouring=neighbouring, **wider, **hmc)
+        lost = curvature_noise * CENTRE_SD_SPREAD**2 > CENTRE_MAX_CURVATURE_NOISE  # unresolved at the wider sd
+        if resolved and (lost or at_wider[1]["ess_per_chain"] < ess / 2):
+            at = (
+                "the Newton steps would not resolve the curvature"
+                if lost
+                else f"ESS {at_wider[1]['ess_per_chain']:.2g}/chain"
+            )
+            note += (
+                f"; this rests on a posterior sd of {posterior_sd:.3g} (the noise grows like s³): at "
+                f"{CENTRE_SD_SPREAD:g}× it (covariates of a third of unit sd, as [−1, 1]-scaled ones often are) {at}"
+                "; give posterior_sd= (e.g. a DP fit's sds) for a firmer prediction"
+            )
         if not resolved:
             note += (
                 f"; not predicted here: the Newton steps' Hessian noise is {curvature_noise:.2g}× the posterior's "

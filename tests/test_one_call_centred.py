@@ -510,6 +510,21 @@ def test_a_resolved_centred_row_prints_centred_ess_at_its_iterations():
         assert row.usable is (row.expected_ess * 2 >= pmdp.planning.MIN_USEFUL_ESS)
 
 
+def test_a_centred_row_says_when_its_number_rests_on_the_posterior_sd_guess():
+    """fair's shape (N = 6,366, P = 5, x_bounds ±1, ε = 4): resolved at s = 2/√N but not at 3× it (the measured
+    s was 2.85×), so the row says so; at N = 10⁵ it does not need to."""
+    kappa = pmdp.route_predictions.LOGISTIC_THIRD * math.sqrt(5) ** 3
+    fair = pmdp.planning.plan_from_settings(
+        epsilon=4.0, delta=1e-5, n_rows=6366, n_params=5, chains=2, centring=(math.sqrt(5), kappa)
+    )
+    assert fair.details["centring"]["resolved"] and fair.method("DPHMC (centred)").expected_ess is not None
+    assert "this rests on a posterior sd of 0.0251" in fair.method("DPHMC (centred)").note
+    large = pmdp.planning.plan_from_settings(
+        epsilon=4.0, delta=1e-5, n_rows=10**7, n_params=5, chains=2, centring=(math.sqrt(5), kappa)
+    )
+    assert "this rests on" not in large.method("DPHMC (centred)").note
+
+
 def test_noise_limited_dphmc_shortens_its_steps_to_the_target_acceptance():
     """Where the half-period trajectory's acceptance is below the step-size target, the prediction is the
     trajectory the adaptation settles on: acceptance at the target, ESS a·tan²(T/2) per draw, falling with noise."""
