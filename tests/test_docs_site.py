@@ -27,7 +27,7 @@ def toctree_entries(page):
 
 
 def test_every_tutorial_is_an_executable_notebook_with_a_size_parameter():
-    assert len(TUTORIALS) >= 8
+    assert len(TUTORIALS) >= 10
     for page in TUTORIALS:
         text = page.read_text(encoding="utf-8")
         assert HEADER.match(text), f"{page.name}: no jupytext/kernelspec header"
