@@ -1,11 +1,13 @@
 """Released statistics of rows that never sit on the client (issue 37): a Dask cluster against one in-memory pass.
 
 Writes a logistic-regression data set (N rows, P = 20 features: an intercept and 19 covariates, labels
-y ∈ {0, 1}) to disk in partitions, one ``.npy`` file of X and one of y per partition, written one
-partition at a time (the client never holds the table; pyarrow is not installed here, so Parquet is
-replaced by ``.npy`` files read with ``dask.array.from_delayed``). Then:
+y ∈ {0, 1}) to disk in partitions, written one partition at a time (the client never holds the table):
+by default one Parquet file per partition (19 covariates and y; ``--format npy``: one ``.npy`` file of X
+and one of y, read with ``dask.array.from_delayed``, where pyarrow is not installed). Then:
 
-1. on a ``LocalCluster`` of 2 worker processes (1 thread each), the rows are read lazily by the workers and
+1. on a ``LocalCluster`` of 2 worker processes (1 thread each), the rows are read lazily by the workers
+   (``dask.dataframe.read_parquet``, converted with ``to_dask_array(lengths=...)``, the lengths from the
+   files' Parquet metadata; the intercept's column of ones made on the workers) and
    ``pmdp.release_statistics("logistic_regression", (X, y), ...)`` releases their d = P + P(P+1)/2 = 230
    statistics (discrete Laplace noise, reproducible seed): each partition's exact grid sums on its worker,
    Dask's tree reduction, the noise on the client. Timed over ``--repeats`` releases (each reads the
@@ -13,11 +15,26 @@ replaced by ``.npy`` files read with ``dask.array.from_delayed``). Then:
 2. in this process, the same rows loaded into memory and released once by the in-memory path (timed: one
    in-memory pass), and the two releases compared (they must be equal exactly).
 
-Run: ``python benchmarks/dask_release.py --rows 1000000`` (the default). Figures are CPU-bound on a
-machine shared with other jobs: read the ratio, not the absolute times.
+Run: ``python benchmarks/dask_release.py --rows 1000000`` (the default; Parquet needs ``pyarrow``). Figures are
+CPU-bound on a machine shared with other jobs: read the ratio, not the absolute times.
 
-Measured 2026-11-28, Python 3.12, dask/distributed 2026.8.0, 2 cores shared with four other jobs (load
-average 10-14 during the runs, so wall times are a busy machine's; the CPU seconds are the ones to compare):
+Measured 2026-11-28 with Parquet (pyarrow 26.0.1, pandas 3.1.1), Python 3.12, dask/distributed 2026.8.0,
+2 cores shared with six other jobs (load average 11-12):
+
+``--rows 1000000 --repeats 2`` (20 partitions of 50,000 rows, 181 MiB of Parquet): cluster release 9.99 CPU s
+(median; client 0.87-0.95 s, workers 8.91-9.25 s), 16.5 s wall; one in-memory release 5.12 CPU s, 14.1 s
+wall. Ratio 1.95 (CPU), 1.17 (wall). The workers' CPU per row is that of the ``.npy`` reads below (9 µs
+against 10 µs): the ratio moved because the in-memory pass measured faster in this run (5.12 CPU s against
+7.75 s), which on a shared machine is within the run-to-run spread. Client peak RSS
+265 MiB after the imports, 358 MiB after writing the files (pyarrow), 401 MiB after the cluster's releases;
+the in-memory release then took it to 1,397 MiB. Workers 395 and 377 MiB. Releases equal exactly, accountant
+records equal.
+
+``--rows 5000000 --partitions 100 --repeats 1 --no-in-memory`` (903 MiB of Parquet): cluster release
+57.96 CPU s (client 5.52 s, workers 52.44 s: 10.5 µs per row), 141.7 s wall; client peak RSS 413 MiB (401
+MiB at N = 10⁶); workers 410 and 385 MiB.
+
+With ``--format npy``, measured 2026-11-28 on the same machine with four other jobs (load average 10-14):
 
 ``--rows 1000000`` (20 partitions of 50,000 rows; X and y 160 MiB on disk), 3 releases after a warm-up:
 
@@ -88,6 +105,42 @@ def write(folder: Path, n_rows: int, partitions: int) -> list[int]:
     return sizes
 
 
+COLUMNS = [f"x{j}" for j in range(1, P)]  # the 19 covariates; the intercept's column is made on the workers
+
+
+def write_parquet(folder: Path, n_rows: int, partitions: int) -> list[int]:
+    """Write the partitions as Parquet files (19 covariates and y), one at a time; return their lengths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sizes = [n_rows // partitions + (1 if k < n_rows % partitions else 0) for k in range(partitions)]
+    for k, n in enumerate(sizes):
+        x, y = _partition(k, n)
+        table = pa.table({**{name: x[:, j] for j, name in enumerate(COLUMNS, start=1)}, "y": y})
+        pq.write_table(table, folder / f"part-{k:04d}.parquet")
+    return sizes
+
+
+def lazy_parquet(folder: Path):
+    """X (with the intercept's column of ones) and y read lazily by the workers with ``dask.dataframe.read_parquet``.
+
+    N and the partitions' lengths come from the files' Parquet metadata (their row counts: public), never from
+    the rows; ``to_dask_array(lengths=True)`` would instead compute each partition's length from its data.
+    """
+    import dask.dataframe as dd
+    import pyarrow.parquet as pq
+
+    from pymc_dp.backends.dask_rows import with_ones_column
+
+    files = sorted(folder.glob("part-*.parquet"))
+    lengths = [pq.read_metadata(f).num_rows for f in files]
+    frame = dd.read_parquet([str(f) for f in files], split_row_groups=False)
+    # One array of the 20 columns, then its slices: two to_dask_array expressions over one read_parquet leave a
+    # dependency out of the graph (dask 2026.8.0: "Missing dependency ('read_parquet-getitem-values-...', k)").
+    columns = frame[[*COLUMNS, "y"]].to_dask_array(lengths=lengths)
+    return with_ones_column(columns[:, :-1], sum(lengths), columns), columns[:, -1]
+
+
 def lazy(folder: Path, sizes: list[int]):
     """X and y as Dask arrays whose partitions are read by the worker that computes them."""
     import dask
@@ -113,6 +166,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-in-memory", action="store_true", help="skip the in-memory pass (the client's memory)")
+    parser.add_argument("--no-warm-up", action="store_true", help="time the first release too (large N)")
+    parser.add_argument("--format", choices=("parquet", "npy"), default="parquet", help="parquet needs pyarrow")
     args = parser.parse_args()
 
     import dask
@@ -124,7 +179,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         start = time.perf_counter()
-        sizes = write(folder, args.rows, args.partitions)
+        sizes = (write_parquet if args.format == "parquet" else write)(folder, args.rows, args.partitions)
         on_disk = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
         print(
             f"wrote N = {args.rows:,} rows, P = {P}, {args.partitions} partitions: {on_disk:.0f} MiB on disk "
@@ -141,10 +196,11 @@ def main() -> None:
             )
         with cluster, distributed.Client(cluster) as client:
             client.run(lambda: __import__("pymc_dp.backends.dask_rows"))  # workers import once, outside the timing
-            data = lazy(folder, sizes)
-            start = time.perf_counter()
-            pmdp.release_statistics("logistic_regression", data, **SETTINGS)  # first: ships the functions once
-            print(f"first cluster release (warm-up, not in the median): {time.perf_counter() - start:.2f} s")
+            data = lazy_parquet(folder) if args.format == "parquet" else lazy(folder, sizes)
+            if not args.no_warm_up:
+                start = time.perf_counter()
+                pmdp.release_statistics("logistic_regression", data, **SETTINGS)  # first: ships the functions once
+                print(f"first cluster release (warm-up, not in the median): {time.perf_counter() - start:.2f} s")
             times, cpus = [], []
             for _ in range(args.repeats):
                 start, workers, own = time.perf_counter(), client.run(_worker_cpu), _own_cpu()
@@ -168,8 +224,16 @@ def main() -> None:
 
         if args.no_in_memory:
             return
-        x = np.concatenate([np.load(folder / f"x-{k:04d}.npy") for k in range(len(sizes))])
-        y = np.concatenate([np.load(folder / f"y-{k:04d}.npy") for k in range(len(sizes))])
+        if args.format == "parquet":
+            import pandas as pd
+
+            frame = pd.read_parquet(folder)
+            x = np.column_stack([np.ones(len(frame)), frame[COLUMNS].to_numpy()])
+            y = frame["y"].to_numpy()
+            del frame
+        else:
+            x = np.concatenate([np.load(folder / f"x-{k:04d}.npy") for k in range(len(sizes))])
+            y = np.concatenate([np.load(folder / f"y-{k:04d}.npy") for k in range(len(sizes))])
         start, own = time.perf_counter(), _own_cpu()
         local = pmdp.release_statistics("logistic_regression", (x, y), **SETTINGS)
         in_memory, in_memory_cpu = time.perf_counter() - start, _own_cpu() - own
