@@ -240,6 +240,7 @@ class RowLikelihood:
         self._gradient_mode_setting = "forward" if reproducible and gradient_mode == "auto" else gradient_mode
         self._gradient_mode: str | None = None
         self._gradient_mode_costs: dict[str, float] = {}  # per row, by mode (_choose_gradient_function)
+        self._batch_grad_functions: dict[str, Any] = {}  # "auto": both modes, the one not chosen kept for tests
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
         self._f_clipped_sum = None
@@ -641,6 +642,7 @@ class RowLikelihood:
             return "forward", forward
         if forward is None:
             return "reverse", reverse
+        self._batch_grad_functions.update(forward=forward, reverse=reverse)  # both built: the other one is kept
         self._gradient_mode_costs = self._estimate_costs({"forward": forward, "reverse": reverse}, theta)
         cheaper = self._gradient_mode_costs["reverse"] < self._gradient_mode_costs["forward"]
         return ("reverse", reverse) if cheaper else ("forward", forward)
