@@ -28,12 +28,14 @@ latent:
   misspecified here (the cells' Σx and Σxxᵀ then inform the group effects through the wrong
   mean).
 
-The group sizes n_g are latent with a flat prior on n_g > 0 (``{name}_group_size``, sampled on
-the log scale): the count's noise alone determines them for a large group; for a small one
-the sizes, the statistics and the group effects are uncertain together, and a group whose
-cell is mostly noise gives a group effect near its prior — a wide interval, not a confident
-wrong one. The central-limit normal is an approximation for groups of a handful of rows; there
-the noise, whose variance is the same for every cell, dominates it.
+The group sizes n_g are latent with a flat prior on n_g > 0, sampled on the release noise's own
+scale (:func:`latent_group_sizes`, ``{name}_group_size_shift``: n_g ≈ n̄_g + s·v_g, s the noise's
+unit), so that their width does not vanish with the noise: the count's noise alone determines
+them for a large group; for a small one the sizes, the statistics and the group effects are
+uncertain together, and a group whose cell is mostly noise gives a group effect near its prior —
+a wide interval, not a confident wrong one. The central-limit normal is an approximation for
+groups of a handful of rows; there the noise, whose variance is the same for every cell,
+dominates it.
 
 Neighbouring relation: substitute (the release's; N public). This likelihood is
 post-processing of the release and costs no ε.
@@ -68,7 +70,7 @@ from pymc_dp.exponential_family.regression_likelihoods import (
     poisson_regression_moments,
 )
 
-__all__ = ["batched_gaussian_logpdf", "grouped_cell_moments", "grouped_release_loglik"]
+__all__ = ["batched_gaussian_logpdf", "grouped_cell_moments", "grouped_release_loglik", "latent_group_sizes"]
 
 
 def _diagonal(matrices: Any, unit: np.ndarray | None) -> Any:
@@ -163,13 +165,52 @@ def grouped_cell_moments(
     return tuple(vectorize_graph([mean, cov], {one: coefficients}))
 
 
+def latent_group_sizes(released: np.ndarray, scale: float, noise_variance: float | None, name: str) -> tuple[Any, Any]:
+    """(n, log p): the G latent group sizes, parameterised on the release noise's own scale, and their density.
+
+    ``released`` (G × k) holds the k noisy copies n̂_gk = n_g + η_gk of each group's size. With
+    s the noise's unit — the Laplace scale b, or for Gaussian noise of variance σ² the sd σ/√k of
+    the copies' mean n̄_g (sufficient for n_g) — the sampler's free variable is v_g
+    (``{name}_group_size_shift``, flat) and
+
+        n_g = s·softplus(n̄_g/s + v_g) = n̄_g + s·v_g + s·softplus(−(n̄_g/s + v_g)),
+
+    so n_g > 0 for every v_g and n_g = n̄_g + s·v_g wherever n̄_g is many units above 0: v_g is
+    the noise in its own units, of width O(1) at every ε. (Sampled as n_g itself, or as log n_g,
+    the size's width shrinks with the noise — to 10⁻⁹ of a group at ε = 10⁹ — and NUTS's step
+    cannot follow: every transition diverged.) The returned log density is that of the copies
+    given n_g (Laplace or Gaussian, exact) plus the Jacobian log s + log σ(n̄_g/s + v_g) of the
+    flat prior on n_g > 0, every gap n̂_gk − n_g computed in units of s from public differences
+    so that nothing is lost to rounding at huge n̄_g/s. Post-processing of released values (no ε).
+    """
+    import pymc as pm
+
+    released = np.asarray(released, dtype=float)
+    copies = released.shape[1]
+    laplace = noise_variance is None and scale > 0.0
+    variance = _release_noise_variance(scale, noise_variance)
+    unit = float(scale) if laplace else math.sqrt(variance / copies)
+    mean = released.mean(axis=1)
+    shift = pm.Flat(f"{name}_group_size_shift", shape=released.shape[0])
+    argument = mean / unit + shift
+    correction = pt.softplus(-argument)  # n/s − (n̄/s + v), and −log σ(n̄/s + v)
+    sizes = unit * (argument + correction)
+    gap = (released - mean[:, None]) / unit - (shift + correction)[:, None]  # (n̂_gk − n_g)/s
+    if laplace:
+        count_logp = pt.sum(-math.log(2.0 * unit) - pt.abs(gap))
+    else:
+        count_logp = pt.sum(-0.5 * gap**2 / copies - 0.5 * math.log(2.0 * math.pi * variance))
+    jacobian = released.shape[0] * math.log(unit) - pt.sum(correction)
+    return sizes, count_logp + jacobian
+
+
 def grouped_release_loglik(
     family: Any, reading: ReleaseReading, name: str, alpha: Any = None, beta: Any = None, sigma: Any = None
 ) -> Any:
     """log p(release | α, β[, σ]) of a grouped release, with the group sizes and covariate moments latent.
 
-    Adds to the model in context ``{name}_group_size`` (G latent sizes, flat on (0, ∞), starting
-    at the released counts clipped to [1, N]) and the shared covariate moments of
+    Adds to the model in context ``{name}_group_size_shift`` (the G latent sizes, flat on (0, ∞),
+    in units of the release noise: :func:`latent_group_sizes`) and the shared covariate moments of
     :func:`~pymc_dp.exponential_family.noise_aware.gaussian_covariates` (``{name}_x_…``, started
     from the cells' sum, which is the ungrouped release), and returns the log density of the
     whole released vector (module docstring). ``alpha``: the G group intercepts; ``beta``: p
@@ -178,8 +219,6 @@ def grouped_release_loglik(
     the released vector, N, and the noise, a Gaussian release's σ² (``noise_variance``) or else
     the Laplace scale (``scale``, giving 2b²).
     """
-    import pymc as pm
-
     noisy, n_rows, scale, noise_variance, _ = reading
 
     cells = family.cells(noisy)
@@ -187,18 +226,7 @@ def grouped_release_loglik(
     counts = list(family.count_indices)
     lo, hi = cell.intervals()
     keep = np.nonzero((hi > lo) & ~np.isin(np.arange(lo.size), counts))[0]
-    released = cells[:, counts]  # G × (copies of n_g)
-    sizes = pm.HalfFlat(
-        f"{name}_group_size",
-        shape=family.n_groups,
-        initval=np.clip(released.mean(axis=1), 1.0, max(float(n_rows), 1.0)),
-    )
-    gap = released - sizes[:, None]
-    if noise_variance is None and scale > 0.0:
-        count_logp = pt.sum(-math.log(2.0 * scale) - pt.abs(gap) / scale)
-    else:
-        variance = _release_noise_variance(scale, noise_variance)
-        count_logp = pt.sum(-0.5 * gap**2 / variance - 0.5 * math.log(2.0 * math.pi * variance))
+    sizes, count_logp = latent_group_sizes(cells[:, counts], scale, noise_variance, name)
     position = _product_positions(family)
     x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
     coefficients = family._coefficients(alpha, beta)
