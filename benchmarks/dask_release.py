@@ -34,6 +34,15 @@ records equal.
 57.96 CPU s (client 5.52 s, workers 52.44 s: 10.5 µs per row), 141.7 s wall; client peak RSS 413 MiB (401
 MiB at N = 10⁶); workers 410 and 385 MiB.
 
+``--rows 20000000 --partitions 100`` (3,394 MiB of Parquet; the files written by a run stopped after writing
+them, then released with ``--data-dir DIR --repeats 1 --no-in-memory --no-warm-up``, load average 13-14): the
+first and only release took 237.1 CPU s (client 20.0 s, workers 217.1 s: 10.9 µs per row), 585 s wall;
+client peak RSS 366 MiB (265 MiB after the imports), the issue's target being 500 MiB; workers 501 and 502
+MiB. The in-memory pass was not run at this N (it needs the 3.2 GB of rows, and several copies, in one
+process); at the 5.1-7.8 µs per row measured for it at N = 10⁶ it would take 100-155 CPU s. The files are
+written in a child process, so that the client's peak is the release's (the first run's writer, in the
+client's process, had taken it to 509 MiB).
+
 With ``--format npy``, measured 2026-11-28 on the same machine with four other jobs (load average 10-14):
 
 ``--rows 1000000`` (20 partitions of 50,000 rows; X and y 160 MiB on disk), 3 releases after a warm-up:
@@ -58,10 +67,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import resource
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +177,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-in-memory", action="store_true", help="skip the in-memory pass (the client's memory)")
+    parser.add_argument("--data-dir", type=Path, help="release the Parquet files already there (no writing)")
     parser.add_argument("--no-warm-up", action="store_true", help="time the first release too (large N)")
     parser.add_argument("--format", choices=("parquet", "npy"), default="parquet", help="parquet needs pyarrow")
     args = parser.parse_args()
@@ -177,9 +189,18 @@ def main() -> None:
 
     print(f"client peak RSS after imports: {_peak_rss_mib():.0f} MiB")
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) if args.data_dir is None else args.data_dir
         start = time.perf_counter()
-        sizes = (write_parquet if args.format == "parquet" else write)(folder, args.rows, args.partitions)
+        if args.data_dir is None:
+            writer = write_parquet if args.format == "parquet" else write
+            # In a child process, so that the client's peak RSS below is the release's, not the writer's.
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+                sizes = pool.submit(writer, folder, args.rows, args.partitions).result()
+        else:
+            import pyarrow.parquet as pq
+
+            sizes = [pq.read_metadata(f).num_rows for f in sorted(folder.glob("part-*.parquet"))]
+            args.rows, args.partitions = sum(sizes), len(sizes)
         on_disk = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
         print(
             f"wrote N = {args.rows:,} rows, P = {P}, {args.partitions} partitions: {on_disk:.0f} MiB on disk "
