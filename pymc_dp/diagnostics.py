@@ -256,8 +256,10 @@ def poor_mixing_message(
         return (
             "Sampling the released statistics' likelihood did not produce a usable posterior: "
             + "; ".join(diagnostics["problems"])
-            + ". Do not report these draws as a posterior. The release is already paid for: rerunning the sampler "
-            "costs no privacy, so rerun with more tuning and draws, more chains or a higher target_accept. Divergent "
+            + ". Do not report these draws as a posterior. The release is already paid for: rerunning the sampler on "
+            "it (release.sample) costs no privacy, so rerun with more tuning and draws, more chains or a higher "
+            "target_accept (pmdp.sample without a step keeps no release object: calling it again releases and pays "
+            "again, so to resample for free release by hand with pmdp.release_statistics). Divergent "
             "transitions mean the sampler could not explore part of the posterior; if they persist, the release may "
             "be at odds with the model (bounds the data did not respect, or a covariate model far from the data: "
             "docs/exponential_family.md). Diagnostics are in posterior.attrs['dp_diagnostics']."

@@ -576,6 +576,7 @@ def _release_text(record: dict[str, Any], cite: _Citations) -> str:
             f"sensitivity Δ₂ = {_g(record['l2_sensitivity'])} {bounds}, the noise's standard deviation was "
             f"σ = {_g(record['gaussian_std'])}, and the noisy statistics were projected onto their admissible set."
             + _anchors_text(record, "σ", "gaussian_std")
+            + _clipping_check_text(record)
         )
     cite("foulds2016theory", "dwork2006calibrating")
     return (
@@ -583,20 +584,62 @@ def _release_text(record: dict[str, Any], cite: _Citations) -> str:
         f"their L1 sensitivity Δ₁ = {_g(record['l1_sensitivity'])} {bounds}, the Laplace scale was "
         f"b = {_g(record['laplace_scale'])}, and the noisy statistics were projected onto their admissible set."
         + _anchors_text(record, "b", "laplace_scale")
+        + _clipping_check_text(record)
     )
 
 
+#: What each family's covariate anchors sum over rows, in words (β̂ the public anchor point, M = ``y_max``).
+_ANCHOR_SUMS = {
+    "logistic_regression": "tanh(xᵀβ̂/2)·x and of (1 − tanh²(xᵀβ̂/2))·xxᵀ,",
+    "poisson_regression": (
+        "m(λ)·x and of h(λ)·xxᵀ, where λ = exp(xᵀβ̂), m(λ) = E[min(Y, M)] and h(λ) = E[Y·1{Y ≤ M}] for "
+        "Y ~ Poisson(λ) and M the public count bound, functions of the covariates only,"
+    ),
+    "negative_binomial_regression": (
+        "w·(y − m(μ))·x and of w·h(μ)·xxᵀ, where μ = exp(xᵀβ̂), w = α/(α + μ), y is the count clipped to the "
+        "public bound M and m, h are the clipped negative binomial's mean and slope,"
+    ),
+}
+
+
 def _anchors_text(record: dict[str, Any], symbol: str, key: str) -> str:
-    """The covariate anchors of a logistic-regression release, in words (empty without them)."""
+    """The covariate anchors of a regression release (logistic, Poisson, negative binomial), in words, or ""."""
     anchors = record.get("covariate_anchors") or []
     if not anchors:
         return ""
+    family = record.get("family", {}).get("family", "")
+    sums = _ANCHOR_SUMS.get(family, "the family's anchor statistics (a score and its slope at β̂),")
     scales = ", ".join(_g(a[key]) for a in anchors)
     return (
-        f" Then {len(anchors)} covariate anchor(s) were released by the same mechanism, each at a point computed "
-        "from the releases before it: the sums over rows of tanh(xᵀβ̂/2)·x and of (1 − tanh²(xᵀβ̂/2))·xxᵀ (the "
-        f"latter weighted), each coordinate bounded by the public bounds, with {symbol} = {scales}; the release "
-        "events of all of them are composed in ε below."
+        f" Then {len(anchors)} covariate anchor(s) were released by the same mechanism, each at a point β̂ computed "
+        f"from the releases before it: the sums over rows of {sums} the second weighted by a public constant, each "
+        f"coordinate bounded by the public bounds, with {symbol} = {scales}; the release events of all of them are "
+        "composed in ε below."
+    )
+
+
+_NOISE_NAMES = {"discrete laplace": "discrete Laplace", "discrete gaussian": "discrete Gaussian"}
+
+
+def _clipping_check_text(record: dict[str, Any]) -> str:
+    """The release's clipping check (a noisy weighted count of the rows its bounds clipped), in words, or ""."""
+    check = record.get("clipping_check")
+    if not check:
+        return ""
+    full = check.get("full_weight_movement")
+    weighting = (
+        f", each weighted by how far the bounds moved it (fully from {100 * full:.3g} % of a bound's width; NaN "
+        "and invalid labels fully)"
+        if full
+        else ""
+    )
+    noise = _NOISE_NAMES.get(check.get("mechanism"), "integer")
+    return (
+        f" The number of rows the public bounds clipped{weighting} was released once as well, with "
+        f"{noise} noise of standard deviation {_g(check['noise_sd_rows'])} rows "
+        f"(sensitivity 1, {_g(100 * check['budget_share'])} % of the budget), inside the same ε and δ; the "
+        f"released share ({_g(100 * check['share_clipped'])} % ± {_g(100 * check['share_clipped_sd'])} %) is in "
+        "the result's diagnostics."
     )
 
 

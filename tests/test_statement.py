@@ -288,3 +288,19 @@ def test_the_statement_recomposes_epsilon_rather_than_trusting_the_attribute(res
     record["epsilon"] = 0.01  # an edited attribute
     assert pmdp.privacy_statement(json.dumps(record)).epsilon == honest.epsilon
     assert "ε = 0.01" not in pmdp.privacy_statement(record).text
+
+
+def test_a_count_release_states_its_own_anchors_and_its_clipping_check():
+    # Found by a tutorial walk: a Poisson release's statement described the logistic anchors (tanh) and left out the
+    # clipping check's count, which the one-call route always releases.
+    rng = np.random.default_rng(4)
+    x = np.column_stack([np.ones(300), rng.uniform(-1, 1, 300)])
+    counts = rng.poisson(np.exp(0.3 + 0.5 * x[:, 1]))
+    release = pmdp.release_statistics(
+        "poisson_regression", (x, counts), epsilon=2.0, n_features=2, x_bounds=([1, -1], [1, 1]), y_max=6,
+        covariate_anchors=1, clipping_check=True,
+    )  # fmt: skip
+    text = pmdp.privacy_statement(release).text
+    assert "λ = exp(xᵀβ̂)" in text and "tanh" not in text
+    assert "The number of rows the public bounds clipped, each weighted by how far the bounds moved it" in text
+    assert "sensitivity 1" in text and "inside the same ε and δ" in text
