@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp.mechanisms.clipped_rows import PrivateClippedCount
+from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT, PrivateClippedCount
 from pymc_dp.mechanisms.sufficient_statistics import (
     PrivateSufficientStatistics,
     RowSums,
@@ -263,7 +263,7 @@ def _clipped_count_leaf(family: Any, data: Any, length: int) -> _CountSums:
     """One partition's exact clipped-row count: the in-memory mechanism on the partition's rows."""
     if length == 0:
         return _CountSums(0, {}, {})
-    count = vars(PrivateClippedCount(family, data))  # the family's admission and the public weights
+    count = vars(PrivateClippedCount(family, data, CLIPPED_ROW_FULL_WEIGHT))  # as release_clipping_check counts
     exact = {k: int(v) for k, v in count.items() if k.startswith("_exact_")}
     public = {k: v for k, v in count.items() if not k.startswith("_exact_") and k != "n_rows"}
     return _CountSums(int(count["n_rows"]), exact, public)

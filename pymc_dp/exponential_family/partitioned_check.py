@@ -19,7 +19,7 @@ from typing import Any
 
 from pymc_dp.backends.dask_rows import partitioned_clipped_count
 from pymc_dp.exponential_family.clipping_check import bounds_named, check_resolution
-from pymc_dp.mechanisms import clipped_rows
+from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT, CLIPPED_ROW_WEIGHT_GRID
 
 __all__ = ["release_partitioned_clipping_check"]
 
@@ -57,8 +57,8 @@ def release_partitioned_clipping_check(
     n_rows = private.n_rows
     return {
         "bounds": bounds_named(family),
-        "full_weight_movement": clipped_rows.CLIPPED_ROW_FULL_WEIGHT,  # the in-memory count's (the default)
-        "weight_grid": clipped_rows.CLIPPED_ROW_WEIGHT_GRID,
+        "full_weight_movement": CLIPPED_ROW_FULL_WEIGHT,  # the in-memory count's (PrivateClippedCount's default)
+        "weight_grid": CLIPPED_ROW_WEIGHT_GRID,
         "noisy_clipped_rows": float(noisy),
         "n_rows": n_rows,
         "share_clipped": round(noisy / n_rows, 6),
