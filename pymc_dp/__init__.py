@@ -21,6 +21,7 @@ from pymc_dp.accounting import (
     PrivacySpent,
 )
 from pymc_dp.backends.dask import DaskBackend, DaskBackendError
+from pymc_dp.backends.dask_rows import row_placeholder
 from pymc_dp.backends.jax import JaxBackend
 from pymc_dp.bambi import from_bambi
 from pymc_dp.data import ModelStructureError
@@ -94,6 +95,7 @@ __all__ = [
     "release_anchor",
     "release_once",
     "release_statistics",
+    "row_placeholder",
     "sample",
     "sample_posterior_predictive",
     "strip_private_groups",

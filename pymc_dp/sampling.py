@@ -77,6 +77,7 @@ def sample(
     grad_clip: float | None = None,
     centre: bool | str = "auto",
     centre_lipschitz: float | None = None,
+    rows: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Sample with DP step methods and return a result carrying its privacy guarantee.
@@ -215,6 +216,14 @@ def sample(
         The centred step's κ (a per-row bound on the Lipschitz constant of the Hessian), in
         place of the worst case over ``x_bounds``, B³/(6√3): rows beyond it are clipped (a
         bias, never a privacy loss).
+    rows : dict of dask.array.Array, optional
+        Without ``step``, for the released-statistics route only: the model's data matrix
+        (``"X"``, without the intercept's column) and outcome (``"y"``) as Dask arrays that stay
+        on the cluster, for a model built on :func:`pymc_dp.row_placeholder` stand-ins of their
+        shape (``docs/dask.md``). N is read from their chunk sizes (public), each partition's
+        sums are computed on its worker, and every route that would read the rows in this
+        process is refused before anything is charged. With ``step`` it must be None, and a
+        model built on placeholders is refused (its zeros would be fitted).
     **kwargs
         Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
@@ -278,11 +287,30 @@ def sample(
                 "`centre` and `centre_lipschitz` must be left unset without `step` (they set a DPHMC or DPPenaltyMH "
                 f"step's centring). Found centre={centre!r}, centre_lipschitz={centre_lipschitz!r}."
             )
-        return sample_one_call(model, sample, kwargs, **settings)
+        return sample_one_call(model, sample, {**kwargs, **({} if rows is None else {"rows": rows})}, **settings)
+    _refuse_rows_with_step(model, rows)
     settings.update(centre=centre, centre_lipschitz=centre_lipschitz)
     the_plan = plan_sample(step, model, kwargs, **settings)  # validate and plan: nothing read or charged
     idata, clip_record, backend_details = _run(the_plan, step, model, kwargs)  # charge and run
     return _record(the_plan, idata, model, on_poor_mixing, clip_record, backend_details)
+
+
+def _refuse_rows_with_step(model: Any, rows: Any) -> None:
+    """Refuse Dask ``rows``, and a model built on row placeholders, with a step (from the graph: nothing read)."""
+    from pymc_dp.backends.dask_rows import holds_row_placeholders
+
+    if rows is not None:
+        raise ValueError(
+            "`rows` must be None with `step`: Dask rows are released on the one-call released-statistics route only "
+            "(pmdp.sample without a step); the DP samplers read the rows in this process. "
+            f"Found rows for {sorted(map(str, rows)) if isinstance(rows, dict) else type(rows).__name__}."
+        )
+    if holds_row_placeholders(model):
+        raise ValueError(
+            "`model` must hold its own rows with `step`: it is built on pmdp.row_placeholder stand-ins (zeros), which "
+            "the sampler would fit. Found a likelihood that reads a row placeholder; use pmdp.sample without a step "
+            'and rows={"X": ..., "y": ...} for rows that stay on a Dask cluster.'
+        )
 
 
 def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:

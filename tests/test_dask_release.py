@@ -293,6 +293,14 @@ def test_a_row_placeholder_holds_one_element_and_a_model_on_placeholders_needs_i
     with _regression("logistic", placeholder, row_placeholder(yd.astype("int64"))):
         with pytest.raises(ValueError, match=r"`rows` must give the Dask arrays for a model built on .*Found None"):
             pmdp.sample(epsilon=2.0, delta=1e-6, budget=budget, x_bounds=(-2, 2))
+        # With a step the samplers would fit the zeros: refused from the graph before the step is looked at (so a
+        # stand-in step will do), and Dask rows are refused with a step.
+        step = object()
+        with pytest.raises(ValueError, match=r"`model` must hold its own rows with `step`.*row placeholder"):
+            pmdp.sample(step=step, epsilon=2.0, delta=1e-6, budget=budget)
+        with pytest.raises(ValueError, match=r"`rows` must be None with `step`.*Found rows for \['X', 'y'\]"):
+            pmdp.sample(step=step, epsilon=2.0, delta=1e-6, budget=budget, rows={"X": xd, "y": yd})
+    assert pmdp.row_placeholder is row_placeholder
     assert budget.spent().epsilon == 0.0 and list(budget.events) == []
 
 
