@@ -19,8 +19,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
 from threadpoolctl import threadpool_limits  # a PyMC dependency
+
+# PyTensor's C modules (PyMC 5, the Python 3.11 line) compiled at gcc's -O0 instead of -O3, in the test
+# processes only: with an empty compile cache, as in CI, compiling was about half of that line's time, and gcc
+# compiles faster without optimising (issue 38; from empty caches on Python 3.11, CPU seconds, user + sys with
+# gcc: test_penalty.py and test_sampling.py 71.1 -> 63.0, the release-once coverage test 37.8 -> 29.7, a script
+# compiling three models' logp and gradients 38.6 -> 32.2; on a loaded machine, so about +-10 % each). The C code
+# PyTensor generates is the same, so every graph computes the same values (to rounding: -O3 may fuse a multiply
+# and an add); what a test checks is unchanged, and reproducible-noise reruns compare like with like. The flag is
+# part of PyTensor's compile-cache key, so these modules never replace a user's -O3 ones in a shared cache.
+# Subprocesses a test starts (the README's quick start) compile as a user's would. A caller's own -O flag in
+# gcc__cxxflags wins.
+if "-O" not in pytensor.config.gcc__cxxflags:
+    pytensor.config.gcc__cxxflags = f"{pytensor.config.gcc__cxxflags} -O0".strip()
 
 
 @pytest.fixture(autouse=True, scope="session")
