@@ -94,7 +94,7 @@ def main() -> None:
     )
     for workers in args.workers:
         cluster = distributed.LocalCluster(
-            processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+            processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
         )
         client = distributed.Client(cluster)
         scatter_start = time.perf_counter()
@@ -120,7 +120,7 @@ def main() -> None:
     small = logistic_regression(args.overhead_rows, args.features, use_data=False)
     _, small_mechanisms = model_access(small, None, None, None, None)
     cluster = distributed.LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
     )
     client = distributed.Client(cluster)
     per_parts = {}

@@ -212,7 +212,7 @@ def main() -> None:
                 threads_per_worker=1,
                 processes=True,
                 memory_limit="3GiB",
-                dashboard_address=None,
+                dashboard_address=":0",
                 silence_logs=logging.CRITICAL,
             )
         with cluster, distributed.Client(cluster) as client:

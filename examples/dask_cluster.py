@@ -76,7 +76,7 @@ def main() -> None:
     report("one process", *run(model, args.draws, args.tune))
 
     if args.address is None:
-        cluster = LocalCluster(processes=True, n_workers=args.workers, threads_per_worker=1, dashboard_address=None)
+        cluster = LocalCluster(processes=True, n_workers=args.workers, threads_per_worker=1, dashboard_address=":0")
         client = Client(cluster)
     else:
         cluster, client = None, Client(args.address)  # an existing cluster

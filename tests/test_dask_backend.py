@@ -57,7 +57,8 @@ def client():
             n_workers=2,
             threads_per_worker=1,
             memory_limit="2GiB",  # per worker: a real cluster's limit (the workers hold 3000 rows and compiled graphs)
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: None still binds the scheduler's HTTP server to 8787 (a warning,
+            # so an error here, when another cluster on the machine holds it)
             silence_logs=logging.CRITICAL,
         )
         client = distributed.Client(cluster, timeout="180s")
