@@ -546,7 +546,7 @@ def test_at_huge_epsilon_the_grouped_poisson_log_density_is_the_exact_poisson_li
 
 @pytest.mark.slow
 def test_at_huge_epsilon_the_grouped_poisson_posterior_is_the_exact_one():
-    # The limit by sampling (~45 CPU s, 2 × 1,000 iterations): at ε = 10⁹ the intercepts' posterior is the exact
+    # The limit by sampling (~25 CPU s, 2 × 1,000 iterations): at ε = 10⁹ the intercepts' posterior is the exact
     # Poisson posterior given the rows (Σy is sufficient here; the reference by quadrature, no Monte Carlo error).
     # Before the sizes were put on the noise's scale: R-hat 2.7, bulk ESS 2, means 9–10 sds off, sds 6–13×.
     y, groups, release = _grouped_poisson_intercepts(1e9)
