@@ -484,21 +484,40 @@ def test_the_plans_centred_row_is_the_runs_prediction_for_the_same_settings(logi
     assert "a centred row's ESS where the noisy Newton steps cannot resolve" in str(the_plan)  # the "?" line
 
 
+def _centred_rows(n_rows: int, n_params: int, bound: float, lipschitz: float) -> tuple[list, dict]:
+    """The planner's centred rows at ε = 4's pilot noise and a fixed chains' μ (no accounting: arithmetic only)."""
+    from pymc_dp.route_predictions import centred_rows
+
+    return centred_rows(
+        4.0,
+        1e-6,
+        chains_mu=1.0,
+        pilot=(7.28, 12.61),
+        n_rows=n_rows,
+        n_params=n_params,
+        chains=2,
+        posterior_sd=2.0 / math.sqrt(n_rows),
+        neighbouring="substitute",
+        n_leapfrog=3,
+        grad_budget_share=0.5,
+        bound=bound,
+        lipschitz=lipschitz,
+        max_iterations=20000,
+        tune_fraction=0.25,
+    )
+
+
 def test_a_resolved_centred_row_prints_centred_ess_at_its_iterations():
-    """Where the curvature is resolved (N = 10⁵, ε = 4) the row's ESS is :func:`centred_ess` of its own noise."""
+    """Where the curvature is resolved (N = 10⁵, P = 3) the row's ESS is :func:`centred_ess` of its own noise."""
     from pymc_dp.route_predictions import centred_prediction_at
 
-    the_plan = pmdp.planning.plan_from_settings(
-        epsilon=4.0, delta=1e-6, n_rows=100_000, n_params=3, chains=2, n_leapfrog=3, centring=(5.74, 0.5)
-    )
-    centring = the_plan.details["centring"]
+    rows, centring = _centred_rows(100_000, 3, 5.74, 0.5)
     assert centring["resolved"] and centring["curvature_noise"] <= 0.5
-    for method in ("DPHMC", "DPPenaltyMH"):
-        row = the_plan.method(f"{method} (centred)")
+    for method, row in zip(("DPHMC", "DPPenaltyMH"), rows, strict=True):
         _, expected = centred_prediction_at(
             method,
-            row.iterations,
-            row.tune,
+            row["iterations"],
+            row["tune"],
             centring["chains_mu"] / 2,
             n_params=3,
             posterior_sd=centring["posterior_sd"],
@@ -506,23 +525,19 @@ def test_a_resolved_centred_row_prints_centred_ess_at_its_iterations():
             lipschitz=0.5,
             n_leapfrog=3,
         )
-        assert row.expected_ess == pytest.approx(expected["ess_per_chain"], rel=1e-9) and row.expected_ess > 0
-        assert row.usable is (row.expected_ess * 2 >= pmdp.planning.MIN_USEFUL_ESS)
+        assert row["expected_ess"] == pytest.approx(expected["ess_per_chain"], rel=1e-9) and row["expected_ess"] > 0
+        assert row["usable"] is (row["expected_ess"] * 2 >= pmdp.planning.MIN_USEFUL_ESS)
 
 
 def test_a_centred_row_says_when_its_number_rests_on_the_posterior_sd_guess():
-    """fair's shape (N = 6,366, P = 5, x_bounds ±1, ε = 4): resolved at s = 2/√N but not at 3× it (the measured
-    s was 2.85×), so the row says so; at N = 10⁵ it does not need to."""
+    """fair's shape (N = 6,366, P = 5, x_bounds ±1, ε = 4's pilots): resolved at s = 2/√N but not at 3× it (the
+    measured s was 2.85×), so the row says so; at N = 10⁶ it need not."""
     kappa = pmdp.route_predictions.LOGISTIC_THIRD * math.sqrt(5) ** 3
-    fair = pmdp.planning.plan_from_settings(
-        epsilon=4.0, delta=1e-5, n_rows=6366, n_params=5, chains=2, centring=(math.sqrt(5), kappa)
-    )
-    assert fair.details["centring"]["resolved"] and fair.method("DPHMC (centred)").expected_ess is not None
-    assert "this rests on a posterior sd of 0.0251" in fair.method("DPHMC (centred)").note
-    large = pmdp.planning.plan_from_settings(
-        epsilon=4.0, delta=1e-5, n_rows=10**7, n_params=5, chains=2, centring=(math.sqrt(5), kappa)
-    )
-    assert "this rests on" not in large.method("DPHMC (centred)").note
+    fair, centring = _centred_rows(6366, 5, math.sqrt(5), kappa)
+    assert centring["resolved"] and fair[0]["expected_ess"] is not None
+    assert "this rests on a posterior sd of 0.0251" in fair[0]["note"]
+    large, _ = _centred_rows(10**6, 5, math.sqrt(5), kappa)
+    assert "this rests on" not in large[0]["note"]
 
 
 def test_noise_limited_dphmc_shortens_its_steps_to_the_target_acceptance():
