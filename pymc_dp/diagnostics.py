@@ -352,6 +352,7 @@ def attach_diagnostics(
     divergences: int | None = None,
     say: bool = False,
     bounds_clipping: list[dict[str, Any]] | None = None,
+    chain_draws: dict[str, np.ndarray] | None = None,
 ) -> Any:
     """Compute :func:`mixing_diagnostics` from ``idata``'s posterior, write ``dp_diagnostics``; warn or raise.
 
@@ -378,6 +379,12 @@ def attach_diagnostics(
     say : bool, default False
         Log the :func:`verdict` (PyMC's logger, INFO) whatever it is. Otherwise it is logged
         for a usable result unless ``on_poor_mixing="ignore"`` (a flagged one warns or raises).
+    chain_draws : dict of array, optional
+        The chains' own draws (chains × draws × ...) by variable, where the published posterior
+        adds independent noise to them afterwards (a centred run's widening by its anchor's
+        noise): the mixing diagnostics are computed from these, since added noise hides chains
+        that have not mixed (a higher ESS, an R-hat near 1). Variables not given are read from
+        the posterior. Released draws, so free; recorded as ``"computed_on"``.
 
     Returns
     -------
@@ -386,12 +393,15 @@ def attach_diagnostics(
     check_on_poor_mixing(on_poor_mixing)
     posterior = group(idata, "posterior")
     draws = {str(name): np.asarray(posterior[name].values) for name in posterior.data_vars}
+    draws.update(chain_draws or {})
     accepted = None
     if "sample_stats" in group_names(idata):
         stats = group(idata, "sample_stats")
         if "dp_accepted" in stats:
             accepted = np.asarray(stats["dp_accepted"].values)
     diagnostics = mixing_diagnostics(draws, accepted, method)
+    if chain_draws:
+        diagnostics["computed_on"] = "the chains' draws before the published draws' added noise (the widening)"
     problem = clipping_problem(clipping)
     if clipping:
         last = clipping["releases"][-1]

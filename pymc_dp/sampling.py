@@ -416,8 +416,9 @@ def _record(
         **({"dp_init": p.dp_init.settings} if p.dp_init is not None else {}),
         **backend_details,
     )
+    chain_draws = None  # a centred run's own chains, before the widening: what its mixing diagnostics read
     if p.centring is not None:
-        widen_centred_draws(idata, model, p.centring.anchor, p.steps[0], _seeded_noise(p.steps))
+        chain_draws = widen_centred_draws(idata, model, p.centring.anchor, p.steps[0], _seeded_noise(p.steps))
     p.run.publish(idata, model, record)
     clipping = clip_record  # a centred run's: the anchor's clips, read off its released histograms
     if p.centring is not None:
@@ -432,10 +433,10 @@ def _record(
             PoorMixingWarning,
             stacklevel=3,
         )
-    return attach_diagnostics(idata, on_poor_mixing, clipping=clipping)
+    return attach_diagnostics(idata, on_poor_mixing, clipping=clipping, chain_draws=chain_draws)
 
 
-def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproducible: bool) -> None:
+def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproducible: bool) -> dict[str, np.ndarray]:
     """Widen a centred run's draws in place by its anchor's known noise (:func:`widen_for_anchor_noise`).
 
     A centred chain targets the posterior tilted by the anchor's noise, the same tilt in every
@@ -443,7 +444,9 @@ def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproduc
     N(0, T²Σ̂SΣ̂) to every draw carries that known uncertainty into the result, so that its
     intervals cover (``docs/centred.md``). Post-processing of released draws with public σ_G,
     σ_H and θ̂: no privacy cost. The added noise comes from OS entropy unless the run's noise is
-    reproducible.
+    reproducible. Returns the chains' own draws of the widened variables (copies, before the
+    widening): the result's mixing diagnostics are computed from them, as the added noise would
+    hide chains that have not mixed.
     """
     value_to_rv = {value.name: rv for rv, value in model.rvs_to_values.items()}
     rvs = [value_to_rv[name] for name in anchor.var_names]
@@ -456,11 +459,13 @@ def widen_centred_draws(idata: Any, model: Any, anchor: Any, step: Any, reproduc
     flat = np.concatenate([a.reshape(chains, draws, -1) for a in arrays], axis=-1)
     rng = mechanism_rng(getattr(step, "rng", None), reproducible)
     widened = widen_for_anchor_noise(flat, anchor, temperature=getattr(step, "temperature", 1.0), rng=rng)
+    chain_draws = {rv.name: array.copy() for rv, array in zip(rvs, arrays, strict=True)}
     start = 0
     for array in arrays:  # in place: the posterior's own arrays, on both ArviZ lines
         size = int(np.prod(array.shape[2:], dtype=int))
         array[...] = widened[:, :, start : start + size].reshape(array.shape)
         start += size
+    return chain_draws
 
 
 def _progress_accounting(

@@ -8,6 +8,7 @@ import xarray as xr
 
 from pymc_dp.mechanisms.centred import CentringAnchor, widen_for_anchor_noise
 from pymc_dp.mechanisms.noise import mechanism_rng
+from pymc_dp.results import posterior_attrs
 from pymc_dp.sampling import widen_centred_draws
 
 
@@ -50,7 +51,9 @@ def test_the_draws_are_widened_in_place_by_the_anchors_noise_in_the_steps_order(
         rng = np.random.default_rng(7)
         temperature = 1.0
 
-    widen_centred_draws(idata, model, anchor, Step(), reproducible=True)
+    chains = widen_centred_draws(idata, model, anchor, Step(), reproducible=True)
+    # the chains' own draws come back, unwidened, for the mixing diagnostics
+    assert set(chains) == {"intercept", "beta"} and all(np.array_equal(chains[k], before[k]) for k in before)
     flat = np.concatenate([before["intercept"][..., None], before["beta"]], axis=-1)
     expected = widen_for_anchor_noise(flat, anchor, rng=mechanism_rng(np.random.default_rng(7), True))
     np.testing.assert_array_equal(idata["posterior"]["intercept"].values, expected[..., 0])
@@ -65,3 +68,29 @@ def test_transformed_variables_are_refused_rather_than_widened_on_the_wrong_scal
     anchor = _anchor(["intercept", "scale_log__"], 2)
     with pytest.raises(RuntimeError, match="transformed"):
         widen_centred_draws(idata, model, anchor, object(), reproducible=False)
+
+
+def test_the_mixing_diagnostics_read_the_chains_not_the_noise_the_widening_added():
+    # H36's finding: at N = 400, ε = 1 centred chains with R-hat 1.96 were published with R-hat 1.01 and
+    # usable=True, the widening's independent noise hiding that they had not mixed.
+    import json
+
+    import arviz as az
+
+    from pymc_dp.diagnostics import PoorMixingWarning, attach_diagnostics
+
+    rng = np.random.default_rng(1)
+    stuck = np.array([[0.0], [1.0]]) + 0.01 * rng.normal(size=(2, 400))  # two chains that never met
+    published = stuck + rng.normal(0.0, 30.0, size=stuck.shape)  # the widening's noise swamps the gap
+    as_dict = {"posterior": {"theta": published}}
+    make = (
+        (lambda: az.from_dict(as_dict))
+        if int(az.__version__.split(".")[0]) >= 1
+        else (lambda: az.from_dict(posterior={"theta": published}))
+    )
+    plain = json.loads(posterior_attrs(attach_diagnostics(make(), "ignore")).get("dp_diagnostics"))
+    assert plain["usable"]  # what was published before the fix
+    with pytest.warns(PoorMixingWarning, match="R-hat"):
+        honest = attach_diagnostics(make(), "warn", chain_draws={"theta": stuck})
+    recorded = json.loads(posterior_attrs(honest)["dp_diagnostics"])
+    assert not recorded["usable"] and "before the published draws' added noise" in recorded["computed_on"]
