@@ -706,17 +706,14 @@ def centred_rows(
     """The planner's rows "DPHMC (centred)" and "DPPenaltyMH (centred)" (:class:`pymc_dp.planning.MethodPlan`'s
     fields), and the public settings they assume: what ``pmdp.sample(step=..., x_bounds=...)`` would run.
 
-    The chains' noise is the run's calibration of what the DP start, the clip bound and the
-    anchor leave (:func:`centred_chains_mu`), split per iteration as the steps split it; the
-    prediction is :func:`centred_ess` with s = ``posterior_sd`` and the anchor's offset
-    e = s·f·τ_pilot·B in sds (the last pilot's score noise, f τ_pilot B per coordinate, moved
-    through a posterior covariance of about s²: where the last Newton step leaves the anchor).
-    The iterations per chain are those (on the planner's grid up to ``max_iterations``) that
-    maximise the predicted ESS; the noise grows with them, so more is not always better.
-    Usable: at least :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, and
-    predicted only where the Newton steps resolve the curvature (:func:`centring_curvature_noise`).
-    ``chains_mu`` and ``pilot`` (the pilots' τ_G, τ_H), if given, replace :func:`centred_chains_mu`'s
-    (``pmdp.sample(draws="auto")`` gives its own calibration's: the same numbers).
+    The chains' noise is the run's calibration of what the DP start, the clip bound and the anchor leave
+    (:func:`centred_chains_mu`), split per iteration as the steps split it; the prediction is :func:`centred_ess`
+    with s = ``posterior_sd`` and the anchor's offset e = s·f·τ_pilot·B in sds (the last pilot's score noise
+    moved through a posterior covariance of about s²). The iterations per chain maximise the predicted ESS on the
+    planner's grid up to ``max_iterations`` (the noise grows with them). Usable: at least
+    :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, predicted only where the Newton steps resolve
+    the curvature (:func:`centring_curvature_noise`). ``chains_mu`` and ``pilot`` (the pilots' τ_G, τ_H), if given,
+    replace :func:`centred_chains_mu`'s (``pmdp.sample(draws="auto")`` gives its own calibration's).
     """
     if chains_mu is None or pilot is None:
         chains_mu, (_, pilot) = centred_chains_mu(epsilon, delta, n_rows, neighbouring)
@@ -740,34 +737,8 @@ def centred_rows(
         if method == "DPPenaltyMH":
             noise = {"noise_multiplier": noise["llr_noise_multiplier"]}
         ess = float(prediction["ess_per_chain"])
-        note = (
-            f"centred on a second-order anchor after {CENTRE_NEWTON_STEPS} noisy Newton steps (pmdp.sample's "
-            f"default with x_bounds or centre_lipschitz: κ = {lipschitz:.3g}, B = {bound:.3g}; "
-            "docs/centred.md); the anchor's noise tilts the target, which the run's widened draws cover; "
-            "predicted within 2× of the chains' measured ESS where the curvature is resolved "
-            "(benchmarks/centred_planner_check.py, docs/centred.md)"
-        )
-        wider = {**common, "posterior_sd": CENTRE_SD_SPREAD * posterior_sd, "offset_sd": CENTRE_SD_SPREAD * offset}
-        at_wider = centred_prediction_at(method, k, tune, chains_mu / chains, neighbouring=neighbouring, **wider, **hmc)
-        lost = curvature_noise * CENTRE_SD_SPREAD**2 > CENTRE_MAX_CURVATURE_NOISE  # unresolved at the wider sd
-        if resolved and (lost or at_wider[1]["ess_per_chain"] < ess / 2):
-            at = (
-                "the Newton steps would not resolve the curvature"
-                if lost
-                else f"ESS {at_wider[1]['ess_per_chain']:.2g}/chain"
-            )
-            note += (
-                f"; this rests on a posterior sd of {posterior_sd:.3g} (the noise grows like s³): at "
-                f"{CENTRE_SD_SPREAD:g}× it (covariates of a third of unit sd, as [−1, 1]-scaled ones often are) {at}"
-                "; give posterior_sd= (e.g. a DP fit's sds) for a firmer prediction"
-            )
-        if not resolved:
-            note += (
-                f"; not predicted here: the Newton steps' Hessian noise is {curvature_noise:.2g}× the posterior's "
-                f"curvature (above {CENTRE_MAX_CURVATURE_NOISE:g}, at a posterior sd of about {posterior_sd:.3g}), "
-                "so the anchor can stay many sds off and the chains may not mix (measured at N·ε ≤ 2,000: R-hat "
-                "2–4, ESS about 1 per chain); more rows or more ε, or narrower public x_bounds"
-            )
+        sd_check = dict(chains_mu=chains_mu / chains, neighbouring=neighbouring, common=common, hmc=hmc, bound=bound)
+        note = _centred_row_note(method, k, tune, ess, curvature_noise, sd_check)
         rows.append(
             {
                 "method": f"{method} (centred)",
@@ -786,3 +757,44 @@ def centred_rows(
     details = {"lipschitz": lipschitz, "bound": bound, "offset_sd": offset, "chains_mu": chains_mu}
     details.update(posterior_sd=posterior_sd, curvature_noise=curvature_noise, resolved=resolved)
     return rows, details
+
+
+def _centred_row_note(
+    method: str, k: int, tune: int, ess: float, curvature_noise: float, sd_check: dict[str, Any]
+) -> str:
+    """A centred row's note: its settings, and where its number rests on the guess s (public quantities only)."""
+    common, hmc = sd_check["common"], sd_check["hmc"]
+    posterior_sd, offset = common["posterior_sd"], common["offset_sd"]
+    lipschitz, bound = common["lipschitz"], sd_check["bound"]
+    resolved = curvature_noise <= CENTRE_MAX_CURVATURE_NOISE
+    note = (
+        f"centred on a second-order anchor after {CENTRE_NEWTON_STEPS} noisy Newton steps (pmdp.sample's "
+        f"default with x_bounds or centre_lipschitz: κ = {lipschitz:.3g}, B = {bound:.3g}; "
+        "docs/centred.md); the anchor's noise tilts the target, which the run's widened draws cover; "
+        "predicted within 2× of the chains' measured ESS where the curvature is resolved "
+        "(benchmarks/centred_planner_check.py, docs/centred.md)"
+    )
+    wider = {**common, "posterior_sd": CENTRE_SD_SPREAD * posterior_sd, "offset_sd": CENTRE_SD_SPREAD * offset}
+    at_wider = centred_prediction_at(
+        method, k, tune, sd_check["chains_mu"], neighbouring=sd_check["neighbouring"], **wider, **hmc
+    )
+    lost = curvature_noise * CENTRE_SD_SPREAD**2 > CENTRE_MAX_CURVATURE_NOISE  # unresolved at the wider sd
+    if resolved and (lost or at_wider[1]["ess_per_chain"] < ess / 2):
+        at = (
+            "the Newton steps would not resolve the curvature"
+            if lost
+            else f"ESS {at_wider[1]['ess_per_chain']:.2g}/chain"
+        )
+        note += (
+            f"; this rests on a posterior sd of {posterior_sd:.3g} (the noise grows like s³): at "
+            f"{CENTRE_SD_SPREAD:g}× it (covariates of a third of unit sd, as [−1, 1]-scaled ones often are) {at}"
+            "; give posterior_sd= (e.g. a DP fit's sds) for a firmer prediction"
+        )
+    if not resolved:
+        note += (
+            f"; not predicted here: the Newton steps' Hessian noise is {curvature_noise:.2g}× the posterior's "
+            f"curvature (above {CENTRE_MAX_CURVATURE_NOISE:g}, at a posterior sd of about {posterior_sd:.3g}), "
+            "so the anchor can stay many sds off and the chains may not mix (measured at N·ε ≤ 2,000: R-hat "
+            "2–4, ESS about 1 per chain); more rows or more ε, or narrower public x_bounds"
+        )
+    return note
