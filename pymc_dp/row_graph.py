@@ -36,7 +36,22 @@ from pymc_dp.model_structure import (
     _row_structure,
 )
 
-__all__ = ["evaluate_rowwise", "row_loglik"]
+__all__ = ["ROW_PLACEHOLDER_NAME", "evaluate_rowwise", "reads_row_placeholder", "row_loglik"]
+
+#: The name every :func:`pymc_dp.row_placeholder` constant carries, so that a model built on placeholders is recognised.
+ROW_PLACEHOLDER_NAME = "pymc_dp.row_placeholder"
+
+
+def reads_row_placeholder(model: Any) -> bool:
+    """Whether ``model``'s likelihood reads a :func:`pymc_dp.row_placeholder` (by the constant's name: nothing read).
+
+    Such a model holds zeros of the rows' shape, not rows: fitting it would fit the zeros (a
+    confidently wrong posterior). Only the one-call route with ``rows=`` releases in their place.
+    """
+    from pytensor.graph.traversal import ancestors
+
+    observed = [*model.observed_RVs, *(model.rvs_to_values[rv] for rv in model.observed_RVs)]
+    return any(getattr(v, "name", None) == ROW_PLACEHOLDER_NAME for v in ancestors(observed))
 
 
 def _jvp(output: Variable, wrt: Variable, tangent: Variable) -> Variable:
@@ -242,6 +257,13 @@ def row_loglik(
     from pymc_dp._validation import check_neighbouring
 
     neighbouring = check_neighbouring("neighbouring", neighbouring)
+    if reads_row_placeholder(model):  # from the graph's names: nothing read
+        raise ModelStructureError(
+            "`model` must hold its rows: its likelihood reads pmdp.row_placeholder stand-ins (zeros of the rows' "
+            "shape), which would be fitted in place of the data. Rows that stay on a Dask cluster are released only "
+            'by pmdp.sample(epsilon=..., rows={"X": ..., "y": ...}) without a step (docs/dask.md). Found a row '
+            "placeholder in the likelihood."
+        )
     n_private = neighbouring == "add_remove"
     n_rows, row_dim, observed_values = _row_structure(model, neighbouring)
     n_roots = _row_dim_lengths(model, n_rows) if n_private else []

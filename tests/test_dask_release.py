@@ -300,6 +300,11 @@ def test_a_row_placeholder_holds_one_element_and_a_model_on_placeholders_needs_i
             pmdp.sample(step=step, epsilon=2.0, delta=1e-6, budget=budget)
         with pytest.raises(ValueError, match=r"`rows` must be None with `step`.*Found rows for \['X', 'y'\]"):
             pmdp.sample(step=step, epsilon=2.0, delta=1e-6, budget=budget, rows={"X": xd, "y": yd})
+        # Every reader of a model's rows (the steps, DPADVI, release_once) refuses it from its graph, nothing read.
+        with pytest.raises(pmdp.ModelStructureError, match=r"`model` must hold its rows.*row_placeholder"):
+            pmdp.DPPenaltyMH(llr_clip=1.0)
+        with pytest.raises(pmdp.ModelStructureError, match=r"`model` must hold its rows"):
+            pmdp.DPADVI(epsilon=1.0, delta=1e-6, sampling_rate=0.1, grad_clip=1.0).fit(5, progressbar=False)
     assert pmdp.row_placeholder is row_placeholder
     assert budget.spent().epsilon == 0.0 and list(budget.events) == []
 

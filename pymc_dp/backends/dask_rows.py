@@ -44,6 +44,7 @@ from pymc_dp.mechanisms.sufficient_statistics import (
     is_partitioned,  # re-exported: the dispatch's question, asked where the in-memory mechanism refuses too
     row_sums,
 )
+from pymc_dp.row_graph import ROW_PLACEHOLDER_NAME, reads_row_placeholder
 
 __all__ = [
     "ROW_PLACEHOLDER_NAME",
@@ -58,10 +59,6 @@ __all__ = [
     "row_placeholder",
     "with_ones_column",
 ]
-
-
-#: The name every :func:`row_placeholder` constant carries, so that a model built on placeholders is recognised.
-ROW_PLACEHOLDER_NAME = "pymc_dp.row_placeholder"
 
 
 class PartitionError(RuntimeError):
@@ -366,12 +363,10 @@ def holds_row_placeholders(model: Any) -> bool:
     """Whether ``model``'s likelihood reads a :func:`row_placeholder` (by the constant's name: nothing read).
 
     Such a model has no rows of its own: releasing or sampling it without the Dask rows would
-    fit the zeros (a confidently wrong posterior), so the caller refuses it.
+    fit the zeros (a confidently wrong posterior), so the caller refuses it
+    (:func:`pymc_dp.row_graph.reads_row_placeholder`, which every reader of a model's rows calls).
     """
-    from pytensor.graph.traversal import ancestors
-
-    observed = [*model.observed_RVs, *(model.rvs_to_values[rv] for rv in model.observed_RVs)]
-    return any(getattr(v, "name", None) == ROW_PLACEHOLDER_NAME for v in ancestors(observed))
+    return reads_row_placeholder(model)
 
 
 def with_ones_column(covariates: Any, n_rows: int, like: Any) -> Any:
