@@ -37,6 +37,7 @@ sensitivity is 1 under it (and under add/remove).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -127,20 +128,33 @@ def bounds_named(family: Any) -> dict[str, Any]:
 
 
 def release_clipping_check(
-    family: Any, data: Any, mechanism: str, setting: float | None, share: float, source: Any
+    family: Any,
+    data: Any,
+    mechanism: str,
+    setting: float | None,
+    share: float,
+    source: Any,
+    count_rows: Callable[[Any, Any], Any] | None = None,
 ) -> dict[str, Any] | None:
     """Release the noisy number of rows ``family``'s bounds clip, at ``setting`` (ε_c, or τ_c for Gaussian noise).
 
-    ``setting`` None (no check priced): nothing is read and None is returned.
+    ``setting`` None (no check priced): nothing is read and None is returned. ``count_rows``
+    builds the count mechanism from (family, data) (default: the in-memory
+    :class:`~pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`; Dask rows pass
+    :func:`pymc_dp.backends.dask_rows.partitioned_clipped_count`).
 
     Call inside the run that priced it (:func:`pymc_dp.release_statistics`). Returns the record
-    (public: the noisy count, its share of N and their noise sds, the threshold 1/√N, the bounds,
-    the tolerance, the check's ε_c or τ_c and budget share, and whether it can resolve the
-    threshold, :func:`check_resolution`); the rows, and which were clipped, stay in the mechanism.
+    (public: the noisy weighted count, its share of N and their noise sds, the threshold 1/√N,
+    the bounds, the weighting, the check's ε_c or τ_c and budget share, and whether it can
+    resolve the threshold, :func:`check_resolution`); the rows, and which were clipped, stay in
+    the mechanism.
     """
     if setting is None:
         return None
-    private = PrivateClippedCount(family, data, CLIPPED_ROW_FULL_WEIGHT)
+    if count_rows is None:  # rows in memory; Dask rows pass their partitioned count (partitioned_check)
+        private = PrivateClippedCount(family, data, CLIPPED_ROW_FULL_WEIGHT)
+    else:
+        private = count_rows(family, data)
     if mechanism == "laplace":
         noisy, sd = private.laplace_noisy(setting, source)
         noise = {"mechanism": "discrete laplace", "epsilon": setting, "noise_sd_rows": sd}

@@ -4,7 +4,8 @@
 :func:`pymc_dp.exponential_family.clipping_check.release_clipping_check` for rows that never sit
 on the client (``docs/dask.md``): each partition counts its own clipped rows with the in-memory
 mechanism (:func:`pymc_dp.backends.dask_rows.partitioned_clipped_count`), Dask's tree adds the
-exact integers on the workers, and the client adds the noise once and writes the same record.
+exact integers on the workers, and the client adds the noise once and writes the same record
+(the in-memory function's, given the partitioned count).
 ``tests/test_dask_release.py`` checks that the record equals the in-memory one, key for key, with
 the same reproducible noise.
 
@@ -14,12 +15,10 @@ release's; the weighted count's sensitivity is 1 row, as in memory.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pymc_dp.backends.dask_rows import partitioned_clipped_count
-from pymc_dp.exponential_family.clipping_check import bounds_named, check_resolution
-from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT, CLIPPED_ROW_WEIGHT_GRID
+from pymc_dp.exponential_family.clipping_check import release_clipping_check
 
 __all__ = ["release_partitioned_clipping_check"]
 
@@ -45,27 +44,4 @@ def release_partitioned_clipping_check(
     .. [1] Canonne, C. L., Kamath, G. and Steinke, T. (2020). The discrete Gaussian for
        differential privacy. NeurIPS.
     """
-    if setting is None:
-        return None
-    private = partitioned_clipped_count(family, data)
-    if mechanism == "laplace":
-        noisy, sd = private.laplace_noisy(setting, source)
-        noise = {"mechanism": "discrete laplace", "epsilon": setting, "noise_sd_rows": sd}
-    else:
-        noisy, sd = private.gaussian_noisy(setting, source)
-        noise = {"mechanism": "discrete gaussian", "noise_multiplier": setting, "noise_sd_rows": sd}
-    n_rows = private.n_rows
-    return {
-        "bounds": bounds_named(family),
-        "full_weight_movement": CLIPPED_ROW_FULL_WEIGHT,  # the in-memory count's (PrivateClippedCount's default)
-        "weight_grid": CLIPPED_ROW_WEIGHT_GRID,
-        "noisy_clipped_rows": float(noisy),
-        "n_rows": n_rows,
-        "share_clipped": round(noisy / n_rows, 6),
-        "share_clipped_sd": round(sd / n_rows, 6),
-        "bias_threshold_share": round(1.0 / math.sqrt(n_rows), 6),
-        "budget_share": share,
-        "sensitivity": 1,
-        **noise,
-        **check_resolution(sd / n_rows, n_rows),
-    }
+    return release_clipping_check(family, data, mechanism, setting, share, source, partitioned_clipped_count)
