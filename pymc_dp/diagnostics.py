@@ -353,6 +353,7 @@ def attach_diagnostics(
     say: bool = False,
     bounds_clipping: list[dict[str, Any]] | None = None,
     chain_draws: dict[str, np.ndarray] | None = None,
+    release_problems: list[str] | None = None,
 ) -> Any:
     """Compute :func:`mixing_diagnostics` from ``idata``'s posterior, write ``dp_diagnostics``; warn or raise.
 
@@ -385,6 +386,9 @@ def attach_diagnostics(
         noise): the mixing diagnostics are computed from these, since added noise hides chains
         that have not mixed (a higher ESS, an R-hat near 1). Variables not given are read from
         the posterior. Released draws, so free; recorded as ``"computed_on"``.
+    release_problems : list of str, optional
+        Problems a release's own checks found in its released values (a grouped release's
+        covariate shift, :mod:`pymc_dp.exponential_family.group_covariates`): each flags the result.
 
     Returns
     -------
@@ -426,6 +430,9 @@ def attach_diagnostics(
         note = bounds_clipping_note(check)  # a check too noisy to flag anything says so (public settings only)
         if note is not None:
             diagnostics.setdefault("notes", []).append(note)
+    if release_problems:
+        diagnostics["problems"].extend(release_problems)
+        diagnostics["usable"] = False
     if divergences is not None:
         diagnostics["divergences"] = int(divergences)
         if divergences > 0:

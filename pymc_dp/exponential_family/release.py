@@ -36,6 +36,7 @@ from pymc_dp.exponential_family.families import (
     check_out_of_bounds,
     get_family,
 )
+from pymc_dp.exponential_family.group_covariates import group_covariate_problem
 from pymc_dp.exponential_family.grouped import grouped_family
 from pymc_dp.exponential_family.noise_aware import release_loglik
 from pymc_dp.exponential_family.partitioned_check import release_partitioned_clipping_check
@@ -528,9 +529,11 @@ def sample_releases(
     divergences = _divergences(idata)  # counted before the sampler's own statistics are dropped
     annotate_releases(idata, releases, model=model)
     checks = [r.clipping_check for r in releases if r.clipping_check is not None]
+    shifts = [s for s in map(group_covariate_problem, releases) if s is not None]  # grouped linear releases
     return attach_diagnostics(
-        idata, on_poor_mixing, method=RELEASED_STATISTICS_METHOD, divergences=divergences, bounds_clipping=checks
-    )
+        idata, on_poor_mixing, RELEASED_STATISTICS_METHOD, divergences=divergences, bounds_clipping=checks,
+        release_problems=shifts,
+    )  # fmt: skip
 
 
 def _divergences(idata: Any) -> int | None:
