@@ -82,9 +82,10 @@ CLIPPING_MARGIN_SDS = 3.0
 #: The same margin for a statistics release's check of its public bounds, whose noise sd is sized to a
 #: tenth of the threshold wherever the budget allows
 #: (:data:`pymc_dp.exponential_family.clipping_check.CLIPPING_CHECK_RESOLUTION`): two sds are then a
-#: fifth of it, so noise alone flags a share below 0.8× the threshold with probability under 3·10⁻⁵,
-#: while a share of 1.4× the threshold (a bias of 1.4 posterior sds per spread the rows moved) is
-#: flagged with probability 0.98 (0.5 with three sds).
+#: fifth of it, so noise alone flags a share of 0.8× the threshold with probability 3·10⁻⁵ (discrete
+#: Gaussian noise) or 1.7·10⁻³ (discrete Laplace, the default), while a share of 1.4× the threshold (a
+#: bias of 1.4 posterior sds per spread the rows moved) is flagged with probability 0.98 or 0.97 (0.84
+#: or 0.88 with three sds).
 RELEASE_CLIPPING_MARGIN_SDS = 2.0
 
 
@@ -183,7 +184,8 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     )
     return (
         f"clipping: about {100 * share:.2g} % (± {100 * share_sd:.2g} %) of the rows lie outside the public bounds "
-        f"({bounds}){by_more} and were clipped into them (a noisy count; above 1/√N = {100 * threshold:.2g} % "
+        f"({bounds}){by_more} and were clipped into them (a noisy weighted count, so at least that share of the "
+        f"rows was clipped; above 1/√N = {100 * threshold:.2g} % "
         "clipping can move the posterior means by a posterior standard deviation or more, and neither the "
         "posterior's width nor R-hat shows it): widen the bounds that clip from public knowledge of the data's "
         "range (for counts a larger y_max), or transform the data so that they lie within them, and release "

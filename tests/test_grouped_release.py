@@ -218,7 +218,7 @@ def test_at_huge_epsilon_the_release_posterior_matches_nuts_on_the_raw_rows():
             np.abs(mine.mean(("chain", "draw")).values - ref.mean(("chain", "draw")).values), 0.4 * sd
         )
         np.testing.assert_allclose(mine.std(("chain", "draw")).values, sd, rtol=0.3)
-    assert "lik_group_size" not in private.posterior
+    assert not [name for name in private.posterior.data_vars if str(name).startswith("lik_group_size")]  # nuisance
 
 
 @pytest.mark.slow

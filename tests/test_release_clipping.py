@@ -175,7 +175,7 @@ def test_the_clipped_count_sees_every_kind_of_clipping_and_nothing_else():
 
 
 def _exact_count(family, data, full_weight: float = CLIPPED_ROW_FULL_WEIGHT) -> float:
-    """The exact weighted count (discrete Laplace at ε = 10⁶: zero noise with probability 1 − 2e^{−10⁶·⁶⁴})."""
+    """The exact weighted count (discrete Laplace at ε = 10⁶: zero noise with probability 1 − 2e^{−10⁶/64})."""
     noisy, sd = PrivateClippedCount(family, data, full_weight).laplace_noisy(1e6, np.random.default_rng(0))
     assert sd < 1e-12
     return noisy
@@ -206,6 +206,27 @@ def test_a_row_counts_in_proportion_to_how_far_it_moved_fully_from_five_percent_
     assert entry_scales(linear, 3) == pytest.approx([0.0, 0.0, 0.0])  # a layout it cannot read: strict
     with pytest.raises(ValueError, match=r"`full_weight` must be a fraction in \[0, 1\]\. Found 1\.5"):
         entry_scales(linear, 2, 1.5)
+    # Extreme values count fully and raise no floating-point warning (warnings are errors here): a warning would
+    # depend on one row (review finding, 1e308 overflowed the division).
+    extreme = np.array([[1e308], [-1.7e308], [np.inf], [-np.inf], [np.nan], [0.0]])
+    assert _exact_count(linear, (extreme, np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1e308]))) == 6
+
+
+def test_the_count_noise_is_scaled_to_the_grid_so_one_row_is_one_noise_unit(monkeypatch):
+    # Review finding: the 5-sd test above cannot see noise 64× too small. The samplers must get scale 64/ε grid
+    # units (Laplace) and variance (64τ)² units² (Gaussian): one row is 64 units.
+    from fractions import Fraction
+
+    import pymc_dp.mechanisms.clipped_rows as clipped_rows
+
+    asked = []
+    monkeypatch.setattr(clipped_rows, "discrete_laplace_noise", lambda scale, size, source: asked.append(scale) or [0])
+    monkeypatch.setattr(clipped_rows, "discrete_gaussian_noise", lambda var, size, source: asked.append(var) or [0])
+    count = PrivateClippedCount(get_family("normal", sigma=1.0, bounds=(-1, 1)), np.array([0.0, 2.0]))
+    assert count.laplace_noisy(0.5, None) == (1.0, pytest.approx(discrete_laplace_sd(0.5 / 64) / 64))
+    assert count.gaussian_noisy(2.0, None) == (1.0, 2.0)
+    assert asked == [Fraction(64) / Fraction(0.5), (Fraction(2.0) * 64) ** 2]
+    assert discrete_laplace_sd(0.5 / 64) / 64 == pytest.approx(math.sqrt(2) / 0.5, rel=1e-4)  # ≈ the continuous sd
 
 
 def test_rows_heaped_just_beyond_a_bound_are_counted_and_flag_the_release():

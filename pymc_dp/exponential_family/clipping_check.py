@@ -21,9 +21,10 @@ just enough for the count's noise sd to be :data:`CLIPPING_CHECK_RESOLUTION` (a 
 flag's threshold √N rows, at most :data:`CLIPPING_CHECK_MAX_SHARE` of ε (Laplace) or of ρ
 (Gaussian): :func:`clipping_check_share`. The other releases share the rest as before. At that
 resolution the flag fires at 1.2× the threshold: a share of 1.4× the threshold is flagged with
-probability 0.98, one at the threshold with 0.02, one at 0.8× with 3·10⁻⁵. (``randhie``'s
-Poisson release, ``y_max`` = 20, whose posterior at ε = 4 was 6.75–44 NUTS sds off: its weighted
-share is 1.18 % = 1.68× the threshold, flagged at ε = 4 with probability 1 − 10⁻⁶; the earlier
+probability 0.98 (discrete Gaussian noise; 0.97 discrete Laplace), one at the threshold with 0.02
+(0.03), one at 0.8× with 3·10⁻⁵ (1.7·10⁻³). (``randhie``'s Poisson release, ``y_max`` = 20,
+whose posterior at ε = 4 was 6.75–44 NUTS sds off: its weighted share is 1.18 % = 1.68× the
+threshold, flagged at ε = 4 with probability 1 − 10⁻⁶ by its Gaussian release, 1 − 6·10⁻⁴ by a Laplace one; the earlier
 count of rows moved by more than 1 %, 1.02 %, with a margin of three sds was flagged in 93 % of
 runs.) Where the cap binds
 so that the flag's margin reaches the threshold itself (small N or ε), the check cannot resolve

@@ -134,13 +134,16 @@ def clipped_row_weights(raw: np.ndarray, admitted: np.ndarray, scales: np.ndarra
     (one row). A pure function of one row at a time: the sum over rows has sensitivity ``grid``
     units.
     """
-    with np.errstate(invalid="ignore"):
+    # No floating-point warning may depend on a row (one extreme value would show in a warning): every
+    # operation is silenced, and the movement is capped at its scale before dividing, so nothing overflows.
+    with np.errstate(all="ignore"):
         moved = np.abs(raw - admitted)  # NaN where the raw entry was NaN; inf where it was infinite
-    moved = np.where(np.isnan(moved), np.inf, moved)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(scales > 0, moved / np.where(scales > 0, scales, 1.0), np.where(moved > 0, np.inf, 0.0))
-    weight = np.minimum(ratio, 1.0).max(axis=1) if ratio.shape[1] else np.zeros(ratio.shape[0])
-    return np.ceil(weight * grid).astype(np.int64)
+        moved = np.where(np.isnan(moved), np.inf, moved)
+        positive = scales > 0
+        capped = np.minimum(moved, np.where(positive, scales, 1.0)) / np.where(positive, scales, 1.0)
+        ratio = np.where(positive, capped, np.where(moved > 0, 1.0, 0.0))  # in [0, 1]; a label: any change is 1
+        weight = ratio.max(axis=1) if ratio.shape[1] else np.zeros(ratio.shape[0])
+        return np.ceil(weight * grid).astype(np.int64)
 
 
 class PrivateClippedCount:
