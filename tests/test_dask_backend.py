@@ -201,22 +201,8 @@ def _rows_on_a_worker(seed: int, n_rows: int, part: str) -> np.ndarray:
 
 def test_a_release_of_rows_that_live_on_the_workers_equals_the_in_memory_release(client):
     """Issue 37: X and y are Dask arrays whose partitions are made on the workers; only sums come back."""
-    import dask.array as da
-
     sizes = (700, 1100, 400, 800)
-    parts = {
-        part: [
-            da.from_delayed(
-                dask.delayed(_rows_on_a_worker)(seed, n, part), shape=(n, 3) if part == "x" else (n,), dtype=float
-            )
-            for seed, n in enumerate(sizes)
-        ]
-        for part in ("x", "y")
-    }
-    remote_data = (da.concatenate(parts["x"]), da.concatenate(parts["y"]))
-    local_data = tuple(
-        np.concatenate([_rows_on_a_worker(seed, n, part) for seed, n in enumerate(sizes)]) for part in ("x", "y")
-    )
+    remote_data, local_data = _one_call_rows(sizes)
     settings = dict(
         n_features=3, x_bounds=(-2.0, 2.0), covariate_anchors=2, epsilon=1.0, random_seed=5, reproducible_noise=True
     )
