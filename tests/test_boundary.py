@@ -71,6 +71,7 @@ ROW_ATTRIBUTES = {
     "_data",
     "_exact_statistics",
     "_exact_clipped_units",  # mechanisms/clipped_rows: the exact weighted count of clipped rows (noised before release)
+    "_exact_units",  # mechanisms/clipped_rows.ClippedUnits: the same count, one Dask partition's or their sum
 }
 #: What other layers may import from ``pymc_dp.data``: everything else there is row access.
 DATA_FREE = {

@@ -36,7 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT, PrivateClippedCount
+from pymc_dp.mechanisms.clipped_rows import (
+    CLIPPED_ROW_FULL_WEIGHT,
+    ClippedUnits,
+    PrivateClippedCount,
+    clipped_units,
+)
 from pymc_dp.mechanisms.sufficient_statistics import (
     PrivateSufficientStatistics,
     RowSums,
@@ -239,31 +244,9 @@ def partitioned_row_sums(family: Any, data: Any, out_of_bounds: str, exponent: i
     return _tree_total(leaf, data, split_every, "pymc-dp-row-sums")
 
 
-class _CountSums:
-    """A partition's exact clipped-row count (the ``_exact_*`` integers of
-    :class:`~pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`), its length and its public settings; added
-    exactly over partitions. Never leaves the workers except as the tree's total, inside the mechanism."""
-
-    def __init__(self, n_rows: int, exact: dict[str, int], public: dict[str, Any]) -> None:
-        self.n_rows, self.exact, self.public = n_rows, exact, public
-
-    def __add__(self, other: _CountSums) -> _CountSums:
-        if not other.exact:  # an empty partition adds nothing
-            return self
-        if not self.exact:
-            return other
-        exact = {k: self.exact[k] + other.exact[k] for k in self.exact}
-        return _CountSums(self.n_rows + other.n_rows, exact, self.public)
-
-
-def _clipped_count_leaf(family: Any, data: Any, length: int) -> _CountSums:
-    """One partition's exact clipped-row count: the in-memory mechanism on the partition's rows."""
-    if length == 0:
-        return _CountSums(0, {}, {})
-    count = vars(PrivateClippedCount(family, data, CLIPPED_ROW_FULL_WEIGHT))  # as release_clipping_check counts
-    exact = {k: int(v) for k, v in count.items() if k.startswith("_exact_")}
-    public = {k: v for k, v in count.items() if not k.startswith("_exact_") and k != "n_rows"}
-    return _CountSums(int(count["n_rows"]), exact, public)
+def _clipped_units_leaf(family: Any, data: Any, length: int) -> ClippedUnits:
+    """One partition's exact weighted count of clipped rows: the in-memory mechanism's count on its rows."""
+    return ClippedUnits(0, 0) if length == 0 else clipped_units(family, data, CLIPPED_ROW_FULL_WEIGHT)
 
 
 def partitioned_clipped_count(family: Any, data: Any, split_every=None) -> PrivateClippedCount:
@@ -281,12 +264,10 @@ def partitioned_clipped_count(family: Any, data: Any, split_every=None) -> Priva
     weight in [0, 1] whatever partition holds it, so the total, and the count's sensitivity (1
     row), are those of the in-memory mechanism.
     """
-    total = _tree_total(functools.partial(_clipped_count_leaf, family), data, split_every, "pymc-dp-clipped-rows")
-    if total.n_rows != partitioned_n_rows(data) or not total.exact:
+    total = _tree_total(functools.partial(_clipped_units_leaf, family), data, split_every, "pymc-dp-clipped-rows")
+    if total.n_rows != partitioned_n_rows(data):
         raise PartitionError("The partitions' lengths differ from their chunk sizes (message withheld)")
-    count = PrivateClippedCount.__new__(PrivateClippedCount)  # the in-memory mechanism, its rows already counted
-    vars(count).update(total.public, n_rows=total.n_rows, **total.exact)
-    return count
+    return PrivateClippedCount.from_units(total)  # the in-memory mechanism, its rows already counted
 
 
 def private_statistics(

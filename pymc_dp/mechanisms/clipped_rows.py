@@ -30,6 +30,7 @@ only), so they change how much each row adds, not how much one row can change th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -43,8 +44,10 @@ __all__ = [
     "CLIPPED_COUNT_SENSITIVITY",
     "CLIPPED_ROW_FULL_WEIGHT",
     "CLIPPED_ROW_WEIGHT_GRID",
+    "ClippedUnits",
     "PrivateClippedCount",
     "clipped_row_weights",
+    "clipped_units",
     "discrete_laplace_sd",
     "entry_scales",
 ]
@@ -146,6 +149,40 @@ def clipped_row_weights(raw: np.ndarray, admitted: np.ndarray, scales: np.ndarra
         return np.ceil(weight * grid).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class ClippedUnits:
+    """The exact weighted count of clipped rows (in 1/64-row grid units) and how many rows it covers.
+
+    Held in the mechanism layer only (on a Dask worker, one partition's): added exactly over
+    partitions, it reaches the client only inside :meth:`PrivateClippedCount.from_units`.
+    """
+
+    n_rows: int
+    _exact_units: int
+
+    def __add__(self, other: ClippedUnits) -> ClippedUnits:
+        return ClippedUnits(self.n_rows + other.n_rows, self._exact_units + other._exact_units)
+
+
+def clipped_units(family: Any, data: Any, full_weight: float = CLIPPED_ROW_FULL_WEIGHT) -> ClippedUnits:
+    """``family``'s admission applied to ``data``, each row weighed by how far it moved (see PrivateClippedCount)."""
+    admitted = np.asarray(family.check_data(data, "clamp"))
+    n_rows = int(admitted.shape[0])
+    admitted = admitted.reshape(n_rows, -1).astype(float)
+    raw = _raw_rows(data, n_rows)
+    if raw.shape != admitted.shape:  # public: the layouts, not the values
+        raise ValueError(
+            f"`data` must be laid out as the {family.name} family's rows. Found {raw.shape[1]} columns "
+            f"against the family's {admitted.shape[1]}."
+        )
+    scales = entry_scales(family, admitted.shape[1], full_weight)  # public: bounds × full_weight
+    grid = CLIPPED_ROW_WEIGHT_GRID
+    units = clipped_row_weights(raw, admitted, scales, grid)
+    if getattr(family, "n_groups", None) is not None:  # a grouped row whose label is not a group is dropped
+        units = np.where(admitted[:, 0] < 0, grid, units)
+    return ClippedUnits(n_rows, int(units.sum()))
+
+
 class PrivateClippedCount:
     """The weighted number of rows a family's public bounds clip, held exactly; only a noisy count leaves.
 
@@ -189,23 +226,19 @@ class PrivateClippedCount:
     """
 
     def __init__(self, family: Any, data: Any, full_weight: float = CLIPPED_ROW_FULL_WEIGHT) -> None:
-        admitted = np.asarray(family.check_data(data, "clamp"))
-        n_rows = int(admitted.shape[0])
-        admitted = admitted.reshape(n_rows, -1).astype(float)
-        raw = _raw_rows(data, n_rows)
-        if raw.shape != admitted.shape:  # public: the layouts, not the values
-            raise ValueError(
-                f"`data` must be laid out as the {family.name} family's rows. Found {raw.shape[1]} columns "
-                f"against the family's {admitted.shape[1]}."
-            )
-        scales = entry_scales(family, admitted.shape[1], full_weight)  # public: bounds × full_weight
-        grid = CLIPPED_ROW_WEIGHT_GRID
-        units = clipped_row_weights(raw, admitted, scales, grid)
-        if getattr(family, "n_groups", None) is not None:  # a grouped row whose label is not a group is dropped
-            units = np.where(admitted[:, 0] < 0, grid, units)
-        self.n_rows = n_rows
-        self.grid = grid
-        self._exact_clipped_units = int(units.sum())
+        self._hold(clipped_units(family, data, full_weight))
+
+    @classmethod
+    def from_units(cls, counted: ClippedUnits) -> PrivateClippedCount:
+        """The mechanism over rows already counted elsewhere (each Dask partition's :func:`clipped_units`, added)."""
+        count = cls.__new__(cls)
+        count._hold(counted)
+        return count
+
+    def _hold(self, counted: ClippedUnits) -> None:
+        self.n_rows = counted.n_rows
+        self.grid = CLIPPED_ROW_WEIGHT_GRID
+        self._exact_clipped_units = counted._exact_units
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_rows={self.n_rows})"
