@@ -31,6 +31,7 @@ import numpy as np
 from scipy.stats import chi2
 
 from pymc_dp.exponential_family.densities import _release_noise_variance
+from pymc_dp.exponential_family.grouped_likelihood import _product_positions
 
 __all__ = ["GROUP_SHIFT_LIMIT", "group_covariate_problem", "group_covariate_shift"]
 
@@ -47,7 +48,6 @@ def group_covariate_shift(family: Any, noisy: np.ndarray, scale: float, noise_va
     """
     if getattr(family, "base", None) != "linear_regression" or not getattr(family, "n_features", 0):
         return None
-    from pymc_dp.exponential_family.grouped_likelihood import _product_positions
 
     cells, position, p = family.cells(noisy), _product_positions(family), family.n_features
     y = p + 1
