@@ -542,3 +542,115 @@ def test_the_one_call_route_on_the_cluster_gives_the_in_memory_route_s_result(cl
     assert records[1]["route"].pop("rows").startswith("Dask arrays")  # the one difference: where the sums ran
     assert records[1] == records[0]
     assert remote.posterior.attrs["dp_epsilon"] == local.posterior.attrs["dp_epsilon"]
+
+
+# -- DPADVI on the cluster (issue 37, deliver 2): Poisson batches drawn per partition on the workers --------------
+def test_dpadvi_s_gradient_on_the_workers_equals_the_in_process_release_at_q_1(client, logistic):
+    """q = 1 takes every row and draws nothing: with the same generator the release is the in-process one (1e-10).
+
+    Both branches (n_mc 1: norms through M Mᵀ; n_mc 2: the mean of the mapped gradients), a clip
+    bound that binds, noise → 0 (the clipped sums compared) and σ = 1.3 (the same noise draws).
+    About 2 CPU s (the gradient graph compiled on the workers).
+    """
+    from pymc_dp.backends.dask_dpadvi import DaskPoissonGradientSum
+    from pymc_dp.mechanisms import NoisyPoissonGradientSum
+
+    rows = _mechanisms(logistic[0])[0]._rows
+    cluster = ClusterRows(client, rows, 3, None)
+    rng = np.random.default_rng(2)
+    try:
+        for n_mc in (1, 2):
+            thetas = rng.normal(0.0, 0.5, size=(n_mc, 3))
+            jacobians = [rng.normal(size=(3, 6)) for _ in range(n_mc)]
+            for sigma in (1e-12, 1.3):
+                local = NoisyPoissonGradientSum(rows, 0.7, sigma, 1.0)
+                remote = DaskPoissonGradientSum(cluster, 0.7, sigma, 1.0, "substitute", reproducible=True)
+                a = local.release(thetas, jacobians, np.random.default_rng(9))
+                b = remote.release(thetas, jacobians, np.random.default_rng(9))
+                np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-10)
+            per_row = rows.grad_rows(thetas[0]) @ jacobians[0]
+            assert np.mean(np.linalg.norm(per_row, axis=1) > 0.7) > 0.5  # the bound binds for most rows
+    finally:
+        cluster.close()
+
+
+def test_dpadvi_s_batch_on_the_workers_is_a_poisson_sample_of_all_rows(client):
+    """Each row joins independently with probability q: the batch size is Binomial(N, q) (mean and variance tested).
+
+    Every row's gradient is exactly 1 (y = 1, μ = 0 in a unit normal), so a clipped sum counts
+    the batch. 120 releases from the workers' OS entropy: the mean by a z-test at 4.5 standard
+    errors, the variance by a two-sided χ²(119) test at total level 1e-5 (a fixed-size batch,
+    or partitions sharing a seed, which doubles the variance with two partitions, fail it);
+    with reproducible seeds two releases from the same generator are equal and the next
+    differ. About 4 CPU s.
+    """
+    from scipy import stats
+
+    from pymc_dp.backends.dask_dpadvi import DaskPoissonGradientSum, poisson_gradient_sum
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu, 1.0, observed=np.ones(N_ROWS))
+    cluster = ClusterRows(client, _mechanisms(model)[0]._rows, 2, None)
+    q, releases = 0.2, 120
+    try:
+        sizes = np.array(
+            [poisson_gradient_sum(cluster, np.zeros((1, 1)), [np.eye(1)], 10.0, q, [None, None])[0] for _ in range(120)]
+        )
+        np.testing.assert_array_equal(sizes, np.round(sizes))  # whole rows: each sampled row counts 1
+        mean, var = N_ROWS * q, N_ROWS * q * (1 - q)
+        assert abs(sizes.mean() - mean) / np.sqrt(var / releases) < 4.5
+        chi2 = (releases - 1) * sizes.var(ddof=1) / var
+        assert stats.chi2.ppf(5e-6, releases - 1) < chi2 < stats.chi2.isf(5e-6, releases - 1)
+        seeded = DaskPoissonGradientSum(cluster, 10.0, 1e-12, q, "substitute", reproducible=True)
+        args = (np.zeros((1, 1)), [np.eye(1)])
+        first, again = np.random.default_rng(4), np.random.default_rng(4)
+        a, b = seeded.release(*args, first), seeded.release(*args, again)
+        np.testing.assert_array_equal(a, b)  # the same seeds: the same batches and noise
+        assert seeded.release(*args, first)[0] != a[0]  # the next iteration's seeds: other batches (P = 2e-23 equal)
+    finally:
+        cluster.close()
+
+
+def test_a_dpadvi_fit_on_the_cluster_is_the_in_process_fit_with_the_same_accounting(client, logistic):
+    """DPADVI(backend=DaskBackend): at q = 1 with reproducible noise the same fit, ε, events and clipping check.
+
+    20 iterations and the clipping check (its histogram on the workers too); the record differs
+    only in its backend entry, which says where the batches are drawn. About 6 CPU s.
+    """
+    model = logistic[0]
+    settings = dict(epsilon=3.0, delta=1e-5, sampling_rate=1.0, grad_clip=2.0, reproducible_noise=True, random_seed=3)
+    budget, local_budget = (pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS) for _ in range(2))
+    remote = pmdp.DPADVI(**settings, budget=budget, backend=pmdp.DaskBackend(client, partitions=3))
+    local = pmdp.DPADVI(**settings, budget=local_budget)
+    fits = [fit.fit(20, model=model, progressbar=False) for fit in (remote, local)]
+    np.testing.assert_allclose(fits[0].mean.eval(), fits[1].mean.eval(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(fits[0].std.eval(), fits[1].std.eval(), rtol=1e-8, atol=1e-10)
+    assert remote.privacy_spent() == local.privacy_spent()
+    assert budget.spent().epsilon == pytest.approx(remote.privacy_spent().epsilon, rel=1e-12)
+    assert budget.events == local_budget.events  # the same charge
+    records = [dict(fit._dp_record) for fit in fits]
+    backends = [record["settings"].pop("backend") for record in records]
+    assert backends[1] == {"name": "default"} and backends[0]["name"] == "dask" and backends[0]["partitions"] == 3
+    assert "OS entropy" not in backends[0]["batches"]  # reproducible: seeds from the fit's generator, said so
+    assert json.dumps(records[0], sort_keys=True, default=str) == json.dumps(records[1], sort_keys=True, default=str)
+    assert remote._row_mechanisms is not None and not hasattr(remote._row_mechanisms, "_cluster")  # rows released
+
+
+def test_a_failing_dpadvi_task_carries_no_data_text(client, logistic):
+    """A worker error in the Poisson-batch sum names its type only; an unknown backend is refused. About 1 CPU s."""
+    from pymc_dp.backends.dask_dpadvi import DaskPoissonGradientSum
+
+    model, x, _ = logistic
+    cluster = ClusterRows(client, _mechanisms(model)[0]._rows, 2, None)
+    try:
+        broken = DaskPoissonGradientSum(cluster, 1.0, 1.0, 0.5, "substitute", reproducible=False)
+        with pytest.raises(DaskBackendError, match=r"\(WorkerError; its message is withheld") as caught:
+            broken.release(np.zeros((1, 3)), [np.ones((5, 2))], np.random.default_rng(0))  # a map of the wrong shape
+        text = str(caught.value)
+        assert caught.value.__cause__ is None and caught.value.__suppress_context__
+        assert not any(f"{v:.4f}"[:6] in text for v in x[:3].ravel())
+    finally:
+        cluster.close()
+    with pytest.raises(ValueError, match=r"a pymc_dp\.JaxBackend or a pymc_dp\.DaskBackend\. Found .dask."):
+        pmdp.DPADVI(epsilon=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, backend="dask")

@@ -114,9 +114,10 @@ def _aligned(value):
     return value
 
 
-def _run_task(name: str, *args):
-    """Run the worker task ``name``; a failure carries the exception's type only (its text may hold data)."""
-    function = _TASKS[name]
+def _run_task(name: str | Callable, *args):
+    """Run the worker task ``name`` (or a module-level task function); a failure carries its exception's type only."""
+    function = _TASKS[name] if isinstance(name, str) else name
+    name = name if isinstance(name, str) else name.__name__
     try:
         return function(*(_aligned(a) for a in args))
     except Exception as error:
@@ -296,8 +297,11 @@ class ClusterRows:
         return [np.asarray(v.get_value(borrow=True)) for v in shared]
 
     # -- calls ---------------------------------------------------------------------------------------
-    def _map(self, task: str, per_part: Callable[[int, Any], tuple], what: str) -> list:
+    def _map(self, task: str | Callable, per_part: Callable[[int, Any], tuple], what: str) -> list:
         """Submit the worker task ``task`` on every partition (on the worker that holds it) and gather the results.
+
+        ``task`` names a task of this module or is a module-level function the workers can import
+        (:mod:`pymc_dp.backends.dask_dpadvi`'s partial sums).
 
         Any failure (a worker lost with its partition, a task error, the timeout) is a
         :class:`DaskBackendError` naming the exception's type only: a remote message may hold
@@ -575,7 +579,10 @@ class DaskRowMechanisms(RowMechanisms):
         self._refuse("DPBarkerMH's subsampled statistic")
 
     def poisson_gradient_sum(self, *args, **kwargs):
-        self._refuse("DPADVI's Poisson-subsampled gradient")
+        self._refuse(
+            "DPADVI's Poisson-subsampled gradient from a step (DPADVI runs on the cluster with "
+            "pmdp.DPADVI(..., backend=pmdp.DaskBackend(client)))"
+        )
 
     def centred_log_likelihood_ratio(self, *args, **kwargs):
         self._refuse("a centred log-likelihood ratio (anchor=; its per-row anchor scores are not on the workers)")

@@ -104,19 +104,24 @@ def _first_axis_length(variable: Any) -> int | None:
     return None
 
 
-def _check_dpadvi_backend(backend: Any):
-    """None for the default backend, else the JaxBackend (JAX imported now: refused here if missing)."""
+def _check_dpadvi_backend(backend: Any) -> tuple[Any, Any]:
+    """(JaxBackend or None, DaskBackend or None): JAX is imported now, so refused here if missing."""
     if isinstance(backend, str) and backend == "default":
-        return None
+        return None, None
+    from pymc_dp.backends.dask import DaskBackend
     from pymc_dp.backends.jax import JaxBackend
     from pymc_dp.backends.jax_rows import import_jax
 
+    if isinstance(backend, DaskBackend):  # its client was checked when it was made (distributed imported)
+        return None, backend
     if isinstance(backend, str) and backend == "jax":
         backend = JaxBackend()
     if not isinstance(backend, JaxBackend):
-        raise ValueError(f"`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend. Found {backend!r}.")
+        raise ValueError(
+            f"`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or a pymc_dp.DaskBackend. Found {backend!r}."
+        )
     import_jax()
-    return backend
+    return backend, None
 
 
 def _check_fit_options(kwargs: dict[str, Any], backend: Any) -> None:
@@ -212,7 +217,16 @@ class DPADVI(_FitLoop, Inference):
         64), the optimiser's step on the device: the same fit as one call per iteration
         (tested). ``JaxBackend(dtype="float32")`` computes the per-row values in 32 bits.
         Refused with an ImportError naming ``backend`` when JAX is not installed; a model JAX
-        cannot run is refused at the first fit, before the charge.
+        cannot run is refused at the first fit, before the charge. A
+        :class:`pymc_dp.DaskBackend`: before every fit's charge the rows are scattered to the
+        client's workers (as for the steps, docs/dask.md); at every iteration each worker draws
+        its partition's Poisson batch (every row with probability q, from a generator seeded
+        there from its OS entropy, or with ``reproducible_noise`` from a per-partition seed drawn
+        from the fit's seeded generator), sums the clipped gradients of the sampled rows and
+        returns that sum alone; the noise is added once here
+        (:class:`pymc_dp.backends.dask_dpadvi.DaskPoissonGradientSum`): the same release,
+        σ, events and ε as the default backend. The clipping check's histogram runs on the
+        workers too. The partitions are released when the fit ends.
     average_iterates : bool, default True
         End each fit at the average of its second half of iterates (Polyak–Ruppert), which
         damps the gradient noise the last iterate carries. The iterates' spread is kept as
@@ -270,7 +284,7 @@ class DPADVI(_FitLoop, Inference):
         clip_check_share: float = 0.05,
         backend: Any = "default",
     ) -> None:
-        self._backend = _check_dpadvi_backend(backend)
+        self._backend, self._dask_backend = _check_dpadvi_backend(backend)
         self.average_iterates = check_bool("average_iterates", average_iterates)
         clip_check_share = _as_real("clip_check_share", clip_check_share)
         if not 0.0 <= clip_check_share < 1.0:
@@ -446,6 +460,10 @@ class DPADVI(_FitLoop, Inference):
             model, None, None, None, self._compile_kwargs, self.neighbouring, reproducible=self.reproducible_noise
         )
         mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
+        if self._dask_backend is not None:  # the rows are scattered when a fit starts (_attach_backend)
+            from pymc_dp.backends.dask_dpadvi import check_dpadvi_rows
+
+            check_dpadvi_rows(mechanisms)
         if self._backend is not None:  # the rows go to the device; the batch release is compiled, not run
             from pymc_dp.backends.jax_rows import JaxRowMechanisms
 
@@ -571,25 +589,49 @@ class DPADVI(_FitLoop, Inference):
             self._setup(model, seed)  # may still refuse the model; nothing is charged yet
             self.random_seed = seed
         label = f"DPADVI fit {len(self.budget.labels) + 1 if self.budget else 1}: {n} iterations"
-        with run.releasing(label):
-            # Every check passed: commit σ, then touch data.
-            self.noise_multiplier = sigma
-            self._iterations = total
-            self._clip_checks = checks
-            self._approx._dp_record = self._record(run, run_epsilon)
-            mechanism = self._row_mechanisms.poisson_gradient_sum(
-                self.grad_clip, sigma, self.sampling_rate, self.neighbouring
-            )
-            tail, trace = self._run_iterations(mechanism, n, progressbar, progressbar_theme, callbacks)
-            if self._clip_check_noise is not None:
-                self._approx._dp_clipping = self._clipping_check()
-                self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
+        detach = self._attach_backend()  # Dask: rows scattered to the workers before the charge (nothing released)
+        try:
+            with run.releasing(label):
+                # Every check passed: commit σ, then touch data.
+                self.noise_multiplier = sigma
+                self._iterations = total
+                self._clip_checks = checks
+                self._approx._dp_record = self._record(run, run_epsilon)
+                mechanism = self._row_mechanisms.poisson_gradient_sum(
+                    self.grad_clip, sigma, self.sampling_rate, self.neighbouring
+                )
+                tail, trace = self._run_iterations(mechanism, n, progressbar, progressbar_theme, callbacks)
+                if self._clip_check_noise is not None:
+                    self._approx._dp_clipping = self._clipping_check()
+                    self._approx._dp_record["clipping_check"] = self._approx._dp_clipping
+        finally:
+            detach()  # the workers release the rows (the fit stays charged if it failed)
         self._keep_post_processing(tail, trace)
         self.approx.hist = self.hist  # empty: no loss is computed
         if include_transformed is not None:
             for group in self.approx.groups:
                 group.include_transformed = bool(include_transformed)
         return self.approx
+
+    def _attach_backend(self) -> Any:
+        """With a Dask backend, scatter the rows and route the releases to the workers; returns the undo (no release).
+
+        Called before every fit's charge: a cluster that cannot take the rows leaves the budget
+        as it was. The undo releases the partitions and restores the in-process mechanisms, so
+        the workers hold the rows only while a fit runs (a ``refine`` scatters them again).
+        """
+        if self._dask_backend is None:
+            return lambda: None
+        from pymc_dp.backends.dask_dpadvi import attach_dpadvi_rows
+
+        local = self._row_mechanisms
+        self._row_mechanisms = attach_dpadvi_rows(self._dask_backend, local, self.reproducible_noise)
+
+        def detach() -> None:
+            remote, self._row_mechanisms = self._row_mechanisms, local
+            remote.close()
+
+        return detach
 
     def _fit_model(self, model: Any):
         """The model a fit runs on: the first fit's (given, the constructor's or the context's), then that one."""
@@ -656,6 +698,10 @@ class DPADVI(_FitLoop, Inference):
 
     def _backend_record(self) -> dict[str, Any]:
         """The public description of the backend (no data)."""
+        if self._dask_backend is not None:
+            from pymc_dp.backends.dask_dpadvi import dask_dpadvi_record
+
+            return dask_dpadvi_record(self._dask_backend, self.reproducible_noise)
         if self._backend is None:
             return {"name": "default"}
         from pymc_dp.backends.jax_rows import import_jax

@@ -1,0 +1,217 @@
+"""DPADVI on a Dask cluster: each partition's Poisson batch drawn and its clipped gradients summed on its worker.
+
+DPADVI's release (:class:`pymc_dp.mechanisms.NoisyPoissonGradientSum`) is
+
+    ĝ = (Σ_{i∈S} clip_C(gᵢ M) + ξ) / q,  ξ ~ N(0, σ²Δ² I),
+
+over a Poisson batch S that holds every row independently with the public rate q. With
+``DPADVI(..., backend=pmdp.DaskBackend(client))`` the rows are scattered to the workers once,
+as for the steps (:class:`pymc_dp.backends.dask.ClusterRows`); at every iteration each worker
+draws its partition's part of S (every one of its rows independently with probability q) from
+a generator it seeds there from the operating system's entropy, computes the per-row gradients
+of the sampled rows only, maps them to the variational parameters, clips and sums them, and
+returns the partial sum (a vector of length D). The client adds the partials and the Gaussian
+noise once, with the fit's generator, and divides by q: the release of the in-process
+mechanism. Independent Bernoulli(q) draws per row, split over partitions, are Poisson sampling
+of the whole data set: the sampling the accountant prices.
+
+With ``reproducible_noise=True`` (testing only; do not publish) each partition's batch comes
+from a seed the client draws, per partition and per iteration, from the fit's seeded
+generator, so that a fit is reproducible; with q = 1 no seed is drawn and the release equals
+the in-process one (to summation order) with the same noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pymc_dp.backends.dask import ClusterRows, DaskRowMechanisms, _worker_function
+from pymc_dp.data import evaluate_rowwise
+from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear
+from pymc_dp.mechanisms.noise import mechanism_rng
+from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
+from pymc_dp.mechanisms.subsampling import poisson_sample
+
+__all__ = ["DaskDPADVIMechanisms", "DaskPoissonGradientSum", "dask_dpadvi_record"]
+
+#: Sent instead of a seed: the worker seeds its partition's batch generator from its own OS entropy.
+OS_ENTROPY = None
+
+
+# -- worker side ---------------------------------------------------------------------------------
+def poisson_gradient_partial(
+    spec, partition, thetas, jacobians, params, bound: float, rate: float, seed: int | None, chunk_rows: int
+) -> np.ndarray:
+    """Σ_{i∈S_k} clip_L2(mean_s gᵢ(θ_s) M_s, bound) over one partition's Poisson batch S_k: a vector of length D.
+
+    Runs on the worker that holds ``partition``. S_k holds each of the partition's rows
+    independently with probability ``rate``; it is drawn here, from a generator seeded with
+    the OS's entropy (``seed`` None) or with the client's ``seed`` (reproducible noise), and
+    never leaves the worker: only the clipped sum does. ``rate`` 1 takes every row (nothing
+    drawn). The per-row gradients are those of the step backend's gradient graph (``spec``),
+    computed on the batch's rows only, in chunks of at most ``chunk_rows`` rows.
+    """
+    n_rows = partition[0].shape[0]
+    size = jacobians[0].shape[1]
+    total = np.zeros(size)
+    if rate == 1.0:
+        pieces = [slice(start, start + chunk_rows) for start in range(0, n_rows, chunk_rows)]
+    else:
+        rng = mechanism_rng(None, reproducible=False) if seed is OS_ENTROPY else np.random.default_rng(seed)
+        batch = poisson_sample(rng, n_rows, rate)
+        pieces = [batch[start : start + chunk_rows] for start in range(0, batch.size, chunk_rows)]
+    fn = _worker_function(*spec)
+    tail = (thetas.shape[1],)
+    for piece in pieces:
+        data = [a[piece] for a in partition]
+        if len(thetas) == 1:  # the paper's n_mc = 1: norms through M Mᵀ, no (rows × D) matrix
+            grads = evaluate_rowwise(fn, [thetas[0], *params], data, tail=tail, summed=False)
+            total += clipped_sum_l2_linear(grads, jacobians[0], bound)
+        else:
+            per_row = sum(
+                evaluate_rowwise(fn, [theta, *params], data, tail=tail, summed=False) @ jacobian
+                for theta, jacobian in zip(thetas, jacobians, strict=True)
+            )
+            total += clipped_sum_l2(per_row / len(thetas), bound)
+    return total
+
+
+# -- client side ---------------------------------------------------------------------------------
+def poisson_gradient_sum(
+    cluster: ClusterRows, thetas: np.ndarray, jacobians: list[np.ndarray], bound: float, rate: float, seeds: list
+) -> np.ndarray:
+    """The partitions' clipped Poisson-batch sums, added here in partition order (nothing else comes back)."""
+    spec = cluster._gradient_spec()
+    params, chunk_rows = cluster._params(cluster._grad_shared), cluster._chunk_rows
+    partials = cluster._map(
+        poisson_gradient_partial,
+        lambda k, part: (spec, part, thetas, jacobians, params, float(bound), float(rate), seeds[k], chunk_rows),
+        "Poisson-subsampled clipped gradients",
+    )
+    return np.sum(partials, axis=0)
+
+
+class DaskPoissonGradientSum(NoisyPoissonGradientSum):
+    """:class:`NoisyPoissonGradientSum` with each partition's batch drawn and summed by the worker that holds it.
+
+    Releases ĝ = (Σ_{i∈S} clip_C(gᵢ) + ξ) / q, ξ ~ N(0, σ²Δ² I), as in process; S is the
+    union of the partitions' Poisson batches, each drawn on its worker.
+
+    Parameters
+    ----------
+    cluster : pymc_dp.backends.dask.ClusterRows
+        The model's rows on the cluster.
+    grad_clip, noise_multiplier, sampling_rate, neighbouring
+        As for :class:`NoisyPoissonGradientSum`.
+    reproducible : bool
+        False: each worker seeds its batch generator from its own OS entropy at every
+        release. True (testing only): the seeds come from the release's generator.
+
+    Notes
+    -----
+    Neighbouring relation: that of ``neighbouring`` (substitute: one row replaced, N public;
+    add/remove: one row added or removed), as in process. Every row joins S independently with
+    probability q whichever partition holds it, so S is a Poisson sample of all N rows, the
+    sampling :class:`pymc_dp.accounting.events.PoissonGaussianReleases` prices; the events
+    (:meth:`NoisyPoissonGradientSum.events`) and σ are inherited unchanged. L2 sensitivity of the
+    clipped sum 2C (substitute) or C (add/remove): one row changes at most its own clipped term,
+    in one partition. ε covers ĝ alone: the partial sums and the batches never leave this
+    object or the workers, and the batch size is not released (the expected batch qN divides).
+
+    References
+    ----------
+    .. [1] Jälkö, J., Dikmen, O. and Honkela, A. (2017). Differentially private variational
+       inference for non-conjugate models. UAI, Algorithm 1.
+    .. [2] Abadi, M. et al. (2016). Deep learning with differential privacy. CCS, Algorithm 1.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterRows,
+        grad_clip: float,
+        noise_multiplier: float,
+        sampling_rate: float,
+        neighbouring: str,
+        reproducible: bool,
+    ) -> None:
+        super().__init__(cluster._rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+        self._cluster = cluster
+        self._reproducible = bool(reproducible)
+
+    def _partition_seeds(self, rng: Any) -> list:
+        """One seed per partition for this release: OS entropy on the workers, or (reproducible) from ``rng``."""
+        n_parts = len(self._cluster._parts)
+        if self.sampling_rate == 1.0 or not self._reproducible:  # q = 1 draws nothing, as in process
+            return [OS_ENTROPY] * n_parts
+        return [int(s) for s in rng.integers(0, 2**63 - 1, size=n_parts)]
+
+    def release(self, theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray], rng: Any) -> np.ndarray:
+        """One noisy gradient estimate, shape (D,); arguments as :meth:`NoisyPoissonGradientSum.release`."""
+        thetas = np.atleast_2d(np.asarray(theta_draws, dtype=float))
+        jacobians = [np.asarray(m, dtype=float) for m in parameter_jacobians]
+        seeds = self._partition_seeds(rng)
+        clipped = poisson_gradient_sum(self._cluster, thetas, jacobians, self.grad_clip, self.sampling_rate, seeds)
+        return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate
+
+
+class DaskDPADVIMechanisms(DaskRowMechanisms):
+    """:class:`DaskRowMechanisms` that also run DPADVI's Poisson-subsampled gradient on the workers.
+
+    What :class:`pymc_dp.DPADVI` uses with ``backend=pmdp.DaskBackend(client)``: its gradient
+    releases (:class:`DaskPoissonGradientSum`) and its clipping check (the score-norm
+    histogram) are computed on the workers, the noise added here.
+    """
+
+    def poisson_gradient_sum(
+        self, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
+    ) -> DaskPoissonGradientSum:
+        """A :class:`DaskPoissonGradientSum` on the cluster's rows."""
+        return DaskPoissonGradientSum(
+            self._cluster, grad_clip, noise_multiplier, sampling_rate, neighbouring, self._reproducible
+        )
+
+    def close(self) -> None:
+        """Release the partitions on the workers (the rows scattered for the fit)."""
+        self._cluster.close()
+
+
+def attach_dpadvi_rows(backend: Any, mechanisms: Any, reproducible: bool) -> DaskDPADVIMechanisms:
+    """Scatter the rows of ``mechanisms`` (a :class:`RowMechanisms`) to ``backend``'s workers: releases nothing.
+
+    Called by DPADVI before it charges a fit, so a cluster that cannot take the rows leaves
+    the budget as it was. Refuses rows that cannot be partitioned (``ModelStructureError``
+    naming ``backend``).
+    """
+    cluster = ClusterRows(backend.client, mechanisms._rows, backend.partitions or 0, backend.timeout)
+    return DaskDPADVIMechanisms(mechanisms._rows, cluster, reproducible)
+
+
+def check_dpadvi_rows(mechanisms: Any) -> None:
+    """Refuse, before anything is scattered or charged, rows a Dask backend cannot partition (slice mode)."""
+    from pymc_dp.data import ModelStructureError
+
+    if mechanisms._rows.subset_mode != "index":
+        raise ModelStructureError(
+            "`backend` needs rows that can be partitioned (subset mode 'index'). Found a log-likelihood that fixes "
+            "the number of rows in a shape (subset mode 'slice', see docs/data.md); fit it without a backend."
+        )
+
+
+def dask_dpadvi_record(backend: Any, reproducible: bool) -> dict[str, Any]:
+    """The public description of a DPADVI fit's Dask backend (no data): where the batches are drawn."""
+    import distributed
+
+    return {
+        "name": "dask",
+        "partitions": backend.partitions,  # None: one per worker when the fit starts
+        "workers": len(backend.client.scheduler_info()["workers"]),
+        "timeout": backend.timeout,
+        "distributed_version": distributed.__version__,
+        "batches": (
+            "Poisson, drawn per partition on the workers from seeds of the fit's seeded generator (reproducible)"
+            if reproducible
+            else "Poisson, drawn per partition on the workers from their OS entropy"
+        ),
+    }
