@@ -40,7 +40,7 @@ from pymc_dp._errors import withholds_chains
 from pymc_dp.clip_graph import _is_matrix_product as _is_matrix_product
 from pymc_dp.clip_graph import _linear_clipped_sum as _linear_clipped_sum
 from pymc_dp.clip_graph import _toposort_nodes as _toposort_nodes
-from pymc_dp.gradient_cost import COST_PROBE_ROWS, _compiled_backend, _graph_cost
+from pymc_dp.gradient_cost import COST_PROBE_ROWS, _graph_cost, rewritten_graph
 from pymc_dp.model_structure import (
     ModelStructureError,
     _is_n_mark,
@@ -240,7 +240,6 @@ class RowLikelihood:
         self._gradient_mode_setting = "forward" if reproducible and gradient_mode == "auto" else gradient_mode
         self._gradient_mode: str | None = None
         self._gradient_mode_costs: dict[str, float] = {}  # per row, by mode (_choose_gradient_function)
-        self._batch_grad_functions: dict[str, Any] = {}  # "auto": both modes, the one not chosen kept for tests
         self._chunk_bytes = None if chunk_bytes is None else int(chunk_bytes)
         self._f_ratio_batch = None
         self._f_clipped_sum = None
@@ -597,9 +596,9 @@ class RowLikelihood:
           the summed log-likelihood with respect to Θ is the per-row gradient matrix, at the
           cost of about one reverse pass (triangular solves, special functions).
 
-        ``gradient_mode="auto"`` (the default) compiles both as functions of θ and a batch of
-        rows and keeps the one a cost model estimates cheaper per row (forward on a tie): the
-        elementary operations of every node of each compiled graph, from its op and the
+        ``gradient_mode="auto"`` (the default) rewrites both as a compile would (no code built)
+        and compiles the one a cost model estimates cheaper per row (forward on a tie): the
+        elementary operations of every node of each rewritten graph, from its op and the
         backend (elementwise scalar ops weighted by kind, and in C by the inputs read; matrix
         products and solves by their multiply-adds; a ``BatchedDot`` or ``Blockwise`` loop per
         iteration; views free) and its shapes, which PyTensor's shape
@@ -618,56 +617,61 @@ class RowLikelihood:
     def _choose_gradient_function(self):
         """(mode, compiled function of θ and a batch of rows) for the per-row gradient matrix.
 
-        ``"auto"``: the mode whose compiled graph :func:`_graph_cost` estimates cheaper per row
-        (:attr:`_gradient_mode_costs`), forward on a tie; never timed, so the same model gives
-        the same mode on any machine and under any load. The reverse form is dropped (forward
-        mode) when it cannot be built, compiled or run on a data-free batch, or warns.
+        ``"auto"``: the mode whose graph, rewritten as a compile would rewrite it but not compiled
+        (:func:`~pymc_dp.gradient_cost.rewritten_graph`), :func:`_graph_cost` estimates cheaper per
+        row (:attr:`_gradient_mode_costs`), forward on a tie; never timed, so the same model gives
+        the same mode on any machine and under any load; only the chosen mode is compiled. Reverse
+        falls back to forward when it cannot be built, compiled or run on zeros, or warns.
         """
-        forward = None
-        if self._gradient_mode_setting in ("auto", "forward"):
-            forward = self._compile_batch_grad("forward")
-            if self._gradient_mode_setting == "forward":
-                return "forward", forward
-        theta = self._public_theta()
-        probe = [theta, *self._probe_batch(COST_PROBE_ROWS)]
+        setting = self._gradient_mode_setting
+        if setting == "forward" or (setting == "auto" and self._estimated_cheaper_mode() == "forward"):
+            return "forward", self._compile_batch_grad("forward")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # e.g. Numba's object mode for an op without a vectorised form
                 reverse = self._compile_batch_grad("reverse")
                 with np.errstate(all="ignore"):
-                    reverse(*probe)
+                    reverse(self._public_theta(), *self._probe_batch(COST_PROBE_ROWS))
         except Exception:  # no reverse form for this graph: forward mode
-            if forward is None:
-                forward = self._compile_batch_grad("forward")
-            return "forward", forward
-        if forward is None:
-            return "reverse", reverse
-        self._batch_grad_functions.update(forward=forward, reverse=reverse)  # both built: the other one is kept
-        self._gradient_mode_costs = self._estimate_costs({"forward": forward, "reverse": reverse}, theta)
-        cheaper = self._gradient_mode_costs["reverse"] < self._gradient_mode_costs["forward"]
-        return ("reverse", reverse) if cheaper else ("forward", forward)
+            self._gradient_mode_costs = {}
+            return "forward", self._compile_batch_grad("forward")
+        return "reverse", reverse
 
-    def _estimate_costs(self, functions: Mapping[str, Any], theta: np.ndarray) -> dict[str, float]:
-        """Estimated elementary operations per row of each compiled gradient function (:func:`_graph_cost`).
+    def _estimated_cheaper_mode(self) -> str:
+        """The mode the cost model estimates cheaper per row (forward on a tie, or if reverse cannot be built)."""
+        batch, lik_batch = self._batch_graph()
+        inputs = [self._theta, *batch]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                graphs = {
+                    "forward": rewritten_graph(inputs, self._forward_jacobian(lik_batch), self._compile_kwargs),
+                    "reverse": rewritten_graph(inputs, self._reverse_jacobian(batch, lik_batch), self._compile_kwargs),
+                }
+        except Exception:  # no reverse form for this graph: forward mode
+            return "forward"
+        self._gradient_mode_costs = self._estimate_costs(graphs, self._public_theta())
+        return "reverse" if self._gradient_mode_costs["reverse"] < self._gradient_mode_costs["forward"] else "forward"
 
-        The marginal cost of a row: the estimate on 2B rows of zeros less that on B rows
-        (B = :data:`COST_PROBE_ROWS`), divided by B. Nodes whose work does not grow with the
-        rows (shape checks, scalar pieces of θ) cancel: the compiled graph can hold a few more
-        or fewer of them depending on which constants PyTensor merged, and they must not tip
-        the choice. An estimate that cannot be made (an op without shape inference or a
-        Python implementation) is infinite for both modes, so that the choice falls to
-        forward mode.
+    def _estimate_costs(self, graphs: Mapping[str, tuple[Any, str]], theta: np.ndarray) -> dict[str, float]:
+        """Estimated elementary operations per row of each rewritten gradient graph (:func:`_graph_cost`).
+
+        ``graphs``: mode → (rewritten graph, backend). The marginal cost of a row: the estimate
+        on 2B rows of zeros less that on B rows (B = :data:`COST_PROBE_ROWS`), divided by B.
+        Nodes whose work does not grow with the rows (shape checks, scalar pieces of θ) cancel:
+        the graph can hold a few more or fewer of them depending on which constants PyTensor
+        merged, and they must not tip the choice. An estimate that cannot be made (an op without
+        shape inference or a Python implementation) is infinite for both modes, so that the
+        choice falls to forward mode.
         """
         sizes = (COST_PROBE_ROWS, 2 * COST_PROBE_ROWS)
         probes = [[theta, *self._probe_batch(size)] for size in sizes]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                costs = {
-                    mode: _graph_cost(fn.maker.fgraph, probes, _compiled_backend(fn)) for mode, fn in functions.items()
-                }
+                costs = {mode: _graph_cost(graph, probes, backend) for mode, (graph, backend) in graphs.items()}
         except Exception:
-            return dict.fromkeys(functions, np.inf)
+            return dict.fromkeys(graphs, np.inf)
         return {mode: (large - small) / COST_PROBE_ROWS for mode, (small, large) in costs.items()}
 
     def _public_theta(self) -> np.ndarray:

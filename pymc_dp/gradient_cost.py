@@ -1,7 +1,8 @@
 """The per-row gradient mode's cost model: elementary operations of a compiled graph, from its ops and shapes.
 
-:class:`pymc_dp.data.RowLikelihood` compiles the per-row gradient matrix in forward and in
-reverse mode and keeps the one :func:`_graph_cost` estimates cheaper per row. The estimate
+:class:`pymc_dp.data.RowLikelihood` rewrites the per-row gradient matrix's graph in forward and
+in reverse mode as a compile would (:func:`rewritten_graph`, no code generated) and compiles only
+the one :func:`_graph_cost` estimates cheaper per row. The estimate
 reads the graph and the shapes PyTensor's shape inference gives for data-free inputs (a public
 θ and batches of zeros of the row data's shapes and types): never a data value, never a clock,
 so the same model gets the same mode on any machine and under any load.
@@ -14,8 +15,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytensor
 from pytensor.graph.basic import Constant, Variable
+from pytensor.link.basic import Container, PerformLinker
+from pytensor.link.utils import map_storage
 
-__all__ = ["COST_PROBE_ROWS"]
+__all__ = ["COST_PROBE_ROWS", "rewritten_graph"]
 
 #: Rows of the data-free batch (zeros of the row data's shapes and types) on which the cost model
 #: evaluates the shapes of the two compiled gradient functions (:func:`_graph_cost`).
@@ -121,9 +124,62 @@ def _node_cost(node, shapes: Mapping[Variable, tuple[int, ...]], backend: str = 
     return out  # gathers, scatters, allocations: one write per element
 
 
+def _linker_backend(linker) -> str:
+    """``"numba"`` for PyTensor's Numba linker, else ``"c"`` (C or Python)."""
+    return "numba" if "numba" in type(linker).__name__.lower() else "c"
+
+
 def _compiled_backend(fn) -> str:
     """``"numba"`` for a function compiled by PyTensor's Numba backend, else ``"c"`` (C or Python)."""
-    return "numba" if "numba" in type(fn.maker.linker).__name__.lower() else "c"
+    return _linker_backend(fn.maker.linker)
+
+
+def rewritten_graph(inputs: Sequence[Variable], outputs: Variable, compile_kwargs: Mapping) -> tuple:
+    """(graph, backend): ``outputs`` rewritten exactly as compiling them would, with no C or Numba code built.
+
+    :class:`pymc_dp.data.RowLikelihood` compiles its functions with :func:`pymc.pytensorf.compile`
+    and ``compile_kwargs``; this runs the same call with a linker that asks for the same rewrites
+    as the mode's own linker (PyTensor adds each linker's required rewrites and drops its
+    incompatible ones) but generates no code, so the cost model can read the graph a compiled
+    function would run (:func:`_graph_cost`) while only the mode it chooses is compiled. The
+    function it returns is never called.
+    """
+    from pymc.pytensorf import compile as pm_compile
+    from pytensor.compile.mode import Mode, get_mode
+
+    mode = get_mode(compile_kwargs.get("mode"))
+    linker = _RewriteOnlyLinker(mode.linker)
+    rewrite_only = Mode(linker=linker, optimizer=mode.provided_optimizer)
+    fn = pm_compile(inputs, outputs, **{**compile_kwargs, "mode": rewrite_only})
+    return fn.maker.fgraph, _linker_backend(mode.linker)
+
+
+def _not_compiled(*args, **kwargs):
+    raise RuntimeError("a graph rewritten for the gradient-mode cost model only; it was not compiled")
+
+
+class _RewriteOnlyLinker(PerformLinker):
+    """A linker that asks for another linker's rewrites and builds no thunks (:func:`rewritten_graph`)."""
+
+    def __init__(self, like) -> None:
+        super().__init__()
+        self.required_rewrites = tuple(like.required_rewrites)
+        self.incompatible_rewrites = tuple(like.incompatible_rewrites)
+
+    def accept(self, fgraph, no_recycling=None, profile=None):
+        self.fgraph, self.no_recycling = fgraph, list(no_recycling or [])
+        return self
+
+    def make_all(self, input_storage=None, output_storage=None, storage_map=None):
+        order = self.schedule(self.fgraph)
+        inputs, outputs, _ = map_storage(self.fgraph, order, input_storage, output_storage, storage_map)
+        return (
+            _not_compiled,
+            [Container(v, s) for v, s in zip(self.fgraph.inputs, inputs, strict=True)],
+            [Container(v, s, readonly=True) for v, s in zip(self.fgraph.outputs, outputs, strict=True)],
+            [],
+            order,
+        )
 
 
 def _graph_cost(fgraph, inputs: Sequence[Sequence[np.ndarray]], backend: str = "c") -> list[float]:

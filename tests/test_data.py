@@ -270,14 +270,14 @@ def test_bad_theta_and_rows_name_the_parameter():
 @pytest.mark.parametrize("name", sorted(set(MODELS) - {"hierarchical"}))
 def test_reverse_and_forward_mode_give_the_same_per_row_gradients(name):
     # The chosen mode's matrix (grad_rows, itself checked above against the model's own gradient)
-    # and the other mode's: they must agree to rounding. Under "auto" both were compiled for the
-    # choice and both are kept (issue 38: nothing is compiled again here).
+    # and the other mode's, compiled here (only the chosen one is compiled for the choice): they must
+    # agree to rounding.
     model, rows, _ = _built(name)
     theta, _ = _random_point(model, rows)
     assert rows.gradient_mode in ("forward", "reverse")
     data = [v.get_value(borrow=True) for v in rows._row_index_vars]
     other = "forward" if rows.gradient_mode == "reverse" else "reverse"
-    other_function = rows._batch_grad_functions.get(other) or rows._compile_batch_grad(other)
+    other_function = rows._compile_batch_grad(other)
     matrices = {rows.gradient_mode: rows.grad_rows(theta), other: other_function(theta, *data)}
     assert matrices["reverse"].shape == matrices["forward"].shape == (N, rows.n_params)
     np.testing.assert_allclose(matrices["reverse"], matrices["forward"], rtol=1e-10, atol=1e-10)

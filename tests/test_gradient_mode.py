@@ -17,6 +17,7 @@ from pymc.blocking import DictToArrayBijection
 
 import pymc_dp.data
 from pymc_dp.data import RowLikelihood
+from pymc_dp.gradient_cost import _compiled_backend
 
 N = 60
 
@@ -129,10 +130,12 @@ def test_both_modes_and_the_chosen_one_give_the_same_per_row_gradients(chosen):
     theta = rows.prior.initial_theta + np.random.default_rng(3).normal(0, 0.3, rows.n_params)
     data = [v.get_value(borrow=True) for v in rows._row_index_vars]
     other = "forward" if rows.gradient_mode == "reverse" else "reverse"
-    # Both modes were compiled for the choice and both are kept: the other mode is not compiled again.
-    assert set(rows._batch_grad_functions) == {"forward", "reverse"}
-    assert rows._batch_grad_functions[rows.gradient_mode] is rows._f_grad_batch
-    other_function = rows._batch_grad_functions[other]
+    other_function = rows._compile_batch_grad(other)  # only the chosen mode was compiled for the choice
+    # The cost model read each mode's graph rewritten but not compiled (rewritten_graph): the same estimates,
+    # to the last bit, as the graphs of the compiled functions, so the choice is that of compiling both.
+    compiled = {rows.gradient_mode: rows._f_grad_batch, other: other_function}
+    graphs = {mode: (fn.maker.fgraph, _compiled_backend(fn)) for mode, fn in compiled.items()}
+    assert rows._estimate_costs(graphs, rows._public_theta()) == rows._gradient_mode_costs
     matrices = {rows.gradient_mode: rows.grad_rows(theta), other: other_function(theta, *data)}
     assert matrices["forward"].shape == (N, rows.n_params)
     np.testing.assert_allclose(matrices["reverse"], matrices["forward"], rtol=1e-10, atol=1e-10)
@@ -155,8 +158,29 @@ def test_reverse_that_cannot_be_compiled_falls_back_to_forward(monkeypatch):
         return original(self, mode)
 
     monkeypatch.setattr(RowLikelihood, "_compile_batch_grad", no_reverse)
-    assert RowLikelihood(mvnormal()).gradient_mode == "forward"
+    assert RowLikelihood(mvnormal()).gradient_mode == "forward"  # estimated cheaper, then not compiled
     assert RowLikelihood(mvnormal(), gradient_mode="reverse").gradient_mode == "forward"
+
+
+def test_auto_compiles_only_the_chosen_mode_and_a_reverse_graph_that_cannot_be_built_gives_forward(monkeypatch):
+    compiled = []
+    original = RowLikelihood._compile_batch_grad
+
+    def spy(self, mode):
+        compiled.append(mode)
+        return original(self, mode)
+
+    monkeypatch.setattr(RowLikelihood, "_compile_batch_grad", spy)
+    assert RowLikelihood(mvnormal()).gradient_mode == "reverse"
+    assert compiled == ["reverse"]  # forward's graph was rewritten for the cost model, never compiled
+
+    def no_reverse_form(self, batch, lik_batch):
+        raise NotImplementedError("no vectorised form")
+
+    monkeypatch.setattr(RowLikelihood, "_reverse_jacobian", no_reverse_form)
+    compiled.clear()
+    rows = RowLikelihood(mvnormal())
+    assert rows.gradient_mode == "forward" and compiled == ["forward"] and rows._gradient_mode_costs == {}
 
 
 def test_a_cost_that_cannot_be_estimated_chooses_forward(monkeypatch):
