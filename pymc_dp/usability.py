@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from pymc_dp.clip_math import sensitivity_of_clipped_sum
 
 __all__ = [
@@ -138,6 +140,30 @@ def clipping_problem(clipping: dict[str, Any] | None, setter: str = "sample") ->
     )
 
 
+def _bound_text(name: str, value: Any) -> str:
+    """``name=value`` of a public bound, per-column (lower, upper) lists compressed to what the user gave.
+
+    A regression's released design holds a column of ones (the intercept) with bounds (1, 1)
+    that clips nothing; it is left out, and covariates sharing one (lower, upper) pair are
+    named by that pair once.
+    """
+    try:
+        lower, upper = (np.asarray(side, dtype=float).ravel() for side in value)
+    except (TypeError, ValueError):
+        return f"{name}={value}"
+    if lower.shape != upper.shape or lower.size < 2:
+        return f"{name}={value}"
+    varying = lower != upper
+    ones = int(np.sum(~varying))
+    constant = f" (and {ones} constant column{'s' * (ones > 1)}, e.g. the intercept's ones)" if ones else ""
+    lower, upper = lower[varying], upper[varying]
+    if lower.size and np.all(lower == lower[0]) and np.all(upper == upper[0]):
+        each = f" for each of {lower.size} covariates" if lower.size > 1 else ""
+        return f"{name}=({lower[0]:g}, {upper[0]:g}){each}{constant}"
+    pairs = ", ".join(f"({lo:g}, {hi:g})" for lo, hi in zip(lower, upper, strict=True))
+    return f"{name}=[{pairs}]{constant}"
+
+
 def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     """A plain-words problem when a release's public bounds clipped a material share of the rows (else None).
 
@@ -168,7 +194,7 @@ def bounds_clipping_problem(check: dict[str, Any] | None) -> str | None:
     share, share_sd, threshold = check["share_clipped"], check["share_clipped_sd"], check["bias_threshold_share"]
     if not share_is_material(share, share_sd, threshold, RELEASE_CLIPPING_MARGIN_SDS):
         return None
-    bounds = ", ".join(f"{k}={v}" for k, v in check.get("bounds", {}).items())
+    bounds = ", ".join(_bound_text(k, v) for k, v in check.get("bounds", {}).items())
     full_weight = check.get("full_weight_movement")
     by_more = (
         f" (each row weighted by how far it moved, fully from {100 * full_weight:.3g} % of a bound's width, of "

@@ -384,3 +384,19 @@ def test_the_one_call_release_route_asks_for_the_check(monkeypatch):
         with pytest.raises(Stop):
             pmdp.sample(epsilon=4.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(0, 10), progressbar=False)
     assert asked["clipping_check"] is True
+
+
+def test_the_flag_names_the_bounds_the_user_gave_not_the_design_with_its_column_of_ones():
+    # The one-call route releases the design (1, x) with bounds (1, 1) for the intercept's column: the message
+    # names the covariates' (lower, upper) once, as the user gave it, and says the constant column clips nothing.
+    check = {
+        "share_clipped": 0.05,
+        "share_clipped_sd": 0.001,
+        "bias_threshold_share": 0.01,
+        "bounds": {"x_bounds": ([1.0, -1.0, -1.0], [1.0, 1.0, 1.0]), "y_bounds": (-3.0, 3.0)},
+    }
+    problem = bounds_clipping_problem(check)
+    assert "x_bounds=(-1, 1) for each of 2 covariates (and 1 constant column" in problem
+    assert "[1.0, -1.0" not in problem and "y_bounds=(-3.0, 3.0)" in problem
+    check["bounds"] = {"x_bounds": ([-1.0, -2.0], [1.0, 2.0])}
+    assert "x_bounds=[(-1, 1), (-2, 2)]" in bounds_clipping_problem(check)
