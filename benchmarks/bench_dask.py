@@ -13,6 +13,18 @@ iteration). Peak memory is the peak resident set size of each process (Linux ``V
 A second, small-N pass (``--overhead-rows``) times a ratio release with 2 and with 8
 partitions on the same workers: the difference per partition is the per-task cost of the
 scheduler and the round trip, the input of the paper estimate for 100 workers printed last.
+
+``--dpadvi`` instead fits DPADVI (mean-field, AdaGrad, sampling rate ``--sampling-rate``) on
+the logistic regression in process and with ``backend=pmdp.DaskBackend(client)`` on each
+``--workers`` count, once for each of the two ``--iterations`` counts (fresh objects), and
+prints each fit's CPU seconds: this process (which, on a ``LocalCluster``, also runs the
+scheduler) plus the workers' (``resource.getrusage`` on each worker, before and after the
+fit), after unreported warm-up fits: the first fit of a process, and of a worker, pays
+PyTensor's compilation, and the first fit at an iteration count pays σ's calibration and ε's
+composition (privacy-loss distributions, seconds), which the accountant caches and which run
+on the client with or without a backend. A fit's CPU then holds its model checks, the
+scattering of the rows and its iterations; the difference between the two counts divided by
+the difference in iterations is the CPU per iteration.
 """
 
 from __future__ import annotations
@@ -35,6 +47,77 @@ def _peak_mib() -> float:
     return float("nan")
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process so far: its threads included."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _dpadvi_fit(model, iterations: int, rate: float, backend) -> tuple[float, float, float, object]:
+    """One DPADVI fit: (CPU s here, CPU s on the workers, wall s, the approximation)."""
+    import pymc_dp as pmdp
+
+    client = None if backend == "default" else backend.client
+    workers_before = sum(client.run(_cpu_seconds).values()) if client is not None else 0.0
+    here, wall = _cpu_seconds(), time.perf_counter()
+    fit = pmdp.DPADVI(epsilon=2.0, delta=1e-6, sampling_rate=rate, grad_clip=5.0, random_seed=1, backend=backend)
+    approx = fit.fit(iterations, model=model, progressbar=False)
+    here, wall = _cpu_seconds() - here, time.perf_counter() - wall
+    workers = sum(client.run(_cpu_seconds).values()) - workers_before if client is not None else 0.0
+    return here, workers, wall, approx
+
+
+def dpadvi_main(args) -> None:
+    """DPADVI in process and on 2 (``--workers``) worker processes: CPU seconds per fit and their ratio."""
+    import distributed
+
+    import pymc_dp as pmdp
+
+    print(environment(), f"| dask/distributed {distributed.__version__} | {os.cpu_count()} CPUs", flush=True)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    model = logistic_regression(args.rows, args.features, use_data=False)
+    short, long = sorted(args.iterations)[:2] if len(args.iterations) > 1 else (0, args.iterations[0])
+    print(
+        f"DPADVI, N = {args.rows:,}, P = {args.features + 1}, {short} and {long} iterations at q = "
+        f"{args.sampling_rate:g} (expected batch {args.rows * args.sampling_rate:,.0f} rows)",
+        flush=True,
+    )
+
+    def fits(label: str, backend) -> float:
+        # Warm-up, unreported: compilation here and on the workers, and (in process, first) σ's calibration and ε's
+        # composition at both counts, which the accountant caches: the client's accounting is the same either way.
+        for n in (10,) if backend != "default" else (10, short, long) if short else (10, long):
+            _dpadvi_fit(model, n, args.sampling_rate, backend)
+        cpu = {}
+        for n in (short, long) if short else (long,):
+            here, on_workers, wall, approx = _dpadvi_fit(model, n, args.sampling_rate, backend)
+            cpu[n] = here + on_workers
+            print(
+                f"{label:>14}, {n:>5} iterations: CPU {cpu[n]:.2f} s (this process {here:.2f} s, workers "
+                f"{on_workers:.2f} s), wall {wall:.1f} s, mean {np.round(approx.mean.eval()[:3], 3)}",
+                flush=True,
+            )
+        return (cpu[long] - cpu[short]) / (long - short) if short else cpu[long] / long
+
+    local = fits("in process", "default")
+    print(f"{'in process':>14}: {local * 1e3:.2f} CPU ms per iteration", flush=True)
+    for workers in args.workers:
+        cluster = distributed.LocalCluster(
+            processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
+        )
+        client = distributed.Client(cluster)
+        remote = fits(f"{workers} worker(s)", pmdp.DaskBackend(client))
+        print(
+            f"{workers:>3} worker(s): {remote * 1e3:.2f} CPU ms per iteration = {remote / local:.2f}x in process",
+            flush=True,
+        )
+        client.close()
+        cluster.close()
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -42,7 +125,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--overhead-rows", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dpadvi", action="store_true", help="time DPADVI fits instead of single releases")
+    parser.add_argument("--iterations", type=int, nargs="+", default=[100, 500])
+    parser.add_argument("--sampling-rate", type=float, default=0.01)
     args = parser.parse_args()
+    if args.dpadvi:
+        dpadvi_main(args)
+        return
 
     import distributed
 

@@ -433,7 +433,10 @@ def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
 
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, str(root / "examples" / "dask_cluster.py"), "--rows", "3000", "--draws", "30", "--tune", "10"],
+        [
+            *(sys.executable, str(root / "examples" / "dask_cluster.py"), "--rows", "3000", "--draws", "30"),
+            *("--tune", "10", "--iterations", "30", "--parts", "sampler", "dpadvi"),  # one-call: N = 10⁵ by the plan
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -442,7 +445,7 @@ def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     epsilons = re.findall(r"ε = ([0-9.]+) in", result.stdout)
-    assert len(epsilons) == 2 and epsilons[0] == epsilons[1]
+    assert len(epsilons) == 4 and epsilons[0] == epsilons[2] and epsilons[1] == epsilons[3]  # sampler, DPADVI
     assert "Dask (2 workers)" in result.stdout
 
 

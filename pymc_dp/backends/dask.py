@@ -12,8 +12,10 @@ sensitivity, the events and the accounting are unchanged.
 
 Users reach it through :func:`pymc_dp.sample` (``backend=pmdp.DaskBackend(client)``); see
 docs/dask.md. Released statistics of rows that never sit on the client (Dask arrays, summed per
-partition on the workers) are in :mod:`pymc_dp.backends.dask_rows`. ``dask[distributed]`` is an
-optional dependency (the ``dask`` extra), imported only when a backend is used.
+partition on the workers) are in :mod:`pymc_dp.backends.dask_rows`; DPADVI's Poisson-subsampled
+gradients (each partition's batch drawn on its worker) in :mod:`pymc_dp.backends.dask_dpadvi`.
+``dask[distributed]`` is an optional dependency (the ``dask`` extra), imported only when a
+backend is used.
 """
 
 from __future__ import annotations
@@ -626,7 +628,9 @@ class DaskBackend:
     adds the owner's noise from a generator drawn there from its OS entropy, so only noisy
     numbers reach the client) and the private clip bound (``llr_clip="auto"``,
     ``grad_clip="auto"``). Others (DPBarkerMH, DPSuffStatsPenaltyMH, DPADVI starts) are
-    refused before anything is planned, with an error naming ``backend``. Chains run one after the
+    refused before anything is planned, with an error naming ``backend``. DPADVI itself runs
+    on the cluster with ``pmdp.DPADVI(..., backend=DaskBackend(client))`` (its Poisson batches
+    drawn per partition on the workers: :mod:`pymc_dp.backends.dask_dpadvi`). Chains run one after the
     other in this process (``cores=1``); the workers parallelise each release over rows.
 
     Neighbouring relation: that of the steps, unchanged. Each release is the in-process
