@@ -22,6 +22,7 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
+from pymc_dp.route_predictions import DPHMC_TARGET_ACCEPT
 from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, _row
 from pymc_dp.step_methods.centred import Centring
@@ -258,7 +259,7 @@ class DPHMC(Centring, DPStep):
         llr_noise_multiplier: float | None = None,
         grad_budget_share: float = 0.5,
         step_size_jitter: float = 0.0,
-        target_accept: float = 0.65,
+        target_accept: float = DPHMC_TARGET_ACCEPT,
         adapt_mass_window: int = 100,
         temperature: float = 1.0,
         neighbouring: str = "substitute",
