@@ -655,5 +655,6 @@ def test_a_failing_dpadvi_task_carries_no_data_text(client, logistic):
         assert not any(f"{v:.4f}"[:6] in text for v in x[:3].ravel())
     finally:
         cluster.close()
-    with pytest.raises(ValueError, match=r"a pymc_dp\.JaxBackend or a pymc_dp\.DaskBackend\. Found .dask."):
+    refusal = r"or a pymc_dp\.DaskBackend \(DPADVI's batches on a Dask cluster\)\. Found 'dask'"
+    with pytest.raises(ValueError, match=refusal):
         pmdp.DPADVI(epsilon=1.0, delta=1e-5, sampling_rate=0.1, grad_clip=1.0, backend="dask")

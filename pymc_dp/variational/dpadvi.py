@@ -118,7 +118,8 @@ def _check_dpadvi_backend(backend: Any) -> tuple[Any, Any]:
         backend = JaxBackend()
     if not isinstance(backend, JaxBackend):
         raise ValueError(
-            f"`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or a pymc_dp.DaskBackend. Found {backend!r}."
+            "`backend` must be 'default', 'jax' or a pymc_dp.JaxBackend, or a pymc_dp.DaskBackend (DPADVI's batches "
+            f"on a Dask cluster). Found {backend!r}."
         )
     import_jax()
     return backend, None
