@@ -64,8 +64,8 @@ from pymc_dp.exponential_family.densities import (
     _release_noise_variance,
     _tensor,
 )
+from pymc_dp.exponential_family.group_moments import grouped_gaussian_covariates
 from pymc_dp.exponential_family.regression_likelihoods import (
-    gaussian_covariates,
     logistic_regression_moments,
     poisson_regression_moments,
 )
@@ -144,25 +144,29 @@ def grouped_cell_moments(
     ((y·x̃, x̃, x̃x̃ᵀ), y clipped to 0..``y_max``).
     """
     coefficients = pt.as_tensor_variable(coefficients)
+    g = coefficients.shape[0]
+    x_mean = pt.as_tensor_variable(x_mean)
+    if x_mean.ndim == 1:  # one mean shared by every group
+        x_mean = pt.ones((g, 1)) * x_mean[None, :]
     if family.base == "linear_regression":
         rows, cols = np.triu_indices(family.n_features + 2)
-        mu_y = pt.dot(coefficients, x_mean)  # G
+        mu_y = pt.sum(coefficients * x_mean, axis=1)  # G
         xb = pt.dot(coefficients, x_cov)  # G × (p + 1): (Σb)ᵀ per group
         yy = pt.sum(xb * coefficients, axis=1) + sigma * sigma
-        g = coefficients.shape[0]
-        mu = pt.concatenate([pt.broadcast_to(x_mean[None, :], (g, x_mean.shape[0])), mu_y[:, None]], axis=1)
+        mu = pt.concatenate([x_mean, mu_y[:, None]], axis=1)
         top = pt.concatenate([pt.broadcast_to(x_cov[None, :, :], (g, *x_cov.shape)), xb[:, :, None]], axis=2)
         bottom = pt.concatenate([xb, yy[:, None]], axis=1)[:, None, :]
         cov = pt.concatenate([top, bottom], axis=1)
         return batched_product_moments(mu, cov, rows[keep], cols[keep])
     one = pt.vector(f"{family.name}_coefficients", dtype="float64")
+    one_mean = pt.vector(f"{family.name}_x_mean", dtype="float64")
     rows, cols = np.triu_indices(family.n_features + 1)
     if family.base == "poisson_regression":
-        mean, cov = poisson_regression_moments(x_mean, x_cov, one, rows, cols, family.y_max)
+        mean, cov = poisson_regression_moments(one_mean, x_cov, one, rows, cols, family.y_max)
     else:
-        mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
+        mean, cov = logistic_regression_moments(one_mean, x_cov, one, rows, cols)
     mean, cov = mean[keep], cov[keep][:, keep]
-    return tuple(vectorize_graph([mean, cov], {one: coefficients}))
+    return tuple(vectorize_graph([mean, cov], {one: coefficients, one_mean: pt.cast(x_mean, "float64")}))
 
 
 def latent_group_sizes(released: np.ndarray, scale: float, noise_variance: float | None, name: str) -> tuple[Any, Any]:
@@ -227,8 +231,7 @@ def grouped_release_loglik(
     lo, hi = cell.intervals()
     keep = np.nonzero((hi > lo) & ~np.isin(np.arange(lo.size), counts))[0]
     sizes, count_logp = latent_group_sizes(cells[:, counts], scale, noise_variance, name)
-    position = _product_positions(family)
-    x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
+    x_mean, x_cov = grouped_gaussian_covariates(cell, cells, n_rows, name, _product_positions(family))
     coefficients = family._coefficients(alpha, beta)
     if family.base == "linear_regression":
         sigma = _tensor(sigma)
