@@ -173,11 +173,6 @@ def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, A
     if not isinstance(backend, DaskBackend):
         return None  # check_backend names what is accepted
     backend.check(steps, kwargs)
-    if kwargs.get("initvals") is None and init == "dpadvi":
-        raise ValueError(
-            "`init` must be 'auto', 'prior' or 'model' with a Dask backend (the DPADVI start runs in this process). "
-            "Found 'dpadvi'."
-        )
     kwargs.setdefault("cores", 1)
     return backend
 
@@ -200,14 +195,13 @@ def _resolve_init(
     epsilon: float | None,
     neighbouring: str,
     initvals: Any,
-    on_cluster: bool = False,
 ) -> tuple[str, str | None]:
     """What ``init="auto"`` means for this run (public settings only), and why.
 
     ``"dpadvi"`` when a DP initial fit can be planned and priced here: a target ``epsilon``,
     substitute neighbours (the fit's sampling rate comes from N), every step a DPPenaltyMH or
     DPHMC whose noise this call calibrates, and only continuous free variables (what DPADVI
-    fits), and no Dask backend (whose rows the fit would read in this process). ``"prior"``
+    fits; with a Dask backend the fit runs on its workers too). ``"prior"``
     otherwise. Other values pass through with no reason recorded.
     """
     if init != "auto":
@@ -216,7 +210,7 @@ def _resolve_init(
         return "prior", None  # the caller's starts win; nothing to choose
     continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)
     calibrated = all(isinstance(s, DPPenaltyMH | DPHMC) and s.needs_calibration for s in steps)
-    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous and not on_cluster:
+    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous:
         return "dpadvi", "auto: a DPADVI fit on a share of ε (target ε, substitute neighbours, DPPenaltyMH/DPHMC)"
     why = (
         "no target epsilon"
@@ -226,8 +220,6 @@ def _resolve_init(
         else "a step other than DPPenaltyMH/DPHMC, or noise set by hand"
         if not calibrated
         else "discrete free variables (DPADVI fits continuous ones)"
-        if not continuous
-        else "a Dask backend (the fit would read the rows in this process)"
     )
     return "prior", f"auto: prior draws, as init='dpadvi' does not apply ({why})"
 
@@ -345,8 +337,12 @@ def _dpadvi_start(
     delta: float,
     share: float,
     kwargs: dict[str, Any],
+    backend: Any = None,
 ) -> DPADVIStart:
-    """Plan (not run) the DPADVI fit of ``init="dpadvi"``: its noise from ``share`` of ``epsilon``."""
+    """Plan (not run) the DPADVI fit of ``init="dpadvi"``: its noise from ``share`` of ``epsilon``.
+
+    With a :class:`pymc_dp.DaskBackend` (``backend``) the fit's batches are drawn and summed on its workers.
+    """
     share = check_finite_positive("init_epsilon_share", share)
     if share >= 1:
         raise ValueError(f"`init_epsilon_share` must be in (0, 1). Found {share!r}.")
@@ -380,6 +376,7 @@ def _dpadvi_start(
         reproducible_noise=reproducible,
         random_seed=int(seed),
         model=model,
+        backend="default" if backend is None else backend,
         **settings,
     )
     fit.prepare(model)  # the model checks DPADVI adds (continuous variables, subset path): before any charge
@@ -753,11 +750,12 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     init = check_init(init)
     check_on_poor_mixing(s["on_poor_mixing"])
     initvals = kwargs.get("initvals")
-    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, initvals, dask_backend is not None)
+    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, initvals)
     dp_init, iterations_plan, chains_mu = None, None, None
     with_dpadvi = initvals is None and init == "dpadvi"
     if with_dpadvi:
-        dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, s["init_epsilon_share"], kwargs)
+        share = s["init_epsilon_share"]
+        dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, share, kwargs, dask_backend)
     draws_auto = draws == "auto"
     if draws_auto:
         _check_auto_iterations(steps, epsilon)
