@@ -1,9 +1,9 @@
-"""A grouped linear release whose covariates shift between groups is flagged (issue 34; measured on diamonds).
+"""A grouped linear release whose covariates' within-group spread differs between groups is flagged (issue 34).
 
-The grouped likelihood gives every group one covariate distribution. On ``diamonds`` (log carat differs between
-clarity grades by 0.38 of its sd) the one-call route at ε = 4 was 15–40 NUTS sds off, flagged only by an ESS of
-194 < 200. :func:`group_covariate_shift` reads the released cells only; these tests release simulated rows
-(cheap: no sampling).
+The grouped likelihood models each group's covariate mean (:mod:`pymc_dp.exponential_family.group_moments`) but
+shares one within-group covariance. :func:`group_covariate_spread` must pass releases whose covariate means shift
+between groups (``diamonds``-like: the model fits them now) and flag those whose spread differs. These tests release
+simulated rows (cheap: no sampling, about 1 s in all).
 """
 
 from __future__ import annotations
@@ -16,44 +16,50 @@ import pytest
 import pymc_dp as pmdp
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, PoorMixingWarning, attach_diagnostics
 from pymc_dp.exponential_family.group_covariates import (
-    GROUP_SHIFT_LIMIT,
+    GROUP_SPREAD_LIMIT,
     group_covariate_problem,
-    group_covariate_shift,
+    group_covariate_spread,
 )
 from pymc_dp.results import posterior_attrs
 
 
-def _grouped_rows(shifted: bool, n_groups: int = 8, per_group: int = 1000, seed: int = 0):
-    """Rows like diamonds' (σ small next to the slope's effect); the covariate's group means 0.4 sd apart or equal."""
+def _grouped_rows(kind: str, n_groups: int = 8, per_group: int = 1000, seed: int = 0):
+    """Rows like diamonds' (σ small next to the slope's effect): covariates shared, mean-shifted or spread-shifted."""
     rng = np.random.default_rng(seed)
     groups = np.repeat(np.arange(n_groups), per_group)
-    centre = np.linspace(-0.2, 0.2, n_groups)[groups] if shifted else 0.0
-    x = np.clip(centre + 0.3 * rng.normal(size=groups.size), -1, 1)[:, None]
+    centre = np.linspace(-0.2, 0.2, n_groups)[groups] if kind == "means" else 0.0
+    spread = np.linspace(0.1, 0.3, n_groups)[groups] if kind == "spreads" else 0.2
+    x = np.clip(centre + spread * rng.normal(size=groups.size), -1, 1)[:, None]
     y = np.clip(0.3 + 0.05 * groups / n_groups + 1.4 * x[:, 0] + 0.09 * rng.normal(size=groups.size), -1, 1)
     return x, y, groups
 
 
-def _release(shifted: bool, epsilon: float = 4.0):
-    x, y, groups = _grouped_rows(shifted)
+def _release(kind: str, epsilon: float = 4.0):
+    x, y, groups = _grouped_rows(kind)
     return pmdp.release_statistics(
         "linear_regression", (x, y, groups), n_groups=8, n_features=1, x_bounds=(-1, 1), y_bounds=(-1, 1),
         epsilon=epsilon, random_seed=3, reproducible_noise=True,
     )  # fmt: skip
 
 
-def test_covariates_shifted_between_groups_are_seen_and_shared_ones_are_not():
-    shifted, shared = _release(True), _release(False)
-    # 8,000 rows, ε = 4: the shift moves the groups' mean responses by tens of intercept sds; shared covariates by
-    # sampling and noise only (their group means differ by about 0.3/√1000 ≈ 0.01 by chance).
-    high = group_covariate_shift(shifted.family, shifted.noisy_statistics, shifted.scale, None)
-    low = group_covariate_shift(shared.family, shared.noisy_statistics, shared.scale, None)
-    assert high > 10 * GROUP_SHIFT_LIMIT and low < GROUP_SHIFT_LIMIT
-    problem = group_covariate_problem(shifted)
+def test_spreads_that_differ_between_groups_are_seen_and_shifted_or_shared_means_are_not():
+    spreads, means, shared = _release("spreads"), _release("means"), _release("shared")
+    # 8,000 rows, ε = 4: within-group sds from 0.1 to 0.3 move each group's released Σ x·y by several of its sds
+    # (measured: 8.3; the old mean-shift check gave 0.0 here); shifted means (modelled by the likelihood; the old
+    # check gave 119) and shared covariates differ by sampling and noise only (measured: 0.0, the χ² test passes).
+    high = group_covariate_spread(spreads.family, spreads.noisy_statistics, spreads.scale, None)
+    assert high > 2 * GROUP_SPREAD_LIMIT
+    for release in (means, shared):
+        assert (
+            group_covariate_spread(release.family, release.noisy_statistics, release.scale, None) < GROUP_SPREAD_LIMIT
+        )
+        assert group_covariate_problem(release) is None
+    problem = group_covariate_problem(spreads)
     assert problem.startswith("group covariates:") and "ungrouped linear regression" in problem
-    assert group_covariate_problem(shared) is None
     ungrouped = pmdp.release_statistics(
-        "linear_regression", _grouped_rows(True)[:2], n_features=1, x_bounds=(-1, 1), y_bounds=(-1, 1), epsilon=4.0
-    )
+        "linear_regression", _grouped_rows("spreads")[:2], n_features=1, x_bounds=(-1, 1), y_bounds=(-1, 1),
+        epsilon=4.0,
+    )  # fmt: skip
     assert group_covariate_problem(ungrouped) is None  # other families: not this check's
 
 

@@ -364,9 +364,11 @@ def test_the_likelihood_gives_each_group_its_own_covariate_mean_started_at_its_r
         alpha = pm.Normal("alpha", 0.0, 1.0, shape=3)
         release.likelihood("lik", alpha=alpha, beta=pm.Normal("beta", 0.0, 1.0, shape=1), sigma=pm.HalfNormal("s", 1))
     start = model.initial_point()
-    assert start["lik_x_group_mean"].shape == (3, 1)
+    assert start["lik_x_group_offset"].shape == (3, 1)
+    population = 0.5 + 0.625 * start["lik_x_mean_std"]  # the bounds' centre + (half-width / 4)·u (−2..3)
+    spread = np.exp(start["lik_x_group_sd_log__"])
     own = np.array([x[groups == g, 0].mean() for g in range(3)])
-    np.testing.assert_allclose(start["lik_x_group_mean"][:, 0], own, atol=1e-3)
+    np.testing.assert_allclose(population + spread * start["lik_x_group_offset"][:, 0], own, atol=1e-3)
     assert np.isfinite(model.compile_logp()(start))
 
 
