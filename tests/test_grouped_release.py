@@ -285,11 +285,15 @@ def test_group_intercepts_cover_the_truth_by_simulation():
 
 
 @pytest.mark.slow
+# NUTS's first tuning steps try points far out where the energy overflows (rejected as divergent, counted after
+# tuning): sample_releases ignores these warnings for the ungrouped regressions, not yet for a grouped family.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_covariates_shifted_between_groups_leave_the_slope_and_intercepts_within_their_intervals():
     # Issue 34: 8 groups × 500 rows whose covariate means are 0.6 apart (4 within-group sds), σ small next to the
-    # slope's effect (as diamonds). The shared-moment likelihood put β at 0.39 ± 0.05 (truth 0.8) and the
-    # intercepts 9 sds off at ε = 4 (measured). Here ε = 20: every estimate within 3.5 posterior sds of the truth
-    # (the posterior sd includes the noise). About 60 CPU-s.
+    # slope's effect (as diamonds). ε = 20: every estimate within 3.5 posterior sds of the truth (the posterior sd
+    # includes the noise). About 45 CPU-s. Not covered here (open, measured): intercepts exactly linear in the
+    # covariates' group means (α_g = 0.1·g/8) put this posterior at τ → 0 and β at the between-group slope, 20 sds
+    # from NUTS on the rows, centred or non-centred intercepts alike.
     rng = np.random.default_rng(0)
     g, per = 8, 500
     groups = np.repeat(np.arange(g), per)
@@ -307,7 +311,11 @@ def test_covariates_shifted_between_groups_leave_the_slope_and_intercepts_within
         b = pm.Normal("beta", 0.0, 1.0, shape=1)
         s = pm.HalfNormal("sigma", 0.5)
         release.likelihood("lik", alpha=a, beta=b, sigma=s)
-        idata = release.sample(draws=400, tune=400, chains=2, random_seed=4, progressbar=False, on_poor_mixing="ignore")
+        # init="adapt_diag" (no ±1 jitter): what sample_releases chooses for the ungrouped regressions, whose
+        # covariate moments start at the release; it does not recognise a grouped family yet (reported, release.py).
+        idata = release.sample(
+            draws=400, tune=400, chains=2, random_seed=4, progressbar=False, on_poor_mixing="ignore", init="adapt_diag"
+        )
     for name, truth in (("beta", [0.8]), ("alpha", alpha), ("sigma", 0.05)):
         draws = idata.posterior[name]
         z = (draws.mean(("chain", "draw")).values - truth) / draws.std(("chain", "draw")).values
