@@ -13,17 +13,8 @@ Gaussian at δ when τ²Δ₂² < 2Δ₁²/ε², else Laplace). Per coefficient 
 |DP mean − NUTS mean| / NUTS sd, DP sd / NUTS sd, whether NUTS's mean and (simulated) the true
 β lie in the DP 90 % equal-tailed interval, R-hat and the wall time.
 
-``randhie-y-max``: the one-call route of ``benchmarks/utility.py``'s ``randhie_poisson`` row
-(``pmdp.sample(epsilon=, delta=)`` without a step, x_bounds (−1, 1)) with ``y_bounds = (0, y_max)`` for
-each ``--y-max``, at each ``--epsilons``: utility.py's worst-parameter comparison against NUTS on the
-raw rows (``--reference-cache`` shares its NUTS draws) and whether the result was flagged (the
-clipping check). ``hessian-cap``: on ``randhie``, the share of rows whose mean exceeds the Poisson
-anchor's Hessian cap and how much the capped Hessian changes the sds it implies (no release).
-
-Run: ``python benchmarks/poisson_release.py simulated --rows 10000 100000``,
-``python benchmarks/poisson_release.py randhie``, ``python benchmarks/poisson_release.py randhie-y-max
---y-max 5 10 20 40 --epsilons 1 4 --reference-cache /tmp/nuts_refs`` or ``python
-benchmarks/poisson_release.py hessian-cap``; ``--out`` writes the JSON.
+Run: ``python benchmarks/poisson_release.py simulated --rows 10000 100000`` or
+``python benchmarks/poisson_release.py randhie``; ``--out`` writes the JSON.
 """
 
 from __future__ import annotations
@@ -40,7 +31,6 @@ import pymc as pm
 
 import pymc_dp as pmdp
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.diagnostics import PoorMixingWarning
 from pymc_dp.exponential_family import get_family
 
 TRUE_BETA = np.array([0.5, 0.3, -0.2, 0.1, 0.0])
@@ -137,100 +127,20 @@ def randhie(epsilon: float, repeats: int, seed: int, y_max: int) -> list[dict]:
     return results
 
 
-def randhie_y_max(y_maxes: list[int], epsilons: list[float], cache: Path | None) -> list[dict]:
-    """utility.py's one-call cell for ``randhie_poisson`` with each public ``y_max`` (its own settings otherwise)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import utility
-
-    model, _ = utility.randhie_poisson(None)
-    names = utility._free_names(model)
-    delta = 0.1 / pmdp.plan(model, epsilon=1.0, delta=1e-6).n_rows
-    reference, _ = utility._nuts_reference(model, names, False, cache, "randhie_poisson")
-    results = []
-    for y_max in y_maxes:
-        for epsilon in epsilons:
-            start = time.perf_counter()
-            with model, warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", PoorMixingWarning)
-                idata = pmdp.sample(
-                    epsilon=epsilon,
-                    delta=delta,
-                    chains=2,
-                    random_seed=7,
-                    progressbar=False,
-                    tune=500,
-                    draws=500,
-                    x_bounds=(-1.0, 1.0),
-                    y_bounds=(0, y_max),
-                )
-            flagged = any(issubclass(w.category, PoorMixingWarning) for w in caught)
-            cell = {"data": "randhie_poisson", "y_max": y_max, "epsilon": epsilon, "flagged": flagged}
-            cell.update(utility.compare(idata, reference, names), seconds=time.perf_counter() - start)
-            checks = json.loads(idata.posterior.attrs.get("dp_diagnostics", "{}")).get("bounds_clipping") or []
-            if checks:
-                cell["clipped_share"] = [checks[0]["share_clipped"], checks[0]["share_clipped_sd"]]
-            results.append(cell)
-            print(json.dumps(cell), flush=True)
-    return results
-
-
-def hessian_cap_effect() -> list[dict]:
-    """On ``randhie`` at the raw-row MLE: the share of rows above the anchor's Hessian cap, the cap against the
-    largest mean over the box, and the ratio of the sds implied by the capped and the uncapped Hessian."""
-    from pymc_dp.exponential_family.counts import HESSIAN_CAP_FACTOR
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from utility import _randhie
-
-    x, y = _randhie(None)
-    design = np.column_stack([np.ones(len(y)), np.clip(x, -1.0, 1.0)])
-    beta = np.zeros(design.shape[1])
-    beta[0] = np.log(y.mean())
-    for _ in range(30):  # Newton on the raw Poisson score
-        lam = np.exp(design @ beta)
-        beta = beta + np.linalg.solve((design * lam[:, None]).T @ design, design.T @ (y - lam))
-    lam = np.exp(design @ beta)
-    cap = HESSIAN_CAP_FACTOR * float(np.exp(design.mean(0) @ beta))
-    largest = float(np.exp(beta[0] + np.sum(np.abs(beta[1:]))))
-    sds = [np.sqrt(np.diag(np.linalg.inv((design * w[:, None]).T @ design))) for w in (lam, np.minimum(lam, cap))]
-    cell = {
-        "cap": cap,
-        "largest_mean_over_box": largest,
-        "share_of_rows_above_cap": float(np.mean(lam > cap)),
-        "capped_over_uncapped_sd": (sds[1] / sds[0]).tolist(),
-    }
-    print(json.dumps(cell), flush=True)
-    return [cell]
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data", choices=["simulated", "randhie", "randhie-y-max", "hessian-cap"])
+    parser.add_argument("data", choices=["simulated", "randhie"])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--seed", type=int, default=20211)
-    parser.add_argument("--y-max", type=int, nargs="+", default=[20])
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 4.0])
-    parser.add_argument("--reference-cache", type=Path, default=None)
-    parser.add_argument(
-        "--no-hessian-cap", action="store_true", help="release the anchors without the Hessian cap (the earlier code)"
-    )
+    parser.add_argument("--y-max", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    if args.no_hessian_cap:  # the before column of issue 34's comparison: the anchors as released before the cap
-        from pymc_dp.exponential_family.counts import PoissonRegression
-
-        uncapped = PoissonRegression.anchor_family
-        PoissonRegression.anchor_family = lambda self, point, *_: uncapped(self, point)
     if args.data == "simulated":
         results = simulated(args.rows, args.epsilon, args.repeats, args.seed)
-    elif args.data == "randhie":
-        results = [c for y_max in args.y_max for c in randhie(args.epsilon, args.repeats, args.seed, y_max)]
-    elif args.data == "randhie-y-max":
-        results = randhie_y_max(args.y_max, args.epsilons, args.reference_cache)
     else:
-        results = hessian_cap_effect()
+        results = randhie(args.epsilon, args.repeats, args.seed, args.y_max)
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1))
     return results

@@ -15,7 +15,6 @@ from pymc_dp.accounting import PrivacyBudget
 from pymc_dp.accounting.budget import PrivacyBudgetExceededError
 from pymc_dp.exponential_family import ReleasedStatistics, get_family, release_statistics
 from pymc_dp.exponential_family.counts import (
-    HESSIAN_CAP_FACTOR,
     PoissonCovariateAnchor,
     PoissonRegression,
     clamped_poisson_hessian_weight,
@@ -116,31 +115,6 @@ def test_anchor_statistics_stay_in_their_intervals_for_any_public_anchor():
         np.testing.assert_array_equal(rows, family.row_statistics(family.check_data((x, np.zeros_like(y)))))
 
 
-def test_poisson_anchor_caps_its_hessian_weight_at_a_multiple_of_the_released_typical_mean():
-    """Issue 34: the anchor's Hessian weight h is capped at HESSIAN_CAP_FACTOR·exp(x̄ᵀβ̂), x̄ the main release's
-    Σ x / N (public), so the Hessian block's widths scale with the cap, not with the largest mean over the box:
-    a smaller L2 sensitivity (less noise on Ĥ), the mean block unchanged, every row inside the capped
-    intervals, the cap recorded, a bad cap refused by name. Pure NumPy, milliseconds."""
-    x, y = _rows(400, seed=2)
-    family = get_family("poisson_regression", **{**SETTINGS, "y_max": 60})
-    rows = family.check_data((x, y))
-    noise_free = family.row_statistics(rows).sum(0)  # a main release without noise
-    point = np.array([0.5, 1.2, 0.8])  # λ_max = exp(0.5 + 2.4 + 0.4) = 27 over the box, far above typical rows
-    capped, plain = family.anchor_family(point, noise_free, 400), family.anchor_family(point)
-    cap = HESSIAN_CAP_FACTOR * math.exp(rows[:, :-1].mean(0) @ point)
-    assert capped.hessian_cap == pytest.approx(cap) and cap < plain.weight_bound  # the cap binds here
-    assert capped.settings()["hessian_cap"] == pytest.approx(cap) and "hessian_cap" not in plain.settings()
-    lo, hi = capped.intervals()
-    plain_lo, plain_hi = plain.intervals()
-    np.testing.assert_allclose((hi - lo)[:3], (plain_hi - plain_lo)[:3])  # m·x is not capped
-    np.testing.assert_allclose((hi - lo)[3:], (plain_hi - plain_lo)[3:] * cap / plain.weight_bound)
-    assert capped.l2_sensitivity() < 0.9 * plain.l2_sensitivity()  # 96 against 117 here
-    for statistics in (capped.row_statistics(rows), capped.row_statistics(_corner_rows(capped, [0]))):
-        assert np.all(statistics >= lo - 1e-9) and np.all(statistics <= hi + 1e-9)
-    with pytest.raises(ValueError, match="`hessian_cap` must be a positive number"):
-        PoissonCovariateAnchor(3, BOUNDS, 60, tuple(point), -1.0)
-
-
 # -- accounting and refusals ---------------------------------------------------------------------------
 def test_release_is_charged_before_the_noise_is_drawn_and_over_budget_charges_nothing(monkeypatch):
     x, y = _rows(300, seed=4)
@@ -231,34 +205,6 @@ def test_anchors_reach_the_clipped_count_mle_when_the_noise_vanishes():
     errors = [np.max(np.abs(a.anchor - mle)) for a in rel.covariate_anchors]
     assert errors[0] == pytest.approx(np.max(np.abs(start - mle)))  # the first anchor is at the start
     assert errors[1] < errors[0] and errors[2] < errors[1] and errors[2] < 0.01, errors
-
-
-def test_anchors_with_a_binding_hessian_cap_still_reach_the_mle_within_a_tenth_of_a_posterior_sd():
-    """ε = 1e9 with the Hessian cap binding (λ up to 14 over the box, cap ≈ 7.3, about a tenth of the rows
-    above it): the capped Ĥ only slows the Newton steps (F̂ is not capped), so the anchors still approach the
-    MLE, each step closer, the fourth within 0.1 posterior sd (from the exact Fisher information; measured
-    0.017, against 0.002 uncapped: the first steps are limited by the one-nat step cap either way). ~1 s."""
-    beta = np.array([0.0, 1.2, -0.5])
-    x, y = _rows(3000, beta=beta, seed=12)
-    settings = {**SETTINGS, "y_max": 60}
-    assert y.max() < 60
-    rel = release_statistics(
-        "poisson_regression",
-        (x, y),
-        epsilon=1e9,
-        covariate_anchors=4,
-        reproducible_noise=True,
-        random_seed=1,
-        **settings,
-    )
-    caps = [
-        rel.family.anchor_family(a.anchor, rel.noisy_statistics, rel.n_rows).hessian_cap for a in rel.covariate_anchors
-    ]
-    assert np.mean(np.exp(x @ beta) > min(caps)) > 0.05  # the cap binds for a material share of the rows
-    mle = _clipped_mle(x, y, 60)
-    sd = np.sqrt(np.diag(np.linalg.inv((x * np.exp(x @ mle)[:, None]).T @ x)))
-    errors = [np.max(np.abs(a.anchor - mle) / sd) for a in rel.covariate_anchors]
-    assert all(later < earlier for earlier, later in itertools.pairwise(errors)) and errors[3] < 0.1, errors
 
 
 def _flat(idata):

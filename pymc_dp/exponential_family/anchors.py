@@ -175,7 +175,7 @@ def release_anchors(
         previous = None if not released else (released[-1].anchor, released[-1].value, released[-1].hessian)
         if hasattr(family, "anchor_family"):  # a family that places its own anchors (counts.py)
             point = family.anchor_point(noisy, n_rows, previous)  # post-processing of earlier releases
-            anchor_family = family.anchor_family(point, noisy, n_rows)  # the main release may set public caps
+            anchor_family = family.anchor_family(point)
         else:
             point = logistic_anchor_point(family, noisy, n_rows, previous)  # post-processing of earlier releases
             anchor_family = LogisticCovariateAnchor(family.n_features, family.x_bounds, tuple(point))

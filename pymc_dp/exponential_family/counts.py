@@ -33,10 +33,7 @@ where the anchors place β̂. With β̂ at the MLE (as the anchors' Newton steps
 noise is small), this is the Gaussian approximation of the exact posterior: its error in means
 and sds is O(1/√N) of a posterior sd (the posterior's skewness). The covariance uses
 h(λ) = λ·P(Y < y_max) for Var(min(Y, y_max)); they are equal without clipping (both λ) and
-differ only for rows whose λ reaches y_max. The anchor's h is capped at :data:`HESSIAN_CAP_FACTOR`
-times the typical mean exp(x̄ᵀβ̂) (x̄ from the main release), so Ĥ understates the slope of rows
-above the cap (0.22 % of ``randhie``'s, sds changed by at most 2.2 %) in exchange for a Hessian
-block whose sensitivity follows the rows' typical mean rather than the largest over the box.
+differ only for rows whose λ reaches y_max.
 
 Neighbouring relation: substitute (one row replaced, N public).
 
@@ -75,7 +72,6 @@ from pymc_dp.exponential_family.regressions import (
 )
 
 __all__ = [
-    "HESSIAN_CAP_FACTOR",
     "MAX_ANCHOR_STEP",
     "PoissonCovariateAnchor",
     "PoissonRegression",
@@ -84,7 +80,6 @@ __all__ = [
     "clamped_poisson_mean",
     "count_regression_loglik",
     "poisson_anchor_point",
-    "poisson_hessian_cap",
 ]
 
 #: Largest change of the linear predictor, over the public covariate box, that one anchor step
@@ -92,14 +87,6 @@ __all__ = [
 MAX_ANCHOR_STEP = 1.0
 
 _MAX_LINEAR_PREDICTOR = 700.0  # exp() overflows float64 just above 709
-
-#: The Poisson anchor's Hessian weight h(λ) is capped at this multiple of the typical mean
-#: exp(x̄ᵀβ̂) (x̄ the main release's mean covariate vector: public). The cap, not the largest
-#: mean over the box, then sets the Hessian block's sensitivity: on ``randhie`` (y_max 20) it
-#: cuts the block's L2 sensitivity 1.9× and the anchor's 1.2×; 0.22 % of the rows have λ above it, and
-#: the sds implied by the capped Hessian differ from the uncapped ones by at most 2.2 %
-#: (benchmarks/poisson_release.py ``hessian-cap``).
-HESSIAN_CAP_FACTOR = 4.0
 
 
 def clamped_poisson_mean(lam: np.ndarray, y_max: int) -> np.ndarray:
@@ -292,16 +279,9 @@ class PoissonRegression(_CovariateFamily):
         """Where the next anchor is released (:func:`poisson_anchor_point`)."""
         return poisson_anchor_point(self, noisy, n_rows, previous)
 
-    def anchor_family(
-        self, point: np.ndarray, noisy: np.ndarray | None = None, n_rows: int | None = None
-    ) -> PoissonCovariateAnchor:
-        """The family whose release is the anchor at ``point`` (public).
-
-        With the main release (``noisy``, ``n_rows``): its Hessian weight is capped at
-        :func:`poisson_hessian_cap` of the released mean covariates (post-processing); without, uncapped.
-        """
-        cap = None if noisy is None else poisson_hessian_cap(self, noisy, n_rows, point)
-        return PoissonCovariateAnchor(self.n_features, self.x_bounds, self.y_max, tuple(point), cap)
+    def anchor_family(self, point: np.ndarray) -> PoissonCovariateAnchor:
+        """The family whose release is the anchor at ``point`` (public)."""
+        return PoissonCovariateAnchor(self.n_features, self.x_bounds, self.y_max, tuple(point))
 
     def release_loglik(self, reading: ReleaseReading, name: str, **params: Any) -> Any:
         """The noise-aware likelihood of a release of this family (:func:`count_regression_loglik`)."""
@@ -319,18 +299,6 @@ class PoissonRegression(_CovariateFamily):
         noise = _release_noise_variance(reading.scale, reading.noise_variance) + float(anchor_noise)
         observed = np.asarray(reading.noisy, dtype=float)[: self.n_features]
         return observed, _tensor(np.asarray(anchor_value, dtype=float)), noise, self.intervals()
-
-
-def poisson_hessian_cap(family: PoissonRegression, noisy: np.ndarray, n_rows: int, point: np.ndarray) -> float:
-    """:data:`HESSIAN_CAP_FACTOR` · exp(x̄ᵀβ̂), x̄ = the released Σ x / N projected into the box (post-processing).
-
-    A public cap on the Poisson anchor's Hessian weight: a function of the main release and of
-    β̂ (itself computed from releases only), so it costs no ε and reads no row.
-    """
-    mean_covariates = family.split(family.project(noisy, n_rows))[1] / n_rows
-    lower, upper = (np.asarray(b, dtype=float) for b in family.x_bounds)
-    typical = float(np.clip(mean_covariates, lower, upper) @ np.asarray(point, dtype=float))
-    return HESSIAN_CAP_FACTOR * float(np.exp(min(typical, _MAX_LINEAR_PREDICTOR)))
 
 
 class _CountAnchor(_CovariateAnchorBase):
@@ -375,18 +343,10 @@ class PoissonCovariateAnchor(_CountAnchor):
     -----
     Neighbouring relation: substitute (one row replaced, N public). m and h lie in [0, c] with
     c = min(M, λ_max) (:attr:`weight_bound`: m ≤ min(M, λ) by the clipping and Jensen,
-    h = E[Y·1{Y ≤ M}] ≤ min(M, λ), and λ ≤ λ_max = exp(max of xᵀβ̂ over the public box)), and
-    the Hessian weight is capped, min(h, c_H) with c_H = min(c, ``hessian_cap``); so coordinate
-    j of m·x lies in the hull of {0, c·lⱼ, c·uⱼ}, and w·min(h, c_H)·xⱼxₖ in w·c_H times the hull
+    h = E[Y·1{Y ≤ M}] ≤ min(M, λ), and λ ≤ λ_max = exp(max of xᵀβ̂ over the public box)), so
+    coordinate j of m·x lies in the hull of {0, c·lⱼ, c·uⱼ}, and w·h·xⱼxₖ in w·c times the hull
     of {0} and the interval of xⱼxₖ. Δ₁ and Δ₂ are the L1 and L2 norms of the widths: functions
-    of the public bounds, of β̂ and of the cap, which are public (computed from earlier releases
-    only: :func:`poisson_hessian_cap`).
-
-    The cap is a known bias of the released slope: rows whose λ̂ exceeds c_H contribute c_H
-    instead of h(λ̂) to Ĥ, which the likelihood reads as the slope and covariance of Σ y·x. It
-    trades that bias for a smaller sensitivity, because the largest mean over the box (c) is
-    usually far above the rows' typical mean (on ``randhie``, y_max 20: c = 20, c_H = 10.8,
-    0.22 % of the rows above it; :data:`HESSIAN_CAP_FACTOR`).
+    of the public bounds and of β̂, which is public (computed from earlier releases only).
 
     Parameters
     ----------
@@ -394,33 +354,18 @@ class PoissonCovariateAnchor(_CountAnchor):
         As for :class:`PoissonRegression`.
     anchor : sequence of float
         β̂, the public point (a function of earlier releases only).
-    hessian_cap : float or None, default None
-        c_H, a public cap on the Hessian weight (:func:`poisson_hessian_cap`); None: c alone.
     """
 
     n_features: int = 1
     x_bounds: tuple[Any, Any] | None = None
     y_max: int = 1
     anchor: tuple[float, ...] = ()
-    hessian_cap: float | None = None
     name: ClassVar[str] = "poisson_covariate_anchor"
     params: ClassVar[tuple[str, ...]] = ()
     _model: ClassVar[str] = "Poisson-regression"
 
-    def _check_settings(self) -> None:
-        super()._check_settings()
-        if self.hessian_cap is not None:
-            cap = _check_finite_real("hessian_cap", self.hessian_cap)
-            if not cap > 0.0:
-                raise ValueError(f"`hessian_cap` must be a positive number or None. Found {self.hessian_cap!r}.")
-            object.__setattr__(self, "hessian_cap", cap)
-
     def _extra_settings(self) -> dict[str, Any]:
-        return {"y_max": self.y_max, **({} if self.hessian_cap is None else {"hessian_cap": self.hessian_cap})}
-
-    def _hessian_bound(self) -> float:
-        """c_H = min(c, ``hessian_cap``): the public bound h is capped at (c alone without a cap)."""
-        return self.weight_bound if self.hessian_cap is None else min(self.weight_bound, self.hessian_cap)
+        return {"y_max": self.y_max}
 
     @property
     def weight_bound(self) -> float:
@@ -436,9 +381,9 @@ class PoissonCovariateAnchor(_CountAnchor):
 
     def _row_weights(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lam = np.exp(np.minimum(x @ np.asarray(self.anchor), _MAX_LINEAR_PREDICTOR))
-        cap = self.weight_bound  # m ≤ cap exactly; the clip only guards floating-point rounding
+        cap = self.weight_bound  # m, h ≤ cap exactly; the clip only guards floating-point rounding
         mean = np.minimum(clamped_poisson_mean(lam, self.y_max), cap)
-        return mean, np.minimum(clamped_poisson_hessian_weight(lam, self.y_max), self._hessian_bound())
+        return mean, np.minimum(clamped_poisson_hessian_weight(lam, self.y_max), cap)
 
 
 #: Ridge (per-row-mean scale) on the anchor steps' linear systems: keeps them solvable when the

@@ -223,10 +223,8 @@ class NegativeBinomialRegression(PoissonRegression):
         reach = np.maximum(np.abs(lower), np.abs(upper))
         return point + _capped(_solve(hessian, score, n_rows), reach)
 
-    def anchor_family(
-        self, point: np.ndarray, noisy: np.ndarray | None = None, n_rows: int | None = None
-    ) -> NegativeBinomialScoreAnchor:
-        """The family whose release is the anchor at ``point`` (public; the main release is not read)."""
+    def anchor_family(self, point: np.ndarray) -> NegativeBinomialScoreAnchor:
+        """The family whose release is the anchor at ``point`` (public)."""
         return NegativeBinomialScoreAnchor(self.n_features, self.x_bounds, self.y_max, self.alpha, tuple(point))
 
     def _expansion_target(self, reading: ReleaseReading) -> tuple[np.ndarray, Any, Any, tuple[np.ndarray, np.ndarray]]:
