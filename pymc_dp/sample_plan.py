@@ -173,6 +173,11 @@ def _dask_backend(backend: Any, steps: list[Any], init: str, kwargs: dict[str, A
     if not isinstance(backend, DaskBackend):
         return None  # check_backend names what is accepted
     backend.check(steps, kwargs)
+    if kwargs.get("initvals") is None and init == "dpadvi":
+        raise ValueError(
+            "`init` must be 'auto', 'prior' or 'model' with a Dask backend (the DPADVI start runs in this process). "
+            "Found 'dpadvi'."
+        )
     kwargs.setdefault("cores", 1)
     return backend
 
@@ -195,13 +200,14 @@ def _resolve_init(
     epsilon: float | None,
     neighbouring: str,
     initvals: Any,
+    on_cluster: bool = False,
 ) -> tuple[str, str | None]:
     """What ``init="auto"`` means for this run (public settings only), and why.
 
     ``"dpadvi"`` when a DP initial fit can be planned and priced here: a target ``epsilon``,
     substitute neighbours (the fit's sampling rate comes from N), every step a DPPenaltyMH or
     DPHMC whose noise this call calibrates, and only continuous free variables (what DPADVI
-    fits; with a Dask backend the fit runs on its workers too). ``"prior"``
+    fits), and no Dask backend (whose rows the fit would read in this process). ``"prior"``
     otherwise. Other values pass through with no reason recorded.
     """
     if init != "auto":
@@ -210,7 +216,7 @@ def _resolve_init(
         return "prior", None  # the caller's starts win; nothing to choose
     continuous = all(str(v.dtype).startswith("float") for v in model.value_vars)
     calibrated = all(isinstance(s, DPPenaltyMH | DPHMC) and s.needs_calibration for s in steps)
-    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous:
+    if epsilon is not None and neighbouring == "substitute" and calibrated and continuous and not on_cluster:
         return "dpadvi", "auto: a DPADVI fit on a share of ε (target ε, substitute neighbours, DPPenaltyMH/DPHMC)"
     why = (
         "no target epsilon"
@@ -220,6 +226,8 @@ def _resolve_init(
         else "a step other than DPPenaltyMH/DPHMC, or noise set by hand"
         if not calibrated
         else "discrete free variables (DPADVI fits continuous ones)"
+        if not continuous
+        else "a Dask backend (the fit would read the rows in this process)"
     )
     return "prior", f"auto: prior draws, as init='dpadvi' does not apply ({why})"
 
@@ -337,12 +345,8 @@ def _dpadvi_start(
     delta: float,
     share: float,
     kwargs: dict[str, Any],
-    backend: Any = None,
 ) -> DPADVIStart:
-    """Plan (not run) the DPADVI fit of ``init="dpadvi"``: its noise from ``share`` of ``epsilon``.
-
-    With a :class:`pymc_dp.DaskBackend` (``backend``) the fit's batches are drawn and summed on its workers.
-    """
+    """Plan (not run) the DPADVI fit of ``init="dpadvi"``: its noise from ``share`` of ``epsilon``."""
     share = check_finite_positive("init_epsilon_share", share)
     if share >= 1:
         raise ValueError(f"`init_epsilon_share` must be in (0, 1). Found {share!r}.")
@@ -376,7 +380,6 @@ def _dpadvi_start(
         reproducible_noise=reproducible,
         random_seed=int(seed),
         model=model,
-        backend="default" if backend is None else backend,
         **settings,
     )
     fit.prepare(model)  # the model checks DPADVI adds (continuous variables, subset path): before any charge
@@ -750,12 +753,11 @@ def plan_sample(step: Any, model: Any, kwargs: dict[str, Any], **settings: Any) 
     init = check_init(init)
     check_on_poor_mixing(s["on_poor_mixing"])
     initvals = kwargs.get("initvals")
-    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, initvals)
+    init, init_reason = _resolve_init(init, steps, model, epsilon, neighbouring, initvals, dask_backend is not None)
     dp_init, iterations_plan, chains_mu = None, None, None
     with_dpadvi = initvals is None and init == "dpadvi"
     if with_dpadvi:
-        share = s["init_epsilon_share"]
-        dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, share, kwargs, dask_backend)
+        dp_init = _dpadvi_start(steps, model, n_rows, neighbouring, epsilon, delta, s["init_epsilon_share"], kwargs)
     draws_auto = draws == "auto"
     if draws_auto:
         _check_auto_iterations(steps, epsilon)

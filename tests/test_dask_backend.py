@@ -265,7 +265,7 @@ def _run(model, step, backend, budget=None, **kwargs):
             random_seed=4,
             progressbar=False,
             backend=backend,
-            # Both runs start from prior draws unless told otherwise (the DPADVI start: its own test below).
+            # Both runs start from prior draws: init="auto" would fit DPADVI in-process only without a cluster.
             **{"init": "prior", **kwargs},
         )
 
@@ -377,6 +377,7 @@ def test_refusals_name_the_parameter_and_charge_nothing(client, logistic):
         (dict(step=barker, backend=backend), ValueError, "`backend` runs the steps"),
         (dict(step=penalty, backend="dask"), ValueError, "`backend` must be 'default', 'jax', a pymc_dp.JaxBackend or"),
         (dict(step=penalty, backend=backend, cores=2), ValueError, "`cores` must be 1"),
+        (dict(step=penalty, backend=backend, init="dpadvi"), ValueError, "`init` must be 'auto', 'prior' or 'model'"),
     ]
     for kwargs, error, message in cases:
         with model, pytest.raises(error, match=message):
@@ -448,31 +449,13 @@ def test_the_example_runs_on_one_process_and_on_a_cluster_at_the_same_epsilon():
     assert "Dask (2 workers)" in result.stdout
 
 
-def test_auto_init_fits_the_dpadvi_start_on_the_cluster_with_the_in_process_accounting(client, logistic, monkeypatch):
-    # init="auto" plans the DPADVI start with a Dask backend too: its batches are drawn and summed on the workers.
-    import pymc_dp.sample_plan
-    from pymc_dp.backends.dask_dpadvi import DaskPoissonGradientSum
-
-    planned = pymc_dp.sample_plan.dpadvi_start_settings
-    # 20 of the start's 1,000 iterations (a public setting; both runs alike): each costs a scheduler round trip here.
-    monkeypatch.setattr(
-        pymc_dp.sample_plan, "dpadvi_start_settings", lambda n, clip: {**planned(n, clip), "iterations": 20}
-    )
-    on_workers = []
-    release = DaskPoissonGradientSum.release
-    monkeypatch.setattr(
-        DaskPoissonGradientSum, "release", lambda self, *a, **k: on_workers.append(1) or release(self, *a, **k)
-    )
-    records = {}
-    for name, backend in (("cluster", pmdp.DaskBackend(client)), ("local", "default")):
-        with logistic[0]:
-            step = pmdp.DPPenaltyMH(llr_clip=0.5)
-        records[name] = json.loads(_run(logistic[0], step, backend, init="auto").posterior.attrs["dp_accountant"])
-        records[name + "_releases"] = len(on_workers)
-    remote, local = records["cluster"], records["local"]
-    assert remote["start"] == local["start"] and remote["start"]["source"] == "dp_release"  # the fit's mean
-    assert remote["epsilon"] == pytest.approx(local["epsilon"], rel=1e-12) and remote["events"] == local["events"]
-    assert records["cluster_releases"] == 20 and records["local_releases"] == 20  # the fit's batches: on the workers
+def test_auto_init_starts_from_prior_draws_on_a_cluster_and_says_why(client, logistic):
+    model = logistic[0]
+    with model:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5)
+    idata = _run(model, step, pmdp.DaskBackend(client), init="auto")
+    start = json.loads(idata.posterior.attrs["dp_accountant"])["start"]
+    assert start["source"] == "prior" and "Dask backend" in start["init"]
 
 
 def _one_call_rows(sizes):
