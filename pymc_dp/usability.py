@@ -154,13 +154,15 @@ def _bound_text(name: str, value: Any) -> str:
     if lower.shape != upper.shape or lower.size < 2:
         return f"{name}={value}"
     varying = lower != upper
-    ones = int(np.sum(~varying))
-    constant = f" (and {ones} constant column{'s' * (ones > 1)}, e.g. the intercept's ones)" if ones else ""
+    if not varying.any():
+        return f"{name}={value}"
+    fixed = ", ".join(f"{v:.12g}" for v in lower[~varying])
+    constant = f" (and constant columns fixed at {fixed}, e.g. the intercept's ones)" if fixed else ""
     lower, upper = lower[varying], upper[varying]
-    if lower.size and np.all(lower == lower[0]) and np.all(upper == upper[0]):
+    if np.all(lower == lower[0]) and np.all(upper == upper[0]):
         each = f" for each of {lower.size} covariates" if lower.size > 1 else ""
-        return f"{name}=({lower[0]:g}, {upper[0]:g}){each}{constant}"
-    pairs = ", ".join(f"({lo:g}, {hi:g})" for lo, hi in zip(lower, upper, strict=True))
+        return f"{name}=({lower[0]:.12g}, {upper[0]:.12g}){each}{constant}"
+    pairs = ", ".join(f"({lo:.12g}, {hi:.12g})" for lo, hi in zip(lower, upper, strict=True))
     return f"{name}=[{pairs}]{constant}"
 
 

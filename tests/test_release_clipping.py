@@ -396,7 +396,7 @@ def test_the_flag_names_the_bounds_the_user_gave_not_the_design_with_its_column_
         "bounds": {"x_bounds": ([1.0, -1.0, -1.0], [1.0, 1.0, 1.0]), "y_bounds": (-3.0, 3.0)},
     }
     problem = bounds_clipping_problem(check)
-    assert "x_bounds=(-1, 1) for each of 2 covariates (and 1 constant column" in problem
+    assert "x_bounds=(-1, 1) for each of 2 covariates (and constant columns fixed at 1" in problem
     assert "[1.0, -1.0" not in problem and "y_bounds=(-3.0, 3.0)" in problem
-    check["bounds"] = {"x_bounds": ([-1.0, -2.0], [1.0, 2.0])}
-    assert "x_bounds=[(-1, 1), (-2, 2)]" in bounds_clipping_problem(check)
+    check["bounds"] = {"x_bounds": ([-1.0, -1.23456789], [1.0, 2.0])}
+    assert "x_bounds=[(-1, 1), (-1.23456789, 2)]" in bounds_clipping_problem(check)  # as given, not rounded
