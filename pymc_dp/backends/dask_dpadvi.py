@@ -23,15 +23,15 @@ the in-process one (to summation order) with the same noise.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from pymc_dp.backends.dask import ClusterRows, DaskRowMechanisms, _worker_function
 from pymc_dp.data import evaluate_rowwise
-from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear
 from pymc_dp.mechanisms.noise import mechanism_rng
-from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
+from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum, clipped_mapped_gradient_sum
 from pymc_dp.mechanisms.subsampling import poisson_sample
 
 __all__ = ["DaskDPADVIMechanisms", "DaskPoissonGradientSum", "dask_dpadvi_record"]
@@ -65,17 +65,14 @@ def poisson_gradient_partial(
     fn = _worker_function(*spec)
     tail = (thetas.shape[1],)
     for piece in pieces:
-        data = [a[piece] for a in partition]
-        if len(thetas) == 1:  # the paper's n_mc = 1: norms through M Mᵀ, no (rows × D) matrix
-            grads = evaluate_rowwise(fn, [thetas[0], *params], data, tail=tail, summed=False)
-            total += clipped_sum_l2_linear(grads, jacobians[0], bound)
-        else:
-            per_row = sum(
-                evaluate_rowwise(fn, [theta, *params], data, tail=tail, summed=False) @ jacobian
-                for theta, jacobian in zip(thetas, jacobians, strict=True)
-            )
-            total += clipped_sum_l2(per_row / len(thetas), bound)
+        gradients = partial(_rows_gradients, fn, params, [a[piece] for a in partition], tail)
+        total += clipped_mapped_gradient_sum(gradients, thetas, jacobians, bound)  # as the in-process release
     return total
+
+
+def _rows_gradients(fn, params, data, tail, theta) -> np.ndarray:
+    """The per-row gradients (rows × P) of ``data`` at ``theta`` (worker side)."""
+    return evaluate_rowwise(fn, [theta, *params], data, tail=tail, summed=False)
 
 
 # -- client side ---------------------------------------------------------------------------------

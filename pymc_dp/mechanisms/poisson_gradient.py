@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_sampling_rate
@@ -10,7 +13,25 @@ from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear, r
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import poisson_sample
 
-__all__ = ["NoisyPoissonGradientSum"]
+__all__ = ["NoisyPoissonGradientSum", "clipped_mapped_gradient_sum"]
+
+
+def clipped_mapped_gradient_sum(
+    row_gradients: Callable[[np.ndarray], np.ndarray],
+    theta_draws: np.ndarray,
+    parameter_jacobians: list[np.ndarray],
+    bound: float,
+) -> np.ndarray:
+    """Σᵢ clip_L2(mean_s gᵢ(θ_s) M_s, bound) over one chunk of rows, shape (D,): raw data, for a mechanism only.
+
+    ``row_gradients(θ)`` gives the chunk's per-row gradients (rows × P) at θ. One draw (the
+    paper's n_mc = 1) takes the norms through M Mᵀ (:func:`clipped_sum_l2_linear`), with no
+    rows × D matrix. Shared by the in-process release and the Dask workers' partial sums.
+    """
+    if len(theta_draws) == 1:
+        return clipped_sum_l2_linear(row_gradients(theta_draws[0]), parameter_jacobians[0], bound)
+    per_row = sum(row_gradients(t) @ m for t, m in zip(theta_draws, parameter_jacobians, strict=True))
+    return clipped_sum_l2(per_row / len(theta_draws), bound)
 
 
 class NoisyPoissonGradientSum:
@@ -89,13 +110,6 @@ class NoisyPoissonGradientSum:
         draws = np.atleast_2d(theta_draws)
         clipped = np.zeros(np.shape(parameter_jacobians[0])[1])
         for chunk in row_chunks(self._rows, batch):  # at most one chunk's per-row matrix at a time
-            if len(draws) == 1:
-                clipped += clipped_sum_l2_linear(
-                    self._rows.grad_rows(draws[0], chunk), parameter_jacobians[0], self.grad_clip
-                )
-            else:
-                per_row = sum(
-                    self._rows.grad_rows(t, chunk) @ m for t, m in zip(draws, parameter_jacobians, strict=True)
-                )
-                clipped += clipped_sum_l2(per_row / len(draws), self.grad_clip)
+            gradients = partial(self._rows.grad_rows, rows=chunk)
+            clipped += clipped_mapped_gradient_sum(gradients, draws, parameter_jacobians, self.grad_clip)
         return (clipped + rng.normal(0.0, self.std, size=clipped.shape)) / self.sampling_rate
