@@ -36,10 +36,10 @@ from pymc_dp.exponential_family.families import (
     check_out_of_bounds,
     get_family,
 )
-from pymc_dp.exponential_family.group_covariates import group_covariate_problem
 from pymc_dp.exponential_family.grouped import grouped_family
 from pymc_dp.exponential_family.noise_aware import release_loglik
 from pymc_dp.exponential_family.partitioned_check import release_partitioned_clipping_check
+from pymc_dp.exponential_family.release_checks import release_problems
 from pymc_dp.exponential_family.release_noise import (
     check_mechanism,
     check_noise,
@@ -529,7 +529,7 @@ def sample_releases(
     divergences = _divergences(idata)  # counted before the sampler's own statistics are dropped
     annotate_releases(idata, releases, model=model)
     checks = [r.clipping_check for r in releases if r.clipping_check is not None]
-    shifts = [s for s in map(group_covariate_problem, releases) if s is not None]  # grouped linear releases
+    shifts = release_problems(releases)  # the releases' own checks: covariate shifts, a count anchor's reach
     return attach_diagnostics(
         idata, on_poor_mixing, RELEASED_STATISTICS_METHOD, divergences=divergences, bounds_clipping=checks,
         release_problems=shifts,
