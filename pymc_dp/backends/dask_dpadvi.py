@@ -30,11 +30,12 @@ import numpy as np
 
 from pymc_dp.backends.dask import ClusterRows, DaskRowMechanisms, _worker_function
 from pymc_dp.data import evaluate_rowwise
+from pymc_dp.mechanisms.histogram_mapped_gradient import NoisyMappedGradientNormHistogram, mapped_norm_counts
 from pymc_dp.mechanisms.noise import mechanism_rng
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum, clipped_mapped_gradient_sum
 from pymc_dp.mechanisms.subsampling import poisson_sample
 
-__all__ = ["DaskDPADVIMechanisms", "DaskPoissonGradientSum", "dask_dpadvi_record"]
+__all__ = ["DaskDPADVIMechanisms", "DaskMappedGradientNormHistogram", "DaskPoissonGradientSum", "dask_dpadvi_record"]
 
 #: Sent instead of a seed: the worker seeds its partition's batch generator from its own OS entropy.
 OS_ENTROPY = None
@@ -70,6 +71,24 @@ def poisson_gradient_partial(
     return total
 
 
+def mapped_norm_partial(spec, partition, draw_sets, params, chunk_rows: int) -> np.ndarray:
+    """The clipping check's histogram weights over one partition (:func:`mapped_norm_counts`, in chunks).
+
+    Runs on the worker that holds ``partition``; only the fixed-size vector of weights
+    (each row's sum to 1) comes back.
+    """
+    fn = _worker_function(*spec)
+    tail = (draw_sets[0][0].shape[1],)
+    n_rows = partition[0].shape[0]
+    total = None
+    for start in range(0, n_rows, chunk_rows):
+        piece = slice(start, start + chunk_rows)
+        gradients = partial(_rows_gradients, fn, params, [a[piece] for a in partition], tail)
+        part = mapped_norm_counts(gradients, draw_sets)
+        total = part if total is None else total + part
+    return total
+
+
 def _rows_gradients(fn, params, data, tail, theta) -> np.ndarray:
     """The per-row gradients (rows × P) of ``data`` at ``theta`` (worker side)."""
     return evaluate_rowwise(fn, [theta, *params], data, tail=tail, summed=False)
@@ -88,6 +107,35 @@ def poisson_gradient_sum(
         "Poisson-subsampled clipped gradients",
     )
     return np.sum(partials, axis=0)
+
+
+def mapped_norm_counts_on_cluster(cluster: ClusterRows, draw_sets) -> np.ndarray:
+    """The partitions' clipping-check weights, added here in partition order (nothing else comes back)."""
+    spec = cluster._gradient_spec()
+    params, chunk_rows = cluster._params(cluster._grad_shared), cluster._chunk_rows
+    sets = [(np.asarray(t, dtype=float), [np.asarray(m, dtype=float) for m in ms]) for t, ms in draw_sets]
+    partials = cluster._map(
+        mapped_norm_partial, lambda k, part: (spec, part, sets, params, chunk_rows), "the clipping check's counts"
+    )
+    return np.sum(partials, axis=0)
+
+
+class DaskMappedGradientNormHistogram(NoisyMappedGradientNormHistogram):
+    """:class:`NoisyMappedGradientNormHistogram` with each partition's weights computed by its worker.
+
+    Notes
+    -----
+    Neighbouring relation: that of ``neighbouring``; Δ = √2 (substitute) or 1 (add/remove), as
+    in process: each row's weights (non-negative, summing to 1) sit in one partition's
+    partial, and the noise is added once, on the client.
+    """
+
+    def __init__(self, cluster: ClusterRows, noise_multiplier: float, neighbouring: str) -> None:
+        super().__init__(cluster._rows, noise_multiplier, neighbouring)
+        self._cluster = cluster
+
+    def _counts(self, draw_sets) -> np.ndarray:
+        return mapped_norm_counts_on_cluster(self._cluster, draw_sets)
 
 
 class DaskPoissonGradientSum(NoisyPoissonGradientSum):
@@ -157,8 +205,9 @@ class DaskDPADVIMechanisms(DaskRowMechanisms):
     """:class:`DaskRowMechanisms` that also run DPADVI's Poisson-subsampled gradient on the workers.
 
     What :class:`pymc_dp.DPADVI` uses with ``backend=pmdp.DaskBackend(client)``: its gradient
-    releases (:class:`DaskPoissonGradientSum`) and its clipping check (the score-norm
-    histogram) are computed on the workers, the noise added here.
+    releases (:class:`DaskPoissonGradientSum`) and its clipping check (the histogram of the
+    clipped quantity's norms, :class:`DaskMappedGradientNormHistogram`) are computed on the
+    workers, the noise added here.
     """
 
     def poisson_gradient_sum(
@@ -168,6 +217,10 @@ class DaskDPADVIMechanisms(DaskRowMechanisms):
         return DaskPoissonGradientSum(
             self._cluster, grad_clip, noise_multiplier, sampling_rate, neighbouring, self._reproducible
         )
+
+    def mapped_gradient_histogram(self, noise_multiplier: float, neighbouring: str) -> DaskMappedGradientNormHistogram:
+        """The clipping check's histogram (:class:`DaskMappedGradientNormHistogram`) on the cluster's rows."""
+        return DaskMappedGradientNormHistogram(self._cluster, noise_multiplier, neighbouring)
 
     def close(self) -> None:
         """Release the partitions on the workers (the rows scattered for the fit)."""

@@ -13,7 +13,7 @@ from pymc_dp.mechanisms.clipping import clipped_sum_l2, clipped_sum_l2_linear, r
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.subsampling import poisson_sample
 
-__all__ = ["NoisyPoissonGradientSum", "clipped_mapped_gradient_sum"]
+__all__ = ["NoisyPoissonGradientSum", "clipped_mapped_gradient_sum", "mapped_gradient_norms"]
 
 
 def clipped_mapped_gradient_sum(
@@ -32,6 +32,28 @@ def clipped_mapped_gradient_sum(
         return clipped_sum_l2_linear(row_gradients(theta_draws[0]), parameter_jacobians[0], bound)
     per_row = sum(row_gradients(t) @ m for t, m in zip(theta_draws, parameter_jacobians, strict=True))
     return clipped_sum_l2(per_row / len(theta_draws), bound)
+
+
+def mapped_gradient_norms(
+    row_gradients: Callable[[np.ndarray], np.ndarray], theta_draws: np.ndarray, parameter_jacobians: list[np.ndarray]
+) -> np.ndarray:
+    """‖mean_s gᵢ(θ_s) M_s‖ for every row of one chunk, shape (B,): raw data, for a mechanism only.
+
+    The norm that :func:`clipped_mapped_gradient_sum` clips, computed the same way (one draw:
+    through M Mᵀ; several: the mean of the mapped gradients). A row whose gradient is not
+    finite gets ``inf`` (it counts above any bound).
+    """
+    if len(theta_draws) == 1:
+        rows, linear_map = np.asarray(row_gradients(theta_draws[0]), dtype=float), parameter_jacobians[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            squared = np.einsum("ij,ij->i", rows @ (linear_map @ linear_map.T), rows)
+    else:
+        per_row = sum(row_gradients(t) @ m for t, m in zip(theta_draws, parameter_jacobians, strict=True))
+        per_row = per_row / len(theta_draws)
+        with np.errstate(invalid="ignore", over="ignore"):
+            squared = np.einsum("ij,ij->i", per_row, per_row)
+    norms = np.sqrt(np.maximum(squared, 0.0))
+    return np.where(np.isfinite(norms), norms, np.inf)
 
 
 class NoisyPoissonGradientSum:

@@ -37,10 +37,12 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
 from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivity
+from pymc_dp.mechanisms.histogram_mapped_gradient import mapped_gradient_histogram
 from pymc_dp.results import PrivateStart
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import user_initval_record, user_initvals, warn_user_initvals
 from pymc_dp.variational.approximation import _APPROXIMATIONS, DPFullRank, DPMeanField
+from pymc_dp.variational.clip_check import CLIP_CHECK_DRAW_SETS, clip_check_draw_sets
 from pymc_dp.variational.families import family_for
 from pymc_dp.variational.fit_diagnostics import LAPLACE_MAX_MODE_ERROR, _laplace_of_trace
 from pymc_dp.variational.fit_loop import _FitLoop
@@ -199,13 +201,14 @@ class DPADVI(_FitLoop, Inference):
         ``{"mode": "NUMBA"}``, which halves the per-row Jacobian's cost on PyMC 5.
     clip_check_share : float, default 0.05
         With a target ``epsilon`` (σ calibrated), the share of ε spent at the end of every fit
-        on one release of the histogram of per-row score norms at the fitted mean
-        (:class:`pymc_dp.mechanisms.NoisyScoreNormHistogram`), from which the noisy share of
-        rows whose score norm exceeds ``grad_clip`` is read: above 1/√N (clipping bias of
-        the order of a posterior sd or more) the fit is flagged by
-        :meth:`DPMeanField.optimisation_diagnostics`. The score norm bounds the clipped
-        gradient's norm from below, so the share is a lower bound on the share clipped. 0
-        turns it off; with ``noise_multiplier`` set it is off.
+        on one release of the histogram of the norms of what every iteration clips, each
+        row's gradient mapped to the variational parameters, mean_s gᵢ(θ_s) M_s, at public
+        draws of the fitted q (:class:`pymc_dp.mechanisms.histogram_mapped_gradient.
+        NoisyMappedGradientNormHistogram`; sensitivity √2 substitute, 1 add/remove, as a
+        one-count-per-row histogram), from which the noisy share of rows clipped at
+        ``grad_clip`` is read: above 1/√N (clipping bias of the order of a posterior sd or
+        more) the fit is flagged by :meth:`DPMeanField.optimisation_diagnostics`. 0 turns it
+        off; with ``noise_multiplier`` set it is off.
     backend : {"default", "jax"} or pymc_dp.JaxBackend, default "default"
         Where the release runs. ``"jax"``: the rows are put on a JAX device once; each
         iteration's Poisson batch (drawn on the host, secret) is gathered, differentiated
@@ -505,6 +508,7 @@ class DPADVI(_FitLoop, Inference):
         mc_seed, noise_seed = seed_sequence.spawn(2)
         self._mc_rng = np.random.default_rng(mc_seed)
         self._noise_rng = mechanism_rng(np.random.default_rng(noise_seed), self.reproducible_noise)
+        self._check_rng = np.random.default_rng(seed_sequence.spawn(1)[0])  # the clipping check's draws: no data
         self._approx = approx
 
     @withholds_chains
@@ -663,16 +667,26 @@ class DPADVI(_FitLoop, Inference):
             self._approx._dp_optimisation_sd = None
 
     def _clipping_check(self) -> dict[str, Any]:
-        """One release: the noisy share of rows whose score norm at the fitted mean exceeds ``grad_clip``."""
-        mean = self._family.mean_std(self._packed())[0][self._to_rows]  # the data layer's order
+        """One release: the noisy share of rows whose clipped quantity at the fitted q exceeds ``grad_clip``.
+
+        The quantity is what every iteration clips, mean_s gᵢ(θ_s) M_s, at
+        :data:`~pymc_dp.variational.clip_check.CLIP_CHECK_DRAW_SETS` sets of Monte Carlo draws
+        of the fitted q from the check's own generator (data-free), mapped as the release maps
+        them; its histogram (:class:`pymc_dp.mechanisms.histogram_mapped_gradient.
+        NoisyMappedGradientNormHistogram`) has the score-norm histogram's sensitivity (√2
+        substitute, 1 add/remove) and price.
+        """
+        draw_sets = clip_check_draw_sets(
+            self._family, self._packed(), self._to_rows, self.n_mc, self._check_rng, CLIP_CHECK_DRAW_SETS
+        )
         # On the JAX backend from OS entropy, as its other releases (noise_source); else DPADVI's generator.
         noise = getattr(self._row_mechanisms, "noise_source", lambda rng: rng)(self._noise_rng)
-        noisy = self._row_mechanisms.score_norm_histogram(self._clip_check_noise, self.neighbouring).release_counts(
-            mean, noise
-        )
+        histogram = mapped_gradient_histogram(self._row_mechanisms, self._clip_check_noise, self.neighbouring)
+        noisy = histogram.release_counts(draw_sets, noise)
         n_rows = self._prior.n_rows if self.neighbouring == "substitute" else None  # N public only then
         noise_std = self._clip_check_noise * histogram_sensitivity(self.neighbouring)
-        summary = clipping_summary(noisy, self.grad_clip, noise_std, n_rows, "the fitted mean")
+        reference = f"the fitted q ({CLIP_CHECK_DRAW_SETS} sets of its draws; the norm of what each iteration clips)"
+        summary = clipping_summary(noisy, self.grad_clip, noise_std, n_rows, reference)
         return {**summary, "noise_multiplier": self._clip_check_noise}
 
     def _record(self, run: PrivateRun, run_epsilon: float) -> dict[str, Any]:
