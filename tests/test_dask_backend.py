@@ -402,6 +402,68 @@ def test_rows_that_cannot_be_partitioned_are_refused_before_anything_is_charged(
     assert budget.spent().epsilon == 0.0
 
 
+def _break_module_on(client, worker, name: str):
+    """Make ``name`` unimportable on one worker (a worker without it, or with another pymc-dp); returns the undo."""
+
+    def hide(name=name):
+        import sys
+
+        hidden = sys.__dict__.setdefault("_pymc_dp_test_hidden", {})
+        hidden[name] = sys.modules.get(name)
+        sys.modules[name] = None  # an import of it raises ModuleNotFoundError, as where it is not installed
+
+    def restore(name=name):
+        import sys
+
+        module = sys.__dict__["_pymc_dp_test_hidden"].pop(name)
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module  # the same module object: nothing holds a second copy
+
+    client.run(hide, workers=[worker])
+    return lambda: client.run(restore, workers=[worker])
+
+
+@pytest.mark.parametrize("method", ["dpadvi", "penalty"])
+def test_a_worker_that_fails_the_warm_up_is_refused_before_the_charge(client, logistic, method):
+    """Review finding 3b: the workers import, compile and evaluate on a dummy row before the charge. About 4 CPU s.
+
+    One worker cannot import a module its tasks need (DPADVI's worker module; for a step, PyMC's
+    pytensorf, with which a worker compiles the shipped graph). Before the warm-up this failed
+    at the first release, after the charge.
+    """
+    model = logistic[0]
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    worker = sorted(client.scheduler_info()["workers"])[1]
+    module = "pymc_dp.backends.dask_dpadvi" if method == "dpadvi" else "pymc.pytensorf"
+    restore = _break_module_on(client, worker, module)
+    refusal = r"`backend`'s workers must run this model's per-row functions\. .*Refused before anything was charged"
+    try:
+        with pytest.raises(DaskBackendError, match=refusal) as caught:
+            if method == "dpadvi":
+                fit = pmdp.DPADVI(
+                    noise_multiplier=2.0,
+                    delta=1e-5,
+                    budget=budget,
+                    sampling_rate=0.5,
+                    grad_clip=1.0,
+                    backend=pmdp.DaskBackend(client),
+                )
+                fit.fit(3, model=model, progressbar=False)
+            else:
+                with model:
+                    step = pmdp.DPPenaltyMH(llr_clip=1.0, noise_multiplier=10.0)
+                _run(model, step, pmdp.DaskBackend(client), budget=budget)
+    finally:
+        restore()
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert budget.spent().epsilon == 0.0 and not list(budget.events)  # nothing charged
+    if method == "dpadvi":
+        assert fit.privacy_spent().epsilon == 0.0 and fit.noise_multiplier == 2.0 and fit._iterations == 0
+        assert not hasattr(fit._row_mechanisms, "_cluster")  # the rows were released again
+
+
 def test_a_worker_lost_mid_run_stops_it_and_the_budget_keeps_its_charge(client, logistic):
     """Last in the file: the killed worker is restarted by its nanny, without the rows it held."""
     model = logistic[0]

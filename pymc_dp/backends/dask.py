@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from pymc_dp._validation import check_one_core
+from pymc_dp.backends.dask_warmup import warm_up_partition, warm_up_refusal
 from pymc_dp.data import evaluate_rowwise
 from pymc_dp.mechanisms.access import RowMechanisms
 from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram, norm_histogram
@@ -413,6 +414,32 @@ class ClusterRows:
         )
         return np.sum(partials, axis=0)
 
+    def warm_up(self, gradient: bool, modules: Sequence[str] = ()) -> None:
+        """Before the charge: every worker imports ``modules``, compiles the graphs and runs them on a dummy row.
+
+        :mod:`pymc_dp.backends.dask_warmup`. Ships the gradient graph now when ``gradient`` (the
+        run needs it), so neither shipping nor compiling happens after the charge. Releases
+        nothing; a worker that cannot is refused with :class:`DaskBackendError`.
+        """
+        specs, params = [self._loglik_spec], [self._params(self._loglik_shared)]
+        if gradient:
+            specs.append(self._gradient_spec())
+            params.append(self._params(self._grad_shared))
+        args = (_worker_function, tuple(modules), specs, params, self.n_params)
+        client = self._client
+        try:
+            futures = [
+                client.submit(
+                    _run_task, warm_up_partition, *args, part, workers=[w], allow_other_workers=False, pure=False
+                )
+                for part, w in self._parts
+            ]
+            client.gather(futures, errors="raise") if self._timeout is None else _gather(client, futures, self._timeout)
+        except Exception as error:  # WorkerError's text is ours: the worker's exception type, no message
+            raise DaskBackendError(
+                warm_up_refusal(str(error) if isinstance(error, WorkerError) else type(error).__name__)
+            ) from None
+
     def close(self) -> None:
         """Release the partitions and the workers' compiled functions and caches."""
         tokens = [self._loglik_spec[0]] + ([self._grad_spec[0]] if self._grad_spec else [])
@@ -697,7 +724,10 @@ class DaskBackend:
     def attach(self, steps: Sequence[Any]) -> Callable[[], None]:
         """Scatter every step's rows and route its releases to the cluster; returns the function that undoes it.
 
-        Releases nothing. On failure the steps are left as they were.
+        Releases nothing. Every worker then imports its modules, compiles the step's per-row
+        functions and evaluates them on a dummy row (:mod:`pymc_dp.backends.dask_warmup`), so a
+        worker that cannot run them is refused here, before the charge. On failure the steps are
+        left as they were.
         """
         clusters, swapped = [], []
         try:
@@ -708,6 +738,7 @@ class DaskBackend:
                 swapped.append((step, mechanisms))
                 step._row_mechanisms = DaskRowMechanisms(mechanisms._rows, cluster, step.reproducible_noise)
                 _drop_built_mechanisms(step)
+                _warm_up(cluster, step)
         except BaseException:
             _undo(swapped, clusters)
             raise
@@ -716,6 +747,11 @@ class DaskBackend:
             _undo(swapped, clusters)
 
         return detach
+
+
+def _warm_up(cluster: ClusterRows, step) -> None:
+    """Compile the step's per-row functions on every worker before the charge (:meth:`ClusterRows.warm_up`)."""
+    cluster.warm_up(gradient=type(step).__name__ == "DPHMC" or bool(getattr(step, "auto_clip_attributes", ())))
 
 
 #: The attributes in which DPPenaltyMH and DPHMC keep the mechanisms they built from their rows.

@@ -37,6 +37,9 @@ from pymc_dp.mechanisms.subsampling import poisson_sample
 
 __all__ = ["DaskDPADVIMechanisms", "DaskMappedGradientNormHistogram", "DaskPoissonGradientSum", "dask_dpadvi_record"]
 
+#: The modules of DPADVI's worker tasks: every worker imports them in its warm-up, before the charge.
+DPADVI_WORKER_MODULES = ("pymc_dp.backends.dask_dpadvi", "pymc_dp.mechanisms.histogram_mapped_gradient")
+
 #: Sent instead of a seed: the worker seeds its partition's batch generator from its own OS entropy.
 OS_ENTROPY = None
 
@@ -230,11 +233,17 @@ class DaskDPADVIMechanisms(DaskRowMechanisms):
 def attach_dpadvi_rows(backend: Any, mechanisms: Any, reproducible: bool) -> DaskDPADVIMechanisms:
     """Scatter the rows of ``mechanisms`` (a :class:`RowMechanisms`) to ``backend``'s workers: releases nothing.
 
-    Called by DPADVI before it charges a fit, so a cluster that cannot take the rows leaves
-    the budget as it was. Refuses rows that cannot be partitioned (``ModelStructureError``
-    naming ``backend``).
+    Called by DPADVI before it charges a fit, so a cluster that cannot take the rows, or a
+    worker that cannot import this module or compile and evaluate the gradient graph on a dummy
+    row (:meth:`pymc_dp.backends.dask.ClusterRows.warm_up`), leaves the budget as it was.
+    Refuses rows that cannot be partitioned (``ModelStructureError`` naming ``backend``).
     """
     cluster = ClusterRows(backend.client, mechanisms._rows, backend.partitions or 0, backend.timeout)
+    try:  # the gradient graph shipped, this module imported and compiled on every worker: before the charge
+        cluster.warm_up(gradient=True, modules=DPADVI_WORKER_MODULES)
+    except BaseException:
+        cluster.close()
+        raise
     return DaskDPADVIMechanisms(mechanisms._rows, cluster, reproducible)
 
 
