@@ -591,6 +591,46 @@ def test_the_one_call_route_on_rows_that_live_on_the_workers_releases_what_it_re
     assert any("pymc-dp-row-sums" in key for key in keys) and any("pymc-dp-clipped-rows" in key for key in keys)
 
 
+def test_two_conversions_of_one_parquet_frame_are_refused_before_the_charge_and_one_conversion_runs(
+    tmp_path, monkeypatch
+):
+    """The read_parquet bug (dask 2026.8.0): X and y converted from one frame separately fail at compute time.
+
+    Before the probe the one-call route charged the release, then failed with PrivateRunError; now
+    the arrays' joint graph is checked before anything is priced (metadata only), and the
+    workaround (one conversion, sliced) is released. About 2 CPU s.
+    """
+    pytest.importorskip("pyarrow", reason="pyarrow (the benchmarks extra) writes and reads the Parquet files")
+    import dask.dataframe as dd
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from pymc_dp.backends.dask_rows import row_placeholder
+
+    rng, files = np.random.default_rng(8), []
+    for k, n in enumerate((300, 200, 400)):
+        x = rng.normal(size=(n, 3))
+        y = (rng.random(n) < 1 / (1 + np.exp(-x @ np.array([1.0, -0.5, 0.25])))).astype("int64")
+        files.append(str(tmp_path / f"part-{k}.parquet"))
+        pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "y": y}).to_parquet(files[-1])
+    frame = dd.read_parquet(files)
+    lengths = tuple(pq.read_metadata(f).num_rows for f in files)  # public metadata, as docs/dask.md advises
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=sum(lengths))
+    settings = dict(epsilon=2.0, delta=1e-6, x_bounds=(-2.0, 2.0), chains=2, random_seed=1, budget=budget)
+    xs, ys = frame[["a", "b", "c"]].to_dask_array(lengths=lengths), frame["y"].to_dask_array(lengths=lengths)
+    with _one_call_model(row_placeholder(xs), row_placeholder(ys)):
+        with pytest.raises(
+            ValueError, match=r"`data` given as Dask arrays must be computable together\. .*a\[:, :-1\]"
+        ):
+            pmdp.sample(rows={"X": xs, "y": ys}, **settings)
+    assert not list(budget.events)  # refused before anything was priced or charged
+    released = _seeded_one_call_release(monkeypatch, stop=True)
+    both = frame[["a", "b", "c", "y"]].to_dask_array(lengths=lengths)
+    with _one_call_model(row_placeholder(both[:, :-1]), row_placeholder(both[:, -1])), pytest.raises(_Released):
+        pmdp.sample(rows={"X": both[:, :-1], "y": both[:, -1]}, **settings)
+    assert released[0].n_rows == sum(lengths) and list(budget.events)  # released and charged
+
+
 @pytest.mark.slow  # two NUTS runs on the noise-aware likelihood (compile and sample): about 30 CPU s
 def test_the_one_call_route_on_the_cluster_gives_the_in_memory_route_s_result(client, monkeypatch):
     from pymc_dp.backends.dask_rows import row_placeholder

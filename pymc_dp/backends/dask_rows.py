@@ -131,17 +131,74 @@ def check_partitioned_release(data: Any, *, out_of_bounds: str = "clamp") -> Non
     """Refuse, before anything is priced or charged, a release of Dask data this route cannot run.
 
     A no-op for in-memory data. For Dask arrays: their kinds and chunk sizes
-    (:func:`partitioned_n_rows`); ``out_of_bounds`` must be ``"clamp"`` (``"raise"`` would answer
-    from the rows, on the workers, after the charge). Reads metadata only.
+    (:func:`partitioned_n_rows`); that Dask can build their joint graph
+    (:func:`check_graphs_compute_together`); ``out_of_bounds`` must be ``"clamp"`` (``"raise"``
+    would answer from the rows, on the workers, after the charge). Reads metadata only.
     """
     if not is_partitioned(data):
         return
     partitioned_n_rows(data)
+    check_graphs_compute_together(data)
     if out_of_bounds != "clamp":
         raise ValueError(
             "`out_of_bounds` must be 'clamp' for rows given as Dask arrays: 'raise' would refuse from the rows, on the "
             f"workers, after the release was charged. Found {out_of_bounds!r}."
         )
+
+
+def _missing_dependencies(collection: Any) -> set:
+    """Keys the optimised graph of ``collection`` depends on but does not hold: graph metadata, nothing computed.
+
+    An empty set where Dask's graph internals (``dask._task_spec``, Dask ≥ 2024.12) are not
+    there to ask: the probe then checks nothing rather than refusing a working graph.
+    """
+    try:
+        from dask._task_spec import convert_legacy_graph
+        from dask.base import collections_to_expr
+    except ImportError:  # pragma: no cover - another Dask: nothing to probe with
+        return set()
+    graph = convert_legacy_graph(dict(collections_to_expr([collection], optimize_graph=True).__dask_graph__()))
+    return {key for task in graph.values() for key in task.dependencies if key not in graph}
+
+
+def check_graphs_compute_together(data: Any) -> None:
+    """Refuse, before the charge, Dask arrays whose joint per-partition graph Dask cannot build: reads nothing.
+
+    The release combines every partition's blocks of all the arrays in one task graph. With
+    dask 2026.8.0 two ``to_dask_array`` conversions of one ``read_parquet`` frame (the natural
+    ``X = frame[covariates].to_dask_array(...)``, ``y = frame["y"].to_dask_array(...)``) build
+    a graph that lacks one of its own tasks, and fails with "Missing dependency" when computed:
+    after the charge, as a ``PrivateRunError``. This probe builds the same blockwise combination
+    (one tiny task per partition over every array's block, never run), optimises it as a compute
+    would and checks that each task's dependencies are in the graph: the failure shows in the
+    graph's keys, before any task runs and whatever the rows hold.
+
+    Raises
+    ------
+    ValueError
+        Naming ``data``, with the workaround (convert the columns once and slice).
+    """
+    arrays = _arrays(data)
+    if len(arrays) < 2:
+        return
+    import dask.array as da
+
+    blocks = [a if a.ndim == 1 else a.reshape((a.shape[0], -1)) for a in arrays]
+    blocks = [(b[:, None] if b.ndim == 1 else b).rechunk({0: arrays[0].chunks[0], 1: -1}) for b in blocks]
+    probe = da.map_blocks(_probe_block, *blocks, drop_axis=1, chunks=((1,) * len(blocks[0].chunks[0]),), dtype=float)
+    missing = _missing_dependencies(probe)
+    if missing:
+        raise ValueError(
+            "`data` given as Dask arrays must be computable together. Found arrays whose joint graph lacks "
+            f"{len(missing)} of its own tasks (Dask's 'Missing dependency': with dask 2026.8.0, two to_dask_array "
+            "conversions of one read_parquet frame). Convert the columns once and slice: "
+            'a = frame[[*covariates, "y"]].to_dask_array(lengths=lengths), then a[:, :-1] and a[:, -1] '
+            "(docs/dask.md, From Parquet). Nothing was read or charged."
+        )
+
+
+def _probe_block(*blocks: np.ndarray) -> np.ndarray:  # pragma: no cover - never run: its graph is inspected only
+    return np.zeros(1)
 
 
 def _zero_row(data: Any) -> Any:
