@@ -162,6 +162,17 @@ class CentringPlan:
         calibration's), this plan's pilot noise, B and κ, s = 2/√N (the planner's logistic
         guess) and at most :data:`CENTRED_AUTO_MAX_ITERATIONS` per chain. Public settings only:
         the number of iterations reveals nothing about the rows.
+
+        Why the guess and not the DP start's scale: the iterations set each iteration's noise
+        multiplier (the chains' μ split over them), which :func:`pymc_dp.sample` commits before
+        the run's charge, and so before the DPADVI start, the pilots and the anchor are released.
+        Reading s off those releases (their sds, or (−Ĥ)⁻¹ as :meth:`predict` does afterwards)
+        would be free post-processing only if the calibration were committed after them, inside
+        the charge, with the chains' total μ unchanged. Measured (``benchmarks/centred_coverage.py``,
+        covariates uniform on [−1, 1], N = 10⁴, P = 3): the true s is 3.2/√N against the guess's
+        2/√N, and the iterations at ε = 1 and 4 are the cap (2,000) at either s, so the guess
+        changes nothing there; at 5.7/√N (the ratio measured on ``fair``) in the same setting at
+        ε = 1 they would fall to 25 for DPHMC (predicted unusable) and stay 2,000 for DPPenaltyMH.
         """
         from pymc_dp.planning import LOGISTIC_SD_FACTOR, TUNE_FRACTION, MethodPlan
 
