@@ -667,8 +667,10 @@ class DaskBackend:
     of clipped terms (a float, a length-P vector or the fixed-size histogram counts) are sent
     back to the client, and a remote error's message is withheld. Scattering the rows is not
     a release; it happens before the run is charged, so a cluster that cannot take them
-    leaves the budget as it was. A worker lost during the run stops it with
-    :class:`DaskBackendError`; the run stays charged (its releases up to that point were made).
+    leaves the budget as it was, and so does a worker that fails the warm-up
+    (:meth:`ClusterRows.warm_up`: imports, compilation and one evaluation on a dummy row). A
+    worker lost during the run stops it with :class:`DaskBackendError`; the run stays charged
+    (its releases up to that point were made).
     """
 
     def __init__(self, client, *, partitions: int | None = None, timeout: float | None = None) -> None:
