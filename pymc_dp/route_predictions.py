@@ -246,12 +246,10 @@ def release_anchors(family: str, n_rows: int, epsilon: float) -> int:
     """The covariate anchors the one-call released-statistics route takes (public N and ε only).
 
     Linear regression and the grouped releases none (a grouped release takes no anchors);
-    logistic and negative binomial two; Poisson one below N·ε = 50,000, where a Newton step on
-    the noisy Hessian does not pay, two up to 500,000, where the first one's expansion bias shows,
-    and four above, where anchors are cheap and a skewed covariate's polynomial start can lie
-    several nats from the mode, each anchor's step moving about one (docs/exponential_family.md,
-    count models: a binary covariate with rate ratio 10 at N·ε = 8·10⁵ was 96 DP sds off with two
-    anchors and 1.95 with four; the simulated P = 5 design at N·ε = 5·10⁵ within 1.03 with either).
+    logistic and negative binomial two; Poisson one below N·ε = 50,000 (a Newton step on the noisy
+    Hessian does not pay), two up to 500,000 (the first one's expansion bias shows) and four above,
+    where anchors are cheap and a skewed covariate's start can lie nats from the mode, each anchor
+    moving about one (docs/exponential_family.md, count models).
     """
     if family in ("linear_regression", "grouped_linear_regression", "grouped_logistic_regression"):
         return 0  # a grouped release takes no anchors
