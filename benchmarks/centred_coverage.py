@@ -265,6 +265,47 @@ def summarise(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(results: list[dict]) -> str:
+    """The docs' table: one row per cell (coverage as share ± binomial SE at the nominal level)."""
+
+    def cover(group: list[dict], label: str, level: float) -> str:
+        if not group:
+            return "—"
+        hits = np.array([_covers(r, label, level) for r in group])
+        return f"{hits.mean():.2f} ± {np.sqrt(level * (1 - level) / hits.size):.2f}"
+
+    lines = [
+        "| N, ε, method | replicates | flagged | 50 %, all | 90 %, all | 50 %, unflagged | 90 %, unflagged | "
+        "90 %, unflagged, before widening | mean abs. error (exact's), posterior sds | sd ratio | ESS per chain, "
+        "predicted → measured | CPU s |",
+        "|---|---:|---:|---|---|---|---|---|---|---:|---|---:|",
+    ]
+    for n_rows, epsilon, method in sorted({(r["N"], r["eps"], r["method"]) for r in results}):
+        cell = [r for r in results if (r["N"], r["eps"], r["method"]) == (n_rows, epsilon, method)]
+        unflagged = [r for r in cell if r["usable"]]
+        mean = np.array([r["published"]["mean"] for r in cell])
+        sd = np.array([r["published"]["sd"] for r in cell])
+        exact_mean, exact_sd = np.array([r["exact_mean"] for r in cell]), np.array([r["exact_sd"] for r in cell])
+        error = np.abs((mean - TRUTH) / sd).mean()
+        exact_error = np.abs((exact_mean - TRUTH) / exact_sd).mean()
+        with_prediction = [r for r in cell if r.get("predicted_ess_per_chain") and "chains" in r]
+        predicted = np.median([r["predicted_ess_per_chain"] for r in with_prediction]) if with_prediction else np.nan
+        measured = (
+            np.median([r["chains"]["ess_bulk_min"] / r.get("chains_count", 2) for r in with_prediction])
+            if with_prediction
+            else np.nan
+        )
+        lines.append(
+            f"| {n_rows:,}, {epsilon:g}, {method} | {len(cell)} | {len(cell) - len(unflagged)} | "
+            f"{cover(cell, 'published', 0.5)} | {cover(cell, 'published', 0.9)} | "
+            f"{cover(unflagged, 'published', 0.5)} | {cover(unflagged, 'published', 0.9)} | "
+            f"{cover(unflagged, 'chains', 0.9)} | {error:.2f} ({exact_error:.2f}) | "
+            f"{np.median(sd / exact_sd):.2f} | {predicted:.0f} → {measured:.0f} | "
+            f"{np.mean([r['cpu_s'] for r in cell]):.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000])
@@ -275,10 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per replicate")
     parser.add_argument("--summarise", type=Path, nargs="+", default=None, help="read JSON lines back; no runs")
+    parser.add_argument("--markdown", action="store_true", help="with --summarise: the docs' table as well")
     args = parser.parse_args(argv)
     if args.summarise:
         results = [json.loads(line) for path in args.summarise for line in path.read_text().splitlines() if line]
         print(summarise(results))
+        if args.markdown:
+            print(markdown_table(results))
         return
     logging.getLogger("pymc").setLevel(logging.ERROR)
     logging.getLogger("pymc_dp").setLevel(logging.ERROR)
