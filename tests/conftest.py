@@ -31,8 +31,7 @@ from threadpoolctl import threadpool_limits  # a PyMC dependency
 # PyTensor generates is the same, so every graph computes the same values (to rounding: -O3 may fuse a multiply
 # and an add); what a test checks is unchanged, and reproducible-noise reruns compare like with like. The flag is
 # part of PyTensor's compile-cache key, so these modules never replace a user's -O3 ones in a shared cache.
-# Subprocesses a test starts (the README's quick start) compile as a user's would. A caller's own -O flag in
-# gcc__cxxflags wins.
+# Subprocesses a test starts compile as a user's would. A caller's own -O flag in gcc__cxxflags wins.
 if "-O" not in pytensor.config.gcc__cxxflags:
     pytensor.config.gcc__cxxflags = f"{pytensor.config.gcc__cxxflags} -O0".strip()
 
@@ -45,8 +44,8 @@ def one_blas_thread_per_process():
     each, so every LAPACK call on a tiny matrix hands work to threads that wait for a busy core (measured
     on the 2-core machine: 10 ms → 0.53 ms of CPU per gradient of the noise-aware categorical likelihood,
     ``SolveTriangular.perform`` 2.8 → 0.02 ms a call). A run-time setting that no
-    assertion reads: both sides of every comparison run under it. Subprocesses a test starts (the README's
-    quick start) run with the library defaults, as a user's would.
+    assertion reads: both sides of every comparison run under it. Subprocesses a test starts run with
+    the library defaults, as a user's would.
     """
     with threadpool_limits(limits=1):
         yield

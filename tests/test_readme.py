@@ -11,20 +11,27 @@ is found by the runner, and the README's quick-start command line at a small siz
 """
 
 import importlib.util
-import os
 import re
 import shlex
-import subprocess
 import sys
 
 from _doc_blocks import NO_RUN, README, ROOT, SKIPPED, pages, runnable_blocks, script, shrink
 
 
-def run_python(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MPLBACKEND": "Agg"}  # no display in CI
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+def run_script_in_process(path: str, argv: list[str], capsys, monkeypatch) -> str:
+    """Run the script at ``path`` (from the repository root) as ``python path *argv`` runs it; return its output.
+
+    The example scripts' body is their ``main()``, which their ``__main__`` guard alone calls (checked here).
+    """
+    source = (ROOT / path).read_text()
+    assert '\nif __name__ == "__main__":\n    main()\n' in source, f"{path} does not run main() as a script"
+    spec = importlib.util.spec_from_file_location("readme_quick_start", ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", [path, *argv])
+    capsys.readouterr()  # what came before is not the script's
+    module.main()
+    return capsys.readouterr().out
 
 
 def test_every_docs_page_is_collected_and_blocks_are_cut_down(tmp_path):
@@ -55,14 +62,20 @@ def test_the_page_runner_runs_every_page_with_a_block():
     assert "scripts/run_doc_pages.py" in (ROOT / "scripts" / "build_docs.sh").read_text()
 
 
-def test_readme_quick_start_command_runs():
+def test_readme_quick_start_command_runs(capsys, monkeypatch):
     commands = re.findall(r"&& (python examples/quickstart\.py[^\n`]*)", README.read_text())
     assert commands, "the README's quick-start command line was not found"
-    argv = shlex.split(commands[0])[1:]
+    script_path, *argv = shlex.split(commands[0])[1:]
     # The smallest run that still goes through every step the README promises (plan, release, NUTS on the
     # release, the non-private comparison, the printout): one chain of 20 + 20 NUTS iterations. Measured on 3.11
     # under load, one run each: 57 s CPU against 71 s for two chains of 50 + 50 (mixing is not what is checked).
-    out = run_python([*argv, "--rows", "2000", "--draws", "20", "--tune", "20", "--chains", "1"]).stdout
+    # The script runs in this process, as its `__main__` guard runs it (issue 38: no second interpreter's start and
+    # imports, and this process's compile caches and gcc flags; with empty caches, CPU-s of this test 38.6 -> 30.8
+    # on Python 3.11 and 38.2 -> 32.8 on 3.12), its warnings errors as in every test. That a bare `pip install -e .`
+    # runs the README as a user's would is .ci/run's check (the top snippet, in a fresh venv, outside the clone).
+    out = run_script_in_process(
+        script_path, [*argv, "--rows", "2000", "--draws", "20", "--tune", "20", "--chains", "1"], capsys, monkeypatch
+    )
     spent = re.search(r"Privacy spent: epsilon = ([0-9.]+) at delta = (\S+)", out)
     assert spent, out[-2000:]
     assert float(spent.group(1)) <= 4.0 and spent.group(1).count(".") == 1 and len(spent.group(1)) <= 6
