@@ -90,12 +90,12 @@ def _flatten_steps(step: Any) -> list[Any]:
     return [step]
 
 
-def _check_sample_kwargs(kwargs: dict[str, Any]) -> None:
-    """Refuse ``pm.sample`` keywords that would release non-private values."""
+def _check_sample_kwargs(kwargs: dict[str, Any], nuts_settings: bool = False) -> None:
+    """Refuse ``pm.sample`` keywords that would release non-private values (``nuts_settings``: NUTS's too)."""
     for key, why in _REFUSED_KWARGS.items():
         if key in kwargs:
             raise ValueError(f"`{key}` is not supported by pymc_dp.sample: {why}.")
-    known = set(inspect.signature(pm.sample).parameters) - {"kwargs"}
+    known = set(inspect.signature(pm.sample).parameters) - {"kwargs"} | ({"target_accept"} if nuts_settings else set())
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f"Keyword arguments must be ones `pm.sample` accepts. Found unknown: {unknown}.")

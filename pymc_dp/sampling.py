@@ -225,7 +225,9 @@ def sample(
         process is refused before anything is charged. With ``step`` it must be None, and a
         model built on placeholders is refused (its zeros would be fitted).
     **kwargs
-        Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Start
+        Passed to ``pm.sample`` (``random_seed``, ``cores``, ``progressbar``, ...). Without
+        ``step``, on the released-statistics route, also ``target_accept`` for its NUTS
+        (post-processing; default 0.95 for a grouped release, PyMC's 0.8 otherwise). Start
         values in ``initvals`` are recorded in the result (``dp_start``): a
         :class:`PrivateStart` (from ``approx.initial_values`` of a DPADVI fit) adds its
         events to the result's ε; any other ``initvals`` are recorded as user-supplied and
