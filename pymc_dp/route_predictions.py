@@ -246,17 +246,17 @@ def release_anchors(family: str, n_rows: int, epsilon: float) -> int:
     """The covariate anchors the one-call released-statistics route takes (public N and ε only).
 
     Linear regression and the grouped releases none (a grouped release takes no anchors);
-    logistic and negative binomial two; Poisson one below N·ε = 50,000 (a Newton step on the noisy
-    Hessian does not pay), two up to 500,000 (the first one's expansion bias shows) and four above,
-    where anchors are cheap and a skewed covariate's start can lie nats from the mode, each anchor
-    moving about one (docs/exponential_family.md, count models).
+    logistic two; negative binomial two, and Poisson one below N·ε = 50,000 (a Newton step on the
+    noisy Hessian does not pay) and two up to 500,000; both count models four above, where anchors
+    are cheap and a skewed covariate's start can lie nats from the mode, each anchor moving about
+    one (docs/exponential_family.md, count models).
     """
     if family in ("linear_regression", "grouped_linear_regression", "grouped_logistic_regression"):
         return 0  # a grouped release takes no anchors
-    if family == "negative_binomial_regression":
-        return 2  # at least one required; two recommended (docs/exponential_family.md)
+    if family in ("negative_binomial_regression", "poisson_regression") and n_rows * epsilon >= 500_000:
+        return 4
     if family == "poisson_regression":
-        return 1 if n_rows * epsilon < 50_000 else (2 if n_rows * epsilon < 500_000 else 4)
+        return 1 if n_rows * epsilon < 50_000 else 2
     return 2
 
 
@@ -277,10 +277,10 @@ RELEASE_ROUTES = {
     ),
     "negative_binomial_regression": (
         "this is a negative-binomial regression with a log link and a public dispersion alpha (a constant of the "
-        "graph): release its polynomial statistics and two score anchors once, "
+        "graph): release its polynomial statistics and score anchors once, "
         "pmdp.release_statistics('negative_binomial_regression', (X, y), epsilon={epsilon:g}{noise}, "
-        "covariate_anchors=2, n_features=..., x_bounds=..., y_max=..., alpha=...), and sample the noise-aware "
-        "likelihood with any sampler at no further cost (docs/exponential_family.md)"
+        "covariate_anchors=2 (4 from N·ε = 500,000), n_features=..., x_bounds=..., y_max=..., alpha=...), and "
+        "sample the noise-aware likelihood with any sampler at no further cost (docs/exponential_family.md)"
     ),
     "grouped_linear_regression": (
         "this is a linear regression with varying intercepts by a group index: release its per-group sufficient "
