@@ -10,10 +10,12 @@ import pytest
 
 from pymc_dp.diagnostics import PoorMixingWarning
 from pymc_dp.exponential_family import release_statistics
+from pymc_dp.exponential_family.counts import PoissonRegression
 from pymc_dp.exponential_family.expansion_reach import (
     EXPANSION_BIAS_LIMIT,
     expansion_reach,
     expansion_reach_problem,
+    step_error_ratio,
 )
 
 
@@ -71,6 +73,39 @@ def test_the_reviewers_case_is_flagged_and_enough_anchors_clear_it():
     four = _release(x, y, anchors=4, epsilon=1000.0)
     assert expansion_reach(four)["bias_in_sds"] < 0.5 * EXPANSION_BIAS_LIMIT
     assert expansion_reach_problem(four) is None
+
+
+def test_without_clipping_the_step_error_ratio_is_one_newton_steps_error_and_clipping_raises_it():
+    """g = exp where no count is clipped: v = log(1 + u), so r = b(δ)/δ with b(δ) = −δ − log(1 − δ); where the
+    mean bends under y_max the same step misplaces the rows more, and a step past y_max has no v at all."""
+    unclipped = PoissonRegression(n_features=1, x_bounds=([1.0], [1.0]), y_max=10_000)
+    for reach in (0.05, 0.3, 0.6):
+        assert step_error_ratio(unclipped, np.array([0.0]), reach) == pytest.approx(
+            (-reach - math.log1p(-reach)) / reach, rel=1e-6
+        )
+    clipped = PoissonRegression(n_features=1, x_bounds=([1.0], [1.0]), y_max=100)
+    at_120 = np.array([math.log(120.0)])
+    assert step_error_ratio(clipped, at_120, 0.05) > 10 * step_error_ratio(unclipped, at_120, 0.05)
+    assert math.isinf(step_error_ratio(clipped, at_120, 0.5))
+
+
+def test_counts_clipped_where_the_mean_bends_are_flagged_and_enough_anchors_clear_it():
+    """The privacy review's case: y ~ Poisson(120) clipped at y_max = 100, N = 10⁴, ε = 5. Two anchors stop 0.05
+    nats short, which the unclipped rule read as 0.5 sds while the result was 22.9 posterior sds off (usable);
+    the clipped mean's own step error flags it (20.4, measured against 21.9 in the published sds). Four anchors:
+    0.8 against 0.75, unflagged."""
+    rng = np.random.default_rng(5)
+    x, y = np.ones((10_000, 1)), rng.poisson(120, 10_000)
+
+    def release(anchors):
+        return release_statistics(
+            "poisson_regression", (x, y), epsilon=5.0, mechanism="gaussian", delta=1e-6, covariate_anchors=anchors,
+            n_features=1, x_bounds=([1], [1]), y_max=100, reproducible_noise=True, random_seed=100,
+        )  # fmt: skip
+
+    two = expansion_reach(release(2))
+    assert two["bias_in_sds"] > 10.0 and expansion_reach_problem(release(2)).startswith("anchor reach:")
+    assert expansion_reach(release(4))["bias_in_sds"] < EXPANSION_BIAS_LIMIT
 
 
 def test_a_release_anchored_near_its_mode_passes_and_other_families_are_not_checked():

@@ -175,8 +175,10 @@ class PoissonRegression(_CovariateFamily):
     y_max : int
         M, the public bound on the counts: y is clipped to [0, M] before anything is summed.
         The model of the noise-aware likelihood is that of the clipped counts, so a bound below
-        the counts' range costs no bias in β, only information; a larger M costs noise
-        (Δ grows with M).
+        the counts' range costs information rather than bias near the anchors; but where it
+        clips where the mean bends, the expansion around the last anchor holds over a shorter
+        reach (the anchor-reach check, :mod:`~pymc_dp.exponential_family.expansion_reach`,
+        flags it). A larger M costs noise (Δ grows with M).
     approximation_interval : (float, float), default (-2.0, 2.0)
         The interval of xᵀβ on which the naive likelihood's exp(u) is interpolated.
 
