@@ -138,6 +138,8 @@ def _check_one_call(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> tu
     if budget is not None and not isinstance(budget, PrivacyBudget):
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(budget).__name__}.")
     _check_sample_kwargs(kwargs, nuts_settings=True)  # target_accept: the released-statistics route's NUTS
+    if "target_accept" in kwargs:
+        kwargs["target_accept"] = check_unit_interval_open("target_accept", kwargs["target_accept"])
     check_on_poor_mixing(s["on_poor_mixing"])
     check_init(s["init"])
     if grad_clip is not None:

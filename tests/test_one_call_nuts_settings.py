@@ -61,3 +61,11 @@ def test_the_sampler_route_refuses_target_accept_before_anything_is_charged():
         with pytest.raises(ValueError, match="`target_accept` must be left unset"):
             pmdp.sample(epsilon=2.0, delta=DELTA, budget=budget, target_accept=0.9, progressbar=False)
     assert budget.events == ()
+
+
+@pytest.mark.parametrize("value", ["high", 1.5, -1.0, 1.0])
+def test_a_bad_target_accept_is_refused_naming_it_before_anything_is_charged(value):
+    budget = PrivacyBudget(epsilon=10.0, delta=1e-5, n_rows=400)
+    with _model(grouped=True), pytest.raises((ValueError, TypeError), match="target_accept"):
+        pmdp.sample(epsilon=2.0, delta=DELTA, x_bounds=(-1, 1), y_bounds=(-4, 4), budget=budget, target_accept=value)
+    assert budget.events == ()
