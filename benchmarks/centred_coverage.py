@@ -48,9 +48,9 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
+from centred_planner_check import RawDraws  # the chains' draws before the widening
 
 import pymc_dp as pmdp
-import pymc_dp.sampling as pmdp_sampling
 
 TRUTH = np.array([-0.5, 1.0, -0.7])
 NAMES = ("alpha", "beta[0]", "beta[1]")
@@ -58,25 +58,6 @@ PRIOR_SD = 2.0
 LEVELS = (0.5, 0.9)
 #: The kinds of problem ``dp_diagnostics`` names, as counted in the summary.
 PROBLEM_KINDS = ("R-hat", "bulk ESS", "tail ESS", "clip", "acceptance")
-
-
-class RawDraws:
-    """Keeps the chains' own draws before ``pmdp.sample`` widens them by the anchor's noise."""
-
-    def __init__(self) -> None:
-        self.draws = None
-        self._original = pmdp_sampling.widen_centred_draws
-
-    def __enter__(self) -> RawDraws:
-        def keep(idata, *args, **kwargs):
-            self.draws = {name: np.array(v.values) for name, v in idata["posterior"].data_vars.items()}
-            return self._original(idata, *args, **kwargs)
-
-        pmdp_sampling.widen_centred_draws = keep
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pmdp_sampling.widen_centred_draws = self._original
 
 
 def simulate(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
