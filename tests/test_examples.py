@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _scripts import run_script_in_process
 
 from pymc_dp.accounting import subsampled_barker_epsilon
 
@@ -22,21 +23,8 @@ def run_example(name: str, *args: str) -> str:
 
 
 def run_example_in_process(name: str, *args: str, capsys: pytest.CaptureFixture, monkeypatch) -> str:
-    """Run ``examples/<name>``'s ``main()`` in this process with ``args`` as its command line; return its output.
-
-    The script's body is its ``main()`` (the ``__main__`` guard only calls it): in-process, the
-    test does not pay a second interpreter's start and PyMC import (about 3 CPU-s a run, a third
-    of these tests' cost), and the examples' warnings are errors here as in every test.
-    """
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"example_{Path(name).stem}", ROOT / "examples" / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(sys, "argv", [name, *args])
-    capsys.readouterr()  # what came before is not the example's
-    module.main()
-    return capsys.readouterr().out
+    """Run ``examples/<name>``'s ``main()`` in this process with ``args`` as its command line; return its output."""
+    return run_script_in_process(f"examples/{name}", list(args), capsys, monkeypatch)
 
 
 @pytest.mark.slow  # 25–42 s, nearly all start-up and compilation; DPPenaltyMH is tested in tests/test_penalty.py

@@ -13,25 +13,9 @@ is found by the runner, and the README's quick-start command line at a small siz
 import importlib.util
 import re
 import shlex
-import sys
 
 from _doc_blocks import NO_RUN, README, ROOT, SKIPPED, pages, runnable_blocks, script, shrink
-
-
-def run_script_in_process(path: str, argv: list[str], capsys, monkeypatch) -> str:
-    """Run the script at ``path`` (from the repository root) as ``python path *argv`` runs it; return its output.
-
-    The example scripts' body is their ``main()``, which their ``__main__`` guard alone calls (checked here).
-    """
-    source = (ROOT / path).read_text()
-    assert '\nif __name__ == "__main__":\n    main()\n' in source, f"{path} does not run main() as a script"
-    spec = importlib.util.spec_from_file_location("readme_quick_start", ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(sys, "argv", [path, *argv])
-    capsys.readouterr()  # what came before is not the script's
-    module.main()
-    return capsys.readouterr().out
+from _scripts import run_script_in_process
 
 
 def test_every_docs_page_is_collected_and_blocks_are_cut_down(tmp_path):
