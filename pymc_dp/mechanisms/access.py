@@ -10,6 +10,7 @@ from pymc_dp.mechanisms.barker import NoisyBarkerStatistic
 from pymc_dp.mechanisms.centred import CentredClippedGradient, CentredLogLikelihoodRatio
 from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
+from pymc_dp.mechanisms.histogram_mapped_gradient import NoisyMappedGradientNormHistogram
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
@@ -44,6 +45,10 @@ class RowMechanisms:
     def score_norm_histogram(self, noise_multiplier: float, neighbouring: str) -> NoisyScoreNormHistogram:
         """A :class:`NoisyScoreNormHistogram` on every row (the private clip bound)."""
         return NoisyScoreNormHistogram(self._rows, noise_multiplier, neighbouring)
+
+    def mapped_gradient_histogram(self, noise_multiplier: float, neighbouring: str) -> NoisyMappedGradientNormHistogram:
+        """A :class:`NoisyMappedGradientNormHistogram` on every row (DPADVI's clipping check)."""
+        return NoisyMappedGradientNormHistogram(self._rows, noise_multiplier, neighbouring)
 
     def barker_statistic(self, **settings: Any) -> NoisyBarkerStatistic:
         """A :class:`NoisyBarkerStatistic` (settings by name, as its constructor takes them)."""

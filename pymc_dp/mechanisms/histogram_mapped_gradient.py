@@ -22,7 +22,7 @@ from pymc_dp.mechanisms.clipping import row_chunks
 from pymc_dp.mechanisms.noise import SecureNoise
 from pymc_dp.mechanisms.poisson_gradient import mapped_gradient_norms
 
-__all__ = ["DrawSet", "NoisyMappedGradientNormHistogram", "mapped_gradient_histogram", "mapped_norm_counts"]
+__all__ = ["DrawSet", "NoisyMappedGradientNormHistogram", "mapped_norm_counts"]
 
 #: One set of Monte Carlo draws as a release uses them: (θ draws (S × P), their Jacobians M_s (P × D) each).
 DrawSet = tuple[np.ndarray, list[np.ndarray]]
@@ -102,11 +102,3 @@ class NoisyMappedGradientNormHistogram:
             raise ValueError("`draw_sets` must hold at least one set of draws. Found none.")
         counts = self._counts(draw_sets)
         return counts + rng.normal(0.0, self.std, size=counts.shape)
-
-
-def mapped_gradient_histogram(mechanisms, noise_multiplier: float, neighbouring: str):
-    """The check's histogram on ``mechanisms``' rows: the backend's own (Dask: on the workers) or in process."""
-    own = getattr(mechanisms, "mapped_gradient_histogram", None)
-    if own is not None:
-        return own(noise_multiplier, neighbouring)
-    return NoisyMappedGradientNormHistogram(mechanisms._rows, noise_multiplier, neighbouring)

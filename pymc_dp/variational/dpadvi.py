@@ -37,7 +37,6 @@ from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms import NoisyPoissonGradientSum, NoisyScoreNormHistogram, mechanism_rng, model_access
 from pymc_dp.mechanisms.clip_bound import clipping_summary, histogram_sensitivity
-from pymc_dp.mechanisms.histogram_mapped_gradient import mapped_gradient_histogram
 from pymc_dp.results import PrivateStart
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import user_initval_record, user_initvals, warn_user_initvals
@@ -681,7 +680,7 @@ class DPADVI(_FitLoop, Inference):
         )
         # On the JAX backend from OS entropy, as its other releases (noise_source); else DPADVI's generator.
         noise = getattr(self._row_mechanisms, "noise_source", lambda rng: rng)(self._noise_rng)
-        histogram = mapped_gradient_histogram(self._row_mechanisms, self._clip_check_noise, self.neighbouring)
+        histogram = self._row_mechanisms.mapped_gradient_histogram(self._clip_check_noise, self.neighbouring)
         noisy = histogram.release_counts(draw_sets, noise)
         n_rows = self._prior.n_rows if self.neighbouring == "substitute" else None  # N public only then
         noise_std = self._clip_check_noise * histogram_sensitivity(self.neighbouring)
