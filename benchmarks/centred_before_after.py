@@ -24,11 +24,12 @@ import argparse
 import json
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pymc as pm
 from centred_planner_check import RawDraws, ess_and_rhat
-from utility import fair_logistic, randhie_logistic
+from utility import _nuts_reference, fair_logistic, randhie_logistic
 
 import pymc_dp as pmdp
 
@@ -42,7 +43,14 @@ def stacked(posterior: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([alpha[..., None], beta.reshape(*alpha.shape, -1)], axis=-1)
 
 
-def nuts_reference(model, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+def nuts_reference(model, seed: int, cache=None, name: str = "") -> tuple[np.ndarray, np.ndarray, float]:
+    """NUTS's means and sds (alpha, then beta); from ``cache`` (``utility.py``'s reference cache, NUTS at seed 1,
+    2 × (1,000 + 1,000)) when given, its wall seconds then in place of CPU seconds."""
+    if cache is not None:
+        reference, seconds = _nuts_reference(model, ["alpha", "beta"], False, cache, name)
+        keys = ["alpha", *sorted((k for k in reference if k.startswith("beta")), key=lambda k: int(k[5:-1]))]
+        flat = np.column_stack([reference[k] for k in keys])
+        return flat.mean(0), flat.std(0), seconds
     start = time.process_time()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -75,12 +83,23 @@ def run(model, method: str, centre: bool, epsilon: float, delta: float, seed: in
     ess, rhat = ess_and_rhat(draws)
     diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
     ratio = flat.std(0) / ref_sd
+    low, high = np.quantile(flat, [0.03, 0.97], axis=0)
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    prediction = (record.get("centring") or {}).get("prediction") or {}
+    stats = idata.sample_stats
     out = {
         "method": method,
         "centred": centre,
         "err_max_sd": float(np.max(np.abs(flat.mean(0) - ref_mean) / ref_sd)),
         "sd_ratio_median": float(np.median(ratio)),
         "sd_ratio_max": float(np.max(ratio)),
+        "sd_ratio_min": float(np.min(ratio)),
+        "nuts_means_in_94": bool(np.all((low <= ref_mean) & (ref_mean <= high))),
+        "acceptance": float(stats["dp_accept"].mean()) if "dp_accept" in stats else None,
+        "step_size": float(stats["dp_step_size"].mean()) if "dp_step_size" in stats else None,
+        "iterations": int(idata.posterior.sizes["draw"]),
+        "own_prediction_per_chain": prediction.get("ess_per_chain"),
+        "own_prediction": prediction,
         "rhat_max": rhat,
         "bulk_ess_min": ess,
         "flagged": not diagnostics["usable"],
@@ -91,6 +110,7 @@ def run(model, method: str, centre: bool, epsilon: float, delta: float, seed: in
     }
     if raw.draws is not None:
         out["chains_rhat_max"], out["chains_bulk_ess_min"] = ess_and_rhat(stacked(raw.draws))[::-1]
+        out["chains_ess_per_chain"] = out["chains_bulk_ess_min"] / 2
     return out
 
 
@@ -100,14 +120,21 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--methods", nargs="+", default=["DPHMC", "DPPenaltyMH"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--centred-only", action="store_true", help="skip the plain (centre=False) runs")
+    parser.add_argument("--reference-cache", type=Path, default=None, help="utility.py's NUTS reference cache")
     args = parser.parse_args()
     model, _ = DATASETS[args.dataset]()
     n_rows = int(model.observed_RVs[0].shape.eval()[0])
     delta = 0.1 / n_rows
-    ref_mean, ref_sd, nuts_cpu = nuts_reference(model, args.seed)
+    ref_mean, ref_sd, nuts_cpu = nuts_reference(model, args.seed, args.reference_cache, args.dataset)
     print(json.dumps({"dataset": args.dataset, "N": n_rows, "nuts_cpu_s": round(nuts_cpu, 1)}), flush=True)
     for method in args.methods:
-        for centre in (False, True):
+        the_plan = pmdp.plan(model, epsilon=args.epsilon, delta=delta, chains=2, x_bounds=(-1.0, 1.0))
+        row = the_plan.method(f"{method} (centred)")
+        plan_row = {"iterations": row.iterations, "ess_per_chain": row.expected_ess, "usable": row.usable}
+        head = {"dataset": args.dataset, "eps": args.epsilon, "method": method}
+        print(json.dumps({**head, "plan": plan_row}), flush=True)
+        for centre in (True,) if args.centred_only else (False, True):
             result = run(model, method, centre, args.epsilon, delta, args.seed, ref_mean, ref_sd)
             print(json.dumps({"dataset": args.dataset, "eps": args.epsilon, **result}, default=float), flush=True)
 

@@ -5,7 +5,7 @@ intercept + ``--features`` N(0, 1) covariates, priors N(0, 2²)) this prints, as
 
 - ``plan``: what ``pmdp.plan(model, epsilon=ε, delta=δ, chains=C, n_leapfrog=L, x_bounds=...,
   centre_lipschitz=κ)`` predicts for a run of the benchmark's own ``tune`` and ``draws``
-  (:func:`pymc_dp.route_predictions.centred_prediction_at` with the plan's chains' μ, its posterior
+  (:func:`pymc_dp.centred_predictions.centred_prediction_at` with the plan's chains' μ, its posterior
   sd guess s and anchor offset e: public quantities only), ESS per chain, and its note;
 - ``measured``: ``pmdp.sample(step=DPHMC(n_leapfrog=L) or DPPenaltyMH(), ...)`` at its defaults
   otherwise (DPADVI start, ``"auto"`` clip bounds, five noisy Newton steps, the anchor), the
@@ -39,7 +39,7 @@ from release_once_utility import exact_laplace
 
 import pymc_dp as pmdp
 import pymc_dp.sampling as pmdp_sampling
-from pymc_dp.route_predictions import centred_prediction_at
+from pymc_dp.centred_predictions import centred_prediction_at
 
 
 def stacked(idata, features: int) -> np.ndarray:

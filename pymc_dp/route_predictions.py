@@ -32,21 +32,13 @@ sd ratios of 1.57 and 1.08 (there with fixed bounds). A posterior far from Gauss
 several modes, heavy tails) is not seen by this prediction: the run's own diagnostics flag
 what they can.
 
-The centred samplers' prediction
---------------------------------
-``pmdp.sample(step=DPHMC() or DPPenaltyMH(), x_bounds=...)`` centres a logistic regression on a
-second-order anchor (``docs/centred.md``); its pure math lives here, below the step methods, for
-:func:`pymc_dp.plan`'s rows (:func:`centred_chains_mu`, :func:`centred_ess`, :func:`centred_rows`).
+The centred samplers' prediction lives in :mod:`pymc_dp.centred_predictions` (the same floor);
+the names the planner and the steps import from here are re-exported.
 
 Notes
 -----
-Neighbouring relation: substitute (one row replaced, N public; a centred run plans a DP start,
-which is planned only under it). The anchor's score sum has L2 sensitivity 2B and its Hessian
-sum Frobenius sensitivity 2·B²/4, each pilot's the same (clipped at the public B and B²/4).
-What ε covers, as priced before any row is read: the DP start, the clip bound's three norm
-histograms, the 2 × :data:`CENTRE_NEWTON_STEPS` pilot releases, the anchor's two releases and
-every chain iteration. Nothing here releases or reads data: every value is a function of public
-settings (ε, δ, N, P, the chains, the shares).
+Nothing here releases or reads data: every value is a function of public settings (ε, δ, N, P,
+the chains, the shares).
 """
 
 from __future__ import annotations
@@ -54,17 +46,30 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
-from pymc_dp._validation import check_bounds_pair
-from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, noise_multiplier_for_target
-from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.mechanisms.clip_bound import NoisyScoreNormHistogram
+from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+from pymc_dp.centred_predictions import (  # re-exported: the planner and the steps import them from here
+    CENTRE_ANCHOR_SHARE,
+    CENTRE_HESSIAN_SHARE,
+    CENTRE_MAX_CURVATURE_NOISE,
+    CENTRE_NEWTON_SHARE,
+    CENTRE_NEWTON_STEPS,
+    CENTRE_SD_SPREAD,
+    DP_START_ITERATIONS,
+    DPADVI_BATCH_ROWS,
+    DPHMC_TARGET_ACCEPT,
+    LOGISTIC_THIRD,
+    centred_chains_mu,
+    centred_ess,
+    centred_prediction_at,
+    centred_rows,
+    centring_bound_and_lipschitz,
+    centring_curvature_noise,
+    centring_events,
+    centring_noise_multipliers,
+    default_dpadvi_sampling_rate,
+    logistic_centring_bound,
+)
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
-from pymc_dp.mechanisms.gradient import NoisyClippedGradient
-from pymc_dp.mechanisms.hessian import NoisyClippedHessian
-from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
-from pymc_dp.regression_graph import regression_parts
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS
 
 __all__ = [
@@ -407,394 +412,3 @@ def one_call_route(the_plan: Any) -> tuple[str | None, str]:
         f"{DPADVI_MAX_MEAN_ERROR:g}; use more ε or more rows, or pass step= to run a DP sampler anyway (its result "
         "will be flagged)"
     )
-
-
-# == the centred samplers (issue 36): centring by default in pmdp.sample(step=DPHMC or DPPenaltyMH) =================
-#: The anchor's share of the μ left to the chains (the setting measured in ``docs/centred.md``).
-CENTRE_ANCHOR_SHARE = 0.5
-#: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
-CENTRE_HESSIAN_SHARE = 0.25
-#: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).
-CENTRE_NEWTON_SHARE = 0.6
-#: Noisy Newton steps from the DP start before the anchor is released.
-CENTRE_NEWTON_STEPS = 5
-#: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function: κ = B³/(6√3) bounds a row's Hessian's Lipschitz constant.
-LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
-#: The centred rows are predicted only where a pilot's Hessian noise is at most this fraction of the posterior's
-#: curvature (:func:`centring_curvature_noise`): measured in ``benchmarks/centred_planner_check.py``.
-CENTRE_MAX_CURVATURE_NOISE = 0.5
-#: The centred rows say what they would predict at this many times the posterior sd they assume, where that is
-#: less than half (their noise grows like s³): on fair's [−1, 1]-scaled covariates s was 2.85× the 2/√N guess.
-CENTRE_SD_SPREAD = 3.0
-#: DPHMC's default ``target_accept`` (its step size's dual-averaging target), which the centred prediction models.
-DPHMC_TARGET_ACCEPT = 0.65
-#: The DPADVI start pmdp.sample plans (``init="dpadvi"``): its iterations (public constant).
-DP_START_ITERATIONS = 1000
-#: Expected rows per DPADVI batch when no sampling rate is given (the plan's and ``init="dpadvi"``'s).
-DPADVI_BATCH_ROWS = 1000.0
-
-
-def default_dpadvi_sampling_rate(n_rows: int) -> float:
-    """q = min(1, 1000/N): Poisson batches of about 1,000 rows, the default of the plan and of init="dpadvi"."""
-    return min(1.0, DPADVI_BATCH_ROWS / n_rows)
-
-
-def centring_noise_multipliers(
-    epsilon: float, delta: float, chain_share: float
-) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((τ_G, τ_H) of the anchor, (τ_G, τ_H) of each pilot) of a centred ``pmdp.sample`` run (public settings only).
-
-    μ_anchor = :data:`CENTRE_ANCHOR_SHARE` × μ(``chain_share`` × ε) (zCDP, at δ), of which
-    :data:`CENTRE_NEWTON_SHARE` pays for the :data:`CENTRE_NEWTON_STEPS` pilots evenly and the rest for
-    the anchor; each release pair gives :data:`CENTRE_HESSIAN_SHARE` of its μ to the Hessian. τ is
-    rounded up (towards privacy) by 10⁻⁹ relative.
-    """
-    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-
-    def pair(mu: float) -> tuple[float, float]:
-        return (
-            math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9),
-            math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9),
-        )
-
-    return pair((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor), pair(CENTRE_NEWTON_SHARE * mu_anchor / CENTRE_NEWTON_STEPS)
-
-
-def centred_ess(
-    *,
-    draws: int,
-    n_params: int,
-    posterior_sd: float,
-    offset_sd: float,
-    lipschitz: float,
-    llr_noise_multiplier: float,
-    grad_noise_multiplier: float | None = None,
-    n_leapfrog: int | None = None,
-    neighbouring: str = "substitute",
-    target_accept: float = DPHMC_TARGET_ACCEPT,
-) -> dict[str, Any]:
-    """The predicted bulk ESS of one centred second-order chain (DPHMC with ``grad_noise_multiplier``, else
-    DPPenaltyMH), from public quantities only.
-
-    The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
-    anchor's offset from the posterior mean in sds per coordinate).
-
-    - **DPPenaltyMH**: the second-order ratio bound is ½κR² per unit of ‖Δθ‖, so the planner's
-      random-walk law (:func:`pymc_dp.planning.penalty_ess_from_noise`) with b = ½κR²:
-      ESS = 0.331 draws / (P (1 + c²)), c = f τ b s (f = 2 substitute, 1 add/remove).
-    - **DPHMC**: a trajectory of x half-periods (T = xπ/2, whitened) moves ‖Δθ‖ ≈ x s√P; the
-      test's noise is σ_l = f τ_l ½κ‖Δθ‖(R² − ‖Δθ‖²/6) (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`),
-      the gradients' (σ_g = f τ_g ½κR² per coordinate) perturb the energy by σ_H = x (π/2) s σ_g √(P/L);
-      acceptance a(x) = 2Φ(−√(σ_l² + σ_H²)/2). Where a(1) < ``target_accept`` the step size's dual
-      averaging shortens the steps until a(x) = target (small N·ε). ESS = a tan²(T/2) × draws (an AR(1)
-      with lag-1 correlation 1 − a(1 − cos T) on a Gaussian): a × draws at the half period (optimistic where
-      a fixed-L trajectory falls short of independence; antithetic longer ones give more), about a(T/2)²
-      × draws for short trajectories.
-    """
-    from scipy import special
-
-    f = sensitivity_of_clipped_sum(1.0, neighbouring)
-    s, p = float(posterior_sd), int(n_params)
-    r2 = p * s**2 * (1.0 + float(offset_sd) ** 2)
-    if grad_noise_multiplier is None:
-        c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * s
-        ess = 0.331 * draws / (p * (1.0 + c**2))
-        return {"method": "DPPenaltyMH", "ess_per_chain": ess, "c": c, "posterior_sd": s, "offset_sd": offset_sd}
-    sigma_g = f * grad_noise_multiplier * 0.5 * lipschitz * r2
-
-    def noise(x: float) -> tuple[float, float]:
-        jump = x * s * math.sqrt(p)
-        sigma_l = f * llr_noise_multiplier * 0.5 * lipschitz * jump * max(r2 - jump**2 / 6.0, 0.0)
-        return sigma_l, x * 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog)
-
-    def acceptance(x: float) -> float:
-        return float(2.0 * special.ndtr(-math.hypot(*noise(x)) / 2.0))
-
-    fraction = 1.0
-    if acceptance(1.0) < target_accept:  # the adaptation shortens the steps: a(x) falls as x grows
-        low, high = 0.0, 1.0
-        for _ in range(60):
-            middle = 0.5 * (low + high)
-            low, high = (middle, high) if acceptance(middle) > target_accept else (low, middle)
-        fraction = low
-    accept = acceptance(fraction)
-    sigma_l, sigma_h = noise(fraction)
-    per_draw = accept if fraction == 1.0 else accept * math.tan(0.25 * math.pi * fraction) ** 2
-    return {
-        "method": "DPHMC",
-        "ess_per_chain": per_draw * draws,
-        "acceptance": accept,
-        "trajectory_fraction": fraction,
-        "ratio_noise_sd": sigma_l,
-        "energy_noise_sd": sigma_h,
-        "posterior_sd": s,
-        "offset_sd": offset_sd,
-    }
-
-
-def logistic_centring_bound(model: Any, x_bounds: Any) -> tuple[float | None, str]:
-    """(B, why): the public bound on ‖x̃ᵢ‖ of a recognised logistic regression, or (None, why not).
-
-    Reads the graph only. B = √(1 + Σⱼ M_j²) with M_j = max(|lower_j|, |upper_j|) from
-    ``x_bounds`` (the 1 for an intercept); ``x_bounds=None`` gives (nan, why): a logistic
-    regression whose B needs a caller's κ.
-    """
-    from pytensor.compile.ops import ViewOp
-    from pytensor.tensor.elemwise import CAReduce, DimShuffle
-
-    parts = regression_parts(model)
-    if parts is None or parts.family != "logistic_regression":
-        return None, "not a logistic regression the graph shows (Bernoulli with logit_p = intercept + X @ coefficients)"
-
-    def free(v: Any) -> bool:
-        while v.owner is not None and isinstance(v.owner.op, DimShuffle | CAReduce | ViewOp):
-            v = v.owner.inputs[0]
-        return v in model.free_RVs and model.rvs_to_transforms.get(v) is None
-
-    if not free(parts.coefficients) or (parts.intercept is not None and not free(parts.intercept)):
-        return None, "the coefficients or the intercept are not free variables on their own scale (κ is for those)"
-    if x_bounds is None:
-        return math.nan, "no public covariate bound: give x_bounds (or a κ as centre_lipschitz)"
-    width = parts.matrix.type.shape[1]
-    if width is None:  # a pm.Data container's static shape may be unknown: its column count is public
-        width = int(parts.matrix.shape[1].eval())
-    lower, upper = check_bounds_pair("x_bounds", x_bounds, width)
-    squares = float(np.sum(np.maximum(np.abs(lower), np.abs(upper)) ** 2))
-    return math.sqrt(squares + (1.0 if parts.intercept is not None else 0.0)), "x_bounds"
-
-
-def centring_bound_and_lipschitz(
-    model: Any, x_bounds: Any, centre_lipschitz: float | None
-) -> tuple[float | None, float | None, str]:
-    """(B, κ, why) of a centred run on ``model``, or (None, None, why not): the graph and public settings only.
-
-    B from ``x_bounds`` (:func:`logistic_centring_bound`), κ = B³/(6√3) unless the caller gives
-    ``centre_lipschitz``; without ``x_bounds`` the B whose worst-case κ is the caller's.
-    """
-    bound, why = logistic_centring_bound(model, x_bounds)
-    if bound is not None and math.isnan(bound):
-        if centre_lipschitz is None:
-            return None, None, why
-        bound, why = (centre_lipschitz / LOGISTIC_THIRD) ** (1.0 / 3.0), "centre_lipschitz"
-    if bound is None:
-        return None, None, why
-    return bound, (centre_lipschitz if centre_lipschitz is not None else LOGISTIC_THIRD * bound**3), why
-
-
-def centring_events(
-    anchor_taus: tuple[float, float], pilot_taus: tuple[float, float], who: str = "planned"
-) -> tuple[Any, ...]:
-    """The privacy events of a centred run's releases before its chains (public settings only).
-
-    The :data:`CENTRE_NEWTON_STEPS` pilot pairs, then the anchor's pair: each a clipped score sum
-    (τ_G) and a clipped Hessian sum (τ_H), priced by the mechanisms' own event builders. What
-    :func:`pymc_dp.step_methods.centred_plan.plan_centring` charges in the run's plan and what
-    :func:`centred_chains_mu` predicts with.
-    """
-    events: tuple[Any, ...] = ()
-    for k in range(CENTRE_NEWTON_STEPS):
-        label = f"{who} centring Newton step {k + 1}"
-        events += (
-            *NoisyClippedGradient.events(pilot_taus[0], 1, label),
-            *NoisyClippedHessian.events(pilot_taus[1], 1, f"{label} (Hessian)"),
-        )
-    label = f"{who} centring anchor"
-    return (
-        *events,
-        *NoisyClippedGradient.events(anchor_taus[0], 1, label),
-        *NoisyClippedHessian.events(anchor_taus[1], 1, f"{label} (Hessian)"),
-    )
-
-
-class _ChainsMu:
-    """A stand-in releaser for :func:`pymc_dp.accounting.calibrate.calibrate_releasers`: one Gaussian release of
-    μ per iteration, so that one iteration's calibrated μ is the chains' whole μ (public settings only)."""
-
-    needs_calibration = True
-    mu = 0.0
-
-    def set_noise_for_mu(self, mu_per_iteration: float) -> None:
-        self.mu = mu_per_iteration
-
-    def privacy_events(self, k: int) -> list[Any]:
-        return NoisyClippedGradient.events(math.sqrt(0.5 / self.mu), int(k), "centred chains")
-
-
-def centred_chains_mu(
-    epsilon: float,
-    delta: float,
-    n_rows: int,
-    neighbouring: str,
-    init_share: float = 0.2,
-    clip_share: float = 0.05,
-) -> tuple[float, tuple[tuple[float, float], tuple[float, float]]]:
-    """(the chains' μ, the anchor's and pilots' τ) of a centred ``pmdp.sample`` run at its defaults, before any run.
-
-    The releases before the chains, as :func:`pymc_dp.sample_plan.plan_sample` prices them: the
-    DPADVI start (:data:`DP_START_ITERATIONS` Poisson-subsampled releases on ``init_share`` of ε),
-    the ``"auto"`` clip bound's three norm histograms (``clip_share`` of ε) and the anchor's and
-    pilots' releases (:func:`centring_noise_multipliers`); the chains get what the run's
-    calibration (:func:`pymc_dp.accounting.calibrate.calibrate_releasers`) leaves them.
-    """
-    from pymc_dp.accounting.calibrate import calibrate_releasers, poisson_gaussian_noise_multiplier
-
-    rate = default_dpadvi_sampling_rate(n_rows)
-    sigma = poisson_gaussian_noise_multiplier(
-        init_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, rate, DP_START_ITERATIONS, neighbouring
-    )
-    tau_clip = math.sqrt(3 / (2.0 * gaussian_mu_for_target(clip_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)))
-    anchor, pilot = centring_noise_multipliers(epsilon, delta, 1.0 - init_share - clip_share)
-    # Each release priced by its mechanism's own event builder, as the run prices it (tests/test_run.py).
-    earlier = (
-        *NoisyPoissonGradientSum.events(sigma, rate, DP_START_ITERATIONS, neighbouring, "DP start"),
-        *NoisyScoreNormHistogram.events(tau_clip, 3, "clip bound"),
-        *centring_events(anchor, pilot),
-    )
-    (chains,) = calibrate_releasers([_ChainsMu()], 1, epsilon, delta, earlier)
-    return chains.mu, (anchor, pilot)
-
-
-def centred_prediction_at(
-    method: str, iterations: int, tune: int, chain_mu: float, **setting: Any
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """(noise, prediction) of one centred chain of ``iterations`` (``tune`` tuning) on μ ``chain_mu``, split per
-    iteration as the step splits it, and :func:`centred_ess` of its draws; ``setting``: centred_ess's n_params,
-    posterior_sd, offset_sd, lipschitz, neighbouring, and DPHMC's n_leapfrog (10) and grad_budget_share (0.5)."""
-    mu = chain_mu / iterations
-    n_leapfrog, grad_budget_share = setting.pop("n_leapfrog", 10), setting.pop("grad_budget_share", 0.5)
-    if method == "DPHMC":
-        noise = {
-            "llr_noise_multiplier": math.sqrt(0.5 / ((1.0 - grad_budget_share) * mu)),
-            "grad_noise_multiplier": math.sqrt((n_leapfrog + 1) * 0.5 / (grad_budget_share * mu)),
-            "n_leapfrog": n_leapfrog,
-        }
-    elif method == "DPPenaltyMH":
-        noise = {"llr_noise_multiplier": math.sqrt(0.5 / mu)}
-    else:
-        raise ValueError(f"`method` must be 'DPHMC' or 'DPPenaltyMH'. Found {method!r}.")
-    return noise, centred_ess(draws=iterations - tune, **setting, **noise)
-
-
-def centring_curvature_noise(
-    pilot_hessian_noise_multiplier: float, bound: float, n_params: int, posterior_sd: float, neighbouring: str
-) -> float:
-    """h = f τ_H (B²/4) √(2P) s²: a pilot's Hessian noise (spectral norm; clip B²/4, f = 2 substitute, 1
-    add/remove) over the curvature 1/s². Above :data:`CENTRE_MAX_CURVATURE_NOISE` the Newton steps cannot tell
-    the curvature from noise, the anchor stays near the DP start, and no ESS is predicted. Public only."""
-    f = sensitivity_of_clipped_sum(1.0, neighbouring)
-    return f * pilot_hessian_noise_multiplier * bound**2 / 4.0 * math.sqrt(2.0 * n_params) * posterior_sd**2
-
-
-def centred_rows(
-    epsilon: float,
-    delta: float,
-    *,
-    n_rows: int,
-    n_params: int,
-    chains: int,
-    posterior_sd: float,
-    neighbouring: str,
-    n_leapfrog: int,
-    grad_budget_share: float,
-    bound: float,
-    lipschitz: float,
-    max_iterations: int,
-    tune_fraction: float,
-    chains_mu: float | None = None,
-    pilot: tuple[float, float] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """The planner's rows "DPHMC (centred)" and "DPPenaltyMH (centred)" (:class:`pymc_dp.planning.MethodPlan`'s
-    fields), and the public settings they assume: what ``pmdp.sample(step=..., x_bounds=...)`` would run.
-
-    The chains' noise is the run's calibration of what the DP start, the clip bound and the anchor leave
-    (:func:`centred_chains_mu`), split per iteration as the steps split it; the prediction is :func:`centred_ess`
-    with s = ``posterior_sd`` and the anchor's offset e = s·f·τ_pilot·B in sds (the last pilot's score noise
-    moved through a posterior covariance of about s²). The iterations per chain maximise the predicted ESS on the
-    planner's grid up to ``max_iterations`` (the noise grows with them). Usable: at least
-    :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, predicted only where the Newton steps resolve
-    the curvature (:func:`centring_curvature_noise`). ``chains_mu`` and ``pilot`` (the pilots' τ_G, τ_H), if given,
-    replace :func:`centred_chains_mu`'s (``pmdp.sample(draws="auto")`` gives its own calibration's).
-    """
-    if chains_mu is None or pilot is None:
-        chains_mu, (_, pilot) = centred_chains_mu(epsilon, delta, n_rows, neighbouring)
-    f = sensitivity_of_clipped_sum(1.0, neighbouring)
-    offset = posterior_sd * f * pilot[0] * bound
-    curvature_noise = centring_curvature_noise(pilot[1], bound, n_params, posterior_sd, neighbouring)
-    resolved = curvature_noise <= CENTRE_MAX_CURVATURE_NOISE
-    common = dict(n_params=n_params, posterior_sd=posterior_sd, offset_sd=offset, lipschitz=lipschitz)
-    hmc = dict(n_leapfrog=n_leapfrog, grad_budget_share=grad_budget_share)
-    rows = []
-    for method in ("DPHMC", "DPPenaltyMH"):
-        best = None
-        for k in sorted({max(2, int(v)) for v in np.geomspace(20, max_iterations, 60)}):
-            tune = max(1, round(tune_fraction * k))
-            noise, prediction = centred_prediction_at(
-                method, k, tune, chains_mu / chains, neighbouring=neighbouring, **common, **hmc
-            )
-            if best is None or prediction["ess_per_chain"] > best[3]["ess_per_chain"] * 1.01:
-                best = (k, tune, noise, prediction)
-        k, tune, noise, prediction = best
-        if method == "DPPenaltyMH":
-            noise = {"noise_multiplier": noise["llr_noise_multiplier"]}
-        ess = float(prediction["ess_per_chain"])
-        sd_check = dict(chains_mu=chains_mu / chains, neighbouring=neighbouring, common=common, hmc=hmc, bound=bound)
-        note = _centred_row_note(method, k, tune, ess, curvature_noise, sd_check)
-        rows.append(
-            {
-                "method": f"{method} (centred)",
-                "iterations": k,
-                "tune": tune,
-                "draws": k - tune,
-                "noise": noise,
-                "expected_acceptance": prediction.get("acceptance", 0.234) if resolved else None,
-                "expected_ess": ess if resolved else None,
-                "ess_limit": None,
-                "noise_to_signal": None,
-                "usable": bool(resolved and ess * chains >= MIN_USEFUL_ESS),
-                "note": note,
-            }
-        )
-    details = {"lipschitz": lipschitz, "bound": bound, "offset_sd": offset, "chains_mu": chains_mu}
-    details.update(posterior_sd=posterior_sd, curvature_noise=curvature_noise, resolved=resolved)
-    return rows, details
-
-
-def _centred_row_note(
-    method: str, k: int, tune: int, ess: float, curvature_noise: float, sd_check: dict[str, Any]
-) -> str:
-    """A centred row's note: its settings, and where its number rests on the guess s (public quantities only)."""
-    common, hmc = sd_check["common"], sd_check["hmc"]
-    posterior_sd, offset = common["posterior_sd"], common["offset_sd"]
-    lipschitz, bound = common["lipschitz"], sd_check["bound"]
-    resolved = curvature_noise <= CENTRE_MAX_CURVATURE_NOISE
-    note = (
-        f"centred on a second-order anchor after {CENTRE_NEWTON_STEPS} noisy Newton steps (pmdp.sample's "
-        f"default with x_bounds or centre_lipschitz: κ = {lipschitz:.3g}, B = {bound:.3g}; "
-        "docs/centred.md); the anchor's noise tilts the target, which the run's widened draws cover; "
-        "predicted within 2× of the chains' measured ESS where the curvature is resolved "
-        "(benchmarks/centred_planner_check.py, docs/centred.md)"
-    )
-    wider = {**common, "posterior_sd": CENTRE_SD_SPREAD * posterior_sd, "offset_sd": CENTRE_SD_SPREAD * offset}
-    at_wider = centred_prediction_at(
-        method, k, tune, sd_check["chains_mu"], neighbouring=sd_check["neighbouring"], **wider, **hmc
-    )
-    lost = curvature_noise * CENTRE_SD_SPREAD**2 > CENTRE_MAX_CURVATURE_NOISE  # unresolved at the wider sd
-    if resolved and (lost or at_wider[1]["ess_per_chain"] < ess / 2):
-        at = (
-            "the Newton steps would not resolve the curvature"
-            if lost
-            else f"ESS {at_wider[1]['ess_per_chain']:.2g}/chain"
-        )
-        note += (
-            f"; this rests on a posterior sd of {posterior_sd:.3g} (the noise grows like s³): at "
-            f"{CENTRE_SD_SPREAD:g}× it (covariates of a third of unit sd, as [−1, 1]-scaled ones often are) {at}"
-            "; give posterior_sd= (e.g. a DP fit's sds) for a firmer prediction"
-        )
-    if not resolved:
-        note += (
-            f"; not predicted here: the Newton steps' Hessian noise is {curvature_noise:.2g}× the posterior's "
-            f"curvature (above {CENTRE_MAX_CURVATURE_NOISE:g}, at a posterior sd of about {posterior_sd:.3g}), "
-            "so the anchor can stay many sds off and the chains may not mix (measured at N·ε ≤ 2,000: R-hat "
-            "2–4, ESS about 1 per chain); more rows or more ε, or narrower public x_bounds"
-        )
-    return note

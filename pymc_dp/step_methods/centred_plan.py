@@ -53,9 +53,7 @@ import numpy as np
 
 from pymc_dp._validation import AUTO_CLIP, check_finite_positive
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.mechanisms.centred import check_centre_lipschitz
-from pymc_dp.mechanisms.clip_bound import NORM_GRID_EDGES, clipping_summary
-from pymc_dp.route_predictions import (  # the pure math, on the planning floor (pmdp.plan's centred rows use it)
+from pymc_dp.centred_predictions import (  # the pure math, on the planning floor (pmdp.plan's centred rows use it)
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
     CENTRE_NEWTON_SHARE,
@@ -67,6 +65,8 @@ from pymc_dp.route_predictions import (  # the pure math, on the planning floor 
     centring_noise_multipliers,
     logistic_centring_bound,
 )
+from pymc_dp.mechanisms.centred import check_centre_lipschitz
+from pymc_dp.mechanisms.clip_bound import NORM_GRID_EDGES, clipping_summary
 from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
 #: The most iterations per chain (tune + draws) ``draws="auto"`` gives a centred run: pmdp.sample's default
@@ -82,6 +82,7 @@ __all__ = [
     "CENTRE_NEWTON_STEPS",
     "CentringPlan",
     "anchor_posterior_scale",
+    "anchor_posterior_shape",
     "centred_ess",
     "logistic_centring_bound",
     "newton_point",
@@ -137,10 +138,14 @@ class CentringPlan:
         """The run's predicted ESS (:func:`centred_ess`) for the calibrated ``step``; kept for the record.
 
         Once the anchor is released, s and e come from it instead (post-processing of Ĝ and Ĥ:
-        :func:`anchor_posterior_scale`); ``posterior_sd`` and ``offset_sd`` are the fallback.
+        :func:`anchor_posterior_scale`), and so does the posterior's shape (−Ĥ)⁻¹, whose directions
+        set how fast each sampler's metric moves (:func:`pymc_dp.centred_predictions.metric_spectrum`);
+        ``posterior_sd`` and ``offset_sd`` are the fallback (with an isotropic shape).
         """
+        shape = None
         if self.anchor is not None:
             posterior_sd, offset_sd = anchor_posterior_scale(self.anchor, posterior_sd, offset_sd)
+            shape = anchor_posterior_shape(self.anchor)
         hmc = hasattr(step, "grad_noise_multiplier")
         self.prediction = centred_ess(
             draws=draws,
@@ -152,13 +157,14 @@ class CentringPlan:
             grad_noise_multiplier=step.grad_noise_multiplier if hmc else None,
             n_leapfrog=step.n_leapfrog if hmc else None,
             neighbouring=step.neighbouring,
+            posterior_shape=shape,
         )
         return self.prediction
 
     def auto_row(self, step: Any, chains: int, chains_mu: float, epsilon: float, delta: float) -> Any:
         """The centred row (:class:`pymc_dp.planning.MethodPlan`) whose iterations ``draws="auto"`` takes.
 
-        :func:`pymc_dp.route_predictions.centred_rows` on the run's own chains' μ (its
+        :func:`pymc_dp.centred_predictions.centred_rows` on the run's own chains' μ (its
         calibration's), this plan's pilot noise, B and κ, s = 2/√N (the planner's logistic
         guess) and at most :data:`CENTRED_AUTO_MAX_ITERATIONS` per chain. Public settings only:
         the number of iterations reveals nothing about the rows.
@@ -379,6 +385,16 @@ def anchor_posterior_scale(anchor: Any, fallback_sd: float, fallback_offset: flo
     sds = np.sqrt(np.diag(covariance))
     step = covariance @ np.asarray(anchor.gradient, dtype=float)
     return float(np.exp(np.mean(np.log(sds)))), float(np.sqrt(np.mean((step / sds) ** 2)))
+
+
+def anchor_posterior_shape(anchor: Any) -> np.ndarray | None:
+    """(−Ĥ)⁻¹ of a released second-order anchor (the posterior covariance's shape), or None where −Ĥ is not
+    positive definite (its noise dominates). Post-processing of a released value."""
+    hessian = np.asarray(anchor.hessian, dtype=float)
+    eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
+    if not np.all(eigenvalues > 0):
+        return None
+    return (vectors / eigenvalues) @ vectors.T
 
 
 def _not_applicable(steps: list[Any], dp_init: Any, device: Any, dask_backend: Any) -> str | None:
