@@ -464,6 +464,35 @@ def test_a_worker_that_fails_the_warm_up_is_refused_before_the_charge(client, lo
         assert not hasattr(fit._row_mechanisms, "_cluster")  # the rows were released again
 
 
+def _refuse_to_store(*_):
+    raise MemoryError("a worker that cannot hold the owner's rows")
+
+
+def test_data_owners_rows_that_a_worker_cannot_store_are_refused_before_the_charge(client, logistic, monkeypatch):
+    """Each owner's rows are placed on its worker before the charge (:meth:`ClusterRows.place_owners`). About 1 CPU s.
+
+    Before, the rows were copied at the owner's first release, after the charge: a worker that
+    could not store them failed the run with the budget charged.
+    """
+
+    def failing_partition(self, owner_rows):
+        key = str(len(self._owners))
+        if key not in self._owners:
+            future = self._client.submit(_refuse_to_store, key, pure=False)
+            self._owners[key] = (future, None)
+        return self._owners[key]
+
+    monkeypatch.setattr(ClusterRows, "owner_partition", failing_partition)
+    model = logistic[0]
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    with model:
+        step = pmdp.DPMultiOwnerPenaltyMH(owners=np.repeat(["a", "b"], [1000, N_ROWS - 1000]), llr_clip=0.5)
+    assert len(step.owner_row_indices) == 2
+    with pytest.raises(DaskBackendError, match=r"failed to store them; refused before anything was charged"):
+        _run(model, step, pmdp.DaskBackend(client), budget=budget)
+    assert budget.spent().epsilon == 0.0 and not list(budget.events)
+
+
 def test_a_worker_lost_mid_run_stops_it_and_the_budget_keeps_its_charge(client, logistic):
     """Last in the file: the killed worker is restarted by its nanny, without the rows it held."""
     model = logistic[0]

@@ -374,6 +374,22 @@ class ClusterRows:
             self._owners[key] = (future, worker)
         return self._owners[key]
 
+    def place_owners(self, owners: Sequence[np.ndarray]) -> None:
+        """Before the charge: every owner's rows on its worker (:meth:`owner_partition`), or a refusal.
+
+        Releases nothing. A worker that cannot store an owner's rows is refused with
+        :class:`DaskBackendError` here, not at the owner's first release after the charge.
+        """
+        futures = [self.owner_partition(rows)[0] for rows in owners]
+        if not futures:
+            return
+        _import_distributed().wait(futures)
+        if any(future.status != "finished" for future in futures):
+            raise DaskBackendError(
+                "`backend`'s cluster must take every data owner's rows. Found a worker that failed to store them; "
+                "refused before anything was charged."
+            )
+
     def owner_release(self, part, owner_key: str, theta, theta_new, bound: float, std: float, rng) -> float:
         """One owner's noisy number for θ → θ′, computed and noised on the owner's worker."""
         future, worker = part
@@ -752,8 +768,11 @@ class DaskBackend:
 
 
 def _warm_up(cluster: ClusterRows, step) -> None:
-    """Compile the step's per-row functions on every worker before the charge (:meth:`ClusterRows.warm_up`)."""
-    cluster.warm_up(gradient=type(step).__name__ == "DPHMC" or bool(getattr(step, "auto_clip_attributes", ())))
+    """Before the charge: compile the step's per-row functions on every worker (:meth:`ClusterRows.warm_up`)
+    and place each data owner's rows on its worker (:meth:`ClusterRows.place_owners`)."""
+    gradient = bool(getattr(step, "uses_row_gradients", False) or getattr(step, "auto_clip_attributes", ()))
+    cluster.warm_up(gradient=gradient)
+    cluster.place_owners(getattr(step, "owner_row_indices", ()))
 
 
 #: The attributes in which DPPenaltyMH and DPHMC keep the mechanisms they built from their rows.

@@ -198,6 +198,8 @@ class DPStep(ArrayStepShared):
     default_tune_steps = 1000
     #: Derive mechanism noise from the seeded chain generator (testing only; default: OS entropy).
     reproducible_noise: bool = False
+    #: Whether the step releases clipped per-row gradients (a backend then prepares their graph before the charge).
+    uses_row_gradients: ClassVar[bool] = False
     #: Whether the user set the noise (else :func:`pymc_dp.sample` calibrates it for each run).
     _noise_user_set: bool = False
     #: Names of the noise-scale attributes that calibration sets.

@@ -239,6 +239,7 @@ class DPHMC(Centring, DPStep):
     """
 
     name = "dp_hmc"
+    uses_row_gradients = True
     noise_attributes = ("grad_noise_multiplier", "llr_noise_multiplier")
     clip_attributes = ("grad_clip", "llr_clip")
     stats_dtypes_shapes: ClassVar[dict[str, tuple[type, list]]] = {

@@ -94,6 +94,11 @@ class DPMultiOwnerPenaltyMH(DPPenaltyMH):
         self.owner_labels = [str(n) for n in names]
         self._owner_rows = [np.flatnonzero(index == j).astype(np.int64) for j in range(names.size)]
 
+    @property
+    def owner_row_indices(self) -> tuple[np.ndarray, ...]:
+        """Each owner's row indices, in the order of :attr:`owner_labels` (from the caller's ``owners``: public)."""
+        return tuple(self._owner_rows)
+
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
         self._mechanism = None  # new owner generators for the new chain
