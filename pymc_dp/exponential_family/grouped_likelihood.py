@@ -22,11 +22,19 @@ latent:
   Σ x̃₀x̃ⱼ: each such pair is read as its average, whose noise variance is half (for Gaussian
   noise the average is sufficient for the pair; two copies would make the CLT covariance
   singular as the noise vanishes);
-* the covariates are modelled as Gaussian with one latent mean and covariance shared by all
-  groups (:func:`~pymc_dp.exponential_family.noise_aware.gaussian_covariates`, priors from the
-  public bounds); a model whose covariates' distribution differs much between groups is
-  misspecified here (the cells' Σx and Σxxᵀ then inform the group effects through the wrong
-  mean).
+* linear regression: group g's covariates are modelled as Gaussian with its own latent mean μ_g, partially pooled
+  around a population mean, and one within-group covariance shared by all groups
+  (:func:`~pymc_dp.exponential_family.grouped_moments.grouped_gaussian_covariates`, priors from
+  the public bounds; design, and the case it cannot tell apart, in
+  :mod:`~pymc_dp.exponential_family.grouped_moments`). The cells' Σ x̃_g and Σ x̃_gx̃_gᵀ inform μ_g
+  (post-processing of the same release: no new release, no ε, the sensitivity unchanged) instead
+  of pushing the intercepts, as they did while all groups shared one mean (``diamonds``: 15–80
+  NUTS sds off); a group whose covariates' within-group spread differs is still misspecified.
+  Logistic and Poisson regressions keep one latent mean and covariance shared by all groups
+  (:func:`~pymc_dp.exponential_family.regression_likelihoods.gaussian_covariates`): per-group
+  means there would need the between-group check that linear regression has
+  (:mod:`~pymc_dp.exponential_family.group_covariates`), and a covariate shift between groups
+  misleads them as it did the linear one;
 
 The group sizes n_g are latent with a flat prior on n_g > 0, sampled on the release noise's own
 scale (:func:`latent_group_sizes`, ``{name}_group_size_shift``: n_g ≈ n̄_g + s·v_g, s the noise's
@@ -64,6 +72,7 @@ from pymc_dp.exponential_family.densities import (
     _release_noise_variance,
     _tensor,
 )
+from pymc_dp.exponential_family.grouped_moments import grouped_gaussian_covariates
 from pymc_dp.exponential_family.regression_likelihoods import (
     gaussian_covariates,
     logistic_regression_moments,
@@ -133,8 +142,9 @@ def grouped_cell_moments(
 ) -> tuple[Any, Any]:
     """(m, V): G × K means and G × K × K covariances of one row's cell statistic, coordinates ``keep`` (PyTensor).
 
-    Row g uses the coefficients ``coefficients[g]`` = (α_g, β_g) on x̃ = (1, x); x̃ ~ N(``x_mean``,
-    ``x_cov``) (its first entry the constant 1). Linear regression: z = (x̃, y) with y | x ~ N(x̃ᵀb, σ²) is
+    Row g uses the coefficients ``coefficients[g]`` = (α_g, β_g) on x̃ = (1, x); x̃ ~ N(``x_mean[g]``,
+    ``x_cov``) (its first entry the constant 1; ``x_mean`` G × (p + 1), or one mean for all
+    groups). Linear regression: z = (x̃, y) with y | x ~ N(x̃ᵀb, σ²) is
     Gaussian with mean (μ, μᵀb) and covariance [[Σ, Σb], [bᵀΣ, bᵀΣb + σ²]], and the moments of zzᵀ follow
     from Isserlis' theorem for all groups at once (:func:`batched_product_moments`; the same numbers as
     :func:`~pymc_dp.exponential_family.noise_aware.linear_regression_moments`). Logistic regression: the
@@ -144,25 +154,29 @@ def grouped_cell_moments(
     ((y·x̃, x̃, x̃x̃ᵀ), y clipped to 0..``y_max``).
     """
     coefficients = pt.as_tensor_variable(coefficients)
+    g = coefficients.shape[0]
+    x_mean = pt.as_tensor_variable(x_mean)
+    if x_mean.ndim == 1:  # one mean shared by every group
+        x_mean = pt.ones((g, 1)) * x_mean[None, :]
     if family.base == "linear_regression":
         rows, cols = np.triu_indices(family.n_features + 2)
-        mu_y = pt.dot(coefficients, x_mean)  # G
+        mu_y = pt.sum(coefficients * x_mean, axis=1)  # G
         xb = pt.dot(coefficients, x_cov)  # G × (p + 1): (Σb)ᵀ per group
         yy = pt.sum(xb * coefficients, axis=1) + sigma * sigma
-        g = coefficients.shape[0]
-        mu = pt.concatenate([pt.broadcast_to(x_mean[None, :], (g, x_mean.shape[0])), mu_y[:, None]], axis=1)
+        mu = pt.concatenate([x_mean, mu_y[:, None]], axis=1)
         top = pt.concatenate([pt.broadcast_to(x_cov[None, :, :], (g, *x_cov.shape)), xb[:, :, None]], axis=2)
         bottom = pt.concatenate([xb, yy[:, None]], axis=1)[:, None, :]
         cov = pt.concatenate([top, bottom], axis=1)
         return batched_product_moments(mu, cov, rows[keep], cols[keep])
     one = pt.vector(f"{family.name}_coefficients", dtype="float64")
+    one_mean = pt.vector(f"{family.name}_x_mean", dtype="float64")
     rows, cols = np.triu_indices(family.n_features + 1)
     if family.base == "poisson_regression":
-        mean, cov = poisson_regression_moments(x_mean, x_cov, one, rows, cols, family.y_max)
+        mean, cov = poisson_regression_moments(one_mean, x_cov, one, rows, cols, family.y_max)
     else:
-        mean, cov = logistic_regression_moments(x_mean, x_cov, one, rows, cols)
+        mean, cov = logistic_regression_moments(one_mean, x_cov, one, rows, cols)
     mean, cov = mean[keep], cov[keep][:, keep]
-    return tuple(vectorize_graph([mean, cov], {one: coefficients}))
+    return tuple(vectorize_graph([mean, cov], {one: coefficients, one_mean: pt.cast(x_mean, "float64")}))
 
 
 def latent_group_sizes(released: np.ndarray, scale: float, noise_variance: float | None, name: str) -> tuple[Any, Any]:
@@ -210,9 +224,10 @@ def grouped_release_loglik(
     """log p(release | α, β[, σ]) of a grouped release, with the group sizes and covariate moments latent.
 
     Adds to the model in context ``{name}_group_size_shift`` (the G latent sizes, flat on (0, ∞),
-    in units of the release noise: :func:`latent_group_sizes`) and the shared covariate moments of
-    :func:`~pymc_dp.exponential_family.noise_aware.gaussian_covariates` (``{name}_x_…``, started
-    from the cells' sum, which is the ungrouped release), and returns the log density of the
+    in units of the release noise: :func:`latent_group_sizes`) and the covariate moments of
+    :func:`~pymc_dp.exponential_family.grouped_moments.grouped_gaussian_covariates` (``{name}_x_…``:
+    the population's and the within-group covariance, started from the pooled within-group sums,
+    and each group's mean, started from its cell), and returns the log density of the
     whole released vector (module docstring). ``alpha``: the G group intercepts; ``beta``: p
     shared slopes or a G × p matrix of group slopes (varying slopes); ``sigma``: the residual
     sd (linear regression). ``reading`` (:class:`~pymc_dp.exponential_family.densities.ReleaseReading`):
@@ -228,7 +243,10 @@ def grouped_release_loglik(
     keep = np.nonzero((hi > lo) & ~np.isin(np.arange(lo.size), counts))[0]
     sizes, count_logp = latent_group_sizes(cells[:, counts], scale, noise_variance, name)
     position = _product_positions(family)
-    x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
+    if family.base == "linear_regression":  # per-group means (grouped_moments; checked by group_covariates)
+        x_mean, x_cov = grouped_gaussian_covariates(cell, cells, n_rows, name, position)
+    else:  # logistic, Poisson: one shared mean (no check yet of the between-group pull per-group means bring)
+        x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
     coefficients = family._coefficients(alpha, beta)
     if family.base == "linear_regression":
         sigma = _tensor(sigma)
