@@ -77,7 +77,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("pymc_dp.results", "pymc_dp.run", "pymc_dp.diagnostics", "pymc_dp.statement", "pymc_dp.workflow"),
     ),
     # What a run can deliver before it is run, from public quantities only.
-    ("planning", ("pymc_dp.planning", "pymc_dp.regression_graph", "pymc_dp.route_predictions")),
+    (
+        "planning",
+        ("pymc_dp.planning", "pymc_dp.regression_graph", "pymc_dp.route_predictions", "pymc_dp.centred_predictions"),
+    ),
     # The algorithms: DP step methods, DPADVI, released statistics and one posterior sample.
     (
         "algorithms",
