@@ -202,7 +202,9 @@ def centred_ess(
     ``grad_noise_multiplier``, else DPPenaltyMH), from public quantities and released values only.
 
     The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
-    anchor's offset from the posterior mean in sds per coordinate). ``posterior_shape`` (the
+    anchor's offset from the posterior mean in sds per coordinate); with a shape, R is Euclidean:
+    R² = Σⱼ sdⱼ²(1 + e²), and so is a whitened DPHMC trajectory's jump (s → the sds' RMS; on
+    ``randhie``'s anchor 1.7× their geometric mean). ``posterior_shape`` (the
     posterior covariance up to a factor, e.g. (−Ĥ)⁻¹ of the released anchor; None: isotropic, what
     :func:`pymc_dp.plan` assumes) gives the directions each sampler's metric sees
     (:func:`metric_spectrum`); a coordinate's ESS mixes its directions' (:func:`worst_coordinate_ess`).
@@ -233,7 +235,11 @@ def centred_ess(
     """
     f = sensitivity_of_clipped_sum(1.0, neighbouring)
     s, p = float(posterior_sd), int(n_params)
-    r2 = p * s**2 * (1.0 + float(offset_sd) ** 2)
+    rms = s  # R and a whitened trajectory's jump are Euclidean: Σⱼ sdⱼ² = P rms², rms ≥ s (the sds' geometric mean)
+    if posterior_shape is not None:
+        variances = np.diag(np.asarray(posterior_shape, dtype=float))
+        rms = s * math.sqrt(float(np.mean(variances) / np.exp(np.mean(np.log(variances)))))
+    r2 = p * rms**2 * (1.0 + float(offset_sd) ** 2)
     hmc = grad_noise_multiplier is not None
     values, weights = metric_spectrum(posterior_shape, p, diagonal_metric=hmc)
     if not hmc:
@@ -245,7 +251,7 @@ def centred_ess(
         f * llr_noise_multiplier * 0.5 * lipschitz,
         f * grad_noise_multiplier * 0.5 * lipschitz * r2,
         r2,
-        s,
+        rms,
         p,
         int(n_leapfrog),
         values,

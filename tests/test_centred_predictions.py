@@ -135,3 +135,12 @@ def test_dphmc_regimes():
         **noisy_setting, llr_noise_multiplier=30.0, grad_noise_multiplier=30.0, n_leapfrog=10, posterior_shape=shape
     )
     assert 0 < correlated["ess_per_chain"] < noisy["ess_per_chain"]
+
+
+def test_the_distance_from_the_anchor_is_euclidean():
+    """R² = Σⱼ sdⱼ² (1 + e²): with sds s·(1, 1, 3) (geometric mean s·3^(1/3)) the penalty chain's c is the
+    isotropic one's at the same geometric-mean s times mean(sdⱼ²)/s_geo² = (11/3)/9^(1/3)."""
+    setting = {**COMMON, "llr_noise_multiplier": 50.0}
+    isotropic = centred_ess(**setting)["c"]
+    shaped = centred_ess(**setting, posterior_shape=np.diag([1.0, 1.0, 9.0]))["c"]
+    assert shaped == pytest.approx(isotropic * (11 / 3) / 9 ** (1 / 3))
