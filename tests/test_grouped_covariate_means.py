@@ -85,3 +85,19 @@ def test_logistic_and_poisson_keep_one_shared_covariate_mean(base):
         release.likelihood("y", alpha=pm.Normal("alpha", 0, 1, shape=3), beta=pm.Normal("beta", 0, 1, shape=1))
     names = {v.name for v in model.free_RVs}
     assert "y_x_mean_std" in names and not any("group_offset" in n for n in names)
+
+
+def test_linear_covariates_that_hardly_shift_keep_one_shared_mean_and_shifted_ones_get_their_own():
+    rng = np.random.default_rng(2)
+    groups = np.repeat(np.arange(6), 300)
+    x = rng.uniform(-0.5, 0.5, size=(groups.size, 1))  # the same distribution in every group: shifts are chance
+    y = np.clip(0.1 * rng.normal(size=6)[groups] + 0.8 * x[:, 0] + 0.1 * rng.normal(size=groups.size), -1, 1)
+    same = pmdp.release_statistics(
+        "linear_regression", (x, y, groups), n_groups=6, n_features=1, x_bounds=(-1, 1), y_bounds=(-1, 1),
+        epsilon=4.0, random_seed=5, reproducible_noise=True,
+    )  # fmt: skip
+    for release, per_group in ((same, False), (_release(), True)):
+        with pm.Model() as model:
+            alpha = pm.Normal("alpha", 0, 1, shape=release.family.n_groups)
+            release.likelihood("y", alpha=alpha, beta=pm.Normal("beta", 0, 1, shape=1), sigma=pm.HalfNormal("s", 1))
+        assert ("y_x_group_offset" in {v.name for v in model.free_RVs}) is per_group

@@ -22,19 +22,23 @@ latent:
   Σ x̃₀x̃ⱼ: each such pair is read as its average, whose noise variance is half (for Gaussian
   noise the average is sufficient for the pair; two copies would make the CLT covariance
   singular as the noise vanishes);
-* linear regression: group g's covariates are modelled as Gaussian with its own latent mean μ_g, partially pooled
-  around a population mean, and one within-group covariance shared by all groups
+* linear regression whose covariates' released group means shift the groups' mean responses by
+  more than two intercept sds beyond chance (:func:`_per_group_means`): group g's covariates are
+  Gaussian with its own latent mean μ_g, partially pooled around a population mean, and one
+  within-group covariance shared by all groups
   (:func:`~pymc_dp.exponential_family.grouped_moments.grouped_gaussian_covariates`, priors from
   the public bounds; design, and the case it cannot tell apart, in
-  :mod:`~pymc_dp.exponential_family.grouped_moments`). The cells' Σ x̃_g and Σ x̃_gx̃_gᵀ inform μ_g
-  (post-processing of the same release: no new release, no ε, the sensitivity unchanged) instead
-  of pushing the intercepts, as they did while all groups shared one mean (``diamonds``: 15–80
-  NUTS sds off); a group whose covariates' within-group spread differs is still misspecified.
-  Logistic and Poisson regressions keep one latent mean and covariance shared by all groups
-  (:func:`~pymc_dp.exponential_family.regression_likelihoods.gaussian_covariates`): per-group
-  means there would need the between-group check that linear regression has
-  (:mod:`~pymc_dp.exponential_family.group_covariates`), and a covariate shift between groups
-  misleads them as it did the linear one;
+  :mod:`~pymc_dp.exponential_family.grouped_moments`). The cells' Σ x̃_g and Σ x̃_gx̃_gᵀ inform
+  μ_g (post-processing of the same release: no new release, no ε, the sensitivity unchanged)
+  instead of pushing the intercepts, as they did while all groups shared one mean (``diamonds``:
+  15–80 NUTS sds off); a group whose covariates' within-group spread differs is still
+  misspecified;
+* otherwise, and for logistic and Poisson regressions, one latent mean and covariance shared by
+  all groups (:func:`~pymc_dp.exponential_family.regression_likelihoods.gaussian_covariates`):
+  covariates that hardly shift (``fair``) cost less shared than per group, and per-group means
+  for logistic or Poisson would need the between-group check that linear regression has
+  (:mod:`~pymc_dp.exponential_family.group_covariates`); a covariate shift between groups
+  misleads them as it did the linear one.
 
 The group sizes n_g are latent with a flat prior on n_g > 0, sampled on the release noise's own
 scale (:func:`latent_group_sizes`, ``{name}_group_size_shift``: n_g ≈ n̄_g + s·v_g, s the noise's
@@ -72,7 +76,7 @@ from pymc_dp.exponential_family.densities import (
     _release_noise_variance,
     _tensor,
 )
-from pymc_dp.exponential_family.grouped_moments import grouped_gaussian_covariates
+from pymc_dp.exponential_family.grouped_moments import GROUP_SHIFT_LIMIT, group_mean_shift, grouped_gaussian_covariates
 from pymc_dp.exponential_family.regression_likelihoods import (
     gaussian_covariates,
     logistic_regression_moments,
@@ -243,9 +247,9 @@ def grouped_release_loglik(
     keep = np.nonzero((hi > lo) & ~np.isin(np.arange(lo.size), counts))[0]
     sizes, count_logp = latent_group_sizes(cells[:, counts], scale, noise_variance, name)
     position = _product_positions(family)
-    if family.base == "linear_regression":  # per-group means (grouped_moments; checked by group_covariates)
+    if _per_group_means(family, cells, position, _release_noise_variance(scale, noise_variance)):
         x_mean, x_cov = grouped_gaussian_covariates(cell, cells, n_rows, name, position)
-    else:  # logistic, Poisson: one shared mean (no check yet of the between-group pull per-group means bring)
+    else:  # one shared mean: covariates that hardly shift, and logistic and Poisson (module docstring)
         x_mean, x_cov = gaussian_covariates(cell, cells.sum(axis=0), n_rows, name, position)
     coefficients = family._coefficients(alpha, beta)
     if family.base == "linear_regression":
@@ -268,6 +272,21 @@ def grouped_release_loglik(
     total = sizes[:, None, None] * cov + noise * np.diag(noise_weights)
     logp = batched_gaussian_logpdf(values, sizes[:, None] * mean, total)
     return pt.switch(ok, count_logp + logp, -np.inf)
+
+
+def _per_group_means(family: Any, cells: np.ndarray, position: dict[tuple[int, int], int], noise: float) -> bool:
+    """Whether a grouped release's likelihood gives each group its own covariate mean (module docstring).
+
+    Linear regression whose covariates' released group means move the groups' mean responses by more than
+    :data:`~pymc_dp.exponential_family.grouped_moments.GROUP_SHIFT_LIMIT` intercept sds beyond chance
+    (:func:`~pymc_dp.exponential_family.grouped_moments.group_mean_shift`). Below that one shared mean costs
+    less than it biases (``fair``, one noise draw each at ε = 4: sds up to 2.1× NUTS's shared, 2.8× per group;
+    means within 1.0 NUTS sds either way). Reads released values only.
+    """
+    if family.base != "linear_regression" or not family.n_features:
+        return False
+    shift = group_mean_shift(cells, position, family.n_features, noise)
+    return shift is not None and shift > GROUP_SHIFT_LIMIT
 
 
 def _product_positions(family: Any) -> dict[tuple[int, int], int]:

@@ -44,6 +44,7 @@ References
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,58 @@ import pytensor.tensor as pt
 
 from pymc_dp.exponential_family.regression_likelihoods import X_PRIOR_FRACTION, gaussian_covariates
 
-__all__ = ["group_mean_start", "grouped_gaussian_covariates", "within_group_sums"]
+__all__ = [
+    "GROUP_SHIFT_LIMIT",
+    "group_mean_shift",
+    "group_mean_start",
+    "grouped_gaussian_covariates",
+    "within_group_sums",
+]
+
+#: Shifts of the groups' mean responses by their covariates' group means (in intercept sds) up to which the
+#: grouped linear likelihood keeps one covariate mean shared by all groups (:func:`group_mean_shift`).
+GROUP_SHIFT_LIMIT = 2.0
+
+
+def group_mean_shift(
+    cells: np.ndarray, position: dict[tuple[int, int], int], n_features: int, noise: float
+) -> float | None:
+    """How far the covariates' released group means move the groups' mean responses, in intercept sds (0 if chance).
+
+    From the released cells only (post-processing): each group's noisy covariate means m̂_g = Σ̂x_g / n̂_g, the
+    within-group least-squares slopes β̂ and residual sd σ̂ from the pooled within-group sums, and each group's
+    shift |(m̂_g − m̄)·β̂| in units of its intercept sd σ̂/√n̂_g. Under one shared covariate mean the shifts are
+    chance (variance β̂ᵀΣ̂β̂/n̂_g, Σ̂ the within-group covariance, plus the noise's, ``noise`` per coordinate): 0
+    unless a χ² test rejects that at 10⁻³, else the root-mean-square shift beyond chance. None where the
+    within-group sums cannot be solved. ``fair`` (covariate group means 0.09–0.11 sds apart): below
+    :data:`GROUP_SHIFT_LIMIT`; ``diamonds`` far above.
+    """
+    from scipy.stats import chi2
+
+    p, y = n_features, n_features + 1
+    n = np.maximum(cells[:, position[(0, 0)]], 1.0)
+    sx = cells[:, [position[(0, j)] for j in range(1, p + 1)]]
+    sy = cells[:, position[(0, y)]]
+    sxx = np.stack([cells[:, [position[(min(j, k), max(j, k))] for k in range(1, p + 1)]] for j in range(1, p + 1)], 1)
+    sxy = cells[:, [position[(j, y)] for j in range(1, p + 1)]]
+    within_xx = np.sum(sxx - sx[:, :, None] * sx[:, None, :] / n[:, None, None], axis=0)
+    within_xy = np.sum(sxy - sx * (sy / n)[:, None], axis=0)
+    try:
+        slopes = np.linalg.solve(within_xx, within_xy)
+    except np.linalg.LinAlgError:
+        return None
+    residual = np.sum(cells[:, position[(y, y)]] - sy**2 / n) - slopes @ within_xy
+    dof = max(float(n.sum()) - cells.shape[0] - p, 1.0)
+    sigma = math.sqrt(max(residual / dof, 1e-12))
+    shift = (sx / n[:, None] - sx.sum(axis=0) / n.sum()) @ slopes
+    expected = float(slopes @ (within_xx / dof) @ slopes) / n + noise * float(slopes @ slopes) / n**2
+    statistic = float(np.sum(shift**2 / expected))
+    excess = float(np.mean(shift**2 * n / sigma**2 - expected * n / sigma**2))
+    if not (math.isfinite(statistic) and math.isfinite(excess)):
+        return None
+    if chi2.sf(statistic, cells.shape[0] - 1) >= 1e-3:
+        return 0.0
+    return math.sqrt(max(excess, 0.0))
 
 
 def within_group_sums(cells: np.ndarray, position: dict[tuple[int, int], int], d: int) -> np.ndarray:
