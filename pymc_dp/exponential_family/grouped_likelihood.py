@@ -160,9 +160,9 @@ def grouped_cell_moments(
     coefficients = pt.as_tensor_variable(coefficients)
     g = coefficients.shape[0]
     x_mean = pt.as_tensor_variable(x_mean)
-    if x_mean.ndim == 1:  # one mean shared by every group
-        x_mean = pt.ones((g, 1)) * x_mean[None, :]
     if family.base == "linear_regression":
+        if x_mean.ndim == 1:  # one mean shared by every group
+            x_mean = pt.ones((g, 1)) * x_mean[None, :]
         rows, cols = np.triu_indices(family.n_features + 2)
         mu_y = pt.sum(coefficients * x_mean, axis=1)  # G
         xb = pt.dot(coefficients, x_cov)  # G × (p + 1): (Σb)ᵀ per group
@@ -173,14 +173,16 @@ def grouped_cell_moments(
         cov = pt.concatenate([top, bottom], axis=1)
         return batched_product_moments(mu, cov, rows[keep], cols[keep])
     one = pt.vector(f"{family.name}_coefficients", dtype="float64")
-    one_mean = pt.vector(f"{family.name}_x_mean", dtype="float64")
+    shared = x_mean.ndim == 1  # one mean for all groups: vectorised over the coefficients only
+    one_mean = x_mean if shared else pt.vector(f"{family.name}_x_mean", dtype="float64")
     rows, cols = np.triu_indices(family.n_features + 1)
     if family.base == "poisson_regression":
         mean, cov = poisson_regression_moments(one_mean, x_cov, one, rows, cols, family.y_max)
     else:
         mean, cov = logistic_regression_moments(one_mean, x_cov, one, rows, cols)
     mean, cov = mean[keep], cov[keep][:, keep]
-    return tuple(vectorize_graph([mean, cov], {one: coefficients, one_mean: pt.cast(x_mean, "float64")}))
+    replace = {one: coefficients} if shared else {one: coefficients, one_mean: pt.cast(x_mean, "float64")}
+    return tuple(vectorize_graph([mean, cov], replace))
 
 
 def latent_group_sizes(released: np.ndarray, scale: float, noise_variance: float | None, name: str) -> tuple[Any, Any]:
