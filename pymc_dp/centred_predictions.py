@@ -224,14 +224,15 @@ def centred_ess(
       2Φ(−√(σ_l² + σ_H² + v_leapfrog)/2). The step size's dual averaging settles where a(x) =
       ``target_accept``: below the quarter period where the noise forces it (small N·ε), far beyond
       it otherwise (leapfrog's error is small until h ≈ 1). Direction k then turns T_k =
-      2L arcsin(h/(2√λ_k)); where T_k ≤ π/2 its draws are the AR(1) of :func:`ar1_ess` (rising with
-      T_k to a/(2 − a)); beyond, the run's adapted step and mass matrix move its angle by a radian
-      or more from run to run (at T ≈ 12, as measured, a few per cent of h), so the angle is taken
+      2L arcsin(h/(2√λ_k)); within the first period (T_k ≤ 2π) its draws are the AR(1) of
+      :func:`ar1_ess` at that angle (antithetic, more than one effective draw per draw, between π/2
+      and 3π/2); beyond, the run's adapted step and mass move its angle by a radian or more from
+      run to run (±6 % between chains in the step at T ≈ 12, as measured), so the angle is taken
       as uniform over a period, independently per direction, and the worst of those directions as
-      :func:`random_phase_ess` (the median over runs; for one direction it is a/(2 − a), the
-      quarter period's value). This is not monotone in the noise: a chain whose noise keeps its
-      trajectories short can mix better than a quieter one whose directions resonate. Checked
-      against runs in ``docs/hmc.md`` ("The planner's ESS against measurement").
+      :func:`random_phase_ess` (the median over runs). This is not monotone in the noise: a chain
+      whose noise keeps its trajectories short can mix better than a quieter one whose
+      directions resonate. Checked against runs in ``docs/hmc.md`` ("The planner's ESS against
+      measurement").
     """
     f = sensitivity_of_clipped_sum(1.0, neighbouring)
     s, p = float(posterior_sd), int(n_params)
@@ -258,7 +259,7 @@ def centred_ess(
         target_accept,
     )
     accept, angles = trajectory["acceptance"], trajectory["angles"]
-    turning = angles > 0.5 * math.pi  # past the quarter period: the angle is taken as uniform over a period
+    turning = angles > 2.0 * math.pi  # past a full period: the angle is taken as uniform over a period
     per_direction = np.where(turning, 1.0, ar1_ess(accept, angles))
     if np.any(turning):
         per_direction[turning] = random_phase_ess(accept, int(np.sum(turning)))

@@ -273,12 +273,10 @@ def test_predicted_ess_limits():
     hmc = centred_ess(**common, llr_noise_multiplier=0.0, grad_noise_multiplier=0.0, n_leapfrog=5)
     assert hmc["acceptance"] == pytest.approx(0.65, abs=1e-6) and min(hmc["angles"]) > math.pi
     assert hmc["ess_per_chain"] == pytest.approx(1000 * random_phase_ess(0.65, 5))
-    # more noise, or an anchor further off, never predicts more
-    quiet = centred_ess(**common, llr_noise_multiplier=1e3, grad_noise_multiplier=1e3, n_leapfrog=5)
-    loud = centred_ess(**common, llr_noise_multiplier=1e4, grad_noise_multiplier=1e4, n_leapfrog=5)
-    far = centred_ess(**{**common, "offset_sd": 4.0}, llr_noise_multiplier=1e3, grad_noise_multiplier=1e3, n_leapfrog=5)
-    # (here leapfrog's own error, not the noise, sets DPHMC's step: equal; the penalty chain's law falls strictly)
-    assert loud["ess_per_chain"] <= quiet["ess_per_chain"] and far["ess_per_chain"] <= quiet["ess_per_chain"]
+    # the penalty chain: more noise, or an anchor further off, never predicts more (DPHMC's law need not be monotone:
+    # noise that keeps a trajectory within its first period can beat a quieter one's resonances; centred_ess's docs)
+    far = centred_ess(**{**common, "offset_sd": 4.0}, llr_noise_multiplier=1e3)
+    assert far["ess_per_chain"] < centred_ess(**common, llr_noise_multiplier=1e3)["ess_per_chain"]
     walk = [centred_ess(**common, llr_noise_multiplier=t)["ess_per_chain"] for t in (1e3, 1e4)]
     assert walk[1] < walk[0]
     # the penalty chain's noise factor is the planner's c with b = ½κR², R² = P s² (1 + e²)
