@@ -204,7 +204,7 @@ def centred_ess(
     The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
     anchor's offset from the posterior mean in sds per coordinate); with a shape, R is Euclidean:
     R² = Σⱼ sdⱼ²(1 + e²), and so is a whitened DPHMC trajectory's jump (s → the sds' RMS; on
-    ``randhie``'s anchor 1.7× their geometric mean). ``posterior_shape`` (the
+    ``randhie``'s NUTS posterior 1.4× their geometric mean). ``posterior_shape`` (the
     posterior covariance up to a factor, e.g. (−Ĥ)⁻¹ of the released anchor; None: isotropic, what
     :func:`pymc_dp.plan` assumes) gives the directions each sampler's metric sees
     (:func:`metric_spectrum`); a coordinate's ESS mixes its directions' (:func:`worst_coordinate_ess`).
