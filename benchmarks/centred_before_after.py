@@ -15,7 +15,12 @@ own R-hat and ESS before the widening (centred runs), whether the result was fla
 and the CPU and wall seconds of the ``pmdp.sample`` call.
 
 Run (niced, one at a time): ``nice -n 10 python benchmarks/centred_before_after.py [--dataset
-fair_logistic] [--epsilon 4] [--methods DPHMC DPPenaltyMH] [--seed 0]``.
+fair_logistic] [--epsilon 4] [--methods DPHMC DPPenaltyMH] [--seed 0] [--centred-only]
+[--reference-cache /tmp/nuts_refs]``. ``--centred-only`` skips the plain runs (issue 36's target
+cells, ``docs/hmc.md``); ``--reference-cache`` reuses ``utility.py``'s NUTS draws (seed 1). Each
+centred run also prints the plan's row and the run's own prediction
+(``dp_accountant["centring"]["prediction"]``), the sd ratio's range, whether NUTS's means lie in
+the 94 % intervals, the acceptance and step size.
 """
 
 from __future__ import annotations
