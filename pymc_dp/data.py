@@ -40,7 +40,7 @@ from pymc_dp._errors import withholds_chains
 from pymc_dp.clip_graph import _is_matrix_product as _is_matrix_product
 from pymc_dp.clip_graph import _linear_clipped_sum as _linear_clipped_sum
 from pymc_dp.clip_graph import _toposort_nodes as _toposort_nodes
-from pymc_dp.gradient_cost import COST_PROBE_ROWS, _graph_cost, rewritten_graph
+from pymc_dp.gradient_cost import COST_PROBE_ROWS, _graph_cost, is_numba, rewritten_graph
 from pymc_dp.model_structure import (
     ModelStructureError,
     _is_n_mark,
@@ -591,10 +591,9 @@ class RowLikelihood:
         - ``"forward"``: one Jacobian-vector product vectorised over the P unit tangents; its
           cost is about P passes through the tangent graph, cheap where θ enters through a dot
           product (GLMs).
-        - ``"reverse"``: what ``vmap(grad(row_loglik))`` does: one row's log-likelihood, its
-          θ replaced by a per-row copy Θ (B × P) and vectorised over the rows; the gradient of
-          the summed log-likelihood with respect to Θ is the per-row gradient matrix, at the
-          cost of about one reverse pass (triangular solves, special functions).
+        - ``"reverse"``: about one reverse pass (triangular solves, special functions): on Numba, where θ
+          meets the rows only elementwise, PyMC's own gradient of Σᵢ ℓᵢ before its sum, taken at per-row
+          copies of those broadcasts; otherwise ``vmap(grad(row_loglik))`` (:func:`~.row_graph.reverse_jacobian`).
 
         ``gradient_mode="auto"`` (the default) rewrites both as a compile would (no code built)
         and compiles the one a cost model estimates cheaper per row (forward on a tie): the
@@ -686,14 +685,14 @@ class RowLikelihood:
 
     def _compile_batch_grad(self, mode: str):
         """Per-row gradient matrix of θ and a batch of rows, in forward or reverse mode."""
-        batch, lik_batch = self._batch_graph()
-        if mode == "forward":
-            return self._compile([self._theta, *batch], self._forward_jacobian(lik_batch))
-        return self._compile([self._theta, *batch], self._reverse_jacobian(batch, lik_batch))
+        batch, lik = self._batch_graph()
+        jacobian = self._forward_jacobian(lik) if mode == "forward" else self._reverse_jacobian(batch, lik)
+        return self._compile([self._theta, *batch], jacobian)
 
     def _reverse_jacobian(self, batch: Sequence[Variable], lik_batch: Variable) -> Variable:
-        """(rows × P) Jacobian of ``lik_batch`` in reverse mode (:func:`pymc_dp.row_graph.reverse_jacobian`)."""
-        return reverse_jacobian(batch, lik_batch, self._theta, self.n_params)
+        """(rows × P) reverse-mode Jacobian (:func:`pymc_dp.row_graph.reverse_jacobian`; on Numba its summed seed)."""
+        numba = is_numba(self._compile_kwargs)
+        return reverse_jacobian(batch, lik_batch, self._theta, self.n_params, summed_seed=numba)
 
     def _forward_jacobian(self, lik: Variable) -> Variable:
         """(rows × P) Jacobian of ``lik`` w.r.t. θ in forward mode (:func:`pymc_dp.row_graph.forward_jacobian`)."""

@@ -18,7 +18,7 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.link.basic import Container, PerformLinker
 from pytensor.link.utils import map_storage
 
-__all__ = ["COST_PROBE_ROWS", "rewritten_graph"]
+__all__ = ["COST_PROBE_ROWS", "is_numba", "rewritten_graph"]
 
 #: Rows of the data-free batch (zeros of the row data's shapes and types) on which the cost model
 #: evaluates the shapes of the two compiled gradient functions (:func:`_graph_cost`).
@@ -127,6 +127,13 @@ def _node_cost(node, shapes: Mapping[Variable, tuple[int, ...]], backend: str = 
 def _linker_backend(linker) -> str:
     """``"numba"`` for PyTensor's Numba linker, else ``"c"`` (C or Python)."""
     return "numba" if "numba" in type(linker).__name__.lower() else "c"
+
+
+def is_numba(compile_kwargs: Mapping) -> bool:
+    """Whether ``compile_kwargs``' mode (or PyTensor's default mode) compiles with the Numba backend."""
+    from pytensor.compile.mode import get_mode
+
+    return _linker_backend(get_mode(compile_kwargs.get("mode")).linker) == "numba"
 
 
 def _compiled_backend(fn) -> str:

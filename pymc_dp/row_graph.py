@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.graph.traversal import ancestors
 
 from pymc_dp.clip_graph import _toposort_nodes
@@ -483,17 +484,24 @@ def forward_jacobian(lik: Variable, theta: Variable, n_params: int) -> Variable:
     return vectorize_graph(jvp, {tangent: pt.eye(n_params, dtype=theta.dtype)}).T
 
 
-def reverse_jacobian(batch: Sequence[Variable], lik_batch: Variable, theta: Variable, n_params: int) -> Variable:
+def reverse_jacobian(
+    batch: Sequence[Variable], lik_batch: Variable, theta: Variable, n_params: int, *, summed_seed: bool = True
+) -> Variable:
     """(rows × P) Jacobian of ``lik_batch`` in reverse mode: summed seed where it holds, else vectorised over rows.
 
     Where θ meets the rows only in elementwise broadcasts (an unknown mean, scale or shape of a
     distribution of the rows), the gradient of the summed log-likelihood with respect to
     per-row copies of those broadcasts (:func:`summed_seed_jacobian`): the graph of PyMC's own
     gradient before its sum over rows (on the 10-d Gaussian of ``benchmarks/bench_hmc.py``,
-    N = 10⁵, Numba: 9.0 ms against 13.5 ms vectorised and 9.2 ms for ``model.compile_dlogp()``).
-    Otherwise :func:`vectorised_reverse_jacobian`. Both give the same matrix to rounding
-    (tested to 1e-10).
+    N = 10⁵, Numba: 8.8 ms against 13.5 ms vectorised and 9.2 ms for ``model.compile_dlogp()``).
+    Otherwise, or with ``summed_seed=False``, :func:`vectorised_reverse_jacobian`. Both give the
+    same matrix to rounding (tested to 1e-10). :class:`pymc_dp.data.RowLikelihood` asks for the
+    summed seed on the Numba backend only: on PyTensor's C backend (PyMC 5) the same graph was
+    slower than the vectorised one (DPHMC on the Gaussian: 258 against 225 CPU ms per iteration),
+    its solves getting the rows in the layout SciPy copies.
     """
+    if not summed_seed:
+        return vectorised_reverse_jacobian(batch, lik_batch, theta, n_params)
     try:
         return summed_seed_jacobian(batch, lik_batch, theta, n_params)
     except _NoSummedSeedForm:
@@ -644,4 +652,49 @@ def summed_seed_jacobian(batch: Sequence[Variable], lik_batch: Variable, theta: 
     vjp = pytensor.grad(pairing, theta, disconnected_inputs="ignore")
     # Row i's cotangent of v (shape (1, ...)): a batch axis of rows in front of v's own axes.
     per_row = {c: g[:, None] for c, g in zip(cotangents, row_grads, strict=True)}
-    return vectorize_graph(vjp, per_row)
+    return _negations_out_of_solves(vectorize_graph(vjp, per_row))
+
+
+def _negations_out_of_solves(jacobian: Variable) -> Variable:
+    """``jacobian`` rewritten with each ``solve(A, −B)`` as ``−solve(A, B)``, so that negations cancel.
+
+    The gradient of a Gaussian's quadratic form is ``−solve(Uᵀ, −solve(L, r))`` once PyTensor has
+    rewritten it: two N × P negations around a triangular solve, which the compile's rewrites do
+    not cancel, and the last of which copies the solve's output (a view of the rows in Fortran
+    order, which the clipping reads faster) into a new array. The same values bit for bit: a
+    solve's arithmetic commutes exactly with a change of sign. The graph is rewritten as a
+    compile's first stages would (canonicalize, stabilize, specialize) and then by this rule; if
+    that fails, ``jacobian`` unchanged.
+    """
+    from pytensor.graph.rewriting.basic import in2out
+    from pytensor.graph.rewriting.utils import rewrite_graph
+
+    if not any(_is_triangular_solve(node.op) for node in _toposort_nodes([jacobian])):
+        return jacobian  # nothing to rewrite (and no rewrite passes run on this graph here)
+    include = ("canonicalize", "stabilize", "specialize")
+    try:
+        return rewrite_graph(jacobian, include=include, custom_rewrite=in2out(_negation_out_of_solve))
+    except Exception:  # a graph these stages cannot rewrite here: the compile rewrites it as before
+        return jacobian
+
+
+@node_rewriter(None)
+def _negation_out_of_solve(fgraph, node):
+    """``solve(A, −B)`` → ``−solve(A, B)`` for a triangular solve (its core op, or vectorised over a batch)."""
+    from pytensor.scalar.basic import Neg
+    from pytensor.tensor.elemwise import Elemwise
+
+    if not _is_triangular_solve(node.op) or len(node.inputs) != 2:
+        return None
+    right = node.inputs[1].owner
+    if right is None or not (isinstance(right.op, Elemwise) and isinstance(right.op.scalar_op, Neg)):
+        return None
+    return [pt.neg(node.op.make_node(node.inputs[0], right.inputs[0]).outputs[0])]
+
+
+def _is_triangular_solve(op) -> bool:
+    """Whether ``op`` is a triangular solve (its core op, or vectorised over a batch)."""
+    from pytensor.tensor.blockwise import Blockwise
+
+    core = op.core_op if isinstance(op, Blockwise) else op
+    return type(core).__name__ == "SolveTriangular"

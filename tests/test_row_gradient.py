@@ -58,6 +58,12 @@ def regression(seed=0):
     return model
 
 
+def _op_names(function):
+    """The compiled graph's ops by name (an elementwise op by its scalar op: ``Neg``, ``Mul``)."""
+    ops = [node.op for node in function.maker.fgraph.apply_nodes]
+    return [type(getattr(op, "scalar_op", op)).__name__ for op in ops]
+
+
 def _graphs(model):
     rows = RowLikelihood(model)
     assert rows.subset_mode == "index"
@@ -90,9 +96,8 @@ def test_summed_seed_gives_the_vectorised_and_forward_matrices(build):
     moved = functions["summed"](theta, *changed)
     assert not np.allclose(moved[7], matrices["summed"][7])
     np.testing.assert_array_equal(np.delete(moved, 7, axis=0), np.delete(matrices["summed"], 7, axis=0))
-    # The matrix RowLikelihood chooses and uses is this one (reverse mode is summed seed here).
-    if rows.gradient_mode == "reverse":
-        np.testing.assert_allclose(rows.grad_rows(theta), matrices["summed"], rtol=1e-12, atol=1e-12)
+    # The matrix RowLikelihood uses (summed seed on Numba, vectorised on PyTensor's C backend) agrees.
+    np.testing.assert_allclose(rows.grad_rows(theta), matrices["summed"], rtol=1e-10, atol=1e-10)
 
 
 def test_no_summed_seed_form_through_a_matrix_product_falls_back_to_the_vectorised_form():
@@ -123,10 +128,24 @@ def test_a_broadcast_whose_rows_are_not_on_axis_0_is_refused():
 
 def test_the_compiled_summed_seed_graph_has_no_reshape_seed_or_scatter():
     # The lean form: the solves of PyMC's own gradient, no reshapes of the N x P matrix around them,
-    # no multiply by the seed's ones and no scatter into a zero matrix (what the vectorised form held).
+    # no multiply by the seed's ones and no scatter into a zero matrix (what the vectorised form held),
+    # no negations around the solves (solve(A, -B) taken as -solve(A, B): the same values bit for bit).
     _, functions = _jacobians(mvnormal_mean())
-    names = [type(node.op).__name__ for node in functions["summed"].maker.fgraph.apply_nodes]
-    for dearer in ("Reshape", "IncSubtensor", "Alloc", "AdvancedIncSubtensor"):
+    names = _op_names(functions["summed"])
+    for dearer in ("Reshape", "IncSubtensor", "Alloc", "AdvancedIncSubtensor", "Neg"):
         assert dearer not in names, names
-    vectorised = [type(node.op).__name__ for node in functions["vectorised"].maker.fgraph.apply_nodes]
+    vectorised = _op_names(functions["vectorised"])
     assert "Reshape" in vectorised  # what the test guards against, present in the other form
+
+
+def test_taking_negations_out_of_solves_changes_no_bit(monkeypatch):
+    import pymc_dp.row_graph
+
+    rows, batch, lik = _graphs(mvnormal_mean())
+    theta = np.array([0.4, -1.1, 2.0])
+    data = [v.get_value(borrow=True) for v in rows._row_index_vars]
+    lean = rows._compile([rows._theta, *batch], summed_seed_jacobian(batch, lik, rows._theta, rows.n_params))
+    monkeypatch.setattr(pymc_dp.row_graph, "_negations_out_of_solves", lambda jacobian: jacobian)
+    plain = rows._compile([rows._theta, *batch], summed_seed_jacobian(batch, lik, rows._theta, rows.n_params))
+    np.testing.assert_array_equal(lean(theta, *data), plain(theta, *data))
+    assert "Neg" in _op_names(plain)
