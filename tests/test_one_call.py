@@ -91,6 +91,37 @@ def _check_result(idata, epsilon: float, route: str, budget: pmdp.PrivacyBudget)
     assert statement.text
 
 
+def test_a_regression_without_an_intercept_releases_a_ones_column_whose_coefficient_is_zero():
+    """The released Σx identify the Gaussian covariate model's means (without them NUTS crawled along a ridge:
+    step size 0.015 against 0.5-1.3, routes._releases_ones_column). Graph and settings only: nothing released."""
+    from pymc_dp.routes import _likelihood_parameters, _release_data, _release_settings
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(50, 2))
+    for family in ("logistic", "linear", "poisson"):
+        with pm.Model() as model:
+            beta = pm.Normal("beta", 0, 1, shape=2)
+            if family == "logistic":
+                pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=rng.integers(0, 2, 50))
+            elif family == "linear":
+                pm.Normal("y", pm.math.dot(x, beta), pm.HalfNormal("sigma", 1), observed=rng.normal(size=50))
+            else:
+                pm.Poisson("y", mu=pm.math.exp(pm.math.dot(x, beta)), observed=rng.integers(0, 5, 50))
+        parts = regression_parts(model)
+        assert parts.intercept is None
+        y_bounds = None if family == "logistic" else ((-3, 3) if family == "linear" else (0, 5))
+        settings, _ = _release_settings(parts, (-1, 1), y_bounds)
+        design = _release_data(model, parts, 50, None)[0]
+        if family == "poisson":  # its statistics hold Σx already: the release is the model's columns
+            assert settings["x_bounds"] == ([-1.0, -1.0], [1.0, 1.0]) and design.shape == (50, 2)
+            continue
+        assert settings["n_features"] == 3 and settings["x_bounds"] == ([1.0, -1.0, -1.0], [1.0, 1.0, 1.0])
+        np.testing.assert_array_equal(design, np.column_stack([np.ones(50), x]))
+        released_beta = _likelihood_parameters(model, model, parts)["beta"]
+        point = {"beta": np.array([0.3, -0.7])}
+        np.testing.assert_allclose(released_beta.eval({model["beta"]: point["beta"]}), [0.0, 0.3, -0.7])
+
+
 # -- the choice: from the graph, N, P, ε, δ; the same in plan and in sample --------------------------------------
 
 
