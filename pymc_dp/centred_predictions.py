@@ -197,6 +197,7 @@ def centred_ess(
     neighbouring: str = "substitute",
     target_accept: float = DPHMC_TARGET_ACCEPT,
     posterior_shape: Any = None,
+    dense_proposal: bool = False,
 ) -> dict[str, Any]:
     """The predicted bulk ESS of the worst coordinate of one centred second-order chain (DPHMC with
     ``grad_noise_multiplier``, else DPPenaltyMH), from public quantities and released values only.
@@ -214,7 +215,10 @@ def centred_ess(
       (f = 2 substitute, 1 add/remove): ESS = 0.331 draws / (P (1 + c²)) on an isotropic posterior.
       The walk is isotropic, so on eigenvalues λ_k of the covariance its tuned scale is set by
       mean(1/λ) and direction k's autocorrelation time is P(1 + c²)/0.331 · λ_k mean(1/λ)
-      (Roberts & Rosenthal 2001, §4: inhomogeneous scales).
+      (Roberts & Rosenthal 2001, §4: inhomogeneous scales). With ``dense_proposal`` (the walk
+      s·Lz with LLᵀ ∝ the same ``posterior_shape``: :func:`pymc_dp.step_methods.penalty.dense_proposal_factor`)
+      the shape is whitened, every λ_k = 1 as far as the shape is right, and the jump's length
+      is set by the sds' RMS instead of their geometric mean (c uses it).
     - **DPHMC**: a trajectory of x quarter periods (T = xπ/2 whitened, step h = T/L) moves ‖Δθ‖ ≈
       min(x, 1) s√P; the test's noise is σ_l = f τ_l ½κ‖Δθ‖(R² − ‖Δθ‖²/6)
       (:func:`pymc_dp.mechanisms.centred.second_order_ratio_bound`), the gradients'
@@ -242,9 +246,10 @@ def centred_ess(
         rms = s * math.sqrt(float(np.mean(variances) / np.exp(np.mean(np.log(variances)))))
     r2 = p * rms**2 * (1.0 + float(offset_sd) ** 2)
     hmc = grad_noise_multiplier is not None
-    values, weights = metric_spectrum(posterior_shape, p, diagonal_metric=hmc)
+    whitened = dense_proposal and not hmc and posterior_shape is not None
+    values, weights = metric_spectrum(None if whitened else posterior_shape, p, diagonal_metric=hmc)
     if not hmc:
-        c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * s
+        c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * (rms if whitened else s)
         per_direction = RANDOM_WALK_EFFICIENCY / (p * (1.0 + c**2) * values * np.mean(1.0 / values))
         ess = worst_coordinate_ess(per_direction, weights) * draws
         return {"method": "DPPenaltyMH", "ess_per_chain": ess, "c": c, "posterior_sd": s, "offset_sd": offset_sd}

@@ -139,7 +139,8 @@ class CentringPlan:
 
         Once the anchor is released, s and e come from it instead (post-processing of Ĝ and Ĥ:
         :func:`anchor_posterior_scale`), and so does the posterior's shape (−Ĥ)⁻¹, whose directions
-        set how fast each sampler's metric moves (:func:`pymc_dp.centred_predictions.metric_spectrum`);
+        set how fast each sampler's metric moves (:func:`pymc_dp.centred_predictions.metric_spectrum`;
+        whitened for DPPenaltyMH's dense walk along the anchor's shape);
         ``posterior_sd`` and ``offset_sd`` are the fallback (with an isotropic shape).
         """
         shape = None
@@ -158,6 +159,7 @@ class CentringPlan:
             n_leapfrog=step.n_leapfrog if hmc else None,
             neighbouring=step.neighbouring,
             posterior_shape=shape,
+            dense_proposal=getattr(step, "dense_proposal_factor", None) is not None,
         )
         return self.prediction
 

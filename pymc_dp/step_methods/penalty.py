@@ -26,7 +26,44 @@ from pymc_dp.step_methods.base import (
 from pymc_dp.step_methods.centred import Centring
 from pymc_dp.step_methods.kernels import penalty_log_acceptance
 
-__all__ = ["DPPenaltyMH", "penalty_log_acceptance"]
+__all__ = ["DPPenaltyMH", "dense_proposal_factor", "penalty_log_acceptance"]
+
+
+def dense_proposal_factor(hessian: np.ndarray, hessian_std: float) -> np.ndarray | None:
+    """A factor L (LLᵀ = C) of the posterior covariance estimate C = (−Ĥ)⁻¹ from a released Hessian sum Ĥ.
+
+    −Ĥ is symmetrised and projected to positive definite: eigenvalues below the noise's spectral
+    edge σ_H√(2P) (E's off-diagonal sd is σ_H/√2, so ‖E‖ ≈ 2(σ_H/√2)√P) are raised to it, so
+    that a direction the noise may have made flat is not proposed along without limit. None
+    where every eigenvalue is below that edge (the release says nothing about the shape: the
+    walk stays isotropic). The prior's curvature is left out (the likelihood's dominates at the
+    sample sizes a centred run plans for).
+
+    Parameters
+    ----------
+    hessian : numpy.ndarray
+        Ĥ, P × P, the anchor's released noisy clipped Hessian sum.
+    hessian_std : float
+        σ_H, the sd of Ĥ's diagonal noise (public: τ_H times the sensitivity).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        L = V Λ^(-1/2) (P × P, the symmetric square root's eigen-factor), or None.
+
+    Notes
+    -----
+    Post-processing of a released value (:class:`pymc_dp.mechanisms.centred.CentringAnchor`,
+    priced once with the run under its neighbouring relation, substitute or add/remove): no
+    privacy cost. The centred ratio's bound and sensitivity read only ‖θ′ − θ‖ and the distances
+    to θ̂, whatever the proposal, so L changes no noise multiplier and no ε.
+    """
+    curvature = -0.5 * (np.asarray(hessian, dtype=float) + np.asarray(hessian, dtype=float).T)
+    values, vectors = np.linalg.eigh(curvature)
+    edge = max(float(hessian_std) * math.sqrt(2.0 * curvature.shape[0]), 1e-8 * float(np.max(np.abs(values))))
+    if not np.isfinite(edge) or float(values.max()) <= edge:
+        return None
+    return vectors / np.sqrt(np.maximum(values, edge))
 
 
 class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
@@ -47,7 +84,10 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         value per flat coordinate. Default 2.38/√(P·N), the optimal random-walk scale for a
         P-dimensional posterior whose rows carry unit Fisher information (N is public under
         substitute neighbours; under add/remove, where it is not, the default is 1.0). Tuned
-        during tuning.
+        during tuning. Left unset on a step centred at second order, the walk is dense instead:
+        θ′ = θ + s·L z with LLᵀ ∝ (−Ĥ)⁻¹ of the anchor (unit mean variance) and s starting at
+        2.38/√P times the RMS of that covariance's sds (see *Dense proposal* below); given, the
+        walk is always s·z.
     llr_clip : float or "auto", default "auto"
         b: each row's log-likelihood ratio is clipped to ±b‖θ′ − θ‖₂. ``"auto"``:
         :func:`pymc_dp.sample` chooses b privately for each run as a DP quantile
@@ -122,12 +162,22 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     ½(a′ᵀĤa′ − aᵀĤa) (Ĥ(θ − θ̂)) back, and ε also covers the Hessian's one release; the
     target's perturbation then has a quadratic part ½T(θ − θ̂)ᵀE(θ − θ̂) too.
 
+    **Dense proposal** (second-order anchor, ``proposal_scale`` unset; issue 36). The increments
+    are s·L z, z ~ N(0, I) from the chain's data-free generator, L = :func:`dense_proposal_factor`
+    of the released Ĥ scaled to unit mean variance (C = LLᵀ, projected to positive definite at
+    the Hessian noise's spectral edge): post-processing of a released value, no privacy cost.
+    The proposal stays symmetric, so the penalty test is unchanged; the centred bound (and so
+    the sensitivity, σ and every price) reads only ‖θ′ − θ‖ and the distances to θ̂, so ε is the
+    same as with the isotropic walk and is still computed from public settings before sampling.
+    Neighbouring relation: the anchor's and the step's (substitute, or add/remove).
+
     Sampler statistics (all privatized or public):
 
     - ``dp_accept``: the privatized acceptance probability min(1, exp(log α̂)).
     - ``dp_accepted``: whether the proposal was accepted.
     - ``dp_noisy_llr``: the released noisy log-likelihood ratio λ̂.
-    - ``dp_proposal_scale``: the proposal scale used (mean over coordinates).
+    - ``dp_proposal_scale``: the proposal scale used (mean over coordinates; s of the dense
+      walk s·L z when it is used).
     - ``dp_mu_cumulative``: μ spent by this chain so far, tuning included (public: k/(2τ²)
       after k iterations); :func:`pymc_dp.privacy_spent` reads it.
     - ``dp_tuning``: whether the proposal scale was being tuned in this iteration.
@@ -146,6 +196,9 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     mechanism_class = NoisyLogLikelihoodRatio
     noise_attributes = ("noise_multiplier",)
     clip_attributes = ("llr_clip",)
+    #: Whether the caller gave ``proposal_scale`` (then the walk stays s·z even when centred).
+    _proposal_scale_user_set: bool = True
+    _dense_cache: tuple[Any, np.ndarray | None] = (None, None)
 
     @withholds_chains
     def __init__(
@@ -187,6 +240,8 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         if proposal_scale is None and self.neighbouring == "substitute":
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._init_proposal(scale, size)
+        self._proposal_scale_user_set = proposal_scale is not None
+        self._dense_cache = (None, None)
         self._noise_user_set = noise_multiplier is not None
         self._mechanism: NoisyLogLikelihoodRatio | None = None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
@@ -237,11 +292,40 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             )
         return self._mechanism
 
+    @property
+    def dense_proposal_factor(self) -> np.ndarray | None:
+        """L of the dense proposal θ′ = θ + s·L z, or None where the walk is the plain s·z.
+
+        Only a step centred at second order (an anchor with a released Hessian Ĥ) whose
+        ``proposal_scale`` was not given proposes along the anchor's shape:
+        :func:`dense_proposal_factor` of Ĥ (post-processing of a released value; no privacy cost).
+        """
+        anchor = self.anchor
+        if anchor is None or anchor.hessian is None or self._proposal_scale_user_set:
+            return None
+        cached_for, factor = self._dense_cache
+        if cached_for is not anchor:
+            factor = dense_proposal_factor(anchor.hessian, anchor.hessian_std)
+            self._dense_cache = (anchor, factor)
+        return factor
+
+    def _reset_tuned_settings(self) -> None:
+        super()._reset_tuned_settings()
+        factor = self.dense_proposal_factor
+        if factor is not None:  # 2.38/√P on the whitened scale: s·L z then has the shape's RMS sd times 2.38/√P
+            rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
+            self.proposal_scale = np.full(factor.shape[0], 2.38 / math.sqrt(factor.shape[0]) * rms)
+
     def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> kernels.PenaltyDraws:
         increments = np.empty((count, theta.size))
         log_uniforms = np.empty(count)
+        factor = self.dense_proposal_factor
+        unit = None if factor is None else factor / math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
         for k in range(count):  # the step's generator in the order of one transition
-            increments[k] = rng.normal(size=theta.shape) * self.proposal_scale
+            if unit is None:
+                increments[k] = rng.normal(size=theta.shape) * self.proposal_scale
+            else:
+                increments[k] = unit @ (rng.normal(size=theta.shape) * self.proposal_scale)
             log_uniforms[k] = np.log(rng.uniform())
         return kernels.PenaltyDraws(increments, log_uniforms)
 
