@@ -78,6 +78,9 @@ def test_the_problem_flags_the_result():
 
 
 @pytest.mark.slow
+# NUTS's first tuning steps overflow in the moment graphs (then rejected as divergent); sample_releases ignores that
+# warning for ungrouped regressions only (_has_covariate_moments does not recognise a grouped family).
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_intercepts_tied_to_the_covariates_group_means_pull_the_slope_and_come_back_flagged():
     """Why the check exists: the per-group covariate means' posterior is pulled to the between slope (about 60 CPU-s).
 
