@@ -123,3 +123,19 @@ def test_centred_epsilon_is_the_same_with_and_without_the_dense_walk():
             (idata.posterior.attrs["dp_epsilon"], [(e.noise_multiplier, e.count) for e in step.privacy_events(20)])
         )
     assert results[0] == results[1]
+
+
+def test_prediction_for_the_dense_walk_is_the_isotropic_law_at_the_rms_sd():
+    """Whitened, every direction mixes alike: ESS = 0.331 draws / (P(1 + c²)), c read at the sds' RMS."""
+    from pymc_dp.centred_predictions import RANDOM_WALK_EFFICIENCY, centred_ess
+
+    shape = np.linalg.inv(-_HESSIAN)
+    common = dict(draws=1000, n_params=3, posterior_sd=0.05, offset_sd=1.0, lipschitz=1.0, llr_noise_multiplier=50.0)
+    dense = centred_ess(posterior_shape=shape, dense_proposal=True, **common)
+    variances = np.diag(shape)
+    rms = 0.05 * np.sqrt(np.mean(variances) / np.exp(np.mean(np.log(variances))))
+    c = 2 * 50.0 * 0.5 * 1.0 * 3 * rms**2 * 2.0 * rms
+    assert dense["c"] == pytest.approx(c)
+    assert dense["ess_per_chain"] == pytest.approx(RANDOM_WALK_EFFICIENCY * 1000 / (3 * (1 + c**2)))
+    isotropic = centred_ess(posterior_shape=shape, **common)  # the walk that sees the spread eigenvalues
+    assert isotropic["ess_per_chain"] < dense["ess_per_chain"]

@@ -159,9 +159,19 @@ class CentringPlan:
             n_leapfrog=step.n_leapfrog if hmc else None,
             neighbouring=step.neighbouring,
             posterior_shape=shape,
-            dense_proposal=getattr(step, "dense_proposal_factor", None) is not None,
+            dense_proposal=not hmc and self._dense_walk(step),
         )
         return self.prediction
+
+    def _dense_walk(self, step: Any) -> bool:
+        """Whether the run's DPPenaltyMH walks along this anchor's shape (``step`` may be the calibrated copy, which
+        carries no anchor): second order, ``proposal_scale`` unset and a Hessian above its noise's edge."""
+        from pymc_dp.step_methods.penalty import dense_proposal_factor
+
+        anchor = self.anchor
+        if anchor is None or anchor.hessian is None or getattr(step, "_proposal_scale_user_set", True):
+            return False
+        return dense_proposal_factor(anchor.hessian, anchor.hessian_std) is not None
 
     def auto_row(self, step: Any, chains: int, chains_mu: float, epsilon: float, delta: float) -> Any:
         """The centred row (:class:`pymc_dp.planning.MethodPlan`) whose iterations ``draws="auto"`` takes.
