@@ -37,7 +37,9 @@ release cannot overrule (:func:`_close_between_fit`): ``diamonds`` at ε = 1 in 
 (Laplace and Gaussian), the counterexample in 3 of 3, exchangeable intercepts in none.
 :func:`group_covariate_problem` checks only releases whose likelihood gives each group its own
 covariate mean (group means shifted beyond chance); with one shared mean (``fair``) the group
-means hardly move and the between-group slope has no leverage. It needs G > p + 1 groups
+means hardly move and the between-group slope has no leverage. Not covered: a release whose
+shift statistic reads 0 because its within-group slopes are noise (``diamonds`` at ε = 1, about
+1 release in 4) is read with the shared mean and not checked. It needs G > p + 1 groups
 (else None: the between-group regression interpolates) and is linear regression's only.
 
 Neighbouring relation: substitute (the release's). Nothing here reads a row.
