@@ -61,6 +61,23 @@ def test_intercepts_tied_to_the_covariates_group_means_are_flagged_and_exchangea
     assert between_group_pull(two.family, two.noisy_statistics, two.scale, None) is None
 
 
+def test_a_release_read_with_one_shared_covariate_mean_is_flagged_only_for_a_rival_between_group_fit(monkeypatch):
+    """The shared-mean gate reads noisy slopes and can read 0 where the group means shift (diamonds at ε = 1, about
+    1 release in 4): such a release is still checked, flagged where the pull is infinite (a rival fit), not for a
+    finite pull (fair reads up to 1.25 there). About 1 s."""
+    import math
+
+    from pymc_dp.exponential_family import group_covariates
+
+    monkeypatch.setattr(group_covariates, "_per_group_means", lambda *args: False)
+    tied = _release(True)
+    assert group_covariate_problem(tied).startswith("group covariates:")  # the rival fit: infinite pull
+    monkeypatch.setattr(group_covariates, "between_group_pull", lambda *args: 2.0 * BETWEEN_PULL_LIMIT)
+    assert group_covariate_problem(tied) is None  # a finite pull with one shared mean
+    monkeypatch.setattr(group_covariates, "between_group_pull", lambda *args: math.inf)
+    assert group_covariate_problem(_release(False)).startswith("group covariates:")
+
+
 def test_the_problem_flags_the_result():
     import arviz as az
 

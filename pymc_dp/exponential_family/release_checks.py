@@ -5,7 +5,8 @@ words, or None; :func:`pymc_dp.exponential_family.release.sample_releases` flags
 with every problem found:
 
 * :func:`~pymc_dp.exponential_family.group_covariates.group_covariate_problem`: a grouped linear
-  release whose covariates shift between groups more than its shared covariate model allows;
+  release whose random-intercepts fit is pulled towards a between-group slope (intercepts tied to
+  the covariates' group means), which the release cannot rule out;
 * :func:`~pymc_dp.exponential_family.expansion_reach.expansion_reach_problem`: a count
   regression whose noise-aware likelihood is read too far from its last anchor.
 
