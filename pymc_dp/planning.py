@@ -100,15 +100,17 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.calibrate import CALIBRATION_MARGIN, poisson_gaussian_noise_multiplier
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.centred_predictions import (
+    centred_rows,
+    centring_bound_and_lipschitz,
+    default_dpadvi_sampling_rate,  # re-exported: its home is below the planner, beside the centred prediction
+)
 from pymc_dp.data import observed_rows
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.regression_graph import RegressionParts, regression_parts, released_statistics_route, unroutable_note
 from pymc_dp.route_predictions import (
     RELEASE_ONCE_MAX_SD_RATIO,
     RELEASE_ROUTES,
-    centred_rows,
-    centring_bound_and_lipschitz,
-    default_dpadvi_sampling_rate,  # re-exported: its home is below the planner, beside the centred prediction
     gaussian_to_laplace_variance,
     one_call_route,
     release_once_row,
@@ -588,7 +590,7 @@ LOGISTIC_SD_FACTOR = 2.0
 def _centred_methods(
     centring: tuple[float, float] | None, epsilon: float, delta: float, setting: dict[str, Any], sd_source: str
 ) -> tuple[tuple[MethodPlan, ...], dict[str, Any]]:
-    """The centred rows (:func:`pymc_dp.route_predictions.centred_rows`) where ``pmdp.sample`` would centre, and the
+    """The centred rows (:func:`pymc_dp.centred_predictions.centred_rows`) where ``pmdp.sample`` would centre, and the
     settings they assume (the plan's ``details``); none without (B, κ) or under add/remove (no DP start there).
 
     The centred rows are for a logistic regression, whose rows carry less information than the
@@ -635,7 +637,7 @@ def plan_from_settings(
     :func:`pymc_dp.release_once` (continuous free variables), whose row is then predicted;
     ``centring``: (B, κ) of a logistic regression ``pmdp.sample`` would centre (public covariate
     bound and Lipschitz constant), whose centred DPHMC and DPPenaltyMH rows are then predicted
-    (:func:`pymc_dp.route_predictions.centred_rows`).
+    (:func:`pymc_dp.centred_predictions.centred_rows`).
     """
     if released_statistics not in (None, *RELEASE_ROUTES):
         raise ValueError(

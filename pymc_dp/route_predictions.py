@@ -32,8 +32,7 @@ sd ratios of 1.57 and 1.08 (there with fixed bounds). A posterior far from Gauss
 several modes, heavy tails) is not seen by this prediction: the run's own diagnostics flag
 what they can.
 
-The centred samplers' prediction lives in :mod:`pymc_dp.centred_predictions` (the same floor);
-the names the planner and the steps import from here are re-exported.
+The centred samplers' prediction lives in :mod:`pymc_dp.centred_predictions` (the same floor).
 
 Notes
 -----
@@ -47,42 +46,10 @@ import math
 from typing import Any
 
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
-from pymc_dp.centred_predictions import (  # re-exported: the planner and the steps import them from here
-    CENTRE_ANCHOR_SHARE,
-    CENTRE_HESSIAN_SHARE,
-    CENTRE_MAX_CURVATURE_NOISE,
-    CENTRE_NEWTON_SHARE,
-    CENTRE_NEWTON_STEPS,
-    CENTRE_SD_SPREAD,
-    DP_START_ITERATIONS,
-    DPADVI_BATCH_ROWS,
-    DPHMC_TARGET_ACCEPT,
-    LOGISTIC_THIRD,
-    centred_chains_mu,
-    centred_ess,
-    centred_prediction_at,
-    centred_rows,
-    centring_bound_and_lipschitz,
-    centring_curvature_noise,
-    centring_events,
-    centring_noise_multipliers,
-    default_dpadvi_sampling_rate,
-    logistic_centring_bound,
-)
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS
 
 __all__ = [
-    "CENTRE_ANCHOR_SHARE",
-    "CENTRE_HESSIAN_SHARE",
-    "CENTRE_MAX_CURVATURE_NOISE",
-    "CENTRE_NEWTON_SHARE",
-    "CENTRE_NEWTON_STEPS",
-    "CENTRE_SD_SPREAD",
-    "DPADVI_BATCH_ROWS",
-    "DPHMC_TARGET_ACCEPT",
-    "DP_START_ITERATIONS",
-    "LOGISTIC_THIRD",
     "RELEASE_ONCE_CLIP_MARGIN",
     "RELEASE_ONCE_CLIP_QUANTILE",
     "RELEASE_ONCE_CLIP_SHARE",
@@ -90,17 +57,7 @@ __all__ = [
     "RELEASE_ONCE_MAX_SD_RATIO",
     "RELEASE_ONCE_NEWTON_STEPS",
     "RELEASE_ROUTES",
-    "centred_chains_mu",
-    "centred_ess",
-    "centred_prediction_at",
-    "centred_rows",
-    "centring_bound_and_lipschitz",
-    "centring_curvature_noise",
-    "centring_events",
-    "centring_noise_multipliers",
-    "default_dpadvi_sampling_rate",
     "gaussian_to_laplace_variance",
-    "logistic_centring_bound",
     "one_call_route",
     "release_anchors",
     "release_once_noise_multipliers",

@@ -35,6 +35,7 @@ from pymc_dp.accounting.composition import compose_epsilon
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.backends.jax import check_backend
+from pymc_dp.centred_predictions import DP_START_ITERATIONS, default_dpadvi_sampling_rate
 from pymc_dp.data import data_dependent_deterministics, observed_rows
 from pymc_dp.diagnostics import PoorMixingWarning, check_on_poor_mixing
 from pymc_dp.mechanisms.clip_bound import (
@@ -47,7 +48,6 @@ from pymc_dp.mechanisms.clip_bound import (
 )
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.results import PrivateStart, note_dropped_deterministics
-from pymc_dp.route_predictions import DP_START_ITERATIONS, default_dpadvi_sampling_rate
 from pymc_dp.run import PrivateRun
 from pymc_dp.starts import (
     check_init,

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 
-import pymc_dp.route_predictions as route_predictions
 from pymc_dp.centred_predictions import (
     RANDOM_WALK_EFFICIENCY,
     ar1_ess,
@@ -23,15 +22,6 @@ from pymc_dp.centred_predictions import (
 )
 
 COMMON = dict(draws=1000, n_params=3, posterior_sd=0.02, offset_sd=1.0, lipschitz=0.5)
-
-
-def test_route_predictions_re_exports_the_moved_names():
-    from pymc_dp import centred_predictions
-
-    for name in centred_predictions.__all__:
-        if hasattr(route_predictions, name):
-            assert getattr(route_predictions, name) is getattr(centred_predictions, name)
-    assert route_predictions.centred_rows is centred_predictions.centred_rows
 
 
 @pytest.mark.parametrize("step", [0.3, 1.0, 1.5])

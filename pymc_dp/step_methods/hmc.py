@@ -21,8 +21,8 @@ from pymc_dp._validation import (
 )
 from pymc_dp.accounting.calibrate import round_towards_privacy
 from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.centred_predictions import DPHMC_TARGET_ACCEPT
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
-from pymc_dp.route_predictions import DPHMC_TARGET_ACCEPT
 from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, _row
 from pymc_dp.step_methods.centred import Centring
