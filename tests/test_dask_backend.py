@@ -468,17 +468,30 @@ def _refuse_to_store(*_):
     raise MemoryError("a worker that cannot hold the owner's rows")
 
 
-def test_data_owners_rows_that_a_worker_cannot_store_are_refused_before_the_charge(client, logistic, monkeypatch):
-    """Each owner's rows are placed on its worker before the charge (:meth:`ClusterRows.place_owners`). About 1 CPU s.
+def _store_too_slowly(*_):
+    import time
+
+    time.sleep(3.0)
+
+
+@pytest.mark.parametrize("failure", ["error", "timeout"])
+def test_data_owners_rows_that_a_worker_cannot_store_are_refused_before_the_charge(
+    client, logistic, monkeypatch, failure
+):
+    """Each owner's rows are placed on its worker before the charge (:meth:`ClusterRows.place_owners`), within the
+    backend's timeout. About 1 CPU s each (the timeout case waits 0.5 s).
 
     Before, the rows were copied at the owner's first release, after the charge: a worker that
     could not store them failed the run with the budget charged.
     """
+    store = _refuse_to_store if failure == "error" else _store_too_slowly
+    if failure == "timeout":  # the workers' compile would not fit the short timeout either: not what is tested here
+        monkeypatch.setattr(ClusterRows, "warm_up", lambda self, gradient, modules=(): None)
 
     def failing_partition(self, owner_rows):
         key = str(len(self._owners))
         if key not in self._owners:
-            future = self._client.submit(_refuse_to_store, key, pure=False)
+            future = self._client.submit(store, key, pure=False)
             self._owners[key] = (future, None)
         return self._owners[key]
 
@@ -488,8 +501,9 @@ def test_data_owners_rows_that_a_worker_cannot_store_are_refused_before_the_char
     with model:
         step = pmdp.DPMultiOwnerPenaltyMH(owners=np.repeat(["a", "b"], [1000, N_ROWS - 1000]), llr_clip=0.5)
     assert len(step.owner_row_indices) == 2
-    with pytest.raises(DaskBackendError, match=r"failed to store them; refused before anything was charged"):
-        _run(model, step, pmdp.DaskBackend(client), budget=budget)
+    backend = pmdp.DaskBackend(client, timeout=None if failure == "error" else 0.5)
+    with pytest.raises(DaskBackendError, match=r"failed to store them .*refused before anything was charged"):
+        _run(model, step, backend, budget=budget)
     assert budget.spent().epsilon == 0.0 and not list(budget.events)
 
 

@@ -377,17 +377,21 @@ class ClusterRows:
     def place_owners(self, owners: Sequence[np.ndarray]) -> None:
         """Before the charge: every owner's rows on its worker (:meth:`owner_partition`), or a refusal.
 
-        Releases nothing. A worker that cannot store an owner's rows is refused with
-        :class:`DaskBackendError` here, not at the owner's first release after the charge.
+        Releases nothing. A worker that cannot store an owner's rows (or not within the backend's
+        ``timeout``) is refused with :class:`DaskBackendError` here, not at the owner's first
+        release after the charge.
         """
         futures = [self.owner_partition(rows)[0] for rows in owners]
         if not futures:
             return
-        _import_distributed().wait(futures)
+        try:
+            _import_distributed().wait(futures, timeout=self._timeout)
+        except TimeoutError:
+            pass  # the futures still pending are refused below
         if any(future.status != "finished" for future in futures):
             raise DaskBackendError(
-                "`backend`'s cluster must take every data owner's rows. Found a worker that failed to store them; "
-                "refused before anything was charged."
+                "`backend`'s cluster must take every data owner's rows. Found a worker that failed to store them (or "
+                "did not within `timeout`); refused before anything was charged."
             )
 
     def owner_release(self, part, owner_key: str, theta, theta_new, bound: float, std: float, rng) -> float:
