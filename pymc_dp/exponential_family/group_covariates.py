@@ -195,11 +195,20 @@ def group_covariate_problem(release: Any) -> str | None:
     # rival between-group fit (infinite pull) flags it; the gate's noisy slopes can read 0 where the means do shift.
     if pull is None or not (math.isinf(pull) if shared else pull > BETWEEN_PULL_LIMIT):
         return None
+    remedy = (
+        "(docs/exponential_family.md, grouped releases). Add the covariates' group means as a group-level predictor "
+        "of the intercepts, or release at a larger ε"
+    )
+    if math.isinf(pull):  # a rival fit: what the release cannot test, not a measured pull
+        read = " (read with one covariate mean shared by the groups)" if shared else ""
+        return (
+            "group covariates: the slope that fits the groups' mean responses on the covariates' group means is a "
+            f"rival to the within-group slope that this release{read} cannot rule out, so the result rests on the "
+            "intercepts being independent of the covariates' group means, which the release cannot test " + remedy
+        )
     return (
-        "group covariates: the groups' mean responses follow a slope on the covariates' group means that differs "
-        "from the within-group slope (intercepts tied to the covariates' group means), and a random-intercepts fit "
-        f"of this release moves the slopes about {pull:.3g} sds of their within-group estimate towards it (above "
-        f"{BETWEEN_PULL_LIMIT:g}): the intercepts' exchangeable prior can carry the slopes there, with σ and the "
-        "intervals too small (docs/exponential_family.md, grouped releases). Add the covariates' group means as a "
-        "group-level predictor of the intercepts, or release at a larger ε"
+        f"group covariates: a random-intercepts fit of this release moves the slopes about {pull:.3g} sds of their "
+        f"within-group estimate (above {BETWEEN_PULL_LIMIT:g}) towards the slope of the groups' mean responses on the "
+        "covariates' group means: the intercepts' exchangeable prior can carry the slopes there, with σ and the "
+        "intervals too small " + remedy
     )
