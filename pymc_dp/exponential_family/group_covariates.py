@@ -66,6 +66,7 @@ from scipy.optimize import minimize, minimize_scalar
 
 from pymc_dp.exponential_family.densities import _release_noise_variance
 from pymc_dp.exponential_family.grouped_likelihood import _per_group_means, _product_positions
+from pymc_dp.exponential_family.grouped_moments import group_cell_sums
 
 __all__ = ["BETWEEN_PULL_LIMIT", "between_group_pull", "group_covariate_problem"]
 
@@ -74,17 +75,6 @@ BETWEEN_FIT_MARGIN = 5.0
 
 #: The largest pull (in sds of the within-group slopes) of the random-intercepts fit that a result is let pass with.
 BETWEEN_PULL_LIMIT = 1.0
-
-
-def _cell_sums(family: Any, noisy: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(n̂, Σx, Σy, Σxxᵀ, Σxy, Σy²) per group from the released cells (G, G × p, G, G × p × p, G × p, G)."""
-    cells, position, p = family.cells(noisy), _product_positions(family), family.n_features
-    y = p + 1
-    n = np.maximum(cells[:, position[(0, 0)]], 1.0)
-    sx = cells[:, [position[(0, j)] for j in range(1, p + 1)]]
-    sxx = np.stack([cells[:, [position[(min(j, k), max(j, k))] for k in range(1, p + 1)]] for j in range(1, p + 1)], 1)
-    sxy = cells[:, [position[(j, y)] for j in range(1, p + 1)]]
-    return n, sx, cells[:, position[(0, y)]], sxx, sxy, cells[:, position[(y, y)]]
 
 
 def _spread(values: np.ndarray, weights: np.ndarray, variances: np.ndarray) -> float:
@@ -125,7 +115,7 @@ def between_group_pull(family: Any, noisy: np.ndarray, scale: float, noise_varia
     p, groups = family.n_features, family.n_groups
     if groups <= p + 1:
         return None
-    n, sx, sy, sxx, sxy, syy = _cell_sums(family, noisy)
+    n, sx, sy, sxx, sxy, syy = group_cell_sums(family.cells(noisy), _product_positions(family), p)
     nu = _release_noise_variance(scale, noise_variance)
     within_xx = np.sum(sxx - sx[:, :, None] * sx[:, None, :] / n[:, None, None], axis=0)
     within_xy = np.sum(sxy - sx * (sy / n)[:, None], axis=0)
@@ -151,7 +141,7 @@ def between_group_pull(family: Any, noisy: np.ndarray, scale: float, noise_varia
     best = min(fits, key=lambda fit: fit.fun).x
     pull = math.sqrt(max(float((best - slopes) @ precision @ (best - slopes)), 0.0))
     if _close_between_fit(negative, slopes, between, (with_intercept, ybar, variances, precision)):
-        pull = max(pull, math.inf)
+        pull = math.inf
     return pull if not math.isnan(pull) else None
 
 

@@ -54,6 +54,7 @@ from pymc_dp.exponential_family.regression_likelihoods import X_PRIOR_FRACTION, 
 
 __all__ = [
     "GROUP_SHIFT_LIMIT",
+    "group_cell_sums",
     "group_mean_shift",
     "group_mean_start",
     "grouped_gaussian_covariates",
@@ -63,6 +64,17 @@ __all__ = [
 #: Shifts of the groups' mean responses by their covariates' group means (in intercept sds) up to which the
 #: grouped linear likelihood keeps one covariate mean shared by all groups (:func:`group_mean_shift`).
 GROUP_SHIFT_LIMIT = 2.0
+
+
+def group_cell_sums(cells: np.ndarray, position: dict[tuple[int, int], int], p: int) -> tuple[np.ndarray, ...]:
+    """(n̂, Σx, Σy, Σxxᵀ, Σxy, Σy²) per group from a grouped linear release's cells (G, G × p, G, G × p × p,
+    G × p, G), n̂ at least one row (released values only)."""
+    y = p + 1
+    n = np.maximum(cells[:, position[(0, 0)]], 1.0)
+    sx = cells[:, [position[(0, j)] for j in range(1, p + 1)]]
+    sxx = np.stack([cells[:, [position[(min(j, k), max(j, k))] for k in range(1, p + 1)]] for j in range(1, p + 1)], 1)
+    sxy = cells[:, [position[(j, y)] for j in range(1, p + 1)]]
+    return n, sx, cells[:, position[(0, y)]], sxx, sxy, cells[:, position[(y, y)]]
 
 
 def group_mean_shift(
@@ -80,19 +92,15 @@ def group_mean_shift(
     """
     from scipy.stats import chi2
 
-    p, y = n_features, n_features + 1
-    n = np.maximum(cells[:, position[(0, 0)]], 1.0)
-    sx = cells[:, [position[(0, j)] for j in range(1, p + 1)]]
-    sy = cells[:, position[(0, y)]]
-    sxx = np.stack([cells[:, [position[(min(j, k), max(j, k))] for k in range(1, p + 1)]] for j in range(1, p + 1)], 1)
-    sxy = cells[:, [position[(j, y)] for j in range(1, p + 1)]]
+    p = n_features
+    n, sx, sy, sxx, sxy, syy = group_cell_sums(cells, position, p)
     within_xx = np.sum(sxx - sx[:, :, None] * sx[:, None, :] / n[:, None, None], axis=0)
     within_xy = np.sum(sxy - sx * (sy / n)[:, None], axis=0)
     try:
         slopes = np.linalg.solve(within_xx, within_xy)
     except np.linalg.LinAlgError:
         return None
-    residual = np.sum(cells[:, position[(y, y)]] - sy**2 / n) - slopes @ within_xy
+    residual = np.sum(syy - sy**2 / n) - slopes @ within_xy
     dof = max(float(n.sum()) - cells.shape[0] - p, 1.0)
     sigma = math.sqrt(max(residual / dof, 1e-12))
     shift = (sx / n[:, None] - sx.sum(axis=0) / n.sum()) @ slopes
