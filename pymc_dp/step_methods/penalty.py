@@ -198,7 +198,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     clip_attributes = ("llr_clip",)
     #: Whether the caller gave ``proposal_scale`` (then the walk stays s·z even when centred).
     _proposal_scale_user_set: bool = True
-    _dense_cache: tuple[Any, np.ndarray | None] = (None, None)
+    _dense_cache: tuple[Any, np.ndarray | None, tuple[np.ndarray, float] | None] = (None, None, None)
 
     @withholds_chains
     def __init__(
@@ -241,7 +241,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
             scale = np.array([2.38 / math.sqrt(size * self.n_rows)])
         self._init_proposal(scale, size)
         self._proposal_scale_user_set = proposal_scale is not None
-        self._dense_cache = (None, None)
+        self._dense_cache = (None, None, None)
         self._noise_user_set = noise_multiplier is not None
         self._mechanism: NoisyLogLikelihoodRatio | None = None
         self._start(value_vars, shared, tune=tune, reproducible_noise=reproducible_noise, blocked=blocked, rng=rng)
@@ -303,24 +303,38 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         anchor = self.anchor
         if anchor is None or anchor.hessian is None or self._proposal_scale_user_set:
             return None
-        cached_for, factor = self._dense_cache
-        if cached_for is not anchor:
-            factor = dense_proposal_factor(anchor.hessian, anchor.hessian_std)
-            self._dense_cache = (anchor, factor)
-        return factor
+        self._update_dense_cache(anchor)
+        return self._dense_cache[1]
+
+    def _update_dense_cache(self, anchor: Any) -> None:
+        """L and its unit-mean-variance form for ``anchor``, computed once per anchor (not at every transition)."""
+        if self._dense_cache[0] is anchor:
+            return
+        factor = dense_proposal_factor(anchor.hessian, anchor.hessian_std)
+        unit = None
+        if factor is not None:
+            rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
+            unit = (factor / rms, rms)
+        self._dense_cache = (anchor, factor, unit)
+
+    def _dense_unit_factor(self) -> tuple[np.ndarray, float] | None:
+        """(L scaled to unit mean variance, the RMS sd √(tr C / P) it was divided by), or None (the plain walk)."""
+        if self.dense_proposal_factor is None:  # also fills the cache for the current anchor
+            return None
+        return self._dense_cache[2]
 
     def _reset_tuned_settings(self) -> None:
         super()._reset_tuned_settings()
-        factor = self.dense_proposal_factor
-        if factor is not None:  # 2.38/√P on the whitened scale: s·L z then has the shape's RMS sd times 2.38/√P
-            rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
-            self.proposal_scale = np.full(factor.shape[0], 2.38 / math.sqrt(factor.shape[0]) * rms)
+        dense = self._dense_unit_factor()
+        if dense is not None:  # 2.38/√P on the whitened scale: s·L z then has the shape's RMS sd times 2.38/√P
+            size = dense[0].shape[0]
+            self.proposal_scale = np.full(size, 2.38 / math.sqrt(size) * dense[1])
 
     def _kernel_draws(self, theta: np.ndarray, count: int, adaptive: bool, rng: Any) -> kernels.PenaltyDraws:
         increments = np.empty((count, theta.size))
         log_uniforms = np.empty(count)
-        factor = self.dense_proposal_factor
-        unit = None if factor is None else factor / math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
+        dense = self._dense_unit_factor()
+        unit = None if dense is None else dense[0]
         for k in range(count):  # the step's generator in the order of one transition
             if unit is None:
                 increments[k] = rng.normal(size=theta.shape) * self.proposal_scale
