@@ -530,7 +530,8 @@ class _NoSummedSeedForm(ValueError):
 
 
 def _row_dependent(lik_batch: Variable, batch: Sequence[Variable]) -> set[Variable]:
-    """The variables of ``lik_batch``'s graph that read a row input (its values or its shape)."""
+    """The variables of ``lik_batch``'s graph that read a row input (its values or its shape), or whatever
+    ``batch`` holds: ``batch`` and every output of a node with an input among them."""
     dependent: set[Variable] = set(batch)
     for node in _toposort_nodes([lik_batch]):
         if any(i in dependent for i in node.inputs):
@@ -546,10 +547,7 @@ def _broadcast_frontier(lik_batch: Variable, batch: Sequence[Variable], theta: V
     there), a floating-point value: then row i reads θ through its own row of the broadcast only.
     """
     dependent = _row_dependent(lik_batch, batch)
-    reads_theta: set[Variable] = {theta}
-    for node in _toposort_nodes([lik_batch]):
-        if any(i in reads_theta for i in node.inputs):
-            reads_theta.update(node.outputs)
+    reads_theta = _row_dependent(lik_batch, [theta])  # the same closure, from θ
     from pytensor.tensor.elemwise import Elemwise
 
     frontier = []
