@@ -253,21 +253,27 @@ ONE_CALL_BOUNDS = {
     "fair_hierarchical": {"x_bounds": (-1.0, 1.0), "y_bounds": (-1.0, 1.0)},
     "diamonds_hierarchical": {"x_bounds": (-1.0, 1.0), "y_bounds": (-1.0, 1.0)},
 }
+#: The count data sets (their one-call bound on the counts is ``--y-max`` when given).
+COUNT_DATASETS = ("randhie_poisson",)
 #: The group-level vectors of the hierarchical models (the other parameters are the global ones).
 GROUP_EFFECTS = {"fair_hierarchical": ("offset",), "diamonds_hierarchical": ("intercept",)}
 
 
-def run_one_call(model: pm.Model, dataset: str, epsilon: float, delta: float, small: bool, seed: int):
+def run_one_call(
+    model: pm.Model, dataset: str, epsilon: float, delta: float, small: bool, seed: int, bounds: dict | None = None
+):
     """``pmdp.sample(epsilon=, delta=)`` without a step: the route :func:`pymc_dp.plan` recommends, 2 chains.
 
     The released-statistics route gets the data set's public bounds (:data:`ONE_CALL_BOUNDS`) and
     500 tuning + 500 draws per chain (NUTS; 1,000 + 1,000 took over 10 minutes on a loaded 2-core
     machine for ``fair_hierarchical``); the other routes their own settings (draws only, 1,000).
+    ``bounds``: the public bounds by data set, :data:`ONE_CALL_BOUNDS` unless given (``--y-max``).
     """
     route = pmdp.plan(model, epsilon=epsilon, delta=delta, chains=2).one_call_route
     settings: dict = {"draws": 50 if small else 1000}
     if route == "release_statistics":
-        settings.update(ONE_CALL_BOUNDS[dataset], tune=50 if small else 500, draws=50 if small else 500)
+        public = (ONE_CALL_BOUNDS if bounds is None else bounds)[dataset]
+        settings.update(public, tune=50 if small else 500, draws=50 if small else 500)
     with model:
         return pmdp.sample(epsilon=epsilon, delta=delta, chains=2, random_seed=seed, progressbar=False, **settings)
 
@@ -359,6 +365,7 @@ def run_method(
     seed: int,
     dataset: str | None = None,
     rows: int | None = None,
+    bounds: dict | None = None,
 ):
     """One DP result, whether it was flagged, and its wall time.
 
@@ -377,7 +384,7 @@ def run_method(
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PoorMixingWarning)
         if method == "one_call":
-            idata = run_one_call(model, dataset, epsilon, delta, small, seed)
+            idata = run_one_call(model, dataset, epsilon, delta, small, seed, bounds)
         elif method == "release_once":  # the general route on any data set, as the one call runs it
             idata = pmdp.release_once(
                 model,
@@ -518,6 +525,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--methods", nargs="+", default=["one_call", "DPPenaltyMH", "DPHMC", "DPADVI", "release"])
     parser.add_argument("--coverage", type=int, default=0, help="repeats of the known-truth simulation")
     parser.add_argument(
+        "--y-max",
+        type=int,
+        default=None,
+        help="the public bound on the counts (y_bounds = (0, y_max)) of the count data sets' one-call route, "
+        "instead of ONE_CALL_BOUNDS's; recorded in each one-call cell as y_max",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the cells (and coverage) of utility.json in --out for (data set, method, ε) not run now",
@@ -528,6 +542,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "images")
     args = parser.parse_args(argv)
     rows = 400 if args.small else None
+    bounds = {k: dict(v) for k, v in ONE_CALL_BOUNDS.items()}
+    if args.y_max is not None:
+        for name in COUNT_DATASETS:
+            bounds[name]["y_bounds"] = (0, args.y_max)
     epsilons = args.epsilons[:1] if args.small else args.epsilons
     cells = []
     for name in args.datasets:
@@ -540,12 +558,14 @@ def main(argv: list[str] | None = None) -> dict:
                 if method == "release" and name not in LOGISTIC_DATA:
                     continue  # released statistics: logistic regressions only here
                 idata, flagged, seconds = run_method(
-                    method, model, clip, epsilon, delta, args.small, seed=7, dataset=name, rows=rows
+                    method, model, clip, epsilon, delta, args.small, seed=7, dataset=name, rows=rows, bounds=bounds
                 )
                 cell = {"dataset": name, "method": method, "epsilon": epsilon, "flagged": flagged}
                 cell.update(compare(idata, reference, names))
                 if method == "one_call":
                     cell["route"] = str(idata.posterior.attrs.get("dp_route"))
+                    if name in COUNT_DATASETS:
+                        cell["y_max"] = int(bounds[name]["y_bounds"][1])
                     diagnostics = json.loads(idata.posterior.attrs.get("dp_diagnostics", "{}"))
                     cell["problems"] = list(diagnostics.get("problems", diagnostics.get("reasons", [])))
                     checks = diagnostics.get("bounds_clipping") or []

@@ -311,6 +311,30 @@ def test_count_and_grouped_regressions_are_recognised_from_the_graph_and_near_mi
     assert regression_parts(shifted) is None
 
 
+def test_the_count_routes_reason_names_its_anchors_and_the_clipping_trade_off_from_public_inputs_only():
+    # H34h: the plan says how many anchors the count route will release (from N·ε, as routes.py runs it) and that a
+    # y_max inside an over-dispersed tail biases while a larger one adds noise (randhie: no y_max meets 2× at ε = 4).
+    # Four plans of 400-row models, nothing compiled for sampling or released: about 1 CPU s.
+    from pymc_dp.route_predictions import COUNT_CLIP_CAVEAT
+
+    reasons = {}
+    for family, n_rows, epsilon, words in (
+        ("poisson", 400, 2.0, "with one anchor"),
+        ("poisson", 400, 1500.0, "with four anchors"),  # N·ε = 600,000: four (release_anchors)
+        ("negative_binomial", 400, 2.0, "with two score anchors"),
+    ):
+        plan = pmdp.plan(_counts(family, n_rows=n_rows), epsilon=epsilon, delta=DELTA)
+        assert plan.one_call_route == "release_statistics"
+        assert words in plan.one_call_reason and plan.one_call_reason.endswith(COUNT_CLIP_CAVEAT)
+        reasons[family, epsilon] = plan.one_call_reason
+    # The same public inputs (graph, N, P, ε, δ) with other counts and covariates: the same reason (no row is read).
+    with pm.Model() as other:
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Poisson("y", mu=pm.math.exp(a + np.zeros((400, 2)) @ b), observed=np.full(400, 77))
+    assert pmdp.plan(other, epsilon=2.0, delta=DELTA).one_call_reason == reasons["poisson", 2.0]
+
+
 def test_count_and_grouped_release_routes_check_their_public_bounds_before_anything_is_spent():
     budget = pmdp.PrivacyBudget(epsilon=4.0, delta=DELTA, n_rows=400)
     cases = [
