@@ -261,9 +261,10 @@ def row_loglik(
     if reads_row_placeholder(model):  # from the graph's names: nothing read
         raise ModelStructureError(
             "`model` must hold its rows: its likelihood reads pmdp.row_placeholder stand-ins (zeros of the rows' "
-            "shape), which would be fitted in place of the data. Rows that stay on a Dask cluster are released only "
-            'by pmdp.sample(epsilon=..., rows={"X": ..., "y": ...}) without a step (docs/dask.md). Found a row '
-            "placeholder in the likelihood."
+            "shape), which would be fitted in place of the data. Rows that stay on a Dask cluster are read only by "
+            'pmdp.sample(epsilon=..., rows={"X": ..., "y": ...}) without a step and by pmdp.DPADVI(..., '
+            'backend=pmdp.DaskBackend(client, rows={"X": ..., "y": ...})) (docs/dask.md). Found a row placeholder in '
+            "the likelihood."
         )
     n_private = neighbouring == "add_remove"
     n_rows, row_dim, observed_values = _row_structure(model, neighbouring)

@@ -1,21 +1,15 @@
 """A Dask backend for the full-data mechanisms: rows on ``dask.distributed`` workers, noise on the client.
 
-The rows of a model are split into contiguous partitions and scattered once to the workers
-of a :class:`distributed.Client`. Every worker compiles the same per-row functions as the
-in-process data layer (the per-row log-likelihood, and the per-row gradient, of
-:class:`pymc_dp.data.RowLikelihood`'s batch graph, shipped as a pickled PyTensor graph that
-holds no row data) and returns for its partition only a clipped sum: Σᵢ clip(rᵢ) of the
-log-likelihood ratios for a move θ → θ′, Σᵢ clip_L2(∇θ log p(xᵢ | θ)) for a gradient, or
-the fixed-size histogram of the score norms for a private clip bound. The client adds the
-partition sums and the mechanism noise, once, exactly as the in-process mechanisms do, so the
-sensitivity, the events and the accounting are unchanged.
-
-Users reach it through :func:`pymc_dp.sample` (``backend=pmdp.DaskBackend(client)``); see
-docs/dask.md. Released statistics of rows that never sit on the client (Dask arrays, summed per
-partition on the workers) are in :mod:`pymc_dp.backends.dask_rows`; DPADVI's Poisson-subsampled
-gradients (each partition's batch drawn on its worker) in :mod:`pymc_dp.backends.dask_dpadvi`.
-``dask[distributed]`` is an optional dependency (the ``dask`` extra), imported only when a
-backend is used.
+A model's rows are split into contiguous partitions and scattered once to the workers of a
+:class:`distributed.Client`. Every worker compiles the in-process data layer's per-row functions
+(shipped as a pickled PyTensor graph that holds no row) and returns for its partition only a
+clipped sum: of log-likelihood ratios, of L2-clipped gradients, or the score norms' fixed-size
+histogram. The client adds the partition sums and the noise once, as the in-process mechanisms
+do: the sensitivity, the events and the accounting are unchanged. Users reach it through
+:func:`pymc_dp.sample` (``backend=pmdp.DaskBackend(client)``; docs/dask.md). Released statistics
+of Dask arrays: :mod:`pymc_dp.backends.dask_rows`; DPADVI's Poisson batches drawn on the workers:
+:mod:`pymc_dp.backends.dask_dpadvi`, on Dask arrays' own blocks :mod:`pymc_dp.backends.dask_partitions`.
+``dask[distributed]`` is an optional dependency (the ``dask`` extra), imported only when used.
 """
 
 from __future__ import annotations
@@ -62,11 +56,8 @@ def _import_distributed():
 
 
 # -- worker side ---------------------------------------------------------------------------------
-# Module-level state of a worker process: compiled functions by graph token, and the per-row
-# log-likelihood of the last two points per partition (the current point and the proposal), so
-# that a Metropolis step evaluates one new point per iteration, as the in-process mechanism does.
-# Both stay on the worker, next to the rows they were computed from. A compiled PyTensor function
-# is not thread-safe: each worker thread gets its own (the C code is compiled once, then cached).
+# A worker's state: compiled functions by graph token (one per thread: PyTensor's are not thread-safe) and the
+# per-row log-likelihoods of the last two points per partition (a Metropolis step evaluates one new point).
 _WORKER_FUNCTIONS: dict[tuple[str, int], Any] = {}
 _WORKER_LOGLIK: dict[tuple[str, str], dict[bytes, np.ndarray]] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -167,10 +158,9 @@ def _histogram_partial(spec, partition, theta, params, chunk_rows) -> np.ndarray
 def _owner_release(spec, owner_key, partition, theta, theta_new, params, bound, std, rng) -> float:
     """One data owner's noisy number: its rows' clipped ratio sum plus noise from the owner's own generator.
 
-    The generator is created on the worker from its OS entropy at the owner's first call
-    (``rng`` is the marker :data:`_OS_ENTROPY`), or, with ``reproducible_noise=True`` (testing
-    only), arrives from the client with the first call; it stays on the worker. Only the noisy
-    number goes back.
+    The generator is drawn on the worker from its OS entropy at the owner's first call (``rng`` is
+    :data:`_OS_ENTROPY`), or (``reproducible_noise=True``, testing) arrives with the first call; it
+    stays on the worker. Only the noisy number goes back.
     """
     if owner_key not in _WORKER_OWNER_NOISE and isinstance(rng, str) and rng == _OS_ENTROPY:
         from pymc_dp.mechanisms.noise import mechanism_rng
@@ -208,11 +198,10 @@ def _forget_worker(token: str) -> None:
 class ClusterRows:
     """One model's rows on a Dask cluster: the client's handle, which holds futures and sums only.
 
-    Built by :meth:`DaskBackend.attach` from a :class:`pymc_dp.data.RowLikelihood` whose
-    rows have passed the row-independence checks. The rows are split into ``n_partitions``
-    contiguous partitions, each scattered once to one worker (round-robin); every call sends
-    θ (and the values of the other parameters) to the workers and gets back one clipped sum
-    per partition, added here in partition order. Nothing else comes back.
+    Built by :meth:`DaskBackend.attach` from a checked :class:`pymc_dp.data.RowLikelihood`: the
+    rows are split into ``n_partitions`` contiguous partitions, each scattered once to one worker
+    (round-robin); every call sends θ (and the other parameters' values) to the workers and gets
+    back one clipped sum per partition, added here in partition order. Nothing else comes back.
     """
 
     def __init__(self, client, rows, n_partitions: int, timeout: float | None) -> None:
@@ -259,9 +248,8 @@ class ClusterRows:
     def _ship(self, outputs: list) -> tuple[tuple[str, Any, dict], list]:
         """Pickle (inputs, outputs) of a per-row function of (θ, other parameters, batch) and scatter it once.
 
-        The shared variables left in the graph (the parameters a compound step holds fixed)
-        become inputs, sent with θ at each call. A constant with an axis of length N would be
-        row data left in the graph: refused (the index mode wraps every such array).
+        Shared variables left in the graph (parameters a compound step holds fixed) become inputs,
+        sent with θ. A constant with an axis of length N (row data left in the graph) is refused.
         """
         from pytensor.compile.sharedvalue import SharedVariable
         from pytensor.graph.basic import Constant
@@ -294,6 +282,11 @@ class ClusterRows:
             self._grad_spec, self._grad_shared = self._ship([jacobian])
         return self._grad_spec
 
+    @property
+    def n_partitions(self) -> int:
+        """The number of row partitions (public: from N and the backend's settings)."""
+        return len(self._parts)
+
     @staticmethod
     def _params(shared: list) -> list[np.ndarray]:
         """Current values of the parameters held fixed (compound steps): sent with θ."""
@@ -303,9 +296,7 @@ class ClusterRows:
     def _map(self, task: str | Callable, per_part: Callable[[int, Any], tuple], what: str) -> list:
         """Submit the worker task ``task`` on every partition (on the worker that holds it) and gather the results.
 
-        ``task`` names a task of this module or is a module-level function the workers can import
-        (:mod:`pymc_dp.backends.dask_dpadvi`'s partial sums).
-
+        ``task`` names a task of this module or is a module-level function the workers can import.
         Any failure (a worker lost with its partition, a task error, the timeout) is a
         :class:`DaskBackendError` naming the exception's type only: a remote message may hold
         data values (PyTensor quotes inputs).
@@ -377,9 +368,8 @@ class ClusterRows:
     def place_owners(self, owners: Sequence[np.ndarray]) -> None:
         """Before the charge: every owner's rows on its worker (:meth:`owner_partition`), or a refusal.
 
-        Releases nothing. A worker that cannot store an owner's rows (or not within the backend's
-        ``timeout``) is refused with :class:`DaskBackendError` here, not at the owner's first
-        release after the charge.
+        Releases nothing. A worker that cannot store an owner's rows (or not within ``timeout``) is
+        refused with :class:`DaskBackendError` here, not at the owner's first release.
         """
         futures = [self.owner_partition(rows)[0] for rows in owners]
         if not futures:
@@ -437,8 +427,7 @@ class ClusterRows:
     def warm_up(self, gradient: bool, modules: Sequence[str] = ()) -> None:
         """Before the charge: every worker imports ``modules``, compiles the graphs and runs them on a dummy row.
 
-        :mod:`pymc_dp.backends.dask_warmup`. Ships the gradient graph now when ``gradient`` (the
-        run needs it), so neither shipping nor compiling happens after the charge. Releases
+        :mod:`pymc_dp.backends.dask_warmup`; the gradient graph too when ``gradient``. Releases
         nothing; a worker that cannot is refused with :class:`DaskBackendError`.
         """
         specs, params = [self._loglik_spec], [self._params(self._loglik_shared)]
@@ -667,33 +656,35 @@ class DaskBackend:
         Seconds to wait for one release's partition sums before the run is stopped with a
         :class:`DaskBackendError` (default: no limit).
 
+    rows : dict of dask.array.Array, optional
+        For :class:`~pymc_dp.DPADVI` only: the Dask arrays, by role (``{"X": X, "y": y}``), that
+        replace the model's :func:`~pymc_dp.row_placeholder` stand-ins; each block is computed and
+        kept where Dask places it (:mod:`pymc_dp.backends.dask_partitions`; ``partitions`` must
+        then be None: the partitions are the arrays' row chunks). Checked from metadata only.
+
     Notes
     -----
     Supported steps: :class:`~pymc_dp.DPPenaltyMH` (full-data log-likelihood ratios),
     :class:`~pymc_dp.DPHMC` (clipped gradients and the ratio of its accept test),
-    :class:`~pymc_dp.DPMultiOwnerPenaltyMH` (each owner's rows pinned to one worker, which
-    adds the owner's noise from a generator drawn there from its OS entropy, so only noisy
-    numbers reach the client) and the private clip bound (``llr_clip="auto"``,
-    ``grad_clip="auto"``). Others (DPBarkerMH, DPSuffStatsPenaltyMH, DPADVI starts) are
-    refused before anything is planned, with an error naming ``backend``. DPADVI itself runs
+    :class:`~pymc_dp.DPMultiOwnerPenaltyMH` (each owner's rows pinned to one worker, which adds
+    the owner's noise from a generator drawn there from its OS entropy) and the private clip
+    bound (``"auto"`` bounds). Others (DPBarkerMH, DPSuffStatsPenaltyMH, DPADVI starts, and any
+    step with ``rows``) are refused before anything is planned, naming ``backend``. DPADVI runs
     on the cluster with ``pmdp.DPADVI(..., backend=DaskBackend(client))`` (its Poisson batches
-    drawn per partition on the workers: :mod:`pymc_dp.backends.dask_dpadvi`). Chains run one after the
-    other in this process (``cores=1``); the workers parallelise each release over rows.
+    drawn per partition on the workers: :mod:`pymc_dp.backends.dask_dpadvi`). Chains run one
+    after the other (``cores=1``); the workers parallelise each release over rows.
 
     Neighbouring relation: that of the steps, unchanged. Each release is the in-process
-    release (same clipped sum up to floating-point summation order, same noise, same σ):
-    the sensitivity, the events and ε are those of the run without a backend. The rows pass
-    the same row-independence checks (they run when a step is built); only partition sums
-    of clipped terms (a float, a length-P vector or the fixed-size histogram counts) are sent
-    back to the client, and a remote error's message is withheld. Scattering the rows is not
-    a release; it happens before the run is charged, so a cluster that cannot take them
-    leaves the budget as it was, and so does a worker that fails the warm-up
-    (:meth:`ClusterRows.warm_up`: imports, compilation and one evaluation on a dummy row). A
-    worker lost during the run stops it with :class:`DaskBackendError`; the run stays charged
-    (its releases up to that point were made).
+    release (same clipped sum up to summation order, same noise, same σ): the sensitivity, the
+    events and ε are those of the run without a backend. Only partition sums of clipped terms
+    come back, and a remote error's message is withheld. Placing the rows and the warm-up
+    (:meth:`ClusterRows.warm_up`) come before the charge: a cluster that fails them leaves the
+    budget as it was; a worker lost during the run stops it (:class:`DaskBackendError`), charged.
     """
 
-    def __init__(self, client, *, partitions: int | None = None, timeout: float | None = None) -> None:
+    def __init__(
+        self, client, *, partitions: int | None = None, timeout: float | None = None, rows: dict | None = None
+    ) -> None:
         distributed = _import_distributed()
         if not isinstance(client, distributed.Client):
             raise TypeError(f"`client` must be a distributed.Client. Found {type(client).__name__}.")
@@ -705,16 +696,27 @@ class DaskBackend:
             timeout = float(timeout)
             if not math.isfinite(timeout) or timeout <= 0:
                 raise ValueError(f"`timeout` must be a positive number of seconds or None. Found {timeout!r}.")
-        self.client = client
+        if rows is not None:
+            from pymc_dp.backends.dask_rows import check_rows
+
+            rows = check_rows(rows)
+            if partitions is not None:
+                raise ValueError(f"`partitions` must be None with `rows` (their chunks). Found {partitions!r}.")
+        self.client, self.rows, self.timeout = client, rows, timeout
         self.partitions = None if partitions is None else int(partitions)
-        self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"DaskBackend(client={self.client!r}, partitions={self.partitions}, timeout={self.timeout})"
+        roles = "" if self.rows is None else f", rows={sorted(self.rows)}"
+        return f"DaskBackend(client={self.client!r}, partitions={self.partitions}, timeout={self.timeout}{roles})"
 
     def check(self, steps: Sequence[Any], sample_kwargs: dict[str, Any]) -> None:
         """Refuse steps the backend cannot run and ``cores`` > 1; changes nothing."""
         names = [type(s).__name__ for s in steps]
+        if self.rows is not None:
+            raise ValueError(
+                "`backend` with `rows` (Dask arrays) runs DPADVI only: the samplers' rows come from the model. Found "
+                f"{', '.join(names)}; fit pmdp.DPADVI(..., backend=...) or hold the rows in the model."
+            )
         unsupported = [n for n in names if n not in SUPPORTED_STEPS]
         if unsupported:
             raise ValueError(
@@ -746,10 +748,9 @@ class DaskBackend:
     def attach(self, steps: Sequence[Any]) -> Callable[[], None]:
         """Scatter every step's rows and route its releases to the cluster; returns the function that undoes it.
 
-        Releases nothing. Every worker then imports its modules, compiles the step's per-row
-        functions and evaluates them on a dummy row (:mod:`pymc_dp.backends.dask_warmup`), so a
-        worker that cannot run them is refused here, before the charge. On failure the steps are
-        left as they were.
+        Releases nothing. Every worker then warms up (:mod:`pymc_dp.backends.dask_warmup`), so a
+        worker that cannot run the step is refused here, before the charge; the steps are left
+        as they were on failure.
         """
         clusters, swapped = [], []
         try:
@@ -772,8 +773,7 @@ class DaskBackend:
 
 
 def _warm_up(cluster: ClusterRows, step) -> None:
-    """Before the charge: compile the step's per-row functions on every worker (:meth:`ClusterRows.warm_up`)
-    and place each data owner's rows on its worker (:meth:`ClusterRows.place_owners`)."""
+    """Before the charge: :meth:`ClusterRows.warm_up`, and each data owner's rows placed (``place_owners``)."""
     gradient = bool(getattr(step, "uses_row_gradients", False) or getattr(step, "auto_clip_attributes", ()))
     cluster.warm_up(gradient=gradient)
     cluster.place_owners(getattr(step, "owner_row_indices", ()))

@@ -190,7 +190,7 @@ class DaskPoissonGradientSum(NoisyPoissonGradientSum):
 
     def _partition_seeds(self, rng: Any) -> list:
         """One seed per partition for this release: OS entropy on the workers, or (reproducible) from ``rng``."""
-        n_parts = len(self._cluster._parts)
+        n_parts = self._cluster.n_partitions  # public (settings, or the arrays' chunk sizes): known before a read
         if self.sampling_rate == 1.0 or not self._reproducible:  # q = 1 draws nothing, as in process
             return [OS_ENTROPY] * n_parts
         return [int(s) for s in rng.integers(0, 2**63 - 1, size=n_parts)]
@@ -233,12 +233,21 @@ class DaskDPADVIMechanisms(DaskRowMechanisms):
 def attach_dpadvi_rows(backend: Any, mechanisms: Any, reproducible: bool) -> DaskDPADVIMechanisms:
     """Scatter the rows of ``mechanisms`` (a :class:`RowMechanisms`) to ``backend``'s workers: releases nothing.
 
+    For a model of row placeholders (:class:`pymc_dp.backends.dask_partitions.PlaceholderRowMechanisms`)
+    nothing is scattered: the Dask arrays' blocks are computed where Dask places them at the
+    first release, after the charge (:class:`~pymc_dp.backends.dask_partitions.PartitionedClusterRows`).
+
     Called by DPADVI before it charges a fit, so a cluster that cannot take the rows, or a
     worker that cannot import this module or compile and evaluate the gradient graph on a dummy
     row (:meth:`pymc_dp.backends.dask.ClusterRows.warm_up`), leaves the budget as it was.
     Refuses rows that cannot be partitioned (``ModelStructureError`` naming ``backend``).
     """
-    cluster = ClusterRows(backend.client, mechanisms._rows, backend.partitions or 0, backend.timeout)
+    if getattr(mechanisms, "arrays", None) is not None:  # a model of placeholders: the Dask arrays' own blocks
+        from pymc_dp.backends.dask_partitions import PartitionedClusterRows
+
+        cluster = PartitionedClusterRows(backend.client, mechanisms._rows, mechanisms.arrays, backend.timeout)
+    else:
+        cluster = ClusterRows(backend.client, mechanisms._rows, backend.partitions or 0, backend.timeout)
     try:  # the gradient graph shipped, this module imported and compiled on every worker: before the charge
         cluster.warm_up(gradient=True, modules=DPADVI_WORKER_MODULES)
     except BaseException:
@@ -262,9 +271,15 @@ def dask_dpadvi_record(backend: Any, reproducible: bool) -> dict[str, Any]:
     """The public description of a DPADVI fit's Dask backend (no data): where the batches are drawn."""
     import distributed
 
+    rows = getattr(backend, "rows", None)
     return {
         "name": "dask",
-        "partitions": backend.partitions,  # None: one per worker when the fit starts
+        "partitions": backend.partitions,  # None: one per worker when the fit starts (or the rows' chunks)
+        "rows": (
+            "the client's model, scattered to the workers"
+            if rows is None
+            else f"Dask arrays {sorted(rows)}, each row chunk computed and kept where Dask places it"
+        ),
         "workers": len(backend.client.scheduler_info()["workers"]),
         "timeout": backend.timeout,
         "distributed_version": distributed.__version__,

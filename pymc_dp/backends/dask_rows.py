@@ -55,6 +55,7 @@ __all__ = [
     "ROW_PLACEHOLDER_NAME",
     "PartitionError",
     "check_partitioned_release",
+    "check_rows",
     "holds_row_placeholders",
     "is_partitioned",
     "partitioned_clipped_count",
@@ -373,7 +374,10 @@ def row_placeholder(rows: Any) -> Any:
     ``row_placeholder(X)`` and ``row_placeholder(y)`` (a PyTensor constant over a NumPy view with
     zero strides: one element, whatever N), then give the Dask arrays to
     ``pmdp.sample(epsilon=..., rows={"X": X, "y": y})``, which releases them in place of the
-    placeholders (``docs/dask.md``). Reads the shape, dtype and chunk sizes only.
+    placeholders, or to ``pmdp.DPADVI(..., backend=pmdp.DaskBackend(client, rows=...))``, which
+    fits on them (``docs/dask.md``). The constant records the array's Dask name (``tag.dask_name``),
+    by which DPADVI matches each placeholder to its array. Reads the shape, dtype, chunk sizes
+    and name only.
 
     Parameters
     ----------
@@ -394,7 +398,9 @@ def row_placeholder(rows: Any) -> Any:
 
     n_rows = partitioned_n_rows(rows)  # refuses unknown chunk sizes and non-numbers, naming `data`
     zeros = np.broadcast_to(np.zeros((), dtype=rows.dtype), (n_rows, *rows.shape[1:]))
-    return pt.constant(zeros, name=ROW_PLACEHOLDER_NAME)  # its dtype (no `dtype=`: that would copy the zeros out)
+    placeholder = pt.constant(zeros, name=ROW_PLACEHOLDER_NAME)  # its dtype (`dtype=` would copy the zeros out)
+    placeholder.tag.dask_name = rows.name  # which array it stands for (DPADVI's rows= match it): metadata
+    return placeholder
 
 
 def holds_row_placeholders(model: Any) -> bool:
@@ -418,3 +424,45 @@ def with_ones_column(covariates: Any, n_rows: int, like: Any) -> Any:
     chunks = (covariates if covariates is not None else like).chunks[0]
     ones = da.ones((n_rows, 1), chunks=(chunks, 1), dtype=float)
     return ones if covariates is None else da.concatenate([ones, covariates], axis=1)
+
+
+def check_rows(rows: Any) -> dict[str, Any]:
+    """``rows`` checked from metadata only: a dict of Dask arrays by role, known chunk sizes, numbers, equal lengths.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``rows``; nothing is read.
+
+    Notes
+    -----
+    Neighbouring relation: substitute (N public, read from the chunk sizes) or add/remove (the
+    lengths are compared, never shown).
+    """
+    if not isinstance(rows, dict) or not rows or not all(isinstance(key, str) for key in rows):
+        found = sorted(map(repr, rows)) if isinstance(rows, dict) else type(rows).__name__
+        raise TypeError(
+            '`rows` must be a non-empty dict of Dask arrays by role ({"X": covariates, "y": outcome}, each the array '
+            f"a row placeholder of the model was made from). Found {found}."
+        )
+    lengths = set()
+    for role, array in rows.items():
+        kind = f"{type(array).__module__}.{type(array).__name__}"
+        if not (is_partitioned(array) and type(array).__name__ == "Array" and kind.startswith("dask.array")):
+            raise TypeError(
+                f'`rows["{role}"]` must be a dask.array array (rows that stay on the cluster; convert a dask '
+                f"dataframe's columns with to_dask_array(lengths=True)). Found {kind}."
+            )
+        sizes = array.chunks[0] if array.ndim else ()
+        if not array.ndim or any(isinstance(size, float) and math.isnan(size) for size in sizes):
+            raise ValueError(
+                f'`rows["{role}"]` must have known chunk sizes along the rows: N is public and is read from them, '
+                "never counted from the rows. Found unknown sizes (nan); use to_dask_array(lengths=True) or "
+                "compute_chunk_sizes() on rows selected by public attributes only."
+            )
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f'`rows["{role}"]` must hold booleans, integers or floats. Found dtype {array.dtype}.')
+        lengths.add(int(sum(sizes)))
+    if len(lengths) > 1:
+        raise ValueError("`rows` must give every array the same number of rows. Found arrays of different lengths.")
+    return dict(rows)

@@ -229,7 +229,11 @@ class DPADVI(_FitLoop, Inference):
         returns that sum alone; the noise is added once here
         (:class:`pymc_dp.backends.dask_dpadvi.DaskPoissonGradientSum`): the same release,
         σ, events and ε as the default backend. The clipping check's histogram runs on the
-        workers too. The partitions are released when the fit ends.
+        workers too. The partitions are released when the fit ends. With
+        ``DaskBackend(client, rows={"X": X, "y": y})`` the model is built on
+        :func:`pymc_dp.row_placeholder` stand-ins and nothing is scattered: each row chunk of the
+        Dask arrays is computed where Dask places it, after the charge, and the batches run
+        there (:mod:`pymc_dp.backends.dask_partitions`).
     average_iterates : bool, default True
         End each fit at the average of its second half of iterates (Polyak–Ruppert), which
         damps the gradient noise the last iterate carries. The iterates' spread is kept as
@@ -459,9 +463,13 @@ class DPADVI(_FitLoop, Inference):
                 f"DPADVI needs continuous free variables (a Gaussian approximation). Found discrete: {discrete}."
             )
         # Raises ModelStructureError for models without a row axis.
-        prior, mechanisms = model_access(
-            model, None, None, None, self._compile_kwargs, self.neighbouring, reproducible=self.reproducible_noise
-        )
+        settings = (self._compile_kwargs, self.neighbouring, self.reproducible_noise)
+        if self._dask_backend is not None and self._dask_backend.rows is not None:  # a model of row placeholders
+            from pymc_dp.backends.dask_partitions import placeholder_access
+
+            prior, mechanisms = placeholder_access(model, self._dask_backend.rows, *settings)
+        else:
+            prior, mechanisms = model_access(model, None, None, None, *settings[:2], reproducible=settings[2])
         mechanisms.check_subsets()  # Poisson batches: the subset path is checked before anything is charged
         if self._dask_backend is not None:  # the rows are scattered when a fit starts (_attach_backend)
             from pymc_dp.backends.dask_dpadvi import check_dpadvi_rows
