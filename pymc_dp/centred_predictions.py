@@ -40,7 +40,9 @@ from pymc_dp.usability import MIN_USEFUL_ESS
 __all__ = [
     "CENTRE_ANCHOR_SHARE",
     "CENTRE_HESSIAN_SHARE",
+    "CENTRE_LAST_PILOT_HESSIAN_SHARE",
     "CENTRE_MAX_CURVATURE_NOISE",
+    "CENTRE_NEWTON_GROWTH",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
     "CENTRE_SD_SPREAD",
@@ -58,10 +60,12 @@ __all__ = [
     "centring_curvature_noise",
     "centring_events",
     "centring_noise_multipliers",
+    "centring_pilot_schedule",
     "default_dpadvi_sampling_rate",
     "leapfrog_energy_variance",
     "logistic_centring_bound",
     "metric_spectrum",
+    "newton_weights",
     "random_phase_ess",
     "worst_coordinate_ess",
 ]
@@ -71,9 +75,17 @@ CENTRE_ANCHOR_SHARE = 0.5
 #: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
 CENTRE_HESSIAN_SHARE = 0.25
 #: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).
-CENTRE_NEWTON_SHARE = 0.6
+#: 0.5 (was 0.6 with even pilots): measured in ``benchmarks/centred_anchor_landing.py`` (``docs/centred.md``).
+CENTRE_NEWTON_SHARE = 0.5
 #: Noisy Newton steps from the DP start before the anchor is released.
 CENTRE_NEWTON_STEPS = 5
+#: Each pilot gets this many times the μ of the one before (weights 1, 3, 9, 27, 81 over 121): the early steps
+#: only need to head towards the mode, the last one sets where the anchor lands (its score noise, moved through
+#: the posterior covariance, is the landing's error). Was 1 (even pilots).
+CENTRE_NEWTON_GROWTH = 3.0
+#: The last pilot's Hessian share of its μ (the earlier pilots' is :data:`CENTRE_HESSIAN_SHARE`): near the mode
+#: the step's error is the score noise through Σ, and the Hessian's only scales it.
+CENTRE_LAST_PILOT_HESSIAN_SHARE = 0.1
 #: |w′| ≤ 1/(6√3) for w = p(1 − p) of the logistic function: κ = B³/(6√3) bounds a row's Hessian's Lipschitz constant.
 LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
 #: The centred rows are predicted only where a pilot's Hessian noise is at most this fraction of the posterior's
@@ -95,25 +107,46 @@ def default_dpadvi_sampling_rate(n_rows: int) -> float:
     return min(1.0, DPADVI_BATCH_ROWS / n_rows)
 
 
+def newton_weights() -> tuple[float, ...]:
+    """Each pilot's share of the pilots' μ, first to last: :data:`CENTRE_NEWTON_GROWTH`^k normalised (public)."""
+    raw = [CENTRE_NEWTON_GROWTH**k for k in range(CENTRE_NEWTON_STEPS)]
+    return tuple(w / sum(raw) for w in raw)
+
+
+def centring_pilot_schedule(epsilon: float, delta: float, chain_share: float) -> tuple[tuple[float, float], ...]:
+    """(τ_G, τ_H) of each pilot, first to last (:func:`centring_noise_multipliers`; public settings only)."""
+    return centring_noise_multipliers(epsilon, delta, chain_share, schedule=True)[1]
+
+
 def centring_noise_multipliers(
-    epsilon: float, delta: float, chain_share: float
-) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((τ_G, τ_H) of the anchor, (τ_G, τ_H) of each pilot) of a centred ``pmdp.sample`` run (public settings only).
+    epsilon: float, delta: float, chain_share: float, schedule: bool = False
+) -> tuple[tuple[float, float], Any]:
+    """((τ_G, τ_H) of the anchor, (τ_G, τ_H) of the last pilot) of a centred ``pmdp.sample`` run (public settings
+    only); with ``schedule`` every pilot's pair instead of the last's, first to last.
 
     μ_anchor = :data:`CENTRE_ANCHOR_SHARE` × μ(``chain_share`` × ε) (zCDP, at δ), of which
-    :data:`CENTRE_NEWTON_SHARE` pays for the :data:`CENTRE_NEWTON_STEPS` pilots evenly and the rest for
-    the anchor; each release pair gives :data:`CENTRE_HESSIAN_SHARE` of its μ to the Hessian. τ is
-    rounded up (towards privacy) by 10⁻⁹ relative.
+    :data:`CENTRE_NEWTON_SHARE` pays for the :data:`CENTRE_NEWTON_STEPS` pilots (pilot k gets
+    :func:`newton_weights`' share: each :data:`CENTRE_NEWTON_GROWTH` times the one before) and the rest for
+    the anchor; each release pair gives :data:`CENTRE_HESSIAN_SHARE` of its μ to the Hessian, the last
+    pilot :data:`CENTRE_LAST_PILOT_HESSIAN_SHARE`. τ is rounded up (towards privacy) by 10⁻⁹ relative.
     """
     mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
 
-    def pair(mu: float) -> tuple[float, float]:
+    def pair(mu: float, hessian_share: float = CENTRE_HESSIAN_SHARE) -> tuple[float, float]:
         return (
-            math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9),
-            math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9),
+            math.sqrt(0.5 / ((1.0 - hessian_share) * mu)) * (1 + 1e-9),
+            math.sqrt(0.5 / (hessian_share * mu)) * (1 + 1e-9),
         )
 
-    return pair((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor), pair(CENTRE_NEWTON_SHARE * mu_anchor / CENTRE_NEWTON_STEPS)
+    weights = newton_weights()
+    pilots = tuple(
+        pair(
+            CENTRE_NEWTON_SHARE * mu_anchor * w,
+            CENTRE_LAST_PILOT_HESSIAN_SHARE if k == len(weights) - 1 else CENTRE_HESSIAN_SHARE,
+        )
+        for k, w in enumerate(weights)
+    )
+    return pair((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor), (pilots if schedule else pilots[-1])
 
 
 #: The random-walk law's constant: 0.331/P effective draws per iteration for a tuned isotropic random walk on a
@@ -198,6 +231,8 @@ def centred_ess(
     target_accept: float = DPHMC_TARGET_ACCEPT,
     posterior_shape: Any = None,
     dense_proposal: bool = False,
+    dense_mass: bool = False,
+    step_size_jitter: float = 0.0,
 ) -> dict[str, Any]:
     """The predicted bulk ESS of the worst coordinate of one centred second-order chain (DPHMC with
     ``grad_noise_multiplier``, else DPPenaltyMH), from public quantities and released values only.
@@ -236,7 +271,12 @@ def centred_ess(
       :func:`random_phase_ess` (the median over runs). This is not monotone in the noise: a chain
       whose noise keeps its trajectories short can mix better than a quieter one whose
       directions resonate. Checked against runs in ``docs/hmc.md`` ("The planner's ESS against
-      measurement").
+      measurement"). With ``dense_mass`` (M⁻¹ ∝ the same ``posterior_shape``:
+      :meth:`pymc_dp.step_methods.hmc.DPHMC.dense_mass`) the shape is whitened, every λ_k = 1
+      as far as the shape is right. With ``step_size_jitter`` j > 0 the step is h·u, u ~ U(1 − j,
+      1 + j), averaged over a grid of u: the dual averaging settles where the mean acceptance is
+      the target, and direction k's draws are an AR(1) of lag-1 correlation 1 − E_u[a(xu)(1 −
+      cos T_k(u))] (the jitter spreads the angles instead of the random phase above).
     """
     f = sensitivity_of_clipped_sum(1.0, neighbouring)
     s, p = float(posterior_sd), int(n_params)
@@ -246,7 +286,7 @@ def centred_ess(
         rms = s * math.sqrt(float(np.mean(variances) / np.exp(np.mean(np.log(variances)))))
     r2 = p * rms**2 * (1.0 + float(offset_sd) ** 2)
     hmc = grad_noise_multiplier is not None
-    whitened = dense_proposal and not hmc and posterior_shape is not None
+    whitened = posterior_shape is not None and ((dense_proposal and not hmc) or (dense_mass and hmc))
     values, weights = metric_spectrum(None if whitened else posterior_shape, p, diagonal_metric=hmc)
     if not hmc:
         c = f * llr_noise_multiplier * 0.5 * lipschitz * r2 * (rms if whitened else s)
@@ -262,12 +302,17 @@ def centred_ess(
         int(n_leapfrog),
         values,
         target_accept,
+        float(step_size_jitter),
     )
     accept, angles = trajectory["acceptance"], trajectory["angles"]
-    turning = angles > 2.0 * math.pi  # past a full period: the angle is taken as uniform over a period
-    per_direction = np.where(turning, 1.0, ar1_ess(accept, angles))
-    if np.any(turning):
-        per_direction[turning] = random_phase_ess(accept, int(np.sum(turning)))
+    if step_size_jitter > 0:
+        moved = trajectory["moved"]
+        per_direction = moved / (2.0 - moved)
+    else:
+        turning = angles > 2.0 * math.pi  # past a full period: the angle is taken as uniform over a period
+        per_direction = np.where(turning, 1.0, ar1_ess(accept, angles))
+        if np.any(turning):
+            per_direction[turning] = random_phase_ess(accept, int(np.sum(turning)))
     return {
         "method": "DPHMC",
         "ess_per_chain": worst_coordinate_ess(per_direction, weights) * draws,
@@ -279,7 +324,12 @@ def centred_ess(
         "energy_noise_sd": trajectory["sigma_h"],
         "posterior_sd": s,
         "offset_sd": offset_sd,
+        **({"mass": "dense", "step_size_jitter": float(step_size_jitter)} if whitened else {}),
     }
+
+
+#: Points of the grid over the jitter factor u ~ U(1 − j, 1 + j) that the jittered DPHMC law averages over.
+JITTER_GRID_POINTS = 33
 
 
 def _dphmc_trajectory(
@@ -291,10 +341,17 @@ def _dphmc_trajectory(
     n_leapfrog: int,
     values: np.ndarray,
     target_accept: float,
+    jitter: float = 0.0,
 ) -> dict[str, Any]:
     """The trajectory DPHMC's dual averaging settles on (:func:`centred_ess`): x quarter periods, whitened step
-    h = xπ/(2L), acceptance a(x), and the angle each metric direction turns. Public and released values only."""
+    h = xπ/(2L), acceptance a(x), and the angle each metric direction turns; with ``jitter`` the acceptance is the
+    mean over the step's jitter factors and ``moved`` each direction's E_u[a(1 − cos T)]. Public and released values
+    only."""
     from scipy import special
+
+    factors = np.array([1.0])
+    if jitter > 0:
+        factors = 1.0 + jitter * (2.0 * (np.arange(JITTER_GRID_POINTS) + 0.5) / JITTER_GRID_POINTS - 1.0)
 
     def parts(x: float) -> tuple[float, float, float]:
         jump = min(x, 1.0) * s * math.sqrt(p)
@@ -303,9 +360,14 @@ def _dphmc_trajectory(
         leapfrog = float(np.sum(leapfrog_energy_variance(h / np.sqrt(values))))
         return sigma_l, x * 0.5 * math.pi * s * sigma_g * math.sqrt(p / n_leapfrog), leapfrog
 
-    def acceptance(x: float) -> float:
+    def fixed_acceptance(x: float) -> float:
         sigma_l, sigma_h, leapfrog = parts(x)
         return float(2.0 * special.ndtr(-math.sqrt(sigma_l**2 + sigma_h**2 + leapfrog) / 2.0))
+
+    def acceptance(x: float) -> float:
+        if jitter <= 0:
+            return fixed_acceptance(x)
+        return float(np.mean([fixed_acceptance(x * u) for u in factors]))
 
     # a(x) falls as x grows; leapfrog is unstable (a = 0) once the narrowest direction's h/√λ reaches 2.
     low, high = 0.0, 4.0 * n_leapfrog * math.sqrt(values.min()) / math.pi
@@ -318,7 +380,13 @@ def _dphmc_trajectory(
     h = low * 0.5 * math.pi / n_leapfrog
     sigma_l, sigma_h, _ = parts(low)
     angles = 2.0 * n_leapfrog * np.arcsin(np.minimum(h / (2.0 * np.sqrt(values)), 1.0))
+    moved = np.zeros_like(values)
+    if jitter > 0:
+        for u in factors:
+            turned = 2.0 * n_leapfrog * np.arcsin(np.minimum(h * u / (2.0 * np.sqrt(values)), 1.0))
+            moved += fixed_acceptance(low * u) * (1.0 - np.cos(turned)) / factors.size
     return {
+        "moved": moved,
         "fraction": low,
         "step": h,
         "acceptance": acceptance(low),
@@ -378,17 +446,17 @@ def centring_bound_and_lipschitz(
 
 
 def centring_events(
-    anchor_taus: tuple[float, float], pilot_taus: tuple[float, float], who: str = "planned"
+    anchor_taus: tuple[float, float], pilot_schedule: tuple[tuple[float, float], ...], who: str = "planned"
 ) -> tuple[Any, ...]:
     """The privacy events of a centred run's releases before its chains (public settings only).
 
-    The :data:`CENTRE_NEWTON_STEPS` pilot pairs, then the anchor's pair: each a clipped score sum
-    (τ_G) and a clipped Hessian sum (τ_H), priced by the mechanisms' own event builders. What
-    :func:`pymc_dp.step_methods.centred_plan.plan_centring` charges in the run's plan and what
-    :func:`centred_chains_mu` predicts with.
+    The pilot pairs of ``pilot_schedule`` (:func:`centring_pilot_schedule`, first to last), then the
+    anchor's pair: each a clipped score sum (τ_G) and a clipped Hessian sum (τ_H), priced by the
+    mechanisms' own event builders. What :func:`pymc_dp.step_methods.centred_plan.plan_centring`
+    charges in the run's plan and what :func:`centred_chains_mu` predicts with.
     """
     events: tuple[Any, ...] = ()
-    for k in range(CENTRE_NEWTON_STEPS):
+    for k, pilot_taus in enumerate(pilot_schedule):
         label = f"{who} centring Newton step {k + 1}"
         events += (
             *NoisyClippedGradient.events(pilot_taus[0], 1, label),
@@ -439,15 +507,15 @@ def centred_chains_mu(
         init_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta, rate, DP_START_ITERATIONS, neighbouring
     )
     tau_clip = math.sqrt(3 / (2.0 * gaussian_mu_for_target(clip_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)))
-    anchor, pilot = centring_noise_multipliers(epsilon, delta, 1.0 - init_share - clip_share)
+    anchor, pilots = centring_noise_multipliers(epsilon, delta, 1.0 - init_share - clip_share, schedule=True)
     # Each release priced by its mechanism's own event builder, as the run prices it (tests/test_run.py).
     earlier = (
         *NoisyPoissonGradientSum.events(sigma, rate, DP_START_ITERATIONS, neighbouring, "DP start"),
         *NoisyScoreNormHistogram.events(tau_clip, 3, "clip bound"),
-        *centring_events(anchor, pilot),
+        *centring_events(anchor, pilots),
     )
     (chains,) = calibrate_releasers([_ChainsMu()], 1, epsilon, delta, earlier)
-    return chains.mu, (anchor, pilot)
+    return chains.mu, (anchor, pilots[-1])
 
 
 def centred_prediction_at(
@@ -508,7 +576,7 @@ def centred_rows(
     moved through a posterior covariance of about s²). The iterations per chain maximise the predicted ESS on the
     planner's grid up to ``max_iterations`` (the noise grows with them). Usable: at least
     :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, predicted only where the Newton steps resolve
-    the curvature (:func:`centring_curvature_noise`). ``chains_mu`` and ``pilot`` (the pilots' τ_G, τ_H), if given,
+    the curvature (:func:`centring_curvature_noise`). ``chains_mu`` and ``pilot`` (the last pilot's τ_G, τ_H), if given,
     replace :func:`centred_chains_mu`'s (``pmdp.sample(draws="auto")`` gives its own calibration's).
     """
     if chains_mu is None or pilot is None:

@@ -307,7 +307,12 @@ def test_the_anchor_moves_by_a_recorded_newton_step_from_the_dp_start(centred_ru
     # the anchor sits where the last step led (post-processing of the pilot's released values)
     assert record["steps"][0]["centring"]["point"] == pytest.approx(path[-1]["newton_point"])
     assert path[0]["point"] != pytest.approx(path[-1]["newton_point"])  # it moved from the DP start
-    assert path[0]["noise_multiplier"] == pytest.approx(centring["newton_noise_multiplier"])
+    # each pilot's noise is the schedule's (each CENTRE_NEWTON_GROWTH times the μ of the one before); the record's
+    # single newton_noise_multiplier is the last pilot's, which sets where the anchor lands
+    schedule = centring["newton_noise_multipliers"]
+    assert [p["noise_multiplier"] for p in path] == pytest.approx([pair[0] for pair in schedule])
+    assert path[-1]["noise_multiplier"] == pytest.approx(centring["newton_noise_multiplier"])
+    assert all(later < earlier for (earlier, _), (later, _) in zip(schedule, schedule[1:]))
     text = pmdp.privacy_statement(idata).text
     assert "centred on a released anchor" in text
     assert f"Before it, {CENTRE_NEWTON_STEPS} pilot releases of the same two clipped sums" in text

@@ -37,8 +37,10 @@ row's term is clipped at these public bounds. The centred releases: :mod:`pymc_d
 
 **What ε covers.** The anchor's two Gaussian releases and the 2 × ``newton_steps`` pilot
 releases are priced here, with μ_anchor = ``anchor_share`` × the μ left to the chains after the
-DP start and the clip bound (of it ``newton_share`` to the pilots together and, within each
-release pair, ``hessian_share`` to the Hessian), and composed with the run's other releases in its one plan:
+DP start and the clip bound (of it ``newton_share`` to the pilots together, each pilot
+:data:`CENTRE_NEWTON_GROWTH` times the one before, and, within each release pair,
+``hessian_share`` to the Hessian, :data:`CENTRE_LAST_PILOT_HESSIAN_SHARE` in the last pilot's),
+and composed with the run's other releases in its one plan:
 a run over its target or the budget is refused before any row is read. The chains are then
 calibrated to what is left. Deciding to centre reads nothing (public quantities only).
 """
@@ -56,6 +58,8 @@ from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.centred_predictions import (  # the pure math, on the planning floor (pmdp.plan's centred rows use it)
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
+    CENTRE_LAST_PILOT_HESSIAN_SHARE,
+    CENTRE_NEWTON_GROWTH,
     CENTRE_NEWTON_SHARE,
     CENTRE_NEWTON_STEPS,
     centred_ess,
@@ -67,6 +71,7 @@ from pymc_dp.centred_predictions import (  # the pure math, on the planning floo
 )
 from pymc_dp.mechanisms.centred import check_centre_lipschitz
 from pymc_dp.mechanisms.clip_bound import NORM_GRID_EDGES, clipping_summary
+from pymc_dp.step_methods.centred import prior_hessian
 from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
 #: The most iterations per chain (tune + draws) ``draws="auto"`` gives a centred run: pmdp.sample's default
@@ -118,8 +123,10 @@ class CentringPlan:
     clip_source: str = "public: B and B²/4"
     #: The step's clip bounds set by hand, which the centred bounds replace (public: the caller's values).
     replaced_clips: dict[str, Any] = field(default_factory=dict)
-    #: The pilot releases' noise multipliers (score, Hessian), one pair per noisy Newton step before the anchor.
+    #: The last pilot release's noise multipliers (score, Hessian): what sets where the anchor lands.
     newton_noise_multipliers: tuple[float, float] | None = None
+    #: Every pilot's (score, Hessian) noise multipliers, first to last (:func:`centring_pilot_schedule`).
+    newton_schedule: tuple[tuple[float, float], ...] = ()
     newton_steps: int = 0
     newton_share: float = 0.0
     #: The pilots' released values and the points they moved the anchor to (public), filled by :meth:`release`.
@@ -148,6 +155,7 @@ class CentringPlan:
             posterior_sd, offset_sd = anchor_posterior_scale(self.anchor, posterior_sd, offset_sd)
             shape = anchor_posterior_shape(self.anchor)
         hmc = hasattr(step, "grad_noise_multiplier")
+        dense_mass = hmc and self._dense_mass(step)
         self.prediction = centred_ess(
             draws=draws,
             n_params=step._prior.n_params,
@@ -160,8 +168,22 @@ class CentringPlan:
             neighbouring=step.neighbouring,
             posterior_shape=shape,
             dense_proposal=not hmc and self._dense_walk(step),
+            dense_mass=dense_mass,
+            step_size_jitter=_hmc_jitter(step, dense_mass) if hmc else 0.0,
         )
         return self.prediction
+
+    def _dense_mass(self, step: Any) -> bool:
+        """Whether the run's DPHMC uses this anchor's dense mass (``step`` may be the calibrated copy, which carries
+        no anchor): :meth:`pymc_dp.step_methods.hmc.DPHMC.dense_mass`'s rule on the released Ĥ and the prior."""
+        from pymc_dp.step_methods.penalty import dense_proposal_factor
+
+        anchor = self.anchor
+        if anchor is None or anchor.hessian is None:
+            return False
+        curvature = step.temperature * np.asarray(anchor.hessian, dtype=float)
+        curvature = curvature + prior_hessian(step._prior, np.asarray(anchor.point, dtype=float))
+        return dense_proposal_factor(curvature, step.temperature * anchor.hessian_std) is not None
 
     def _dense_walk(self, step: Any) -> bool:
         """Whether the run's DPPenaltyMH walks along this anchor's shape (``step`` may be the calibrated copy, which
@@ -239,8 +261,7 @@ class CentringPlan:
         """
         names = [v.name for v in step.vars]
         current, self.path = point, []
-        for _ in range(self.newton_steps):
-            tau_g, tau_h = self.newton_noise_multipliers
+        for tau_g, tau_h in self.newton_schedule:
             pilot = step.release_run_anchor(current, self.public_clips[0], tau_g, self.public_clips[1], tau_h)
             moved = newton_point(pilot, step._prior)  # post-processing of the pilot's released Ĝ and Ĥ
             self.path.append({**pilot.record(), "newton_point": [float(v) for v in moved]})
@@ -329,8 +350,12 @@ class CentringPlan:
             "newton_share": self.newton_share,
             **(
                 {
+                    # the last pilot's (where the anchor lands); every pilot's in newton_noise_multipliers
                     "newton_noise_multiplier": self.newton_noise_multipliers[0],
                     "newton_hessian_noise_multiplier": self.newton_noise_multipliers[1],
+                    "newton_noise_multipliers": [list(pair) for pair in self.newton_schedule],
+                    "newton_growth": CENTRE_NEWTON_GROWTH,
+                    "newton_last_hessian_share": CENTRE_LAST_PILOT_HESSIAN_SHARE,
                 }
                 if self.newton_steps
                 else {}
@@ -343,24 +368,20 @@ class CentringPlan:
         }
 
 
+def _hmc_jitter(step: Any, dense_mass: bool) -> float:
+    """The step-size jitter a DPHMC run uses: the caller's, else the dense mass's default (public settings)."""
+    from pymc_dp.step_methods.hmc import DENSE_MASS_STEP_SIZE_JITTER
+
+    if getattr(step, "_jitter_user_set", True) or not dense_mass:
+        return float(step.step_size_jitter)
+    return DENSE_MASS_STEP_SIZE_JITTER
+
+
 def _unflatten(flat: np.ndarray, like: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """A flat vector as value-variable name → array shaped as in ``like``."""
     sizes = [np.asarray(like[name]).size for name in names]
     parts = np.split(np.asarray(flat, dtype=float), np.cumsum(sizes)[:-1])
     return {n: v.reshape(np.shape(like[n])) for n, v in zip(names, parts, strict=True)}
-
-
-def _prior_hessian(prior: Any, theta: np.ndarray) -> np.ndarray:
-    """∇² log p(θ) of the data-free prior, by central differences of its exact gradient (no row read)."""
-    size = theta.size
-    hessian = np.empty((size, size))
-    for j in range(size):
-        h = 1e-5 * (1.0 + abs(theta[j]))
-        up, down = theta.copy(), theta.copy()
-        up[j] += h
-        down[j] -= h
-        hessian[:, j] = (prior.prior_logp_and_grad(up)[1] - prior.prior_logp_and_grad(down)[1]) / (2.0 * h)
-    return 0.5 * (hessian + hessian.T)
 
 
 def newton_point(pilot: Any, prior: Any) -> np.ndarray:
@@ -375,7 +396,7 @@ def newton_point(pilot: Any, prior: Any) -> np.ndarray:
     theta = np.asarray(pilot.point, dtype=float)
     hessian = np.asarray(pilot.hessian, dtype=float)
     _, prior_gradient = prior.prior_logp_and_grad(theta)
-    precision = -0.5 * (hessian + hessian.T) - _prior_hessian(prior, theta)
+    precision = -0.5 * (hessian + hessian.T) - prior_hessian(prior, theta)
     eigenvalues, vectors = np.linalg.eigh(0.5 * (precision + precision.T))
     floor = pilot.hessian_std * math.sqrt(2.0 * theta.size)
     eigenvalues = np.maximum(np.abs(eigenvalues), floor)
@@ -473,9 +494,9 @@ def plan_centring(
         return None, {"used": False, "reason": why}
     source = "centre_lipschitz" if centre_lipschitz is not None else "x_bounds (worst case B³/(6√3))"
     share = check_finite_positive("chain_share", chain_share)
-    (tau_g, tau_h), newton_taus = centring_noise_multipliers(epsilon, delta, share)
+    (tau_g, tau_h), schedule = centring_noise_multipliers(epsilon, delta, share, schedule=True)
     who = f"{type(steps[0]).__name__}[{','.join(steps[0].var_names)}]"
-    events = centring_events((tau_g, tau_h), newton_taus, who)  # all priced here, before any row is read
+    events = centring_events((tau_g, tau_h), schedule, who)  # all priced here, before any row is read
     # a caller's clip bounds are not used by a centred chain (it clips at the centring bounds): say so
     replaced = {name: getattr(steps[0], name) for name in type(steps[0]).clip_attributes}
     replaced = {name: value for name, value in replaced.items() if value != AUTO_CLIP}
@@ -488,8 +509,9 @@ def plan_centring(
         source,
         events=events,
         replaced_clips=replaced,
-        newton_noise_multipliers=newton_taus,
-        newton_steps=CENTRE_NEWTON_STEPS,
+        newton_noise_multipliers=schedule[-1],
+        newton_schedule=schedule,
+        newton_steps=len(schedule),
         newton_share=CENTRE_NEWTON_SHARE,
     )
     return plan, plan.record()

@@ -25,10 +25,17 @@ from pymc_dp.centred_predictions import DPHMC_TARGET_ACCEPT
 from pymc_dp.mechanisms import NoisyClippedGradient, NoisyLogLikelihoodRatio
 from pymc_dp.step_methods import kernels
 from pymc_dp.step_methods.base import DPStep, TransitionInfo, _row
-from pymc_dp.step_methods.centred import Centring
+from pymc_dp.step_methods.centred import Centring, prior_hessian
 from pymc_dp.step_methods.kernels import NUMPY_OPS, dual_averaging_update
 
-__all__ = ["DPHMC", "DualAveraging", "dual_averaging_update", "kinetic_energy", "leapfrog"]
+__all__ = [
+    "DENSE_MASS_STEP_SIZE_JITTER",
+    "DPHMC",
+    "DualAveraging",
+    "dual_averaging_update",
+    "kinetic_energy",
+    "leapfrog",
+]
 
 
 class DualAveraging:
@@ -80,7 +87,7 @@ def leapfrog(
 
 
 def kinetic_energy(momentum: np.ndarray, inv_mass: np.ndarray) -> float:
-    """½ pᵀ M⁻¹ p for a diagonal mass matrix."""
+    """½ pᵀ M⁻¹ p: M⁻¹ a vector (diagonal mass) or P × P (a centred step's dense mass)."""
     return float(kernels.kinetic_energy(momentum, inv_mass))
 
 
@@ -108,6 +115,12 @@ def _noise_pair(grad_noise_multiplier: Any, llr_noise_multiplier: Any) -> tuple[
         check_finite_positive("grad_noise_multiplier", grad_noise_multiplier),
         check_finite_positive("llr_noise_multiplier", llr_noise_multiplier),
     )
+
+
+#: The step-size jitter of a DPHMC with a dense mass where the caller gave none (public constant): η·U(0.5, 1.5).
+#: A dense mass whitens the posterior, so every direction turns by the same angle; this spreads a trajectory of
+#: about a period over [π, 3π] (mean cos ≈ 0) instead of letting all directions return together.
+DENSE_MASS_STEP_SIZE_JITTER = 0.5
 
 
 class DPHMC(Centring, DPStep):
@@ -146,8 +159,9 @@ class DPHMC(Centring, DPStep):
     grad_budget_share : float, default 0.5
         Share of each iteration's μ spent on the L + 1 gradients when calibrating (the rest
         goes to the acceptance test).
-    step_size_jitter : float, default 0.0
-        j in [0, 1): each iteration uses η·U(1 − j, 1 + j) (data-free randomisation).
+    step_size_jitter : float, optional
+        j in [0, 1): each iteration uses η·U(1 − j, 1 + j) (data-free randomisation). Default:
+        0, or :data:`DENSE_MASS_STEP_SIZE_JITTER` where the step uses a dense mass (below).
     target_accept : float, default 0.65
         Target of the dual-averaging step-size adaptation, applied to the privatized
         acceptance probability during tuning.
@@ -157,7 +171,10 @@ class DPHMC(Centring, DPStep):
         the chain's own draws in it (post-processing of private outputs) and the step-size
         adaptation restarts; when the number of tuning iterations is known (PyMC 6, or
         :func:`pymc_dp.sample`), a window ending fewer than this many iterations before the
-        end of tuning does not update M. 0 disables mass adaptation.
+        end of tuning does not update M. 0 disables mass adaptation. A step centred at second
+        order instead fixes M at the anchor's dense mass (:meth:`DPHMC.dense_mass`: M⁻¹ ∝
+        (−TĤ − ∇²log p(θ̂))⁻¹ projected to positive definite, unit mean variance; momenta p = Fz ~
+        N(0, M)) and adapts only η, from a whitened quarter period unless ``step_size`` is given.
     temperature : float, default 1.0
         T > 0: target p(θ) p(X | θ)^T.
     neighbouring : {"substitute", "add_remove"}, default "substitute"
@@ -259,7 +276,7 @@ class DPHMC(Centring, DPStep):
         grad_noise_multiplier: float | None = None,
         llr_noise_multiplier: float | None = None,
         grad_budget_share: float = 0.5,
-        step_size_jitter: float = 0.0,
+        step_size_jitter: float | None = None,
         target_accept: float = DPHMC_TARGET_ACCEPT,
         adapt_mass_window: int = 100,
         temperature: float = 1.0,
@@ -283,7 +300,10 @@ class DPHMC(Centring, DPStep):
         if share >= 1.0:
             raise ValueError(f"`grad_budget_share` must be in the open interval (0, 1). Found {grad_budget_share!r}.")
         self.grad_budget_share = share
-        jitter = _as_real("step_size_jitter", step_size_jitter)  # a string or None: TypeError naming it
+        jitter_user_set = step_size_jitter is not None
+        if step_size_jitter is None:  # the default: none, or DENSE_MASS_STEP_SIZE_JITTER with a dense mass
+            step_size_jitter = 0.0
+        jitter = _as_real("step_size_jitter", step_size_jitter)  # a string: TypeError naming it
         if not 0.0 <= jitter < 1.0:
             raise ValueError(f"`step_size_jitter` must be in [0, 1). Found {step_size_jitter!r}.")
         self.step_size_jitter = jitter
@@ -313,9 +333,13 @@ class DPHMC(Centring, DPStep):
         self.n_rows = self._prior.n_rows
         size = self._prior.n_params
         self._set_anchor(anchor, centre_lipschitz, size, [v.name for v in value_vars], shared)
+        step_size_user_set = step_size is not None
         if step_size is None:
             step_size = 0.5 / math.sqrt(self.n_rows) if self.neighbouring == "substitute" else 0.05
         self._step_size_initial = float(step_size)
+        self._step_size_user_set = step_size_user_set
+        self._jitter_user_set = jitter_user_set
+        self._dense_mass_cache: tuple[Any, Any] = (None, None)
         self._size = size
         self._noise_user_set = grad_noise_multiplier is not None
         self._llr_mechanism: NoisyLogLikelihoodRatio | None = None
@@ -401,7 +425,17 @@ class DPHMC(Centring, DPStep):
             reproducible_noise=self.reproducible_noise,
             releases_per_iteration={"llr": 1, "gradient": self.n_leapfrog + 1},
             **self._centring_settings(),
+            **self._mass_settings(),
         )
+
+    def _mass_settings(self) -> dict[str, Any]:
+        """The record's ``mass`` entry where a dense mass is used (public: post-processing of the anchor)."""
+        if self.dense_mass() is None:
+            return {}
+        return {
+            "mass": "dense: (−TĤ − ∇²log p(θ̂))⁻¹ of the anchor",
+            "step_size_jitter": self.effective_step_size_jitter,
+        }
 
     # -- per-chain state ------------------------------------------------------------------
     def _reset_chain_state(self) -> None:
@@ -450,13 +484,68 @@ class DPHMC(Centring, DPStep):
         return self._llr_mechanism, self._grad_mechanism
 
     # -- tuning: dual averaging of η on the released acceptance, windowed diagonal M -------
+    def dense_mass(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """(M⁻¹, F, r) of the dense mass of a step centred at second order, or None where M stays diagonal.
+
+        M⁻¹ = C/r², C = (−TĤ − ∇²log p(θ̂))⁻¹ from the anchor's released Hessian sum Ĥ and the
+        data-free prior's curvature at θ̂, projected to positive definite as
+        :func:`pymc_dp.step_methods.penalty.dense_proposal_factor` does (eigenvalues raised to the
+        noise's spectral edge Tσ_H√(2P)), and r² = tr C / P (the sds' RMS, squared), so that M⁻¹
+        has unit mean variance like the identity it replaces and η keeps its units (a whitened
+        step is η/r). F = (L⁻¹)ᵀ with LLᵀ = M⁻¹, so that p = Fz (z ~ N(0, I)) has covariance M.
+        None without a second-order anchor, or where every eigenvalue is below that edge (the
+        release says nothing about the shape: the diagonal mass is adapted as before).
+
+        Notes
+        -----
+        Post-processing of the anchor's released Ĥ (priced once with the run, under the step's
+        neighbouring relation) and of the prior: no privacy cost. The centred releases' bounds
+        read only θ, θ′ and θ̂, whatever the momentum, so no noise multiplier and no ε changes.
+        """
+        anchor = self.anchor
+        if anchor is None or anchor.hessian is None:
+            return None
+        if self._dense_mass_cache[0] is not anchor:
+            from pymc_dp.step_methods.penalty import dense_proposal_factor
+
+            curvature = self.temperature * np.asarray(anchor.hessian, dtype=float)
+            curvature = curvature + prior_hessian(self._prior, np.asarray(anchor.point, dtype=float))
+            factor = dense_proposal_factor(curvature, self.temperature * anchor.hessian_std)
+            dense = None
+            if factor is not None:  # scaled to unit mean variance, as the identity it replaces: η keeps its units
+                rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
+                unit = factor / rms
+                dense = (unit @ unit.T, np.linalg.inv(unit).T, rms)
+            self._dense_mass_cache = (anchor, dense)
+        return self._dense_mass_cache[1]
+
+    @property
+    def effective_step_size_jitter(self) -> float:
+        """The jitter the transitions use: the caller's, else :data:`DENSE_MASS_STEP_SIZE_JITTER` with a dense mass.
+
+        With a dense mass that whitens the posterior every direction turns by the same angle,
+        so a fixed step size can land the trajectories near a full period (no move) in every
+        direction at once; a data-free random step spreads the angle (public setting).
+        """
+        if self._jitter_user_set or self.dense_mass() is None:
+            return self.step_size_jitter
+        return DENSE_MASS_STEP_SIZE_JITTER
+
     def _reset_tuned_settings(self) -> None:
-        """Return η, M and the adaptation windows to their initial state."""
-        self.inv_mass = np.ones(self._size)
-        self.step_size = self._step_size_initial
-        self._adaptation = DualAveraging(self._step_size_initial, self.target_accept)
+        """Return η, M and the adaptation windows to their initial state.
+
+        With a dense mass (:meth:`dense_mass`) M is fixed at it (no window adapts it) and η starts
+        at r·π/(2L) (a whitened quarter period) unless ``step_size`` was given.
+        """
+        dense = self.dense_mass()
+        self.inv_mass = np.ones(self._size) if dense is None else dense[0]
+        initial = self._step_size_initial
+        if dense is not None and not self._step_size_user_set:
+            initial = dense[2] * 0.5 * math.pi / self.n_leapfrog
+        self.step_size = initial
+        self._adaptation = DualAveraging(initial, self.target_accept)
         self._window: list[np.ndarray] = []
-        self._window_length = self.adapt_mass_window
+        self._window_length = self.adapt_mass_window if dense is None else 0
 
     def _tuning_before(self, tuning: bool) -> None:
         if tuning:  # η of this iteration: the dual-averaging iterate (fixed at its average by stop_tuning)
@@ -466,7 +555,7 @@ class DPHMC(Centring, DPStep):
         if not tuning:
             return
         self._adaptation.update(info.accept)
-        if self.adapt_mass_window:
+        if self._window_length:  # 0: no mass adaptation (adapt_mass_window=0, or a dense mass)
             self._window.append(theta.copy())
             if len(self._window) == self._window_length:
                 # Windows double (Stan's schedule); no mass update in the last window of a run whose
@@ -501,7 +590,7 @@ class DPHMC(Centring, DPStep):
         device from the host's state, and the host replays it from the returned acceptance
         probabilities.
         """
-        return self._window_length - len(self._window) if self.adapt_mass_window else math.inf
+        return self._window_length - len(self._window) if self._window_length else math.inf
 
     def stop_tuning(self) -> None:
         """Fix η at the dual-averaging average when tuning ends (PyMC calls this)."""
@@ -515,10 +604,15 @@ class DPHMC(Centring, DPStep):
         step_sizes = np.full(count, 1.0 if adaptive else self.step_size)
         momenta = np.empty((count, theta.size))
         log_uniforms = np.empty(count)
+        dense = self.dense_mass()
+        jitter = self.effective_step_size_jitter
         for k in range(count):  # the step's generator in the order of one transition
-            if self.step_size_jitter:
-                step_sizes[k] *= 1.0 + self.step_size_jitter * (2.0 * rng.uniform() - 1.0)
-            momenta[k] = rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+            if jitter:
+                step_sizes[k] *= 1.0 + jitter * (2.0 * rng.uniform() - 1.0)
+            if dense is None:
+                momenta[k] = rng.normal(size=theta.shape) / np.sqrt(self.inv_mass)
+            else:  # p = Fz ~ N(0, M), M the dense mass
+                momenta[k] = dense[1] @ rng.normal(size=theta.shape)
             log_uniforms[k] = np.log(rng.uniform())
         return kernels.HMCDraws(momenta, step_sizes, log_uniforms)
 

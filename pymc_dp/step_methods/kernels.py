@@ -207,7 +207,9 @@ def dual_averaging_update(state, accept, mu, target: float, gamma: float, k: flo
 
 
 def kinetic_energy(momentum, inv_mass, xp=np):
-    """½ pᵀ M⁻¹ p for a diagonal mass matrix."""
+    """½ pᵀ M⁻¹ p: M⁻¹ a vector (diagonal mass) or, for a centred DPHMC, a P × P matrix (dense mass)."""
+    if np.ndim(inv_mass) == 2:  # the dense mass of a second-order centred DPHMC (static shape: one branch traced)
+        return 0.5 * xp.dot(inv_mass @ momentum, momentum)
     return 0.5 * xp.dot(momentum * inv_mass, momentum)
 
 
@@ -291,7 +293,8 @@ class HMCDraws(NamedTuple):
 
 
 class HMCSettings(NamedTuple):
-    """DPHMC's public settings for a transition: M⁻¹ (diagonal), T, L; for tuning the dual averaging's constants."""
+    """DPHMC's public settings for a transition: M⁻¹ (diagonal: a vector; a centred DPHMC's dense mass: P × P), T, L;
+    for tuning the dual averaging's constants."""
 
     inv_mass: Any
     temperature: Any
@@ -323,13 +326,17 @@ def leapfrog(ops: ArrayOps, theta, momentum, step_size, n_steps: int, inv_mass, 
         End point (momentum not negated).
     """
     xp = ops.xp
+    dense = np.ndim(inv_mass) == 2  # static: the shape, not a value
 
     def finite(point, p):
         return xp.all(xp.isfinite(point)) & xp.all(xp.isfinite(p))
 
     def leap(i, carry):
         point, p = carry
-        point = point + step_size * inv_mass * p
+        if dense:  # a centred DPHMC's dense mass (P × P M⁻¹); the diagonal expression below is unchanged
+            point = point + step_size * (inv_mass @ p)
+        else:
+            point = point + step_size * inv_mass * p
         weight = ops.select(i < n_steps - 1, step_size, 0.5 * step_size)
         p = ops.when(finite(point, p), lambda: p + weight * gradient(point, i + 1), p)
         return point, p
