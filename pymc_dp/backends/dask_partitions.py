@@ -306,13 +306,14 @@ def _wait_all(futures: list, timeout: float | None) -> None:
 def dpadvi_route_backend(backend: Any, rows: dict[str, Any]) -> Any:
     """The backend the one-call route's DPADVI fit takes for Dask ``rows``: ``backend``'s client, or the default one.
 
-    ``backend`` is the call's ``backend`` (None, or a :class:`~pymc_dp.DaskBackend` without rows
-    of its own); with None the client is ``distributed``'s default (the one open in a ``with
+    ``backend`` is the call's ``backend`` (None or ``"default"``, or a :class:`~pymc_dp.DaskBackend`
+    without rows of its own); with None the client is ``distributed``'s default (the one open in a ``with
     Client(...)`` block), as for the released-statistics route's sums. Refused, naming
     ``backend``, when there is none.
     """
     from pymc_dp.backends.dask import DaskBackend, _import_distributed
 
+    backend = None if isinstance(backend, str) and backend == "default" else backend
     if backend is not None and (not isinstance(backend, DaskBackend) or backend.rows is not None):
         raise ValueError(
             "`backend` must be None or a pymc_dp.DaskBackend without rows of its own when `rows` is given (the rows "
