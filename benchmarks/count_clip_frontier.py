@@ -20,7 +20,7 @@ this computes, with no release noise at all (NumPy, seconds; an oracle, not a DP
 
 The reference is the Laplace approximation at the raw rows' Poisson MLE (NUTS's 2 × 1,000 draws
 on the grid agree with it within 0.06 sds in every mean and 0.97–1.07× in every sd), or NUTS's cached
-draws with ``--reference-cache``. Run: ``python benchmarks/count_clip_frontier.py`` (about 20 CPU s).
+draws with ``--reference-cache``. Run: ``python benchmarks/count_clip_frontier.py`` (about 35 CPU s).
 """
 
 from __future__ import annotations
