@@ -24,7 +24,10 @@ PyTensor's compilation, and the first fit at an iteration count pays σ's calibr
 composition (privacy-loss distributions, seconds), which the accountant caches and which run
 on the client with or without a backend. A fit's CPU then holds its model checks, the
 scattering of the rows and its iterations; the difference between the two counts divided by
-the difference in iterations is the CPU per iteration.
+the difference in iterations is the CPU per iteration. With ``--rows-on-workers`` each worker count
+also fits a model of ``pmdp.row_placeholder`` stand-ins with ``DaskBackend(client, rows=...)``:
+the rows (the same N and P, drawn per partition, one per worker) are Dask arrays made where their
+tasks run and never sit on the client, computed anew by each fit after its charge.
 """
 
 from __future__ import annotations
@@ -69,6 +72,39 @@ def _dpadvi_fit(model, iterations: int, rate: float, backend) -> tuple[float, fl
     return here, workers, wall, approx
 
 
+def _worker_rows(seed: int, n_rows: int, n_features: int, part: str) -> np.ndarray:
+    """One partition's logistic-regression rows, made where its task runs (a worker): x, or y."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, n_features))
+    beta = np.random.default_rng(0).normal(size=n_features)
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-(0.3 + x @ beta)))).astype("int64")
+    return x if part == "x" else y
+
+
+def _placeholder_logistic(n_rows: int, n_features: int, partitions: int):
+    """(model on row placeholders, Dask rows by role): the logistic regression whose rows stay on the workers."""
+    import dask
+    import dask.array as da
+    import pymc as pm
+
+    import pymc_dp as pmdp
+
+    sizes = np.diff(np.linspace(0, n_rows, partitions + 1).astype(int))
+    make = dask.delayed(_worker_rows, pure=True)
+    parts = {"x": ((n_features,), float), "y": ((), "int64")}
+    rows = {
+        role: da.concatenate(
+            [da.from_delayed(make(k, n, n_features, part), (n, *tail), dtype) for k, n in enumerate(sizes)]
+        )
+        for role, (part, (tail, dtype)) in zip(("X", "y"), parts.items(), strict=True)
+    }
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        b = pm.Normal("beta", 0, 2, size=n_features)
+        pm.Bernoulli("y", logit_p=alpha + pmdp.row_placeholder(rows["X"]) @ b, observed=pmdp.row_placeholder(rows["y"]))
+    return model, rows
+
+
 def dpadvi_main(args) -> None:
     """DPADVI in process and on 2 (``--workers``) worker processes: CPU seconds per fit and their ratio."""
     import distributed
@@ -85,7 +121,7 @@ def dpadvi_main(args) -> None:
         flush=True,
     )
 
-    def fits(label: str, backend) -> float:
+    def fits(label: str, backend, model=model) -> float:
         # Warm-up, unreported: compilation here and on the workers, and (in process, first) σ's calibration and ε's
         # composition at both counts, which the accountant caches: the client's accounting is the same either way.
         for n in (10,) if backend != "default" else (10, short, long) if short else (10, long):
@@ -113,6 +149,15 @@ def dpadvi_main(args) -> None:
             f"{workers:>3} worker(s): {remote * 1e3:.2f} CPU ms per iteration = {remote / local:.2f}x in process",
             flush=True,
         )
+        if args.rows_on_workers:
+            placeholders, rows = _placeholder_logistic(args.rows, args.features, workers)
+            on_workers = fits(f"{workers} w., rows=", pmdp.DaskBackend(client, rows=rows), placeholders)
+            print(
+                f"{workers:>3} worker(s), rows on the workers: {on_workers * 1e3:.2f} CPU ms per iteration = "
+                f"{on_workers / local:.2f}x in process, {on_workers / remote:.2f}x scattered rows; client peak "
+                f"{_peak_mib():.0f} MiB",
+                flush=True,
+            )
         client.close()
         cluster.close()
     print(f"load average at end: {os.getloadavg()}", flush=True)
@@ -128,6 +173,7 @@ def main() -> None:
     parser.add_argument("--dpadvi", action="store_true", help="time DPADVI fits instead of single releases")
     parser.add_argument("--iterations", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--sampling-rate", type=float, default=0.01)
+    parser.add_argument("--rows-on-workers", action="store_true", help="--dpadvi: also fit rows that stay on workers")
     args = parser.parse_args()
     if args.dpadvi:
         dpadvi_main(args)
