@@ -126,7 +126,7 @@ def test_the_fit_is_charged_before_any_block_is_computed_and_a_failing_block_wit
     """Blocks made where their tasks run (no row on the client) record the budget's events when they are computed.
 
     Every block is computed after the fit's charge, once per fit (kept on its worker for every
-    iteration); a block that raises (its message quoting a value) stops the fit with
+    iteration), and again after a refine's charge; a block that raises (its message quoting a value) stops the fit with
     DaskBackendError naming the exception's type only, and the budget keeps the charge.
     About 4 CPU s.
     """
@@ -141,10 +141,14 @@ def test_the_fit_is_charged_before_any_block_is_computed_and_a_failing_block_wit
         }
 
     rows = arrays()
-    fit = pmdp.DPADVI(**SETTINGS, sampling_rate=0.3, budget=budget, backend=pmdp.DaskBackend(client, rows=rows))
+    settings = {**SETTINGS, "epsilon": None, "noise_multiplier": 1.0}  # σ set: the refine's iterations fit the budget
+    fit = pmdp.DPADVI(**settings, sampling_rate=0.3, budget=budget, backend=pmdp.DaskBackend(client, rows=rows))
     approx = fit.fit(5, model=_placeholder_model(rows), progressbar=False)
     assert np.all(np.isfinite(approx.mean.eval()))
     assert len(seen) == 6 and min(seen) >= 1  # 3 blocks × 2 arrays, each once, all after the charge
+    charged = len(budget.events)
+    fit.refine(3, progressbar=False)  # the workers released the blocks when the fit ended: made again, after its charge
+    assert len(seen) == 12 and min(seen[6:]) > charged
     rows = arrays(fail=True)
     failing = pmdp.DPADVI(**SETTINGS, sampling_rate=0.3, budget=budget, backend=pmdp.DaskBackend(client, rows=rows))
     charged = len(budget.events)
