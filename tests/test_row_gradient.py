@@ -6,7 +6,8 @@ summed log-likelihood with respect to per-row copies of those broadcasts
 that it gives the same matrix as the vectorised reverse form and forward mode (1e-10), that a
 change of one row changes only that row of the matrix (privacy contract, rule 7), that it is
 refused wherever θ reaches the rows another way (then the vectorised form is used), and that the
-compiled graph is the lean one. Cost: about 10 s (3.12), most of it compiling.
+compiled graph is the lean one. Cost: about 10 s (3.12), most of it compiling; the MvNormal model's matrices are
+compiled once for the three tests that read them.
 """
 
 import numpy as np
@@ -81,9 +82,16 @@ def _jacobians(model):
     return rows, {name: rows._compile([rows._theta, *batch], g) for name, g in graphs.items()}
 
 
+@pytest.fixture(scope="module")
+def mvnormal_jacobians():
+    """The MvNormal model's three compiled matrices, built once for the tests that read them (compiling is the cost)."""
+    return _jacobians(mvnormal_mean())
+
+
 @pytest.mark.parametrize("build", [mvnormal_mean, student_t_location_scale])
-def test_summed_seed_gives_the_vectorised_and_forward_matrices(build):
-    rows, functions = _jacobians(build())
+def test_summed_seed_gives_the_vectorised_and_forward_matrices(build, request):
+    built = request.getfixturevalue("mvnormal_jacobians") if build is mvnormal_mean else _jacobians(build())
+    rows, functions = built
     theta = rows.prior.initial_theta + np.random.default_rng(3).normal(0, 0.3, rows.n_params)
     data = [v.get_value(borrow=True) for v in rows._row_index_vars]
     matrices = {name: fn(theta, *data) for name, fn in functions.items()}
@@ -126,11 +134,11 @@ def test_a_broadcast_whose_rows_are_not_on_axis_0_is_refused():
     _check_rows_on_axis0([x * theta[0]], [x])  # rows on axis 0: accepted
 
 
-def test_the_compiled_summed_seed_graph_has_no_reshape_seed_or_scatter():
+def test_the_compiled_summed_seed_graph_has_no_reshape_seed_or_scatter(mvnormal_jacobians):
     # The lean form: the solves of PyMC's own gradient, no reshapes of the N x P matrix around them,
     # no multiply by the seed's ones and no scatter into a zero matrix (what the vectorised form held),
     # no negations around the solves (solve(A, -B) taken as -solve(A, B): the same values bit for bit).
-    _, functions = _jacobians(mvnormal_mean())
+    _, functions = mvnormal_jacobians
     names = _op_names(functions["summed"])
     for dearer in ("Reshape", "IncSubtensor", "Alloc", "AdvancedIncSubtensor", "Neg"):
         assert dearer not in names, names
@@ -138,13 +146,14 @@ def test_the_compiled_summed_seed_graph_has_no_reshape_seed_or_scatter():
     assert "Reshape" in vectorised  # what the test guards against, present in the other form
 
 
-def test_taking_negations_out_of_solves_changes_no_bit(monkeypatch):
+def test_taking_negations_out_of_solves_changes_no_bit(monkeypatch, mvnormal_jacobians):
     import pymc_dp.row_graph
 
-    rows, batch, lik = _graphs(mvnormal_mean())
+    rows, functions = mvnormal_jacobians
+    batch, lik = rows._batch_graph()
     theta = np.array([0.4, -1.1, 2.0])
     data = [v.get_value(borrow=True) for v in rows._row_index_vars]
-    lean = rows._compile([rows._theta, *batch], summed_seed_jacobian(batch, lik, rows._theta, rows.n_params))
+    lean = functions["summed"]
     monkeypatch.setattr(pymc_dp.row_graph, "_negations_out_of_solves", lambda jacobian: jacobian)
     plain = rows._compile([rows._theta, *batch], summed_seed_jacobian(batch, lik, rows._theta, rows.n_params))
     np.testing.assert_array_equal(lean(theta, *data), plain(theta, *data))
