@@ -51,10 +51,10 @@ def _rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model(x, y) -> pm.Model:
-    """Logistic regression on ``x``, ``y``: arrays held in the model, or placeholders."""
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
-        pm.Bernoulli("y", logit_p=x @ beta, observed=y)
+    """Logistic regression on ``x``, ``y``: arrays held in the model, or placeholders (the rows' dim has length N)."""
+    with pm.Model(coords={"row": np.arange(N_ROWS), "feature": ["a", "b", "c"]}) as model:
+        beta = pm.Normal("beta", 0.0, 2.0, dims="feature")
+        pm.Bernoulli("y", logit_p=x @ beta, observed=y, dims="row")
     return model
 
 

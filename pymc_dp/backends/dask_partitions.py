@@ -45,6 +45,10 @@ __all__ = [
 DASK_NAME_TAG = "dask_name"
 #: The prefix of the inputs that replace the placeholders in the copy of the model's graph.
 PARTITIONED_ROWS_NAME = "pymc_dp.partitioned_rows"
+#: Rows of zeros the copy's inputs hold while the model is checked (its graph takes any number): the checks' synthetic
+#: rows are this long, whatever N, so the client's memory does not grow with N. Odd and prime, so that a parameter's
+#: length rarely equals it (an array of this length in the likelihood would be taken for rows: refused, never fitted).
+SETUP_ROWS = 257
 #: The module of this backend's worker task: imported by every worker's warm-up, before the charge.
 PARTITION_WORKER_MODULES = ("pymc_dp.backends.dask_partitions",)
 
@@ -90,10 +94,11 @@ def _match(placeholders: Sequence[Any], rows: dict[str, Any]) -> dict[int, str]:
 def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """A copy of ``model`` with each row placeholder replaced by an input, and that input's name → its Dask array.
 
-    The inputs are shared variables over the placeholders' own zeros (one element each) with
-    an unknown number of rows, so that the per-row graph can be indexed by a batch, as a model
-    of ``pm.Data`` rows; they are named ``pymc_dp.partitioned_rows[role]``. Graph metadata only:
-    no row is read, and ``model`` is unchanged.
+    The inputs are shared variables with an unknown number of rows, so that the per-row graph
+    can be indexed by a batch, as a model of ``pm.Data`` rows; they hold :data:`SETUP_ROWS` of
+    the placeholders' zeros (a view: one element each), so that the checks run on that many
+    synthetic rows, not N. They are named ``pymc_dp.partitioned_rows[role]``. Graph metadata
+    only: no row is read, and ``model`` is unchanged.
     """
     import pytensor
     from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
@@ -106,7 +111,7 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
     for holder in placeholders:
         name = f"{PARTITIONED_ROWS_NAME}[{roles[id(holder)]}]"
         shape = (None, *holder.type.shape[1:])
-        memo[holder] = pytensor.shared(holder.data, name=name, borrow=True, shape=shape)
+        memo[holder] = pytensor.shared(holder.data[:SETUP_ROWS], name=name, borrow=True, shape=shape)
         arrays[name] = rows[roles[id(holder)]]
     for node in fgraph.toposort():  # rebuilt node by node: the copies take any number of rows (no SpecifyShape)
         inputs = [memo.get(i, i) for i in node.inputs]
@@ -115,6 +120,8 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
                 new.name = old.name
                 memo[old] = new
     copy = FunctionGraph(outputs=[memo.get(o, o) for o in fgraph.outputs], clone=False)
+    copy._coords = dict(getattr(fgraph, "_coords", {}))  # the model's coords and dims, as fgraph_from_model keeps them
+    copy._dim_lengths = {k: memo.get(v, v) for k, v in getattr(fgraph, "_dim_lengths", {}).items()}
     return model_from_fgraph(copy, mutate_fgraph=True), arrays
 
 
@@ -157,6 +164,7 @@ def placeholder_access(
 
     copy, arrays = placeholder_model(model, rows)
     prior, mechanisms = model_access(copy, None, None, None, compile_kwargs, neighbouring, reproducible=reproducible)
+    prior.n_rows = int(next(iter(arrays.values())).shape[0])  # N of the rows (metadata), not of the checks' copy
     if mechanisms._rows.subset_mode != "index":  # decided on synthetic rows (the graph alone)
         raise ModelStructureError(
             "`backend` needs rows that can be partitioned (subset mode 'index'). Found a log-likelihood that fixes "
@@ -171,7 +179,9 @@ def placeholder_access(
             "as rows, would read them on the client). Found a likelihood whose row arrays are not all placeholders "
             "of the given rows."
         )
-    return prior, PlaceholderRowMechanisms(mechanisms._rows, [arrays[name] for name in names])
+    placed = PlaceholderRowMechanisms(mechanisms._rows, [arrays[name] for name in names])
+    placed.n_rows = prior.n_rows
+    return prior, placed
 
 
 # -- worker side ---------------------------------------------------------------------------------
@@ -217,7 +227,7 @@ class PartitionedClusterRows(ClusterRows):
 
     def __init__(self, client: Any, rows: Any, arrays: Sequence[Any], timeout: float | None) -> None:
         self._client, self._rows, self._timeout = client, rows, timeout
-        self.n_rows, self.n_params = rows.n_rows, rows.n_params
+        self.n_rows, self.n_params = int(sum(arrays[0].chunks[0])), rows.n_params  # N from the chunk sizes
         self._chunk_rows = rows.chunk_rows
         self._compile_kwargs = dict(rows._compile_kwargs)
         self._batch, self._lik_batch = rows._batch_graph()
