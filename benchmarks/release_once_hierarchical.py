@@ -199,10 +199,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument(
         "--variant",
-        choices=["release_once", "covariate_curvature"],
+        choices=["release_once", "covariate_curvature", "library"],
         default="release_once",
         help="release_once: the library's release; covariate_curvature: the simulated design of the note "
-        "(covariate_curvature_fit)",
+        "(covariate_curvature_fit); library: that design as the library ships it, pmdp.release_once(model, "
+        "x_bounds=(-1, 1)) on the benchmark's own model (release_once_linear: one Σzzᵀ release, the model's priors "
+        "sampled by NUTS against the released Gaussian)",
     )
     parser.add_argument(
         "--start-sigma",
@@ -230,7 +232,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             start = time.process_time()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", PoorMixingWarning)
-                if args.variant == "covariate_curvature":
+                if args.variant == "library":
+                    idata = pmdp.release_once(
+                        diamonds_hierarchical(None)[0], epsilon=epsilon, delta=delta, x_bounds=(-1.0, 1.0),
+                        draws=args.draws, chains=2, random_seed=100 + repeat,
+                    )  # fmt: skip
+                    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+                    reasons, usable = diagnostics["problems"], diagnostics["usable"]
+                    gram = diagnostics["release"]["gram"]
+                    reasons = [*reasons, f"Gram smallest eigenvalue {gram['smallest_eigenvalue']:.1f}, noise sd "
+                                       f"{gram['noise_std']:.2f}"]  # fmt: skip
+                elif args.variant == "covariate_curvature":
                     rng = np.random.default_rng(1000 + repeat)
                     mean, precision, usable = covariate_curvature_fit(
                         x, y, group, epsilon, delta, args.start_sigma, rng

@@ -437,6 +437,28 @@ def _draw_dataset(model: Any, value_vars: list, fit: dict[str, Any], s: dict[str
     return az.from_dict(posterior=posterior, dims=dims, coords=coords)
 
 
+def _with_covariate_curvature(s: dict[str, Any]) -> Any:
+    """:func:`pymc_dp.release_once_linear.release_once_linear` with ``release_once``'s settings that apply; a
+    setting it would ignore is refused (nothing read or charged)."""
+    from pymc_dp.release_once_linear import LINEAR_NEWTON_STEPS, release_once_linear
+
+    defaults = {"grad_clip": "auto", "hessian_clip": "auto", "hessian_share": 0.25, "max_step": 2.0, "start": None}
+    changed = sorted(k for k, v in defaults.items() if not (s[k] is v or (isinstance(v, float) and s[k] == v)))
+    if changed:
+        raise ValueError(
+            f"`{changed[0]}` must be left at its default with `x_bounds` (the covariate curvature releases Σ zzᵀ "
+            "instead of Hessians, with 'auto' score bounds, from a public start). "
+            f"Found {changed[0]}={s[changed[0]]!r}."
+        )
+    return release_once_linear(
+        s["model"], epsilon=s["epsilon"], delta=s["delta"], x_bounds=s["x_bounds"],
+        newton_steps=LINEAR_NEWTON_STEPS if s["newton_steps"] is None else s["newton_steps"],
+        final_share=s["final_share"], clip_epsilon_share=s["clip_epsilon_share"], draws=s["draws"], chains=s["chains"],
+        budget=s["budget"], neighbouring=s["neighbouring"], random_seed=s["random_seed"],
+        reproducible_noise=s["reproducible_noise"],
+    )  # fmt: skip
+
+
 def release_once(
     model: Any = None,
     *,
@@ -445,7 +467,7 @@ def release_once(
     grad_clip: float | str = "auto",
     hessian_clip: float | str = "auto",
     clip_epsilon_share: float = RELEASE_ONCE_CLIP_SHARE,
-    newton_steps: int = 4,
+    newton_steps: int | None = None,
     hessian_share: float = 0.25,
     final_share: float = 0.5,
     max_step: float | None = 2.0,
@@ -456,6 +478,7 @@ def release_once(
     neighbouring: str = "substitute",
     random_seed: int | None = None,
     reproducible_noise: bool = False,
+    x_bounds: Any = None,
 ) -> Any:
     """A private Laplace posterior from clipped score and Hessian sums released at a few noisy Newton anchors.
 
@@ -488,8 +511,8 @@ def release_once(
     clip_epsilon_share : float, default 0.05
         Share of the run's μ (zCDP) spent on the histograms of ``"auto"`` bounds, in equal parts
         (unused when both bounds are numbers).
-    newton_steps : int, default 4
-        K, the number of anchors (each one score and one Hessian release).
+    newton_steps : int, optional
+        K, the number of anchors (each one score and one Hessian release); None: 4 (also with ``x_bounds``).
     hessian_share : float, default 0.25
         Share of each step's μ that goes to its Hessian release (the rest to its score).
     final_share : float, default 0.5
@@ -511,6 +534,16 @@ def release_once(
         Seeds the draws from the Gaussian (and, with ``reproducible_noise``, the release noise).
     reproducible_noise : bool, default False
         Derive the release noise from ``random_seed`` (testing only; do not publish).
+    x_bounds : (lower, upper), optional
+        The public box of the covariates of a model whose likelihood is Normal with a mean linear
+        in (group intercepts or an intercept, coefficients) and a free σ (recognised from the
+        graph). Given, the curvature comes from one release of the covariates' Σ zzᵀ instead of a
+        clipped Hessian per anchor, and the model's own priors (a hierarchical prior included) are
+        sampled by NUTS against the released Gaussian of the likelihood's parameters:
+        :func:`pymc_dp.release_once_linear.release_once_linear`, with ``epsilon``, ``delta``,
+        ``newton_steps``, ``final_share``, ``clip_epsilon_share``, ``draws``, ``chains``, ``budget``,
+        ``neighbouring``, ``random_seed`` and ``reproducible_noise``; the Hessian's settings, the
+        clip bounds and ``start`` must be left at their defaults.
 
     Returns
     -------
@@ -564,7 +597,9 @@ def release_once(
     """
     import pymc as pm
 
-    s = _check_settings(dict(locals()))
+    if x_bounds is not None:
+        return _with_covariate_curvature(dict(locals()))
+    s = _check_settings({**locals(), "newton_steps": 4 if newton_steps is None else newton_steps})
     model = pm.modelcontext(model)
     value_vars = sorted_value_vars(model, None)
     point, start_events, start_record = _start_point(model, start)

@@ -42,13 +42,14 @@ from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histog
 from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, gram_row_bound, linear_rows, linear_rows_count
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.results import finalize_result, group, group_names, posterior_attrs
-from pymc_dp.route_predictions import RELEASE_ONCE_CLIP_MARGIN, RELEASE_ONCE_CLIP_QUANTILE, RELEASE_ONCE_CLIP_SHARE
+from pymc_dp.route_predictions import RELEASE_ONCE_CLIP_QUANTILE, RELEASE_ONCE_CLIP_SHARE
 from pymc_dp.run import PrivateRun
 from pymc_dp.usability import share_is_material
 
 __all__ = [
     "GRAM_RESOLVED_SDS",
     "GRAM_SHARE",
+    "LINEAR_CLIP_MARGIN",
     "LINEAR_NEWTON_STEPS",
     "linear_noise_multipliers",
     "release_once_linear",
@@ -59,8 +60,11 @@ __all__ = [
 #: (benchmarks/release_once_hierarchical.py --variant covariate_curvature): the Gram matrix is released once and
 #: serves every anchor, while the last score release sets the posterior's noise; the scores share the rest.
 GRAM_SHARE = 0.3
-#: Anchors (score releases) of a run: from a public start far from the mode, log σ moves at most ½ per step.
-LINEAR_NEWTON_STEPS = 6
+#: Anchors (score releases) of a run: the first moves ψ to the (clipped) least-squares fit and log σ to its maximiser
+#: there; the others refine them while the clip bound follows the residuals' scale. Measured on diamonds at ε = 4
+#: (docs/release_once.md): 4 anchors gave NUTS's depth sd 2.1–3.5× where 6 gave 2.3–3.6× (the earlier steps' share
+#: of μ is larger with fewer of them, so the last step, on which the Gram noise acts, is shorter).
+LINEAR_NEWTON_STEPS = 4
 #: The released Σ zzᵀ is resolved when its smallest eigenvalue is at least this many noise sds σ_Z. For a fixed
 #: unit direction u the noise's curvature uᵀEu is N(0, σ_Z²) exactly (isometric symmetric noise), and a simple
 #: eigenvalue moves by uᵀEu to first order (second-order terms push the smallest one further down, towards a
@@ -69,6 +73,11 @@ LINEAR_NEWTON_STEPS = 6
 #: 4 σ_Z and the result flagged. (release_once's floor, 2√K σ_Z, is the worst direction's noise, the spectral norm:
 #: on diamonds at ε = 4 it flagged every run, whose intervals covered NUTS's means.)
 GRAM_RESOLVED_SDS = 4.0
+#: The score clip bound is this many noisy medians of the rows' score norms. release_once's 4 clipped 1.5–3 % of
+#: diamonds' rows at the mode (heavy-tailed residuals): σ's root came out 1–2 NUTS sds low and a depth slope 3.5–4.4
+#: sds off with 1.7–1.9× sds, outside its interval in 2 of 6 runs (unflagged); at 6 none of 7 runs missed NUTS's
+#: means, at the price of wider intervals (the noise grows with the bound).
+LINEAR_CLIP_MARGIN = 6.0
 #: A last Newton step longer than this many posterior sds in some coordinate is flagged (release_once's rule).
 _MAX_LAST_STEP = 10.0
 #: A release whose noise widens some sd more than this over the Laplace sd is flagged (release_once's rule).
@@ -138,14 +147,14 @@ def _psi_graph(parts: RegressionParts) -> Any:
 
 
 def _score_bound(rows: GaussianLinearRows, psi, log_sigma, tau_clip, rng, k: int) -> tuple[float, dict[str, Any]]:
-    """Step k's clip bound: :data:`RELEASE_ONCE_CLIP_MARGIN` × the noisy median of the rows' score norms (priced)."""
+    """Step k's clip bound: :data:`LINEAR_CLIP_MARGIN` × the noisy median of the rows' score norms (priced)."""
     noisy = rows.release_score_norm_histogram(psi, log_sigma, tau_clip, rng)
     # Post-processing of the released counts from here on.
     std = rows.histogram_std(tau_clip)
     n_public = rows.n_rows if rows.neighbouring == "substitute" else None
     total = float(n_public) if n_public is not None else max(float(noisy.sum()), 1.0)
     median = quantile_from_histogram(noisy, RELEASE_ONCE_CLIP_QUANTILE)
-    bound = RELEASE_ONCE_CLIP_MARGIN * median
+    bound = LINEAR_CLIP_MARGIN * median
     record = {
         "anchor": k,
         "noisy_median": median,
@@ -178,8 +187,13 @@ def _newton_linear(rows: GaussianLinearRows, s: dict[str, Any], taus, tau_gram, 
         score_std = tau * (2.0 if rows.neighbouring == "substitute" else 1.0) * bound
         variance = math.exp(2.0 * log_sigma)
         step_psi = np.linalg.solve(gram, score[:k_coef] * variance)  # (Σzzᵀ/σ²)⁻¹ ĝ_ψ
-        # log σ: curvature 2Σ rᵢ²/σ² = 2(ĝ_s + N) above the mode, 2N (public, the mode's) below: |step| ≤ ½.
-        step_sigma = float(score[k_coef]) / (2.0 * (n_rows + max(float(score[k_coef]), 0.0)))
+        # log σ: its maximiser at the new ψ, ½ log(RSS(ψ + v)/(Nσ²)), with RSS(ψ + v)/σ² = ĝ_s + N − σ²ĝ_ψᵀĜ⁻¹ĝ_ψ
+        # (Σrᵢ²/σ² = ĝ_s + N and Σrᵢzᵢ/σ² = ĝ_ψ read from the released score, v = σ²Ĝ⁻¹ĝ_ψ), the score noise's mean
+        # share σ²σ_g² tr Ĝ⁻¹ added back; near the mode the Newton step at the public curvature 2N. Ratio ≥ 10⁻⁴.
+        explained = variance * (
+            float(score[:k_coef] @ step_psi) / variance - score_std**2 * np.trace(np.linalg.inv(gram))
+        )
+        step_sigma = 0.5 * math.log(max(1.0 + (float(score[k_coef]) - explained) / n_rows, 1e-4))
         steps.append({"step_norm": float(np.hypot(np.linalg.norm(step_psi), step_sigma)), "grad_clip": float(bound)})
         if k == len(taus) - 1:
             precision = np.zeros((k_coef + 1, k_coef + 1))
@@ -260,15 +274,20 @@ def _sample_priors(model: Any, parts: RegressionParts, fit: dict[str, Any], s: d
     """NUTS on the model's priors with the released N(m, C) as the likelihood of ψ(θ); (idata, the prior model)."""
     import pymc as pm
     import pytensor.tensor as pt
-    from pytensor.graph.replace import clone_replace
+    from pytensor.graph.replace import graph_replace
     from pytensor.graph.traversal import ancestors
+    from pytensor.tensor.random.op import RandomVariable
 
     prior = _prior_model(model, parts.outcome)
     chol = np.linalg.cholesky(np.linalg.inv(fit["covariance"]))
-    replacements = {rv: prior[rv.name] for rv in model.free_RVs}
+    graph = _psi_graph(parts)
+    reached = set(ancestors([graph], blockers=list(model.free_RVs)))  # the free variables ψ reads directly
     with prior:
-        psi = clone_replace(_psi_graph(parts), replace=replacements)
-        stale = sorted(rv.name for rv in set(ancestors([psi])) & set(model.free_RVs))
+        psi = graph_replace(graph, {rv: prior[rv.name] for rv in model.free_RVs if rv in reached}, strict=True)
+        stale = sorted(
+            str(v.name) for v in ancestors([psi])
+            if isinstance(getattr(v.owner, "op", None), RandomVariable) and v not in set(prior.free_RVs)
+        )  # fmt: skip
         if stale:  # every parameter must be the prior copy's (the graph only)
             raise ValueError(f"The likelihood's parameters must be free variables of the model. Found {stale}.")
         residual = pt.dot(chol.T, fit["mean"] - psi)
@@ -357,10 +376,12 @@ def release_once_linear(
     ``"grouped_linear_regression"`` with a free σ); ψ = (group means — the group effects plus any
     scalar intercept — or the intercept, β) and log σ. Releases (all priced before a row is read):
     Σ zzᵀ once (``gram_share`` of the run's μ), and at each of K anchors a noisy histogram of the
-    rows' score norms (the ``"auto"`` clip bound, 4 × its noisy median) and the clipped score sum.
+    rows' score norms (the clip bound: :data:`LINEAR_CLIP_MARGIN` (6) × its noisy median) and the
+    clipped score sum.
     Newton steps use Σ̂zzᵀ/σ² as the curvature in ψ (exact for this likelihood, up to the release's
-    noise) and 2N + 2 max(ĝ_logσ, 0) in log σ (the exact curvature 2Σrᵢ²/σ² read from the released
-    score above the mode, the mode's public 2N below it; a step in log σ is at most ½). The
+    noise); log σ moves to its maximiser at the new ψ, ½ log(RSS/(Nσ²)), with RSS/σ² = ĝ_logσ + N −
+    σ²ĝ_ψᵀĜ⁻¹ĝ_ψ read from the released score (near the mode the Newton step at the public
+    curvature 2N). The
     Gaussian N(m, C), C = Â⁻¹ + Â⁻¹SÂ⁻¹ with Â = blockdiag(Σ̂zzᵀ/σ², 2N) at the last anchor and S
     the covariance of the last step's noise (score noise, and the Gram noise acting on the step),
     approximates the likelihood of ψ; NUTS then samples the model's priors with log N(m | ψ(θ), C)
@@ -375,7 +396,7 @@ def release_once_linear(
     x_bounds : (lower, upper)
         The public box of the covariates (numbers, or arrays of one entry per column). Rows
         outside it are clamped into it by the mechanism (never refused).
-    newton_steps : int, default 6
+    newton_steps : int, default 4
         K, the anchors (one histogram and one score release each).
     gram_share : float, default 0.3
         Share of the run's μ spent on Σ zzᵀ (:data:`GRAM_SHARE`).

@@ -126,6 +126,12 @@ def test_the_route_releases_a_gaussian_around_the_least_squares_fit_and_samples_
     assert np.all(z < 5.0), z
     assert release["gram"]["smallest_eigenvalue"] > GRAM_RESOLVED_SDS * release["gram"]["noise_std"]
     assert {"mu_group", "sd_group", "a", "beta", "sigma"} <= set(idata.posterior.data_vars)
+    # NUTS samples the priors against that Gaussian: β's prior N(0, 1) is flat at its scale, so the draws' mean is the
+    # released mean up to prior pull and Monte Carlo error (both far below one released sd; a likelihood that did not
+    # reach the priors' variables left the draws hundreds of sds away).
+    beta = np.asarray(idata.posterior["beta"]).reshape(-1, 2)
+    released_sd = np.sqrt(np.diag(covariance))[-3:-1]
+    assert np.all(np.abs(beta.mean(axis=0) - mean[-3:-1]) < released_sd), (beta.mean(axis=0), mean[-3:-1])
     assert json.loads(attrs["dp_accountant"])["mechanism"] == "pymc_dp.release_once_linear"
 
 
@@ -144,3 +150,15 @@ def test_refusals_read_nothing_and_charge_nothing():
     with pytest.raises(ValueError, match="Normal likelihood"):
         release_once_linear(logistic, epsilon=1.0, delta=1e-6, x_bounds=(-1, 1))
     assert math.isfinite(gram_sensitivity(3.0, "substitute"))
+
+
+def test_release_once_takes_the_covariate_curvature_with_x_bounds_and_refuses_hessian_settings():
+    """``pmdp.release_once(..., x_bounds=...)`` is this route (priced the same); a Hessian setting with it is refused
+    before anything is read or charged. Reads no data (< 1 s)."""
+    model, _ = _grouped_model(n_rows=200)
+    budget = pmdp.PrivacyBudget(epsilon=1.0, delta=1e-5, n_rows=200)
+    with pytest.raises(ValueError, match="hessian_clip"):
+        pmdp.release_once(model, epsilon=1.0, delta=1e-6, x_bounds=(-1, 1), hessian_clip=3.0, budget=budget)
+    with pytest.raises(Exception, match="epsilon"):  # over the budget: refused by release_once_linear's plan
+        pmdp.release_once(model, epsilon=2.0, delta=1e-6, x_bounds=(-1, 1), budget=budget)
+    assert budget.spent().epsilon == 0.0
