@@ -36,7 +36,7 @@ from pymc_dp._validation import check_finite_positive, check_neighbouring, check
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.accounting.events import PrivacyEvent
-from pymc_dp.diagnostics import attach_diagnostics, check_on_poor_mixing
+from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
 from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, gram_row_bound, linear_rows, linear_rows_count
@@ -78,6 +78,8 @@ GRAM_RESOLVED_SDS = 4.0
 #: sds off with 1.7–1.9× sds, outside its interval in 2 of 6 runs (unflagged); at 6 none of 7 runs missed NUTS's
 #: means, at the price of wider intervals (the noise grows with the bound).
 LINEAR_CLIP_MARGIN = 6.0
+#: The diagnostics' method: NUTS on a release, judged as NUTS on released statistics (more draws cost no privacy).
+LINEAR_METHOD = f"{RELEASED_STATISTICS_METHOD} (release_once_linear: a Gaussian of the likelihood's parameters)"
 #: A last Newton step longer than this many posterior sds in some coordinate is flagged (release_once's rule).
 _MAX_LAST_STEP = 10.0
 #: A release whose noise widens some sd more than this over the Laplace sd is flagged (release_once's rule).
@@ -489,7 +491,7 @@ def release_once_linear(
     finalize_result(idata, record.to_dict(), prior, foreign_statistics_ok=True)  # NUTS read only the release
     try:
         attach_diagnostics(
-            idata, s["on_poor_mixing"], "release_once_linear", divergences=divergences,
+            idata, s["on_poor_mixing"], LINEAR_METHOD, divergences=divergences,
             release_problems=release["problems"],
         )  # fmt: skip
     finally:  # the released Gaussian is recorded on a flagged result too (a PoorMixingError carries it)
