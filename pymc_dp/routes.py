@@ -14,10 +14,10 @@ is read; it flags a result whose bounds clip too many rows), or DPADVI. The resu
 route (``dp_route``, ``dp_accountant["route"]``).
 
 Rows that live on a Dask cluster (``rows={"X": ..., "y": ...}``, Dask arrays; ``docs/dask.md``)
-take the released-statistics route with the model built on placeholders of their shape
-(:func:`pymc_dp.backends.dask_rows.row_placeholder`): each partition's sums are computed on the
-worker that holds it, and every other route, which would read the rows on the client, is refused
-before anything is charged.
+take the released-statistics route or the DPADVI route with the model built on placeholders of
+their shape (:func:`pymc_dp.backends.dask_rows.row_placeholder`): each partition's sums (or DPADVI's
+clipped batch sums) are computed on the worker that holds it, and every other route, which would
+read the rows on the client, is refused before anything is charged.
 """
 
 from __future__ import annotations
@@ -106,14 +106,14 @@ def _check_rows(model: Any, rows: Any) -> dict[str, Any] | None:
 
 
 def _refuse_rows_off_route(rows: dict[str, Any] | None, route: str, reason: str) -> None:
-    """Refuse Dask ``rows`` on a route that would read them on the client (every route but released statistics)."""
-    if rows is not None and route != "release_statistics":
+    """Refuse Dask ``rows`` on a route that would read them on the client (all but released statistics and DPADVI)."""
+    if rows is not None and route not in ("release_statistics", "DPADVI"):
         raise ValueError(
-            "`rows` (Dask arrays) can be used only on the released-statistics route, whose sums are computed on the "
-            "workers: a linear, logistic, Poisson or negative-binomial regression the graph shows, with x_bounds "
-            f"(and y_bounds). pmdp.sample without a step takes the {route} route here ({reason}), which reads every "
-            "row in this process (DPADVI, the DP samplers and release-once do not run on partitions yet); hold the "
-            f"rows in the model to run it. Found rows for {sorted(rows)}."
+            "`rows` (Dask arrays) can be used only on the released-statistics and DPADVI routes, whose sums are "
+            "computed on the workers: a linear, logistic, Poisson or negative-binomial regression the graph shows, "
+            f"with x_bounds (and y_bounds), or a model the plan fits with DPADVI. pmdp.sample without a step takes the "
+            f"{route} route here ({reason}), which reads every row in this process (the DP samplers and release-once "
+            f"do not run on partitions yet); hold the rows in the model to run it. Found rows for {sorted(rows)}."
         )
 
 
@@ -465,6 +465,15 @@ def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -
     return idata
 
 
+def _dpadvi_backend(s: dict[str, Any]) -> Any:
+    """The DPADVI route's backend: the call's, or for Dask ``rows`` a DaskBackend holding them, on the call's client."""
+    if s["rows"] is None:
+        return "default" if s["backend"] is None else s["backend"]
+    from pymc_dp.backends.dask_partitions import dpadvi_route_backend
+
+    return dpadvi_route_backend(s["backend"], s["rows"])
+
+
 def _dpadvi_route(model: Any, the_plan: Plan, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
     """DPADVI at the plan's iterations and sampling rate; draws from its widened fit, flagged as it says."""
     planned = the_plan.method("DPADVI")
@@ -479,7 +488,7 @@ def _dpadvi_route(model: Any, the_plan: Plan, s: dict[str, Any], kwargs: dict[st
         budget=s["budget"],
         model=model,
         random_seed=None if seed is None else int(seed),
-        backend="default" if s["backend"] is None else s["backend"],
+        backend=_dpadvi_backend(s),
         **ONE_CALL_DPADVI,
     )
     fit.prepare(model)  # DPADVI's model checks: before the charge

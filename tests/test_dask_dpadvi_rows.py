@@ -216,3 +216,64 @@ def test_the_one_call_route_s_backend_for_dask_rows(client):
     assert dpadvi_route_backend("default", rows).rows == rows  # the route's own default
     with pytest.raises(ValueError, match=r"`backend` must be None or a pymc_dp.DaskBackend without rows"):
         dpadvi_route_backend(given, rows)
+
+
+def _student_t_on_placeholders(n_rows: int = 2000, n_covariates: int = 18) -> tuple[pm.Model, dict]:
+    """A Student-t regression (no released-statistics family; P = 20 on 2,000 rows: release_once cannot resolve its
+    curvature, so the plan fits it with DPADVI, as tests/test_one_call.py checks in memory) on placeholders."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(n_rows, n_covariates)).clip(-3, 3)
+    y = 0.5 + x @ np.linspace(1.0, -0.5, n_covariates) + 0.8 * rng.standard_t(4, size=n_rows)
+    rows = {"X": da.from_array(x, chunks=(1000, n_covariates)), "y": da.from_array(y, chunks=1000)}
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 2.5, shape=n_covariates)
+        pm.StudentT("y", nu=4, mu=a + pmdp.row_placeholder(rows["X"]) @ b, sigma=pm.HalfNormal("s", 2),
+                    observed=pmdp.row_placeholder(rows["y"]))  # fmt: skip
+    return model, rows
+
+
+def test_the_one_call_route_hands_dask_rows_to_its_dpadvi_fit(client, monkeypatch):
+    """``pmdp.sample(epsilon=..., rows=...)`` where the plan fits DPADVI: the fit gets a DaskBackend holding the rows.
+
+    The fit itself is stopped at its construction (the whole route on the cluster is the slow test below, about 45
+    CPU s): what is checked here is the wiring, and that nothing was charged before the fit would have been.
+    """
+    import pymc_dp.routes
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def spy(**settings):
+        seen.update(settings)
+        raise Stop
+
+    model, rows = _student_t_on_placeholders()
+    assert pmdp.plan(model, epsilon=4.0, delta=1e-6).one_call_route == "DPADVI"
+    monkeypatch.setattr(pymc_dp.routes, "DPADVI", spy)
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=1e-6, n_rows=2000)
+    with model, pytest.raises(Stop):
+        pmdp.sample(epsilon=4.0, delta=1e-6, rows=rows, grad_clip=3.0, budget=budget, progressbar=False)
+    backend = seen["backend"]
+    assert isinstance(backend, pmdp.DaskBackend) and backend.rows == rows and backend.client is client
+    assert budget.spent().epsilon == 0.0
+
+
+@pytest.mark.slow  # about 45 CPU s on Python 3.12 (the planned DPADVI iterations, each a round trip to the workers)
+def test_the_one_call_route_fits_dpadvi_on_dask_rows_where_the_plan_says(client):
+    """The whole route on the cluster: ε, the budget's one charge and the record's route and backend as planned."""
+    model, rows = _student_t_on_placeholders()
+    plan = pmdp.plan(model, epsilon=4.0, delta=1e-6)
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=1e-6, n_rows=2000)
+    with model:
+        idata = pmdp.sample(
+            epsilon=4.0, delta=1e-6, rows=rows, draws=50, grad_clip=3.0, budget=budget, progressbar=False
+        )
+    record = json.loads(idata.posterior.attrs["dp_accountant"])
+    assert idata.posterior.attrs["dp_route"] == "DPADVI" and record["settings"]["backend"]["name"] == "dask"
+    assert record["iterations"] == plan.method("DPADVI").iterations
+    assert pmdp.privacy_spent(idata).epsilon == pytest.approx(4.0, rel=1e-6)
+    assert budget.spent().epsilon == pytest.approx(4.0, rel=1e-6) and len(budget.labels) == 1
+    assert set(idata.posterior.data_vars) == {"a", "b", "s"}
