@@ -92,6 +92,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pymc_dp.exponential_family",
             "pymc_dp.exponential_family.*",
             "pymc_dp.release_once",
+            "pymc_dp.release_once_linear",
         ),
     ),
     # What users call: pmdp.sample, publish, the bambi bridge, the public namespace, the audit tools.
