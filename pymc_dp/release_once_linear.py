@@ -207,6 +207,12 @@ def _newton_linear(rows: GaussianLinearRows, s: dict[str, Any], taus, tau_gram, 
             carried = score_std**2 * np.eye(k_coef + 1)
             u = step_psi / variance
             carried[:k_coef, :k_coef] += (gram_std**2 / 2.0) * (float(u @ u) * np.eye(k_coef) + np.outer(u, u))
+            # log σ's step also reads σ²ĝ_ψᵀĜ⁻¹ĝ_ψ, ĝ_ψ = g + ξ: its noise 2σ²gᵀĜ⁻¹ξ + σ²ξᵀĜ⁻¹ξ has variance
+            # 4σ_g²‖v‖² + 2σ⁴σ_g⁴ tr Ĝ⁻² (v = σ²Ĝ⁻¹g, the step), in the score's units.
+            inverse_gram = np.linalg.inv(gram)
+            carried[k_coef, k_coef] += 4.0 * score_std**2 * float(step_psi @ step_psi) + 2.0 * (
+                variance * score_std
+            ) ** 4 / variance**2 * float(np.sum(inverse_gram * inverse_gram))
             covariance = laplace + laplace @ carried @ laplace
             last_step = np.concatenate([step_psi, [step_sigma]])
         psi, log_sigma = psi + step_psi, log_sigma + step_sigma

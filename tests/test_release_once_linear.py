@@ -162,3 +162,27 @@ def test_release_once_takes_the_covariate_curvature_with_x_bounds_and_refuses_he
     with pytest.raises(Exception, match="epsilon"):  # over the budget: refused by release_once_linear's plan
         pmdp.release_once(model, epsilon=2.0, delta=1e-6, x_bounds=(-1, 1), budget=budget)
     assert budget.spent().epsilon == 0.0
+
+
+def test_the_released_gaussian_covers_the_exact_fit_at_its_stated_rate():
+    """The widened Gaussian N(m, C) is honest: over 300 releases on one data set (N = 2,000, ε = 1, 4 groups, bounds
+    that clip next to no row), its 90 % intervals cover the exact least-squares β and the maximum-likelihood log σ at
+    a rate within 3 binomial standard errors (0.052) of 0.90 for each of the three. NumPy releases, no NUTS (2 CPU s).
+    """
+    from pymc_dp.mechanisms.covariate_gram import linear_rows
+    from pymc_dp.regression_graph import regression_parts
+    from pymc_dp.release_once_linear import LINEAR_NEWTON_STEPS, _newton_linear
+
+    model, exact = _grouped_model(n_rows=2000)
+    rows = linear_rows(model, regression_parts(model), (-1.0, 1.0))
+    residual = rows._y - rows._z @ exact
+    target = np.r_[exact[-2:], 0.5 * np.log(np.mean(residual**2))]
+    tau_gram, taus, tau_clip = linear_noise_multipliers(1.0, 1e-6, LINEAR_NEWTON_STEPS, 0.3, 0.5, 0.05)
+    rng = np.random.default_rng(11)
+    inside = []
+    for _ in range(300):
+        fit = _newton_linear(rows, {"start_sigma": 1.0}, taus, tau_gram, tau_clip, rng)
+        sd = np.sqrt(np.diag(fit["covariance"]))[-3:]
+        inside.append(np.abs(fit["mean"][-3:] - target) < 1.6449 * sd)
+    coverage = np.mean(inside, axis=0)
+    assert np.all(np.abs(coverage - 0.90) < 3 * np.sqrt(0.09 / 300)), coverage
