@@ -26,6 +26,11 @@ joint Laplace, variance component included) for comparison.
 ``--variant covariate_curvature`` simulates the design the note proposes instead of step 1
 (:func:`covariate_curvature_fit`: NumPy on the raw rows, not a library release): the curvature from
 one Gaussian release of the covariates' Σ zzᵀ rather than a clipped Hessian at every anchor.
+``--variant library`` runs that design as the library ships it: ``pmdp.release_once(model, ...,
+x_bounds=(-1, 1))`` on the benchmark's own hierarchical model (:mod:`pymc_dp.release_once_linear`:
+the Σ zzᵀ release, the score releases with noisy bounds, then NUTS on the model's priors against
+the released Gaussian), 4.6–6.3 CPU s per run; its release checks and NUTS's diagnostics are
+``release_reasons`` and ``flagged`` (docs/release_once.md, the measured table).
 
 Privacy: the release is :func:`pymc_dp.release_once`'s (substitute neighbours, N public, its
 ``"auto"`` clip bounds priced inside ε); the likelihood model's priors and the hierarchical prior
