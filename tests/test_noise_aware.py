@@ -608,8 +608,8 @@ def test_nuisance_variables_are_sampled_but_neither_stored_nor_diagnosed(monkeyp
     monkeypatch.setattr(mcmc, "run_convergence_checks", spy)
     rel, params = _nuisance_model("categorical")
     kwargs = {
-        "draws": 30,
-        "tune": 30,
+        "draws": 10,  # which variables are stored and diagnosed, not their values: a few draws will do
+        "tune": 10,
         "chains": 2,
         "cores": 1,
         "init": "adapt_diag",  # no jittered start: one compilation less
