@@ -36,6 +36,7 @@ from pymc_dp._validation import check_finite_positive, check_neighbouring, check
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.accounting.events import PrivacyEvent
+from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
@@ -471,6 +472,7 @@ def release_once_linear(
         s["epsilon"], s["delta"], s["newton_steps"], s["gram_share"], s["final_share"], s["clip_epsilon_share"]
     )
     n_rows = linear_rows_count(model, s["neighbouring"])
+    check_prior_reads_no_data(model, n_rows)  # the priors and potentials enter NUTS exactly: none may read data
     run = PrivateRun(
         "pymc_dp.release_once_linear", delta=s["delta"], neighbouring=s["neighbouring"], n_rows=n_rows,
         epsilon=s["epsilon"], budget=budget,

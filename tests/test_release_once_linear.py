@@ -149,6 +149,12 @@ def test_refusals_read_nothing_and_charge_nothing():
         pm.Bernoulli("y", logit_p=b * np.linspace(-1, 1, 50), observed=np.arange(50) % 2)
     with pytest.raises(ValueError, match="Normal likelihood"):
         release_once_linear(logistic, epsilon=1.0, delta=1e-6, x_bounds=(-1, 1))
+    rows = np.random.default_rng(1).normal(size=200)
+    with model:  # a potential that reads the rows would enter NUTS exactly, unnoised
+        pm.Potential("leak", -((model["beta"][0] - rows) ** 2).sum())
+    with pytest.raises(ValueError, match=r"(?i)potential"):
+        release_once_linear(model, epsilon=1.0, delta=1e-6, x_bounds=(-1, 1), budget=budget)
+    assert budget.spent().epsilon == 0.0
     assert math.isfinite(gram_sensitivity(3.0, "substitute"))
 
 
