@@ -330,6 +330,11 @@ def _check_settings(s: dict[str, Any]) -> dict[str, Any]:
         s[name] = check_positive_int(name, s[name])
     s["target_accept"] = check_unit_interval_open("target_accept", s["target_accept"])
     s["neighbouring"] = check_neighbouring("neighbouring", s["neighbouring"])
+    if s["neighbouring"] != "substitute":
+        raise ValueError(
+            "`neighbouring` must be 'substitute' for release_once's covariate curvature: its steps and its Gaussian "
+            "use N (log σ's curvature 2N), which is public only under substitution. Found 'add_remove'."
+        )
     check_on_poor_mixing(s["on_poor_mixing"])
     if s["budget"] is not None and not isinstance(s["budget"], PrivacyBudget):
         raise TypeError(f"`budget` must be a pymc_dp.PrivacyBudget. Found {type(s['budget']).__name__}.")
@@ -419,8 +424,9 @@ def release_once_linear(
         NUTS's settings on the priors (free of ε).
     budget : PrivacyBudget, optional
         Charged with every release before the first row is read.
-    neighbouring : {"substitute", "add_remove"}, default "substitute"
-        The relation of every release (see Notes).
+    neighbouring : {"substitute"}, default "substitute"
+        The relation of every release (see Notes); add/remove is refused (N, private there, enters
+        the steps and the Gaussian).
     on_poor_mixing : {"warn", "raise", "ignore"}, default "warn"
         What a flagged result does (a release problem or NUTS's own diagnostics).
     random_seed : int, optional
@@ -444,9 +450,10 @@ def release_once_linear(
 
     Notes
     -----
-    Neighbouring relation: substitute (one row replaced, N public; default) or add/remove. One
-    row moves only its own terms: Σ zzᵀ by aaᵀ − bbᵀ, of Frobenius norm at most √2 r² with r² =
-    ``1 + Σⱼ max(lowerⱼ², upperⱼ²)`` on the box (r² under add/remove); its clipped score by 2b;
+    Neighbouring relation: substitute (one row replaced, N public), the only one accepted: N enters
+    the steps and the Gaussian (log σ's curvature 2N). One row moves only its own terms: Σ zzᵀ by
+    aaᵀ − bbᵀ, of Frobenius norm at most √2 r² with r² = ``1 + Σⱼ max(lowerⱼ², upperⱼ²)`` on the
+    box (the mechanism also prices add/remove, r²); its clipped score by 2b;
     one histogram count between two bins (√2). Each is a Gaussian mechanism with Δ/σ = 1/τ
     (:mod:`pymc_dp.mechanisms.covariate_gram`), and the 2K + 1 releases compose to the μ that
     (ε, δ) allows (:func:`linear_noise_multipliers`). The anchors, the Gaussian and NUTS's draws

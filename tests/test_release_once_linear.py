@@ -143,6 +143,8 @@ def test_refusals_read_nothing_and_charge_nothing():
         release_once_linear(model, epsilon=1.0, delta=1e-6, x_bounds=(1, -1), budget=budget)
     with pytest.raises(Exception, match="epsilon"):
         release_once_linear(model, epsilon=2.0, delta=1e-6, x_bounds=(-1, 1), budget=budget)
+    with pytest.raises(ValueError, match="neighbouring"):  # N, private under add/remove, enters the steps
+        release_once_linear(model, epsilon=1.0, delta=1e-6, x_bounds=(-1, 1), neighbouring="add_remove")
     assert budget.spent().epsilon == 0.0
     with pm.Model() as logistic:
         b = pm.Normal("b", 0, 1)
