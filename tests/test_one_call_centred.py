@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import json
 import math
 
@@ -312,7 +313,7 @@ def test_the_anchor_moves_by_a_recorded_newton_step_from_the_dp_start(centred_ru
     schedule = centring["newton_noise_multipliers"]
     assert [p["noise_multiplier"] for p in path] == pytest.approx([pair[0] for pair in schedule])
     assert path[-1]["noise_multiplier"] == pytest.approx(centring["newton_noise_multiplier"])
-    assert all(later < earlier for (earlier, _), (later, _) in zip(schedule, schedule[1:]))
+    assert all(later < earlier for (earlier, _), (later, _) in itertools.pairwise(schedule))
     text = pmdp.privacy_statement(idata).text
     assert "centred on a released anchor" in text
     assert f"Before it, {CENTRE_NEWTON_STEPS} pilot releases of the same two clipped sums" in text
