@@ -37,7 +37,13 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import check_prior_reads_no_data
-from pymc_dp.diagnostics import RELEASED_STATISTICS_METHOD, attach_diagnostics, check_on_poor_mixing
+from pymc_dp.diagnostics import (
+    RELEASED_STATISTICS_METHOD,
+    PoorMixingError,
+    PoorMixingWarning,
+    attach_diagnostics,
+    check_on_poor_mixing,
+)
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
 from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, gram_row_bound, linear_rows, linear_rows_count
@@ -361,6 +367,23 @@ def _release_record(fit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _say_if_unusable(idata: Any, diagnostics: dict[str, Any], on_poor_mixing: str) -> None:
+    """A :class:`PoorMixingWarning` (or :class:`PoorMixingError` carrying the result) when the result is not usable."""
+    if diagnostics["usable"] or on_poor_mixing == "ignore":
+        return
+    message = (
+        "release_once (covariate curvature) did not produce a usable posterior: "
+        + "; ".join(diagnostics["problems"])
+        + ". Do not report these draws as a posterior. A problem of the release (Σ zzᵀ unresolved, noise, clipping, "
+        "an unconverged step) needs more ε or more rows; NUTS's own (R-hat, ESS, divergences) need more draws or "
+        "tuning, but calling again releases and pays again (the released Gaussian is in "
+        "dp_diagnostics['release']). Diagnostics are in posterior.attrs['dp_diagnostics']."
+    )
+    if on_poor_mixing == "raise":
+        raise PoorMixingError(message, idata)
+    warnings.warn(message, PoorMixingWarning, stacklevel=4)
+
+
 def release_once_linear(
     model: Any = None,
     *,
@@ -504,12 +527,10 @@ def release_once_linear(
                   "noise_multipliers": {"gram": tau_gram, "scores": taus, "histograms": tau_clip}},
     )  # fmt: skip
     finalize_result(idata, record.to_dict(), prior, foreign_statistics_ok=True)  # NUTS read only the release
-    try:
-        attach_diagnostics(
-            idata, s["on_poor_mixing"], LINEAR_METHOD, divergences=divergences,
-            release_problems=release["problems"],
-        )  # fmt: skip
-    finally:  # the released Gaussian is recorded on a flagged result too (a PoorMixingError carries it)
-        diagnostics = json.loads(posterior_attrs(idata)["dp_diagnostics"])
-        posterior_attrs(idata)["dp_diagnostics"] = json.dumps({**diagnostics, "release": release})
+    attach_diagnostics(
+        idata, "ignore", LINEAR_METHOD, divergences=divergences, release_problems=release["problems"]
+    )  # said below, in this route's words
+    diagnostics = {**json.loads(posterior_attrs(idata)["dp_diagnostics"]), "release": release}
+    posterior_attrs(idata)["dp_diagnostics"] = json.dumps(diagnostics)
+    _say_if_unusable(idata, diagnostics, s["on_poor_mixing"])
     return idata

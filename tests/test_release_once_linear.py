@@ -220,3 +220,19 @@ def test_an_ungrouped_regression_releases_intercept_and_slopes_in_the_order_of_i
     assert np.all(z < 5.0), z
     psi = _psi_graph(parts).eval({alpha: 0.5, beta: np.array([1.0, 2.0]), sigma: np.e})
     np.testing.assert_allclose(psi, [0.5, 1.0, 2.0, 1.0])
+
+
+def test_an_unusable_result_warns_or_raises_in_this_routes_words_with_the_result():
+    """A flagged result: a PoorMixingWarning naming the problems, or with on_poor_mixing="raise" a PoorMixingError that
+    carries the (paid-for) result; "ignore" says nothing. No release, no NUTS (< 0.1 s)."""
+    from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning
+    from pymc_dp.release_once_linear import _say_if_unusable
+
+    result, flagged = object(), {"usable": False, "problems": ["Σ zzᵀ unresolved"]}
+    with pytest.warns(PoorMixingWarning, match="covariate curvature.*Σ zzᵀ unresolved"):
+        _say_if_unusable(result, flagged, "warn")
+    with pytest.raises(PoorMixingError) as raised:
+        _say_if_unusable(result, flagged, "raise")
+    assert raised.value.result is result
+    _say_if_unusable(result, flagged, "ignore")
+    _say_if_unusable(result, {"usable": True, "problems": []}, "raise")
