@@ -332,10 +332,18 @@ def _newton_text(run_centring: dict[str, Any]) -> str:
     steps = int(run_centring.get("newton_steps") or 0)
     if not steps:
         return ""
+    schedule = run_centring.get("newton_noise_multipliers")  # every pilot's (scores, Hessians), first to last
+    if schedule:
+        pairs = "; ".join(f"{_g(g)} and {_g(h)}" for g, h in schedule)
+        noise = f"noise multipliers for scores and Hessians, first pilot to last: {pairs}"
+    else:  # records from before the pilots' schedule: one pair for every pilot
+        noise = (
+            f"noise multipliers {_g(run_centring['newton_noise_multiplier'])} for scores and "
+            f"{_g(run_centring['newton_hessian_noise_multiplier'])} for Hessians"
+        )
     return (
-        f" Before it, {steps} pilot releases of the same two clipped sums (noise multipliers "
-        f"{_g(run_centring['newton_noise_multiplier'])} for scores and "
-        f"{_g(run_centring['newton_hessian_noise_multiplier'])} for Hessians, {_g(run_centring['newton_share'])} of "
+        f" Before it, {steps} pilot releases of the same two clipped sums ({noise}, "
+        f"{_g(run_centring['newton_share'])} of "
         "the anchor's μ together) moved θ̂ from the DPADVI start's mean, each to the Newton step computed from "
         "the previous pilot's released sums and the data-free prior (post-processing); they are counted in ε"
         + _newton_clips_text(run_centring)

@@ -18,6 +18,7 @@ from pymc_dp.accounting.events import GaussianReleases
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
 from pymc_dp.centred_predictions import random_phase_ess
 from pymc_dp.mechanisms.centred import CentringAnchor
+from pymc_dp.statement import _g as statement_number  # the statement's own number format
 from pymc_dp.step_methods.centred_plan import (
     CENTRE_ANCHOR_SHARE,
     CENTRE_HESSIAN_SHARE,
@@ -317,6 +318,9 @@ def test_the_anchor_moves_by_a_recorded_newton_step_from_the_dp_start(centred_ru
     text = pmdp.privacy_statement(idata).text
     assert "centred on a released anchor" in text
     assert f"Before it, {CENTRE_NEWTON_STEPS} pilot releases of the same two clipped sums" in text
+    # every pilot's multipliers are stated, first to last (not the last pilot's for all of them)
+    stated = "; ".join(f"{statement_number(g)} and {statement_number(h)}" for g, h in schedule)
+    assert f"noise multipliers for scores and Hessians, first pilot to last: {stated}" in text
     # the pilots' public clips, and where the anchor's clip histograms were released, are stated when recorded
     assert centring["newton_clips"] and "Each pilot clipped every row's score at the public B" in text
     assert centring["clip_histograms_point"] is not None and "released at the anchor's own point" in text
