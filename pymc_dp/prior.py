@@ -28,9 +28,27 @@ from pymc_dp.model_structure import (
     _row_length_axes,
     _row_structure,
     _same_data,
+    data_dependent_deterministics,
 )
 
-__all__ = ["PriorDensity", "check_prior_reads_no_data", "prior_graph"]
+__all__ = ["PriorDensity", "check_prior_reads_no_data", "prior_graph", "prior_model"]
+
+
+def prior_model(model: Any, outcome: Any) -> Any:
+    """A copy of ``model`` without its likelihood: no observed ``outcome``, data container or deterministic that
+    reads data (PyMC's model graph, ``pymc.model.fgraph``); the priors and data-free potentials are kept.
+
+    What the routes that sample a model's priors against a released likelihood run NUTS on (the one
+    call's released-statistics route, :func:`pymc_dp.release_once_linear`). Reads no row.
+    """
+    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
+
+    drop = {outcome.name, *data_dependent_deterministics(model), *(v.name for v in model.data_vars)}
+    fgraph, _ = fgraph_from_model(model, inlined_views=True)
+    for index in reversed(range(len(fgraph.outputs))):
+        if fgraph.outputs[index].name in drop:
+            fgraph.remove_output(index)
+    return model_from_fgraph(fgraph, mutate_fgraph=True)
 
 
 def prior_graph(model) -> Variable:

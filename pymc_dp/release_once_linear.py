@@ -47,6 +47,7 @@ from pymc_dp.diagnostics import (
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
 from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, gram_row_bound, linear_rows, linear_rows_count
+from pymc_dp.prior import prior_model
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.results import finalize_result, group, group_names, posterior_attrs
 from pymc_dp.route_predictions import RELEASE_ONCE_CLIP_QUANTILE, RELEASE_ONCE_CLIP_SHARE
@@ -270,21 +271,6 @@ def _release_problems(fit: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _prior_model(model: Any, outcome: Any) -> Any:
-    """A copy of ``model`` without its likelihood (no observed variable, data container or deterministic that
-    reads data): the priors and data-free potentials are kept (PyMC's ``pymc.model.fgraph``)."""
-    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
-
-    from pymc_dp.data import data_dependent_deterministics
-
-    drop = {outcome.name, *data_dependent_deterministics(model), *(v.name for v in model.data_vars)}
-    fgraph, _ = fgraph_from_model(model, inlined_views=True)
-    for index in reversed(range(len(fgraph.outputs))):
-        if fgraph.outputs[index].name in drop:
-            fgraph.remove_output(index)
-    return model_from_fgraph(fgraph, mutate_fgraph=True)
-
-
 def _sample_priors(model: Any, parts: RegressionParts, fit: dict[str, Any], s: dict[str, Any]) -> tuple[Any, Any]:
     """NUTS on the model's priors with the released N(m, C) as the likelihood of ψ(θ); (idata, the prior model)."""
     import pymc as pm
@@ -293,7 +279,7 @@ def _sample_priors(model: Any, parts: RegressionParts, fit: dict[str, Any], s: d
     from pytensor.graph.traversal import ancestors
     from pytensor.tensor.random.op import RandomVariable
 
-    prior = _prior_model(model, parts.outcome)
+    prior = prior_model(model, parts.outcome)
     chol = np.linalg.cholesky(np.linalg.inv(fit["covariance"]))
     graph = _psi_graph(parts)
     reached = set(ancestors([graph], blockers=list(model.free_RVs)))  # the free variables ψ reads directly

@@ -42,6 +42,7 @@ from pymc_dp.data import data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poor_mixing
 from pymc_dp.planning import Plan
 from pymc_dp.planning import plan as plan_run
+from pymc_dp.prior import prior_model
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.release_once import release_once
 from pymc_dp.results import note_dropped_deterministics, posterior_attrs, write_privacy_attrs
@@ -351,7 +352,7 @@ def _release_route(
     anchors = 0 if parts.groups is not None else release_anchors(family, n_rows, epsilon)
 
     # The priors, and the likelihood's parameters on them, before anything is released.
-    prior = _prior_model(model, parts.outcome)
+    prior = prior_model(model, parts.outcome)
     check_prior_reads_no_data(prior, n_rows)
     if s["var_names"] is None:  # the copy holds no deterministic that reads data: say which are left out
         note_dropped_deterministics(data_dependent_deterministics(model))
@@ -516,19 +517,6 @@ def _record_route(idata: Any, route: dict[str, Any]) -> Any:
     write_privacy_attrs(idata, record)
     attrs["dp_route"] = str(route["name"])
     return idata
-
-
-def _prior_model(model: Any, outcome: Any) -> Any:
-    """A copy of ``model`` without its likelihood: no observed variable, data container or deterministic that
-    reads data (PyMC's model graph, ``pymc.model.fgraph``); the priors and data-free potentials are kept."""
-    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
-
-    drop = {outcome.name, *data_dependent_deterministics(model), *(v.name for v in model.data_vars)}
-    fgraph, _ = fgraph_from_model(model, inlined_views=True)
-    for index in reversed(range(len(fgraph.outputs))):
-        if fgraph.outputs[index].name in drop:
-            fgraph.remove_output(index)
-    return model_from_fgraph(fgraph, mutate_fgraph=True)
 
 
 def _observed_array(variable: Any) -> np.ndarray:

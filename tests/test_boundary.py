@@ -80,6 +80,7 @@ DATA_FREE = {
     "RowLikelihood",  # the type may be named (internal, no longer public); building one is checked below
     "check_prior_reads_no_data",  # refuses a prior or potential that reads data; returns nothing
     "data_dependent_deterministics",  # names of deterministics to drop from results
+    "prior_model",  # the model without its observed variable, data containers and data-reading deterministics
     "sorted_value_vars",  # the model's free value variables in model order
     "_is_matrix_product",  # whether a graph node is a matrix product (the node's op and input ranks only)
     "_toposort_nodes",  # a graph's nodes in order (symbolic: no values evaluated)
