@@ -46,7 +46,7 @@ from pymc_dp.diagnostics import (
 )
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
-from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, gram_row_bound, linear_rows, linear_rows_count
+from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, checked_box, linear_rows, linear_rows_count
 from pymc_dp.prior import prior_model
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.results import finalize_result, group, group_names, posterior_attrs
@@ -483,7 +483,7 @@ def release_once_linear(
     model = pm.modelcontext(model)
     parts = _linear_parts(model)
     n_features = 0 if parts.matrix is None else int(parts.matrix.type.shape[1] or parts.matrix.shape[1].eval())
-    gram_row_bound(x_bounds, n_features, True)  # checks the box (public) before anything is charged
+    box = [side.tolist() for side in checked_box(x_bounds, n_features)]  # public, checked before any charge
     tau_gram, taus, tau_clip = linear_noise_multipliers(
         s["epsilon"], s["delta"], s["newton_steps"], s["gram_share"], s["final_share"], s["clip_epsilon_share"]
     )
@@ -509,7 +509,7 @@ def release_once_linear(
     record = run.record(
         start={"source": "public", "note": "ψ = 0 and σ = start_sigma"},
         reproducible_noise=reproducible_noise, run_epsilon=run_epsilon, chains=s["chains"], draws=s["draws"],
-        settings={**settings, "x_bounds": [np.broadcast_to(b, (max(n_features, 1),)).tolist() for b in x_bounds],
+        settings={**settings, "x_bounds": box,
                   "noise_multipliers": {"gram": tau_gram, "scores": taus, "histograms": tau_clip}},
     )  # fmt: skip
     finalize_result(idata, record.to_dict(), prior, foreign_statistics_ok=True)  # NUTS read only the release

@@ -236,3 +236,35 @@ def test_an_unusable_result_warns_or_raises_in_this_routes_words_with_the_result
     assert raised.value.result is result
     _say_if_unusable(result, flagged, "ignore")
     _say_if_unusable(result, {"usable": True, "problems": []}, "raise")
+
+
+def _groups_only_model(n_rows=200, n_groups=3):
+    rng = np.random.default_rng(2)
+    groups = rng.integers(0, n_groups, n_rows)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, shape=n_groups)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", a[groups], sigma, observed=rng.normal(size=n_rows))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("which", "x_bounds", "found"),
+    [
+        ("groups only", None, "NoneType"),
+        ("groups only", ([-1, -1, -1], [1, 1, 1]), r"shape \(3,\)"),
+        ("groups only", (1, -1), r"lower=\[1.0\]"),
+        ("covariates", ([-1, -1, -1], [1, 1, 1]), r"shape \(3,\)"),
+        ("covariates", (-1, 1, 2), "length 3"),
+        ("covariates", ("low", 1), "str"),
+    ],
+)
+def test_a_bad_box_is_refused_by_name_before_anything_is_charged(which, x_bounds, found):
+    """Finding 4: a bad ``x_bounds`` (None, wrong length, inverted) is a ValueError naming it, what it must be and what
+    was found, raised before the run is planned: the budget holds no event. Reads no data (< 1 s each)."""
+    model = _groups_only_model() if which == "groups only" else _grouped_model(n_rows=200)[0]
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=1e-5, n_rows=200)
+    with pytest.raises(ValueError, match=rf"(?s)`x_bounds` must be .*Found.*{found}"):
+        release_once_linear(model, epsilon=1.0, delta=1e-6, x_bounds=x_bounds, budget=budget, draws=10, tune=10)
+    assert budget.spent().epsilon == 0.0
+    assert budget.events == ()

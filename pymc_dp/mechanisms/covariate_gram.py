@@ -26,20 +26,43 @@ from pymc_dp.mechanisms.clipping import clipped_sum_l2, sensitivity_of_clipped_s
 from pymc_dp.mechanisms.hessian import packed_size, symmetric_from_packed, symmetric_to_packed
 from pymc_dp.mechanisms.noise import SecureNoise
 
-__all__ = ["GaussianLinearRows", "gram_row_bound", "gram_sensitivity", "linear_rows", "linear_rows_count"]
+__all__ = [
+    "GaussianLinearRows",
+    "checked_box",
+    "gram_row_bound",
+    "gram_sensitivity",
+    "linear_rows",
+    "linear_rows_count",
+]
 
 #: Rows per chunk of the per-row work (rows × K × K doubles at most at one time).
 _CHUNK = 4096
 
 
-def _checked_box(x_bounds: Any, n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) of the public box as two arrays of length ``n_features`` (checked, public)."""
+def checked_box(x_bounds: Any, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of the public box as two arrays of length ``n_features`` (checked, public; 1 for a model
+    without covariates, whose box is checked all the same and recorded). Raises a ValueError naming ``x_bounds``."""
+    n_features = max(int(n_features), 1)
     if not isinstance(x_bounds, tuple | list) or len(x_bounds) != 2:
         raise ValueError(
             f"`x_bounds` must be a pair (lower, upper) of numbers or of arrays of length {n_features}. Found "
-            f"{type(x_bounds).__name__}."
+            f"{type(x_bounds).__name__}"
+            + (f" of length {len(x_bounds)}." if isinstance(x_bounds, tuple | list) else ".")
         )
-    lower, upper = (np.broadcast_to(np.asarray(b, dtype=float), (n_features,)).copy() for b in x_bounds)
+    sides = []
+    for name, side in zip(("lower", "upper"), x_bounds, strict=True):
+        try:
+            value = np.asarray(side, dtype=float)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value.ndim > 1 or (value.ndim == 1 and value.shape[0] != n_features):
+            found = type(side).__name__ if value is None else f"shape {value.shape}"
+            raise ValueError(
+                f"`x_bounds` must be a pair (lower, upper) of numbers or of arrays of length {n_features} (one entry "
+                f"per covariate). Found {name} with {found}."
+            )
+        sides.append(np.broadcast_to(value, (n_features,)).copy())
+    lower, upper = sides
     if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
         raise ValueError(
             f"`x_bounds` must be finite with lower < upper in every column. Found lower={lower.tolist()}, "
@@ -49,10 +72,12 @@ def _checked_box(x_bounds: Any, n_features: int) -> tuple[np.ndarray, np.ndarray
 
 
 def gram_row_bound(x_bounds: Any, n_features: int, indicator: bool) -> float:
-    """r² = max ‖z‖² over the public box: Σⱼ max(lowerⱼ², upperⱼ²), plus 1 for an indicator or intercept column."""
+    """r² = max ‖z‖² over the public box: Σⱼ max(lowerⱼ², upperⱼ²), plus 1 for an indicator or intercept column.
+
+    The box is checked (:func:`checked_box`) even without covariates (r² = 1 then)."""
+    lower, upper = checked_box(x_bounds, n_features)
     if n_features == 0:
         return 1.0
-    lower, upper = _checked_box(x_bounds, n_features)
     return float(indicator) + float(np.sum(np.maximum(lower**2, upper**2)))
 
 
@@ -148,7 +173,7 @@ class GaussianLinearRows:
         elif intercept:
             columns.append(np.ones((n_rows, 1)))
         if n_features:
-            lower, upper = _checked_box(x_bounds, n_features)
+            lower, upper = checked_box(x_bounds, n_features)
             x = np.asarray(x, dtype=float).reshape(n_rows, n_features)
             columns.append(np.clip(np.where(np.isfinite(x), x, lower), lower, upper))
         self._z = np.column_stack(columns)
