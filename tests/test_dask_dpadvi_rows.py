@@ -166,6 +166,16 @@ def _refused(client, budget, model, rows, error, match):
     assert not budget.events
 
 
+def _with_summed_data(rows: dict) -> pm.Model:
+    """The placeholder model plus ``pm.Data`` of the rows' length held in this process, summed into the predictor."""
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
+        w = pm.Data("w", np.random.default_rng(1).normal(size=N_ROWS))
+        logit_p = pmdp.row_placeholder(rows["X"]) @ beta + 1e-3 * w.sum()
+        pm.Bernoulli("y", logit_p=logit_p, observed=pmdp.row_placeholder(rows["y"]))
+    return model
+
+
 def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
     """Each refusal comes from metadata or the graph (no block is computed) and leaves the budget without an event.
 
@@ -188,7 +198,10 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         (model, {**rows, "z": rows["y"] + 1}, ValueError, r"`rows` must give only the Dask arrays.*\['z'\]"),
         (model, {**rows, "z": rows["y"]}, ValueError, r"`rows` must give a different Dask array for each role"),
         (mixed, rows, ValueError, r"`rows` must give only the Dask arrays.*\['y'\]"),
-        (mixed, {"X": rows["X"]}, ValueError, r"`rows` must replace every row array of the model's likelihood"),
+        (mixed, {"X": rows["X"]}, ValueError, r"`rows` must hold every row the model reads.*\(600,\), N = 600"),
+        # An in-process length-N array beside the placeholders (the review's case: its sum mixes every row's term;
+        # the same model with in-memory rows is refused by the row-wise checks)
+        (_with_summed_data(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found w with"),
     ]
     for case_model, case_rows, error, match in cases:
         if case_rows is None:  # a model of placeholders on a backend without rows: it would be fitted to the zeros

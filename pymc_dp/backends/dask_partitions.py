@@ -107,6 +107,7 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
     fgraph, _ = fgraph_from_model(model, inlined_views=True)
     placeholders = _placeholders(fgraph)
     roles = _match(placeholders, rows)
+    _refuse_in_process_rows(fgraph, int(next(iter(rows.values())).shape[0]))
     memo, arrays = {}, {}
     for holder in placeholders:
         name = f"{PARTITIONED_ROWS_NAME}[{roles[id(holder)]}]"
@@ -123,6 +124,33 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
     copy._coords = dict(getattr(fgraph, "_coords", {}))  # the model's coords and dims, as fgraph_from_model keeps them
     copy._dim_lengths = {k: memo.get(v, v) for k, v in getattr(fgraph, "_dim_lengths", {}).items()}
     return model_from_fgraph(copy, mutate_fgraph=True), arrays
+
+
+def _refuse_in_process_rows(fgraph: Any, n_rows: int) -> None:
+    """Refuse, naming ``rows``, a model that also holds an array with an axis of N in this process (shapes only).
+
+    Such an array (a ``pm.Data`` or a constant beside the placeholders) would be read on the client,
+    and its copy, rebuilt around :data:`SETUP_ROWS` synthetic rows, no longer shows the row-wise
+    checks that it is row-aligned: a reduction over it (``w.sum()``) mixes every row's term and is
+    refused in a model of in-memory rows, so it is refused here before anything is charged. N is the
+    Dask arrays' length (metadata); only shapes are read.
+    """
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+
+    for var in fgraph.variables:
+        if isinstance(var, SharedVariable):
+            shape = np.shape(var.get_value(borrow=True))
+        elif isinstance(var, Constant) and getattr(var, "name", None) != ROW_PLACEHOLDER_NAME:
+            shape = np.shape(var.data)
+        else:
+            continue
+        if n_rows in shape:
+            raise ValueError(
+                "`rows` must hold every row the model reads: a model of row placeholders may hold no other array "
+                f"with an axis of the rows' length in this process (it would be read on the client, and could mix "
+                f"rows). Found {getattr(var, 'name', None) or 'an unnamed array'} with shape {shape}, N = {n_rows}."
+            )
 
 
 class PlaceholderRowMechanisms(RowMechanisms):
