@@ -39,12 +39,12 @@ def _rows(x, groups, n_groups, intercept=False, neighbouring="substitute"):
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_gram_sensitivity_is_the_brute_force_worst_neighbour(grouped):
-    """Every substitution of one row (a grid of the box, points outside it, a group outside [0, G)) moves
+    """Every substitution of one row (a grid of the box, points outside it, negative and out-of-range groups) moves
     Σ zzᵀ by at most Δ = √2 r² in Frobenius norm, and some substitution reaches it; add/remove: r²."""
     x = np.array([[0.3, -0.2], [1.0, 1.0], [-0.5, 0.9], [0.0, 0.0]])
     groups = np.array([0, 1, 1, 0]) if grouped else None
     grid = [-3.0, -1.0, -0.4, 0.0, 0.7, 1.0, np.nan]  # outside the box and non-finite: clamped
-    candidates = list(itertools.product([-1, 0, 1, 2] if grouped else [0], grid, grid))
+    candidates = list(itertools.product([-3, -2, -1, 0, 1, 2] if grouped else [0], grid, grid))
     base = _rows(x, groups, 2, intercept=True)._gram_sum()
     r2 = gram_row_bound((-1.0, 1.0), 2, True)
     assert r2 == 3.0
@@ -268,3 +268,14 @@ def test_a_bad_box_is_refused_by_name_before_anything_is_charged(which, x_bounds
         release_once_linear(model, epsilon=1.0, delta=1e-6, x_bounds=x_bounds, budget=budget, draws=10, tune=10)
     assert budget.spent().epsilon == 0.0
     assert budget.events == ()
+
+
+def test_a_negative_group_index_is_the_group_the_model_reads():
+    """Finding 6: −G ≤ g < 0 is group G + g in Σ zzᵀ, as PyMC's a[g] wraps it; g < −G or g ≥ G gives no indicator
+    (the model would fail there, the release stays bounded). NumPy on 5 rows (< 0.1 s)."""
+    x = np.array([[0.3], [-0.2], [0.9], [0.1], [-0.7]])
+    wrapped = _rows(x, np.array([-1, -3, 0, 2, -2]), 3)._gram_sum()
+    np.testing.assert_array_equal(wrapped, _rows(x, np.array([2, 0, 0, 2, 1]), 3)._gram_sum())
+    outside = _rows(x, np.array([-4, 3, 0, 2, 1]), 3)._gram_sum()
+    np.testing.assert_array_equal(outside[:3, :3], np.diag([1.0, 1.0, 1.0]))
+    assert outside[3, 3] == pytest.approx(np.sum(x**2))

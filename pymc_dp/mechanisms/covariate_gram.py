@@ -99,7 +99,8 @@ class GaussianLinearRows:
     z = (the group's indicator, x) with G groups, or (1, x) with a scalar intercept, or x; the
     covariates are clamped to the public box [lower, upper] here (a row outside it is moved to
     the nearest point of the box, never refused; a non-finite entry is set to the lower bound),
-    and a group index outside [0, G) gives no indicator. Then ‖z‖² ≤ r² =
+    a group index −G ≤ g < 0 is group G + g (as the model's ``a[g]`` reads it), and one outside
+    [−G, G) gives no indicator (each row has one indicator at most either way). Then ‖z‖² ≤ r² =
     :func:`gram_row_bound` for every row, whatever the data.
 
     Releases (each the Gaussian mechanism; σ = τΔ with τ the caller's noise multiplier):
@@ -166,6 +167,8 @@ class GaussianLinearRows:
         columns = []
         if groups is not None:
             index = np.asarray(groups).ravel()
+            # −G ≤ g < 0 is group G + g, as PyMC's a[g] reads it (NumPy's wrapping); out of range: no indicator.
+            index = np.where((index < 0) & (index >= -n_groups), index + n_groups, index)
             inside = (index >= 0) & (index < n_groups)
             indicator = np.zeros((n_rows, n_groups))
             indicator[np.flatnonzero(inside), index[inside].astype(int)] = 1.0
