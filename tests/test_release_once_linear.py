@@ -1,10 +1,10 @@
 """Release once with the curvature from one noisy Σ zzᵀ (issue 34): the mechanism and the route.
 
-Costs (3.12, loaded 2-core machine; the file: 14 CPU s user, 11 tests): the mechanism tests are
+Costs (3.12, loaded 2-core machine; the file: 17 CPU s user, 20 tests): the mechanism tests are
 NumPy on a handful of rows (well under a second together); the coverage test 300 NumPy releases
-(about 1 s); the route's end-to-end test one release at N = 2,000 and a short NUTS run on the
-priors (6–10 s wall, mostly compilation); the refusals read no data (< 1 s each).
-"""
+(about 1 s); the route's end-to-end tests one release at N = 2,000 and a short NUTS run on the
+priors each (6 s for the first, mostly compilation, 2.5 s for the clamped-covariates one); the
+refusals read no data (< 1 s each)."""
 
 import itertools
 import json
@@ -87,9 +87,12 @@ def test_one_row_moves_only_its_own_clipped_terms():
 
 @pytest.mark.parametrize(("epsilon", "steps", "gram_share"), [(4.0, 6, 0.3), (1.0, 1, 0.5), (0.5, 3, 0.1)])
 def test_the_events_spend_exactly_the_planned_epsilon(epsilon, steps, gram_share):
-    """The 2K + 1 releases' μ add up to what (ε, δ) allows: the composed ε is the target, from below."""
-    tau_gram, taus, tau_clip = linear_noise_multipliers(epsilon, 1e-6, steps, gram_share, 0.5, 0.05)
-    spent = compose_epsilon(release_once_linear_events(tau_gram, taus, tau_clip), 1e-6)[0]
+    """The 2K + 2 releases' μ (the clamped count included) add up to what (ε, δ) allows: the composed ε is the
+    target, from below."""
+    tau_gram, taus, tau_clip, tau_count = linear_noise_multipliers(epsilon, 1e-6, steps, gram_share, 0.5, 0.05)
+    events = release_once_linear_events(tau_gram, taus, tau_clip, tau_count)
+    assert sum(e.count for e in events) == 2 * steps + 2
+    spent = compose_epsilon(events, 1e-6)[0]
     assert spent <= epsilon
     assert spent == pytest.approx(epsilon, rel=1e-6)
 
@@ -134,6 +137,10 @@ def test_the_route_releases_a_gaussian_around_the_least_squares_fit_and_samples_
     released_sd = np.sqrt(np.diag(covariance))[-3:-1]
     assert np.all(np.abs(beta.mean(axis=0) - mean[-3:-1]) < released_sd), (beta.mean(axis=0), mean[-3:-1])
     assert json.loads(attrs["dp_accountant"])["mechanism"] == "pymc_dp.release_once_linear"
+    # The box clamps no row: the noisy count is noise (sd 10 τ₁ ≈ 23 rows at ε = 2), the flag's line √N + 2 sd ≈ 91 rows
+    # is 4 sds out (a false flag has probability ≈ 3·10⁻⁵).
+    assert release["clamping"]["noisy_clipped_rows"] < 5 * release["clamping"]["share_clipped_sd"] * 2000
+    assert not any("outside the public bounds" in p for p in release["problems"]), release["problems"]
 
 
 def test_refusals_read_nothing_and_charge_nothing():
@@ -186,7 +193,7 @@ def test_the_released_gaussian_covers_the_exact_fit_at_its_stated_rate():
     rows = linear_rows(model, regression_parts(model), (-1.0, 1.0))
     residual = rows._y - rows._z @ exact
     target = np.r_[exact[-2:], 0.5 * np.log(np.mean(residual**2))]
-    tau_gram, taus, tau_clip = linear_noise_multipliers(1.0, 1e-6, LINEAR_NEWTON_STEPS, 0.3, 0.5, 0.05)
+    tau_gram, taus, tau_clip, _ = linear_noise_multipliers(1.0, 1e-6, LINEAR_NEWTON_STEPS, 0.3, 0.5, 0.05)
     rng = np.random.default_rng(11)
     inside = []
     for _ in range(300):
@@ -279,3 +286,33 @@ def test_a_negative_group_index_is_the_group_the_model_reads():
     outside = _rows(x, np.array([-4, 3, 0, 2, 1]), 3)._gram_sum()
     np.testing.assert_array_equal(outside[:3, :3], np.diag([1.0, 1.0, 1.0]))
     assert outside[3, 3] == pytest.approx(np.sum(x**2))
+
+
+def test_covariates_the_box_clamps_are_counted_and_flag_the_result():
+    """Finding 2: the reviewer's case (pmdp.release_once(x_bounds=...) is this route), small. x ~ N(0, 1) with
+    x_bounds=(-1, 1) clamps about 29 % of the rows (weighted), and the slope comes back biased; the noisy clamped
+    count (sd 10 τ₁ ≈ 12 rows at ε = 4) lies about 40 sds above the flag's line 1/√N + 2 sd (69 of 2,000 rows), so
+    the result is flagged and not usable. The run is priced at ε with the planned 2K + 2 releases, all in the
+    budget. One release at N = 2,000 and NUTS 2 × (100 + 100) (2.5 s wall on 3.12, compiled after the first)."""
+    rng = np.random.default_rng(8)
+    x = rng.normal(0.0, 1.0, size=(2000, 1))
+    y = 0.2 + 0.5 * x[:, 0] + rng.normal(0.0, 0.5, 2000)
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 1)
+        beta = pm.Normal("beta", 0, 1, shape=1)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", alpha + pm.math.dot(x, beta), sigma, observed=y)
+    budget = pmdp.PrivacyBudget(epsilon=4.0, delta=1e-6, n_rows=2000)
+    idata = release_once_linear(
+        model, epsilon=4.0, delta=1e-6, x_bounds=(-1, 1), draws=100, tune=100, chains=2, random_seed=3,
+        on_poor_mixing="ignore", budget=budget,
+    )  # fmt: skip
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    clamping = diagnostics["release"]["clamping"]
+    assert clamping["share_clipped"] > clamping["bias_threshold_share"] + 2 * clamping["share_clipped_sd"]
+    assert any("outside the public bounds" in p for p in diagnostics["release"]["problems"])
+    assert diagnostics["usable"] is False
+    assert float(idata.posterior.attrs["dp_epsilon"]) == pytest.approx(4.0, rel=1e-6)
+    assert budget.spent().epsilon == pytest.approx(4.0, rel=1e-6)
+    assert sum(e.count for e in budget.events) == 2 * 4 + 2
+    assert any("clamped" in e.label for e in budget.events)

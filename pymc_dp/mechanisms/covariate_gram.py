@@ -22,6 +22,13 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
 from pymc_dp.mechanisms.clip_bound import norm_histogram
+from pymc_dp.mechanisms.clipped_rows import (
+    CLIPPED_ROW_FULL_WEIGHT,
+    CLIPPED_ROW_WEIGHT_GRID,
+    ClippedUnits,
+    PrivateClippedCount,
+    clipped_row_weights,
+)
 from pymc_dp.mechanisms.clipping import clipped_sum_l2, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.hessian import packed_size, symmetric_from_packed, symmetric_to_packed
 from pymc_dp.mechanisms.noise import SecureNoise
@@ -111,7 +118,9 @@ class GaussianLinearRows:
       ((rᵢ/σ²) zᵢ, rᵢ²/σ² − 1) with rᵢ = yᵢ − zᵢᵀψ, Δ = 2b (b under add/remove); a row whose
       score is not finite contributes zero;
     - :meth:`release_score_norm_histogram`: the histogram of the rows' ‖sᵢ‖ on the public grid
-      of :data:`pymc_dp.mechanisms.clip_bound.NORM_GRID_EDGES` plus N(0, σ² I), Δ = √2 (1).
+      of :data:`pymc_dp.mechanisms.clip_bound.NORM_GRID_EDGES` plus N(0, σ² I), Δ = √2 (1);
+    - :meth:`release_clamped_count`: the weighted number of rows the box clamped (each in [0, 1])
+      plus discrete Gaussian noise of sd τ rows, Δ = 1 (substitute and add/remove alike).
 
     Parameters
     ----------
@@ -136,7 +145,8 @@ class GaussianLinearRows:
     Row i's terms (zᵢzᵢᵀ, its clipped score, its histogram count) depend on row i alone, so one
     substitution moves Σ zzᵀ by aaᵀ − bbᵀ, of Frobenius norm at most √2 r² (the packed vector's
     L2 norm: Δ = √2 r², r² under add/remove; :func:`gram_sensitivity`), the clipped score sum by
-    at most 2b and the histogram by one unit between two bins (√2). Each release is the Gaussian
+    at most 2b, the histogram by one unit between two bins (√2) and the clamped count by at most
+    1 (each row adds a weight in [0, 1]). Each release is the Gaussian
     mechanism with Δ/σ = 1/τ, μ = 1/(2τ²) in zCDP (Sommer et al. 2019, Lemma 12), whatever ψ and
     the data; ε covers the noisy outputs; ψ must be public or post-processing of earlier
     releases. The events are :meth:`events` (from public settings only), priced before any
@@ -164,7 +174,7 @@ class GaussianLinearRows:
         n_rows = y.shape[0]
         n_features = 0 if x is None else int(np.shape(x)[1])
         self.row_bound_sq = gram_row_bound(x_bounds, n_features, groups is not None or intercept)
-        columns = []
+        columns, clamped_units = [], np.zeros(n_rows, dtype=np.int64)
         if groups is not None:
             index = np.asarray(groups).ravel()
             # −G ≤ g < 0 is group G + g, as PyMC's a[g] reads it (NumPy's wrapping); out of range: no indicator.
@@ -172,6 +182,7 @@ class GaussianLinearRows:
             inside = (index >= 0) & (index < n_groups)
             indicator = np.zeros((n_rows, n_groups))
             indicator[np.flatnonzero(inside), index[inside].astype(int)] = 1.0
+            clamped_units = np.where(inside, 0, CLIPPED_ROW_WEIGHT_GRID)  # a row without its group counts fully
             columns.append(indicator)
         elif intercept:
             columns.append(np.ones((n_rows, 1)))
@@ -179,8 +190,12 @@ class GaussianLinearRows:
             lower, upper = checked_box(x_bounds, n_features)
             x = np.asarray(x, dtype=float).reshape(n_rows, n_features)
             columns.append(np.clip(np.where(np.isfinite(x), x, lower), lower, upper))
+            scales = CLIPPED_ROW_FULL_WEIGHT * (upper - lower)  # public: the box's widths
+            moved = clipped_row_weights(x, columns[-1], scales, CLIPPED_ROW_WEIGHT_GRID)
+            clamped_units = np.maximum(clamped_units, moved)
         self._z = np.column_stack(columns)
         self._y = y
+        self._clamped = ClippedUnits(n_rows, int(clamped_units.sum()))
         self.n_rows, self.n_coefficients = n_rows, self._z.shape[1]
 
     @staticmethod
@@ -239,6 +254,18 @@ class GaussianLinearRows:
         for start in range(0, self.n_rows, _CHUNK):
             total += clipped_sum_l2(self._scores(psi, log_sigma, slice(start, start + _CHUNK)), grad_clip)
         return total + rng.normal(0.0, std, size=total.shape)
+
+    def release_clamped_count(
+        self, noise_multiplier: float, rng: np.random.Generator | SecureNoise
+    ) -> tuple[float, float]:
+        """(the weighted number of rows the box clamped + discrete Gaussian noise of sd τ rows, τ): one release.
+
+        A row counts in proportion to how far its furthest-moved covariate moved, fully from
+        ``CLIPPED_ROW_FULL_WEIGHT`` of that column's width (a non-finite covariate, or a group
+        index outside [−G, G), counts 1): :class:`pymc_dp.mechanisms.clipped_rows.PrivateClippedCount`'s
+        weighting and noise, Δ = 1 row. Events: ``PrivateClippedCount.gaussian_events``.
+        """
+        return PrivateClippedCount.from_units(self._clamped).gaussian_noisy(noise_multiplier, rng)
 
     def histogram_std(self, noise_multiplier: float) -> float:
         """σ of the score-norm histogram at τ: τ√2 (substitute) or τ (add/remove)."""
