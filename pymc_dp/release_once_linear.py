@@ -399,7 +399,8 @@ def _say_if_unusable(idata: Any, diagnostics: dict[str, Any], on_poor_mixing: st
         "release_once (covariate curvature) did not produce a usable posterior: "
         + "; ".join(diagnostics["problems"])
         + ". Do not report these draws as a posterior. A problem of the release (Σ zzᵀ unresolved, noise, clipping, "
-        "an unconverged step) needs more ε or more rows; NUTS's own (R-hat, ESS, divergences) need more draws or "
+        "an unconverged step) needs more ε or more rows, and rows outside x_bounds need wider public bounds; "
+        "NUTS's own (R-hat, ESS, divergences) need more draws or "
         "tuning, but calling again releases and pays again (the released Gaussian is in "
         "dp_diagnostics['release']). Diagnostics are in posterior.attrs['dp_diagnostics']."
     )
