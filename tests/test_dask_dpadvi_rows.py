@@ -176,6 +176,22 @@ def _with_summed_data(rows: dict) -> pm.Model:
     return model
 
 
+def _with_summed_array_in_logp(rows: dict) -> pm.Model:
+    """A ``pm.CustomDist`` whose log-density adds the sum of a shared array of the rows' length held in this process."""
+    import pytensor
+
+    summed = pytensor.shared(np.random.default_rng(2).normal(size=N_ROWS), name="W")
+
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu + 1e-3 * summed.sum(), 1.0), value)
+
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
+        mu = pmdp.row_placeholder(rows["X"]) @ beta
+        pm.CustomDist("y", mu, logp=logp, observed=pmdp.row_placeholder(rows["y"]).astype("float64"))
+    return model
+
+
 def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
     """Each refusal comes from metadata or the graph (no block is computed) and leaves the budget without an event.
 
@@ -202,6 +218,9 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         # An in-process length-N array beside the placeholders (the review's case: its sum mixes every row's term;
         # the same model with in-memory rows is refused by the row-wise checks)
         (_with_summed_data(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found w with"),
+        # The same, read only inside a distribution's log-density (the second review's case: not in the model's
+        # graph, only in the per-row log-likelihood's)
+        (_with_summed_array_in_logp(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found W"),
     ]
     for case_model, case_rows, error, match in cases:
         if case_rows is None:  # a model of placeholders on a backend without rows: it would be fitted to the zeros

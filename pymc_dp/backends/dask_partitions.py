@@ -107,7 +107,7 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
     fgraph, _ = fgraph_from_model(model, inlined_views=True)
     placeholders = _placeholders(fgraph)
     roles = _match(placeholders, rows)
-    _refuse_in_process_rows(fgraph, int(next(iter(rows.values())).shape[0]))
+    _refuse_in_process_rows(fgraph.variables, int(next(iter(rows.values())).shape[0]))
     memo, arrays = {}, {}
     for holder in placeholders:
         name = f"{PARTITIONED_ROWS_NAME}[{roles[id(holder)]}]"
@@ -126,19 +126,24 @@ def placeholder_model(model: Any, rows: dict[str, Any]) -> tuple[Any, dict[str, 
     return model_from_fgraph(copy, mutate_fgraph=True), arrays
 
 
-def _refuse_in_process_rows(fgraph: Any, n_rows: int) -> None:
+def _refuse_in_process_rows(variables: Any, n_rows: int) -> None:
     """Refuse, naming ``rows``, a model that also holds an array with an axis of N in this process (shapes only).
 
     Such an array (a ``pm.Data`` or a constant beside the placeholders) would be read on the client,
     and its copy, rebuilt around :data:`SETUP_ROWS` synthetic rows, no longer shows the row-wise
     checks that it is row-aligned: a reduction over it (``w.sum()``) mixes every row's term and is
-    refused in a model of in-memory rows, so it is refused here before anything is charged. N is the
-    Dask arrays' length (metadata); only shapes are read.
+    refused in a model of in-memory rows, so it is refused here before anything is charged. Run on
+    the model's graph (``variables``) and again on the per-row log-likelihood's graph, which holds
+    what only a distribution's log-density reads (a ``pm.CustomDist``'s logp). N is the Dask arrays'
+    length (metadata); only shapes are read. The copy's row inputs (:data:`PARTITIONED_ROWS_NAME`)
+    are the rows themselves.
     """
     from pytensor.compile.sharedvalue import SharedVariable
     from pytensor.graph.basic import Constant
 
-    for var in fgraph.variables:
+    for var in variables:
+        if str(getattr(var, "name", None) or "").startswith(PARTITIONED_ROWS_NAME):
+            continue
         if isinstance(var, SharedVariable):
             shape = np.shape(var.get_value(borrow=True))
         elif isinstance(var, Constant) and getattr(var, "name", None) != ROW_PLACEHOLDER_NAME:
@@ -193,6 +198,9 @@ def placeholder_access(
     copy, arrays = placeholder_model(model, rows)
     prior, mechanisms = model_access(copy, None, None, None, compile_kwargs, neighbouring, reproducible=reproducible)
     prior.n_rows = int(next(iter(arrays.values())).shape[0])  # N of the rows (metadata), not of the checks' copy
+    from pytensor.graph.traversal import ancestors
+
+    _refuse_in_process_rows(ancestors([mechanisms._rows._lik_index]), prior.n_rows)  # what only a logp reads
     if mechanisms._rows.subset_mode != "index":  # decided on synthetic rows (the graph alone)
         raise ModelStructureError(
             "`backend` needs rows that can be partitioned (subset mode 'index'). Found a log-likelihood that fixes "
