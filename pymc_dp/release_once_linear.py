@@ -292,8 +292,11 @@ def _release_problems(fit: dict[str, Any]) -> list[str]:
             f"(more than {_MAX_LAST_STEP:g}): the anchors had not converged; use a start_sigma nearer the residuals'"
         )
     clamped = bounds_clipping_problem(fit["clamping"])  # the released statistics' rule (2 noise sds above 1/√N)
-    if clamped:
-        problems.append(f"release_once (covariate curvature): {clamped}")
+    if clamped:  # the count holds rows with an out-of-range group index too (a model with groups): said so
+        problems.append(
+            f"release_once (covariate curvature): {clamped} (rows whose group index lies outside the model's groups, "
+            "if it has any, count here too: check the group data as well as the bounds)"
+        )
     last = fit["clip_bounds"][-1]
     if not last["resolvable"]:
         problems.append("release_once (covariate curvature): the histogram's noise hides the score norms' median")

@@ -264,6 +264,9 @@ def _groups_only_model(n_rows=200, n_groups=3):
         ("covariates", ([-1, -1, -1], [1, 1, 1]), r"shape \(3,\)"),
         ("covariates", (-1, 1, 2), "length 3"),
         ("covariates", ("low", 1), "str"),
+        # the second review: bounds so wide that r² overflows were planned and charged, then failed
+        ("covariates", (-1e200, 1e200), r"lower=\[-1e\+200"),
+        ("groups only", (-1e308, 1e308), r"lower=\[-1e\+308"),
     ],
 )
 def test_a_bad_box_is_refused_by_name_before_anything_is_charged(which, x_bounds, found):

@@ -75,6 +75,14 @@ def checked_box(x_bounds: Any, n_features: int) -> tuple[np.ndarray, np.ndarray]
             f"`x_bounds` must be finite with lower < upper in every column. Found lower={lower.tolist()}, "
             f"upper={upper.tolist()}."
         )
+    with np.errstate(over="ignore"):  # bounds so wide that the widths, r² or r⁴ overflow: refused here, not later
+        row_bound_sq = 1.0 + float(np.sum(np.maximum(lower**2, upper**2)))
+        representable = np.all(np.isfinite(upper - lower)) and math.isfinite(row_bound_sq**2)
+    if not representable:
+        raise ValueError(
+            "`x_bounds` must be narrow enough that the box's widths and the rows' largest squared norm r² (and r⁴) "
+            f"are finite in double precision. Found lower={lower.tolist()}, upper={upper.tolist()}."
+        )
     return lower, upper
 
 
