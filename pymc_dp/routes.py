@@ -40,6 +40,7 @@ from pymc_dp._validation import (
 from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.data import data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poor_mixing
+from pymc_dp.mechanisms.access import observed_array
 from pymc_dp.planning import Plan
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.prior import prior_model
@@ -394,10 +395,10 @@ def _release_data(model: Any, parts: RegressionParts, n_rows: int, rows: dict[st
     """
     if rows is not None:
         return _partitioned_data(parts, n_rows, rows)
-    design = None if parts.matrix is None else _observed_array(parts.matrix)
-    outcome = _observed_array(model.rvs_to_values[parts.outcome])
+    design = None if parts.matrix is None else observed_array(parts.matrix)
+    outcome = observed_array(model.rvs_to_values[parts.outcome])
     if parts.groups is not None:  # (X, y, groups); the intercept is in the group intercepts
-        return (design, outcome, _observed_array(parts.groups))
+        return (design, outcome, observed_array(parts.groups))
     if _releases_ones_column(parts):
         return (np.ones((n_rows, 1)) if design is None else np.column_stack([np.ones(n_rows), design]), outcome)
     return (design, outcome)
@@ -517,38 +518,3 @@ def _record_route(idata: Any, route: dict[str, Any]) -> Any:
     write_privacy_attrs(idata, record)
     attrs["dp_route"] = str(route["name"])
     return idata
-
-
-def _observed_array(variable: Any) -> np.ndarray:
-    """The raw values held by a data container or constant: handed to the mechanism only (never inspected).
-
-    An observed ``pm.Data`` container may reach the model through a cast (PyMC wraps integer
-    containers observed by a discrete variable as ``Cast{int64}(y)``): a chain of elementwise
-    casts over exactly one container or constant is read through, and it is evaluated row for row.
-    Any other graph is refused from its structure alone: an expression that mixes rows (a
-    comparison with the data's mean, an index that repeats a row) would let one person move many
-    released rows, so the release's sensitivity would not hold.
-    """
-    from pytensor.compile.sharedvalue import SharedVariable
-    from pytensor.graph.basic import Constant
-    from pytensor.scalar.basic import Cast, Identity
-    from pytensor.tensor.elemwise import Elemwise
-    from pytensor.tensor.random.type import RandomType
-
-    node = variable
-    while node.owner is not None:
-        op = node.owner.op
-        if not (isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast | Identity) and len(node.owner.inputs) == 1):
-            raise ValueError(
-                "The observed variable (and the design matrix) must hold data: a pm.Data container, an array, "
-                f"or one of them cast elementwise. Found a graph computed by {type(op).__name__}."
-            )
-        [node] = node.owner.inputs
-    if isinstance(node.type, RandomType) or not isinstance(node, SharedVariable | Constant):
-        raise ValueError(
-            "The observed variable (and the design matrix) must hold data: a pm.Data container, an array, "
-            f"or one of them cast elementwise. Found {type(node).__name__}."
-        )
-    if variable is node:
-        return np.asarray(node.get_value(borrow=True) if isinstance(node, SharedVariable) else node.data)
-    return np.asarray(variable.eval())

@@ -13,7 +13,7 @@ import pymc as pm
 import pytest
 
 import pymc_dp as pmdp
-from pymc_dp.routes import _observed_array
+from pymc_dp.mechanisms.access import observed_array as _observed_array
 
 
 def test_the_release_route_reads_an_observed_container_through_a_cast():

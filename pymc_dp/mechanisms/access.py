@@ -15,7 +15,7 @@ from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 
-__all__ = ["RowMechanisms", "model_access"]
+__all__ = ["RowMechanisms", "model_access", "observed_array"]
 
 
 class RowMechanisms:
@@ -123,3 +123,40 @@ def model_access(
         reproducible=reproducible,
     )
     return rows.prior, RowMechanisms(rows)
+
+
+def observed_array(variable: Any, what: str = "observed variable (and the design matrix)") -> np.ndarray:
+    """The raw values held by a data container or constant: handed to the mechanism only (never inspected).
+
+    An observed ``pm.Data`` container may reach the model through a cast (PyMC wraps integer
+    containers observed by a discrete variable as ``Cast{int64}(y)``): a chain of elementwise
+    casts over exactly one container or constant is read through, and it is evaluated row for row.
+    Any other graph is refused from its structure alone: an expression that mixes rows (a
+    comparison with the data's mean, an index that repeats a row) would let one person move many
+    released rows, so the release's sensitivity would not hold. ``what`` names the array in the errors.
+    Used by the routes that hand a model's arrays to a release (the one call's released statistics,
+    :func:`pymc_dp.release_once_linear`).
+    """
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+    from pytensor.scalar.basic import Cast, Identity
+    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.tensor.random.type import RandomType
+
+    node = variable
+    while node.owner is not None:
+        op = node.owner.op
+        if not (isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast | Identity) and len(node.owner.inputs) == 1):
+            raise ValueError(
+                f"The {what} must hold data: a pm.Data container, an array, or one of them cast elementwise. "
+                f"Found a graph computed by {type(op).__name__}."
+            )
+        [node] = node.owner.inputs
+    if isinstance(node.type, RandomType) or not isinstance(node, SharedVariable | Constant):
+        raise ValueError(
+            f"The {what} must hold data: a pm.Data container, an array, or one of them cast elementwise. "
+            f"Found {type(node).__name__}."
+        )
+    if variable is node:
+        return np.asarray(node.get_value(borrow=True) if isinstance(node, SharedVariable) else node.data)
+    return np.asarray(variable.eval())

@@ -21,6 +21,7 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring
 from pymc_dp.accounting.events import GaussianReleases, PrivacyEvent
+from pymc_dp.mechanisms.access import observed_array
 from pymc_dp.mechanisms.clip_bound import norm_histogram
 from pymc_dp.mechanisms.clipped_rows import (
     CLIPPED_ROW_FULL_WEIGHT,
@@ -295,35 +296,12 @@ class GaussianLinearRows:
         return counts + rng.normal(0.0, std, size=counts.shape)
 
 
-def _data_values(variable: Any, what: str) -> np.ndarray:
-    """The raw values of a data container or constant (through elementwise casts); any other graph is refused
-    from its structure alone (an expression that mixes rows would break the row bound)."""
-    from pytensor.compile.sharedvalue import SharedVariable
-    from pytensor.graph.basic import Constant
-    from pytensor.scalar.basic import Cast, Identity
-    from pytensor.tensor.elemwise import Elemwise
-
-    node = variable
-    while node.owner is not None:
-        op = node.owner.op
-        if not (isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast | Identity) and len(node.owner.inputs) == 1):
-            raise ValueError(
-                f"The {what} must hold data: a pm.Data container, an array, or one of them cast elementwise. Found a "
-                f"graph computed by {type(op).__name__}."
-            )
-        [node] = node.owner.inputs
-    if not isinstance(node, SharedVariable | Constant):
-        raise ValueError(f"The {what} must hold data (a pm.Data container or an array). Found {type(node).__name__}.")
-    value = node.get_value(borrow=True) if isinstance(node, SharedVariable) else node.data
-    return np.asarray(value)
-
-
 def linear_rows(model: Any, parts: Any, x_bounds: Any, neighbouring: str = "substitute") -> GaussianLinearRows:
     """The :class:`GaussianLinearRows` of a model recognised as a (grouped) linear regression
     (:func:`pymc_dp.regression_graph.regression_parts`): its arrays are read here, in the mechanism layer."""
-    x = None if parts.matrix is None else _data_values(parts.matrix, "design matrix")
-    y = _data_values(model.rvs_to_values[parts.outcome], "observed variable")
-    groups = None if parts.groups is None else _data_values(parts.groups, "group index")
+    x = None if parts.matrix is None else observed_array(parts.matrix, "design matrix")
+    y = observed_array(model.rvs_to_values[parts.outcome], "observed variable")
+    groups = None if parts.groups is None else observed_array(parts.groups, "group index")
     n_groups = int(parts.n_groups or 0)
     return GaussianLinearRows(x, y, groups, n_groups, parts.intercept is not None, x_bounds, neighbouring)
 
