@@ -46,7 +46,7 @@ from pymc_dp.diagnostics import (
     attach_diagnostics,
     check_on_poor_mixing,
 )
-from pymc_dp.exponential_family.clipping_check import check_resolution
+from pymc_dp.exponential_family.clipping_check import clipped_share_record
 from pymc_dp.mechanisms import mechanism_rng
 from pymc_dp.mechanisms.clip_bound import clipping_summary, quantile_from_histogram, quantile_is_resolvable
 from pymc_dp.mechanisms.clipped_rows import CLIPPED_ROW_FULL_WEIGHT
@@ -195,15 +195,9 @@ def _clamping_check(noisy: float, sd: float, n_rows: int, box: list[list[float]]
     return {
         "bounds": {"x_bounds": box},
         "full_weight_movement": CLIPPED_ROW_FULL_WEIGHT,
-        "noisy_clipped_rows": float(noisy),
-        "n_rows": n_rows,
-        "share_clipped": round(noisy / n_rows, 6),
-        "share_clipped_sd": round(sd / n_rows, 6),
-        "bias_threshold_share": round(1.0 / math.sqrt(n_rows), 6),
-        "sensitivity": 1,
         "mechanism": "discrete gaussian",
         "noise_multiplier": tau_count,
-        **check_resolution(sd / n_rows, n_rows),
+        **clipped_share_record(noisy, sd, n_rows),
     }
 
 

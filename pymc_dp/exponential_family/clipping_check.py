@@ -162,19 +162,26 @@ def release_clipping_check(
     else:
         noisy, sd = private.gaussian_noisy(setting, source)
         noise = {"mechanism": "discrete gaussian", "noise_multiplier": setting, "noise_sd_rows": sd}
-    n_rows = private.n_rows
     return {
         "bounds": bounds_named(family),
         "full_weight_movement": CLIPPED_ROW_FULL_WEIGHT,
         "weight_grid": CLIPPED_ROW_WEIGHT_GRID,
+        "budget_share": share,
+        **noise,
+        **clipped_share_record(noisy, sd, private.n_rows),
+    }
+
+
+def clipped_share_record(noisy: float, sd: float, n_rows: int) -> dict[str, Any]:
+    """A released clipped-row count read as a share of the public N (post-processing): the fields every clipping
+    check's record holds (``bounds_clipping_problem`` reads them), with its resolution (:func:`check_resolution`)."""
+    return {
         "noisy_clipped_rows": float(noisy),
         "n_rows": n_rows,
         "share_clipped": round(noisy / n_rows, 6),
         "share_clipped_sd": round(sd / n_rows, 6),
         "bias_threshold_share": round(1.0 / math.sqrt(n_rows), 6),
-        "budget_share": share,
         "sensitivity": 1,
-        **noise,
         **check_resolution(sd / n_rows, n_rows),
     }
 
