@@ -806,6 +806,30 @@ def test_a_dpadvi_fit_on_dask_rows_on_worker_processes_is_the_in_memory_fit(clie
     assert remote.privacy_spent() == local.privacy_spent() and budgets[0].events == budgets[1].events
 
 
+def test_a_sampler_run_on_dask_rows_on_worker_processes_is_the_in_memory_run(client, logistic):
+    """DaskBackend(client, rows=...) with DPPenaltyMH built in sampler_model's copy of a model of row placeholders:
+    the Dask arrays' uneven chunks (3 blocks computed in the worker processes, kept there) give the in-memory run's
+    draws (1e-10), ε and accountant record (but the backend entry) with reproducible noise. About 5 CPU s on the
+    client (both runs compile their graphs)."""
+    import dask.array as da
+
+    from pymc_dp.backends.dask_sampler_rows import sampler_model
+
+    model, x, y = logistic
+    rows = {"X": da.from_array(x, chunks=((1200, 800, 1000), 3)), "y": da.from_array(y, chunks=((1200, 800, 1000),))}
+    with pm.Model() as placeholders:
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        pm.Bernoulli("y", logit_p=pmdp.row_placeholder(rows["X"]) @ beta, observed=pmdp.row_placeholder(rows["y"]))
+    results = []
+    for run_model, backend in ((model, None), (sampler_model(placeholders, rows), pmdp.DaskBackend(client, rows=rows))):
+        with run_model:
+            results.append(_run(run_model, pmdp.DPPenaltyMH(llr_clip=0.5, reproducible_noise=True), backend))
+    local, remote = (r.posterior for r in results)
+    np.testing.assert_allclose(remote["beta"].values, local["beta"].values, rtol=0, atol=1e-10)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    _same_record(remote, local)
+
+
 def test_a_failing_dpadvi_task_carries_no_data_text(client, logistic):
     """A worker error in the Poisson-batch sum names its type only; an unknown backend is refused. About 1 CPU s."""
     from pymc_dp.backends.dask_dpadvi import DaskPoissonGradientSum

@@ -232,7 +232,7 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         _refused(client, budget, case_model, case_rows, error, match)
     with pytest.raises(ValueError, match=r"`partitions` must be None with `rows`"):
         pmdp.DaskBackend(client, partitions=2, rows=rows)
-    with pytest.raises(ValueError, match=r"`backend` with `rows` \(Dask arrays\) runs DPADVI only"):
+    with pytest.raises(ValueError, match=r"`backend` with `rows` must run steps built in .*sampler_model"):
         pmdp.DaskBackend(client, rows=rows).check([pmdp.DPPenaltyMH(model=_model(x, y))], {})
 
 

@@ -235,7 +235,7 @@ def attach_dpadvi_rows(backend: Any, mechanisms: Any, reproducible: bool) -> Das
 
     For a model of row placeholders (:class:`pymc_dp.backends.dask_partitions.PlaceholderRowMechanisms`)
     nothing is scattered: the Dask arrays' blocks are computed where Dask places them at the
-    first release, after the charge (:class:`~pymc_dp.backends.dask_partitions.PartitionedClusterRows`).
+    first release, after the charge (:class:`~pymc_dp.backends.dask_blocks.PartitionedClusterRows`).
 
     Called by DPADVI before it charges a fit, so a cluster that cannot take the rows, or a
     worker that cannot import this module or compile and evaluate the gradient graph on a dummy
@@ -243,7 +243,7 @@ def attach_dpadvi_rows(backend: Any, mechanisms: Any, reproducible: bool) -> Das
     Refuses rows that cannot be partitioned (``ModelStructureError`` naming ``backend``).
     """
     if getattr(mechanisms, "arrays", None) is not None:  # a model of placeholders: the Dask arrays' own blocks
-        from pymc_dp.backends.dask_partitions import PartitionedClusterRows
+        from pymc_dp.backends.dask_blocks import PartitionedClusterRows
 
         cluster = PartitionedClusterRows(backend.client, mechanisms._rows, mechanisms.arrays, backend.timeout)
     else:

@@ -5,7 +5,7 @@ graph and compiles it at the first release, inside the charge: a worker with ano
 PyMC version, or without a dependency, then fails after ε was spent. That failure depends on
 the environment, not on the data, but the privacy contract promises that a run that cannot run
 is refused before it is charged (rule 2). So before the charge every partition's worker runs
-:func:`warm_up_partition` (sent by :meth:`pymc_dp.backends.dask.ClusterRows.warm_up`): it
+:func:`warm_up_partition` (sent by :meth:`pymc_dp.backends.dask_cluster.ClusterRows.warm_up`): it
 imports the modules the run's tasks live in, unpickles and compiles each shipped graph the run
 will use, and evaluates it once on a public dummy, one row of zeros with the partition's dtypes
 and trailing shapes at θ = 0; no row of the data is read.
@@ -24,7 +24,7 @@ import numpy as np
 __all__ = ["WORKER_MODULES", "warm_up_partition", "warm_up_refusal"]
 
 #: The modules whose functions the workers run: imported by every warm-up.
-WORKER_MODULES = ("pymc_dp.backends.dask",)
+WORKER_MODULES = ("pymc_dp.backends.dask", "pymc_dp.backends.dask_cluster")
 
 
 def _dummy_rows(partition: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -43,8 +43,8 @@ def warm_up_partition(
     """Import ``modules``, compile every shipped graph of ``specs`` and evaluate it once on a dummy row (worker side).
 
     ``compile_function(*spec)`` compiles (and caches, for the run's releases) a shipped graph:
-    :func:`pymc_dp.backends.dask._worker_function`. Returns None; any failure raises (and
-    :func:`pymc_dp.backends.dask._run_task` passes on its type only). The dummy is one row of
+    :func:`pymc_dp.backends.dask_cluster._worker_function`. Returns None; any failure raises (and
+    :func:`pymc_dp.backends.dask_cluster._run_task` passes on its type only). The dummy is one row of
     zeros (:func:`_dummy_rows`) at θ = 0 with the current values of the parameters held fixed
     (``params``, as every release sends them): the outcome does not depend on any row of
     ``partition``, of which only the dtypes and shapes are read.

@@ -1,0 +1,217 @@
+"""The DP samplers on rows that never leave the cluster (issue 37): DPPenaltyMH and DPHMC on Dask arrays' own blocks.
+
+Steps built in ``pymc_dp.backends.dask_sampler_rows.sampler_model(model, rows)`` (a copy of a model
+of ``pmdp.row_placeholder`` stand-ins) and sampled with ``pmdp.DaskBackend(client, rows=rows)``:
+every release runs on the workers that computed the blocks, after the charge. What is checked: with
+reproducible noise and the same seed the draws equal the in-memory run's and the run on rows
+scattered into the same partitions to 1e-10, with the same ε and accountant record (but its
+backend entry); the run is charged before any block is computed; a failing block names its
+exception's type only; refusals name their parameter and charge nothing. On a
+``LocalCluster(processes=False)`` (threads of this process: no worker start-up); the run on worker
+processes with uneven chunks is in tests/test_dask_backend.py. Costs (CPU s, Python 3.12) in each docstring.
+"""
+
+import json
+import logging
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+
+distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
+import dask  # noqa: E402  (installed with distributed)
+import dask.array as da  # noqa: E402
+
+from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
+from pymc_dp.backends.dask_sampler_rows import sampler_model  # noqa: E402
+
+N_ROWS = 600
+CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same sums' grouping
+BETA = np.array([1.0, -0.5, 0.25])
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=logging.CRITICAL
+    )
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _rows(seed: int = 0, n_rows: int = N_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, 3))
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-(x @ BETA)))).astype("int64")
+    return x, y
+
+
+def _model(x, y) -> pm.Model:
+    """Logistic regression on ``x``, ``y``: arrays held in the model, or placeholders."""
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
+        pm.Bernoulli("y", logit_p=x @ beta, observed=y)
+    return model
+
+
+def _dask_rows(x, y, chunks=CHUNKS) -> dict:
+    return {"X": da.from_array(x, chunks=(chunks, 3)), "y": da.from_array(y, chunks=(chunks,))}
+
+
+def _placeholder_model(rows: dict) -> pm.Model:
+    return _model(pmdp.row_placeholder(rows["X"]), pmdp.row_placeholder(rows["y"]))
+
+
+def _step(method: str, **extra):
+    if method == "penalty":
+        return pmdp.DPPenaltyMH(llr_clip=0.5, reproducible_noise=True, **extra)
+    return pmdp.DPHMC(llr_clip=0.5, grad_clip=2.0, n_leapfrog=3, reproducible_noise=True, **extra)
+
+
+def _sample(model, method, backend=None, budget=None, **extra):
+    """A short reproducible run (4 + 8 iterations, one chain) of a step built in ``model``."""
+    with model:
+        return pmdp.sample(
+            step=_step(method, **extra),
+            epsilon=None if budget else 2.0,
+            budget=budget,
+            delta=1e-5,
+            draws=8,
+            tune=4,
+            chains=1,
+            cores=1,
+            random_seed=4,
+            progressbar=False,
+            init="prior",  # init="auto" fits DPADVI in process only without a cluster: both runs start from the prior
+            **({} if backend is None else {"backend": backend}),
+        )
+
+
+def _same_run(remote, local) -> None:
+    """Equal draws (1e-10), ε and accountant record but the backend entry and why neither run centres."""
+    remote, local = remote.posterior, local.posterior
+    np.testing.assert_allclose(remote["beta"].values, local["beta"].values, rtol=0, atol=1e-10)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    a, b = json.loads(remote.attrs["dp_accountant"]), json.loads(local.attrs["dp_accountant"])
+    assert a.pop("backend")["name"] == "dask"
+    b.pop("backend", None)
+    assert not a.pop("centring", {}).get("used") and not b.pop("centring", {}).get("used")
+    assert a == b
+
+
+@pytest.mark.parametrize("method", ["penalty", "hmc"])
+def test_a_run_on_dask_rows_equals_the_in_memory_run_and_the_scattered_run(client, method):
+    """DPPenaltyMH (every ratio) and DPHMC (3 leapfrog gradients and the ratio) on the blocks of Dask arrays.
+
+    Three runs of 12 iterations with the same seed: rows held in the model, rows scattered into 3
+    partitions, rows on the Dask arrays' 3 blocks. About 4 CPU s (penalty) and 6 (HMC): each run
+    compiles its graphs.
+    """
+    x, y = _rows()
+    rows = _dask_rows(x, y)
+    held = _model(x, y)
+    local = _sample(held, method)
+    partitioned = _sample(sampler_model(_placeholder_model(rows), rows), method, pmdp.DaskBackend(client, rows=rows))
+    _same_run(partitioned, local)
+    if method == "penalty":  # the scattered path's gradients are tested in test_dask_backend
+        _same_run(partitioned, _sample(held, method, pmdp.DaskBackend(client, partitions=3)))
+
+
+#: The budget a test watches and its events when each block was computed (the workers are threads of this process,
+#: and a module-level function is pickled by reference: the blocks see these objects, not copies).
+_WATCHED: dict = {}
+
+
+def _watched_block(k, part, fail=False):
+    _WATCHED["seen"].append(len(_WATCHED["budget"].events))
+    if fail:
+        raise RuntimeError("row 7 holds 0.123456789")
+    x, y = _rows(k, 200)
+    return x if part == "x" else y
+
+
+def _watched_rows(fail=False) -> dict:
+    make = dask.delayed(_watched_block, pure=False)
+    return {
+        "X": da.concatenate([da.from_delayed(make(k, "x"), (200, 3), float) for k in range(3)]),
+        "y": da.concatenate([da.from_delayed(make(k, "y", fail and k == 1), (200,), "int64") for k in range(3)]),
+    }
+
+
+def test_the_run_is_charged_before_any_block_is_computed_and_a_failing_block_withholds_its_text(client):
+    """Blocks made where their tasks run (no row on the client) record the budget's events when they are computed.
+
+    Each block is computed once per run, after the run's charge (the 12 iterations' events), and kept
+    on its worker for every release; a block that raises (its message quoting a value) stops the
+    run with DaskBackendError naming the exception's type only, and the budget keeps the charge.
+    About 3 CPU s.
+    """
+    budget = _WATCHED["budget"] = pmdp.PrivacyBudget(epsilon=50.0, delta=1e-5, n_rows=N_ROWS)
+    seen = _WATCHED["seen"] = []
+    rows = _watched_rows()
+    _sample(sampler_model(_placeholder_model(rows), rows), "penalty", pmdp.DaskBackend(client, rows=rows), budget)
+    assert len(seen) == 6 and min(seen) >= 1  # 3 blocks × 2 arrays, each once, all after the charge
+    charged = len(budget.events)
+    rows = _watched_rows(fail=True)
+    with pytest.raises(DaskBackendError, match=r"partitions \(RuntimeError; its message is withheld") as caught:
+        _sample(sampler_model(_placeholder_model(rows), rows), "penalty", pmdp.DaskBackend(client, rows=rows), budget)
+    assert "0.123" not in str(caught.value) and caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert len(budget.events) > charged  # charged before the blocks were read: the charge stays
+
+
+def _with_summed_array_in_logp(rows: dict) -> pm.Model:
+    """A ``pm.CustomDist`` whose log-density adds the sum of a shared array of the rows' length held in this process."""
+    import pytensor
+
+    summed = pytensor.shared(np.random.default_rng(2).normal(size=N_ROWS), name="W")
+
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu + 1e-3 * summed.sum(), 1.0), value)
+
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
+        mu = pmdp.row_placeholder(rows["X"]) @ beta
+        pm.CustomDist("y", mu, logp=logp, observed=pmdp.row_placeholder(rows["y"]).astype("float64"))
+    return model
+
+
+def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
+    """Steps the rows cannot run, and steps on other rows, are refused from metadata and the graph alone.
+
+    No block is computed (the arrays would fail if one were) and the budget keeps no event.
+    About 3 CPU s (the steps are built, which compiles their checks).
+    """
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    x, y = _rows()
+    rows = _watched_rows(fail=True)  # _WATCHED unset here: a block computed would raise KeyError, not the refusal
+    _WATCHED.clear()
+    other = _dask_rows(x, y)
+    copy = sampler_model(_placeholder_model(rows), rows)
+    with copy:
+        barker = pmdp.DPBarkerMH(batch_size=50, reproducible_noise=True)
+        owners = pmdp.DPMultiOwnerPenaltyMH(owners=np.repeat([0, 1], N_ROWS // 2), llr_clip=0.5, noise_multiplier=5.0)
+    held = _model(x, y)
+    held_step = _step("penalty", model=held)
+    cases = [
+        (copy, barker, rows, r"`backend` with `rows` \(Dask arrays\) runs the steps DPPenaltyMH, DPHMC.*DPBarkerMH"),
+        (copy, owners, rows, r"runs the steps DPPenaltyMH, DPHMC and DPADVI. Found DPMultiOwnerPenaltyMH"),
+        (held, held_step, rows, r"`backend` with `rows` must run steps built in .*sampler_model.*held in this"),
+        (copy, _step("penalty", model=copy), other, r"`backend` with `rows` must run steps built in .*sampler_model"),
+    ]
+    for model, step, case_rows, match in cases:
+        with model, pytest.raises(ValueError, match=match):
+            pmdp.sample(step=step, budget=budget, delta=1e-5, draws=8, tune=4, chains=1, init="prior",
+                        backend=pmdp.DaskBackend(client, rows=case_rows), progressbar=False)  # fmt: skip
+        assert not budget.events
+    # An array of N values read only inside a distribution's log-density (its sum mixes every row's term): the copy
+    # holds N rows, so the steps' row-wise checks refuse it as they do with rows held in the model
+    with sampler_model(_with_summed_array_in_logp(other), other), pytest.raises(ValueError, match="not computed row"):
+        _step("penalty")
+    with pytest.raises(ValueError, match=r"`rows` must give only the Dask arrays.*\['y'\]"):
+        sampler_model(_model(pmdp.row_placeholder(other["X"]), y), other)  # the outcome held in this process
+    with pytest.raises(TypeError, match=r"`rows` must be a non-empty dict of Dask arrays by role"):
+        sampler_model(_placeholder_model(other), [other["X"], other["y"]])
