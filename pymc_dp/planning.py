@@ -112,6 +112,8 @@ from pymc_dp.route_predictions import (
     RELEASE_ONCE_MAX_SD_RATIO,
     RELEASE_ROUTES,
     gaussian_to_laplace_variance,
+    linear_once_reason,
+    linear_route_row,
     one_call_route,
     release_once_row,
     released_statistics_row,
@@ -137,6 +139,7 @@ __all__ = [
     "plan_from_settings",
     "regression_parts",
     "released_statistics_route",
+    "with_linear_route",
 ]
 
 #: ESS per iteration of random-walk Metropolis at the optimal scale, times P (Roberts et al. 1997).
@@ -298,7 +301,8 @@ class Plan:
     #: one with two covariate anchors).
     released_statistics: str | None = None
     #: The route ``pmdp.sample(epsilon=..., delta=...)`` takes without a ``step``
-    #: (:func:`one_call_route`): ``"release_statistics"``, ``"DPPenaltyMH"``, ``"release_once"``, ``"DPADVI"``, or
+    #: (:func:`one_call_route`; :func:`with_linear_route`): ``"release_statistics"``, ``"release_once_linear"``,
+    #: ``"DPPenaltyMH"``, ``"release_once"``, ``"DPADVI"``, or
     #: ``None`` when it refuses (nothing usable at this N·ε).
     one_call_route: str | None = None
     #: Why, in one line, from public quantities only.
@@ -362,7 +366,7 @@ class Plan:
             ess = cell(m.expected_ess, "ess" if sampler else "-", unpredicted)
             lim = cell(m.ess_limit, "ess" if sampler else "-", f"{m.method}'s ESS limit has no closed form")
             err = cell(m.noise_to_signal, "-" if sampler else "err", _RELEASED_UNPREDICTED if released else "")
-            sdx = cell(m.sd_ratio, "err" if released or m.method == "release_once" else "-")
+            sdx = cell(m.sd_ratio, "err" if released or m.method.startswith("release_once") else "-")
             usable = "yes" if m.usable else "no"
             lines.append(
                 f"{m.method:<{w}} {m.iterations:>10} {acc:>7} {ess:>10} {lim:>10} {err:>10} {sdx:>6}  {usable}"
@@ -407,23 +411,9 @@ _RELEASED_UNPREDICTED = (
 
 
 def _penalty_plan(mu_total, n_rows, n_params, chains, llr_clip, s, neighbouring, max_iterations) -> MethodPlan:
-    k = min(
-        max(
-            penalty_iterations(
-                mu_total=mu_total, llr_clip=llr_clip, posterior_sd=s, chains=chains, neighbouring=neighbouring
-            ),
-            200,
-        ),
-        max_iterations,
-    )
-    common = {
-        "mu_total": mu_total,
-        "llr_clip": llr_clip,
-        "posterior_sd": s,
-        "n_params": n_params,
-        "chains": chains,
-        "neighbouring": neighbouring,
-    }
+    common = dict(mu_total=mu_total, llr_clip=llr_clip, posterior_sd=s, chains=chains, neighbouring=neighbouring)
+    k = min(max(penalty_iterations(**common), 200), max_iterations)
+    common["n_params"] = n_params
     ess = penalty_ess(k, **common)
     limit = penalty_ess_limit(**common)
     tau = math.sqrt(chains * k / (2 * mu_total))
@@ -466,19 +456,8 @@ def _hmc_plan(
         "or recommended; measure a run's own diagnostics instead"
     )
     tune = max(1, round(TUNE_FRACTION * k))
-    return MethodPlan(
-        "DPHMC",
-        k,
-        tune,
-        k - tune,
-        {"llr_noise_multiplier": tau_l, "grad_noise_multiplier": tau_g, "n_leapfrog": n_leapfrog},
-        acceptance,
-        ess,
-        None,
-        None,
-        usable,
-        note,
-    )
+    noise = {"llr_noise_multiplier": tau_l, "grad_noise_multiplier": tau_g, "n_leapfrog": n_leapfrog}
+    return MethodPlan("DPHMC", k, tune, k - tune, noise, acceptance, ess, None, None, usable, note)
 
 
 def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate, iterations) -> MethodPlan:
@@ -491,19 +470,8 @@ def _dpadvi_plan(epsilon, delta, n_rows, grad_clip, neighbouring, sampling_rate,
         "expected error of the averaged mean from the gradient noise, in posterior sds (per-row score ≈ clip/2); "
         "clipping adds a bias, and a mean-field fit under-states correlations"
     )
-    return MethodPlan(
-        "DPADVI",
-        iterations,
-        0,
-        0,
-        {"noise_multiplier": sigma, "sampling_rate": sampling_rate},
-        None,
-        None,
-        None,
-        nsr,
-        usable,
-        note,
-    )
+    noise = {"noise_multiplier": sigma, "sampling_rate": sampling_rate}
+    return MethodPlan("DPADVI", iterations, 0, 0, noise, None, None, None, nsr, usable, note)
 
 
 def _posterior_sd(posterior_sd: Any, n_params: int, n_rows: int, llr_clip: float | None) -> tuple[float, str]:
@@ -695,7 +663,7 @@ def plan_from_settings(
 
 
 #: What ``pmdp.sample`` runs without a ``step`` (:func:`one_call_route`).
-ONE_CALL_ROUTES = ("release_statistics", "DPPenaltyMH", "release_once", "DPADVI")
+ONE_CALL_ROUTES = ("release_statistics", "release_once_linear", "DPPenaltyMH", "release_once", "DPADVI")
 
 
 @withholds_chains
@@ -737,7 +705,12 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
         DPADVI's iterations.
     max_iterations : int, default 20000
         The most iterations per chain the plan proposes.
+    y_bounds : optional
+        A linear regression's public outcome bounds: with ``x_bounds``, the ``release_once_linear``
+        row weighs the release against it (:func:`with_linear_route`), as ``pmdp.sample`` does.
     x_bounds, centre_lipschitz : optional
+        With ``x_bounds``, a (grouped) linear regression gets a ``release_once_linear`` row and the
+        one call's choice between it and the release (:func:`with_linear_route`).
         As for ``pmdp.sample(step=...)``: with either, a logistic regression the graph shows gets
         rows "DPHMC (centred)" and "DPPenaltyMH (centred)", what ``pmdp.sample`` runs by default
         there (a DPADVI start, the ``"auto"`` clip bound, a second-order anchor after noisy
@@ -777,6 +750,7 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
     if from_model:
         raise TypeError(f"`{from_model[0]}` must be left unset: pmdp.plan reads it from the model. Found it given.")
     x_bounds, centre_lipschitz = settings.pop("x_bounds", None), settings.pop("centre_lipschitz", None)
+    y_bounds = settings.pop("y_bounds", None)  # a linear regression's: the release_once_linear row's prediction
     if x_bounds is not None or centre_lipschitz is not None:  # the centred rows: a logistic regression only
         kappa = None if centre_lipschitz is None else check_finite_positive("centre_lipschitz", centre_lipschitz)
         bound, lipschitz, _ = centring_bound_and_lipschitz(model, x_bounds, kappa)
@@ -795,4 +769,23 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
     if note is not None:
         reason = f"{the_plan.one_call_reason}; {note}"
         the_plan = replace(the_plan, recommendation=f"{the_plan.recommendation}; {note}", one_call_reason=reason)
-    return the_plan
+    return with_linear_route(the_plan, parts, x_bounds, y_bounds)
+
+
+def with_linear_route(the_plan: Plan, parts: RegressionParts | None, x_bounds: Any, y_bounds: Any) -> Plan:
+    """``the_plan`` with a ``release_once_linear`` row for a (grouped) linear regression given ``x_bounds``, and the
+    one call's route where it is predicted to beat the release (:func:`pymc_dp.route_predictions.linear_route_row`:
+    public quantities only; the bounds are checked, naming them); unchanged otherwise."""
+    p = the_plan
+    row, route, why = linear_route_row(
+        parts, epsilon=p.epsilon, delta=p.delta, n_rows=p.n_rows, x_bounds=x_bounds, y_bounds=y_bounds,
+        neighbouring=p.neighbouring,
+    )  # fmt: skip
+    if row is None:
+        return p
+    p = replace(p, methods=(*p.methods, MethodPlan(**row)))
+    if route != "release_once_linear":
+        return replace(p, one_call_reason=f"{p.one_call_reason}; {why}")
+    reason = linear_once_reason(why, p.n_rows, p.n_params, p.epsilon)
+    recommendation = f"{reason}; otherwise {p.recommendation}"
+    return replace(p, recommended=route, recommendation=recommendation, one_call_route=route, one_call_reason=reason)

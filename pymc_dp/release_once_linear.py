@@ -36,7 +36,6 @@ import numpy as np
 
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int, check_unit_interval_open
 from pymc_dp.accounting.budget import PrivacyBudget
-from pymc_dp.accounting.calibrate import noise_multiplier_for_target
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.data import check_prior_reads_no_data
 from pymc_dp.diagnostics import (
@@ -54,7 +53,16 @@ from pymc_dp.mechanisms.covariate_gram import GaussianLinearRows, checked_box, l
 from pymc_dp.prior import prior_model
 from pymc_dp.regression_graph import RegressionParts, regression_parts
 from pymc_dp.results import finalize_result, group, group_names, posterior_attrs
-from pymc_dp.route_predictions import RELEASE_ONCE_CLIP_QUANTILE, RELEASE_ONCE_CLIP_SHARE
+from pymc_dp.route_predictions import (  # the route's settings live beside the plan's prediction of it
+    CLAMPED_COUNT_FRACTION,
+    GRAM_RESOLVED_SDS,
+    GRAM_SHARE,
+    LINEAR_CLIP_MARGIN,
+    LINEAR_NEWTON_STEPS,
+    RELEASE_ONCE_CLIP_QUANTILE,
+    RELEASE_ONCE_CLIP_SHARE,
+    linear_noise_multipliers,
+)
 from pymc_dp.run import PrivateRun
 from pymc_dp.usability import bounds_clipping_note, bounds_clipping_problem, share_is_material
 
@@ -69,61 +77,12 @@ __all__ = [
     "release_once_linear_events",
 ]
 
-#: Share of the run's μ (zCDP) spent on the one release of Σ zzᵀ (public). 30 %, as simulated on diamonds
-#: (benchmarks/release_once_hierarchical.py --variant covariate_curvature): the Gram matrix is released once and
-#: serves every anchor, while the last score release sets the posterior's noise; the scores share the rest.
-GRAM_SHARE = 0.3
-#: Fraction of ``gram_share`` spent on the noisy count of rows the box clamps (public): 1/30, so 1 % of the run's μ at
-#: the default (its noise sd is 10 τ₁ rows, τ₁ the multiplier of one release at (ε, δ): 12 rows at ε = 4, δ = 10⁻⁶,
-#: a tenth of the flag's threshold √N at N = 15,000); Σ zzᵀ keeps the rest. Taken from the Gram's share, whose τ
-#: grows by 1.7 % (its noise is not what sets the slopes' width at the default settings).
-CLAMPED_COUNT_FRACTION = 1.0 / 30.0
-#: Anchors (score releases) of a run: the first moves ψ to the (clipped) least-squares fit and log σ to its maximiser
-#: there; the others refine them while the clip bound follows the residuals' scale. Measured on diamonds at ε = 4
-#: (docs/release_once.md): 4 anchors gave NUTS's depth sd 2.1–3.5× where 6 gave 2.3–3.6× (the earlier steps' share
-#: of μ is larger with fewer of them, so the last step, on which the Gram noise acts, is shorter).
-LINEAR_NEWTON_STEPS = 4
-#: The released Σ zzᵀ is resolved when its smallest eigenvalue is at least this many noise sds σ_Z. For a fixed
-#: unit direction u the noise's curvature uᵀEu is N(0, σ_Z²) exactly (isometric symmetric noise), and a simple
-#: eigenvalue moves by uᵀEu to first order (second-order terms push the smallest one further down, towards a
-#: flag): at 4 σ_Z the curvature along the weakest direction is known to about 25 % at 1 sd (its posterior sd to
-#: about 12 %), and the step's error from it is carried into the covariance. Below, the eigenvalue is raised to
-#: 4 σ_Z and the result flagged. (release_once's floor, 2√K σ_Z, is the worst direction's noise, the spectral norm:
-#: on diamonds at ε = 4 it flagged every run, whose intervals covered NUTS's means.)
-GRAM_RESOLVED_SDS = 4.0
-#: The score clip bound is this many noisy medians of the rows' score norms. release_once's 4 clipped 1.5–3 % of
-#: diamonds' rows at the mode (heavy-tailed residuals): σ's root came out 1–2 NUTS sds low and a depth slope 3.5–4.4
-#: sds off with 1.7–1.9× sds, outside its interval in 2 of 6 runs (unflagged); at 6 none of 7 runs missed NUTS's
-#: means, at the price of wider intervals (the noise grows with the bound).
-LINEAR_CLIP_MARGIN = 6.0
 #: The diagnostics' method: NUTS on a release, judged as NUTS on released statistics (more draws cost no privacy).
 LINEAR_METHOD = f"{RELEASED_STATISTICS_METHOD} (release_once_linear: a Gaussian of the likelihood's parameters)"
 #: A last Newton step longer than this many posterior sds in some coordinate is flagged (release_once's rule).
 _MAX_LAST_STEP = 10.0
 #: A release whose noise widens some sd more than this over the Laplace sd is flagged (release_once's rule).
 _MAX_NOISE_RATIO = 5.0
-
-
-def linear_noise_multipliers(
-    epsilon: float, delta: float, newton_steps: int, gram_share: float, final_share: float, clip_share: float
-) -> tuple[float, list[float], float, float]:
-    """(τ of the Gram release, each step's score τ, the histograms' τ, the clamped count's τ) from public settings.
-
-    The μ that (ε, δ) allows (one Gaussian release at τ₁, μ = 1/(2τ₁²)) is split: ``clip_share``
-    to the K score-norm histograms in equal parts, ``gram_share`` to Σ zzᵀ and the clamped count
-    (:data:`CLAMPED_COUNT_FRACTION` of it to the count), the rest to the K score releases (the last
-    ``final_share`` of it, the others equal parts). A release with share s has τ = τ₁/√s, so the μ
-    add up to the total; τ is raised by 10⁻⁹ relative, towards privacy.
-    """
-    tau_one = noise_multiplier_for_target(epsilon, delta, 1)
-    raise_ = 1.0 + 1e-9
-    scores = 1.0 - clip_share - gram_share
-    shares = [1.0] if newton_steps == 1 else [(1.0 - final_share) / (newton_steps - 1)] * (newton_steps - 1)
-    shares = shares if newton_steps == 1 else [*shares, final_share]
-    taus = [tau_one / math.sqrt(share * scores) * raise_ for share in shares]
-    tau_gram = tau_one / math.sqrt(gram_share * (1.0 - CLAMPED_COUNT_FRACTION)) * raise_
-    tau_count = tau_one / math.sqrt(gram_share * CLAMPED_COUNT_FRACTION) * raise_
-    return tau_gram, taus, tau_one / math.sqrt(clip_share / newton_steps) * raise_, tau_count
 
 
 def release_once_linear_events(

@@ -10,7 +10,11 @@ when the share is material), and NUTS on their noise-aware likelihood in a copy 
 priors, DPPenaltyMH through :func:`pymc_dp.sample` itself, release-once
 (:func:`pymc_dp.release_once` with its ``"auto"`` clip bounds: a priced share of ε releases the
 rows' median score and Hessian norms before the Newton releases, all priced before the first row
-is read; it flags a result whose bounds clip too many rows), or DPADVI. The result records the
+is read; it flags a result whose bounds clip too many rows), or DPADVI. For a linear regression with
+varying intercepts given ``x_bounds``, :func:`pymc_dp.planning.with_linear_route` weighs the grouped release
+against :func:`pymc_dp.release_once_linear.release_once_linear` (one release of Σ zzᵀ, noisy Newton steps, NUTS on
+the priors) from public quantities (N, G, P, ε, δ, the bounds, σ's prior), and the one call runs the one predicted
+narrower (:func:`pymc_dp.route_predictions.linear_route_row`). The result records the
 route (``dp_route``, ``dp_accountant["route"]``).
 
 Rows that live on a Dask cluster (``rows={"X": ..., "y": ...}``, Dask arrays; ``docs/dask.md``)
@@ -41,7 +45,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.data import data_dependent_deterministics
 from pymc_dp.diagnostics import PoorMixingError, PoorMixingWarning, check_on_poor_mixing
 from pymc_dp.mechanisms.access import observed_array
-from pymc_dp.planning import Plan
+from pymc_dp.planning import Plan, with_linear_route
 from pymc_dp.planning import plan as plan_run
 from pymc_dp.prior import prior_model
 from pymc_dp.regression_graph import RegressionParts, regression_parts
@@ -158,7 +162,7 @@ def _refuse_unused(route: str, reason: str, s: dict[str, Any], kwargs: dict[str,
         unused.update({k: s[k] for k, default in _SAMPLER_SETTINGS.items() if s[k] != default})
         if isinstance(s["draws"], str):
             unused["draws"] = s["draws"]
-    if route != "release_statistics":
+    if route not in ("release_statistics", "release_once_linear"):  # y_bounds: the choice weighed the release by them
         unused.update({k: s[k] for k in ("x_bounds", "y_bounds") if s[k] is not None})
     if route != "DPADVI" and s["grad_clip"] is not None:
         unused["grad_clip"] = s["grad_clip"]
@@ -167,12 +171,20 @@ def _refuse_unused(route: str, reason: str, s: dict[str, Any], kwargs: dict[str,
         unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
         if s["backend"] not in ("default", None):
             unused["backend"] = s["backend"]
+    if route == "release_once_linear":  # NUTS on the priors: its draws, tuning and target_accept; no backend
+        unused.update({k: s[k] for k in ("var_names",) if s[k] is not None})
+        unused.update({k: v for k, v in kwargs.items() if k not in (*_DPADVI_KWARGS, "target_accept")})
+        if s["backend"] not in ("default", None):
+            unused["backend"] = s["backend"]
     if route == "DPADVI":
         unused.update({k: s[k] for k in ("tune", "var_names") if s[k] is not None})
         unused.update({k: v for k, v in kwargs.items() if k not in _DPADVI_KWARGS})
     if route == "release_statistics" and s["backend"] not in ("default", None):
         unused["backend"] = s["backend"]
-    if route not in ("release_statistics", "DPADVI", "release_once") and "target_accept" in kwargs:
+    if (
+        route not in ("release_statistics", "release_once_linear", "DPADVI", "release_once")
+        and "target_accept" in kwargs
+    ):
         unused["target_accept"] = kwargs["target_accept"]  # DPPenaltyMH takes no NUTS setting
     if unused:
         name, value = next(iter(unused.items()))
@@ -195,6 +207,8 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
     s["rows"] = _check_rows(model, kwargs.pop("rows", None))  # Dask arrays that replace the model's placeholders
     s["epsilon"], s["delta"], s["draws"], s["tune"], s["chains"], s["grad_clip"] = _check_one_call(model, s, kwargs)
     the_plan = plan_run(model, epsilon=s["epsilon"], delta=s["delta"], chains=s["chains"], grad_clip=s["grad_clip"])
+    # A (grouped) linear regression with x_bounds: the release or release_once_linear, as predicted (bounds checked).
+    the_plan = with_linear_route(the_plan, regression_parts(model), s["x_bounds"], s["y_bounds"])
     route = the_plan.one_call_route
     if route is None:
         raise ValueError(
@@ -206,7 +220,7 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
     record = {
         "name": route,
         "reason": the_plan.one_call_reason,
-        "chosen_from": "pmdp.plan's recommendation: the graph, N, P, epsilon, delta and chains (public)",
+        "chosen_from": "pmdp.plan's recommendation: the graph, N, P, epsilon, delta, chains and bounds (public)",
     }
     try:
         if route == "release_statistics":
@@ -215,6 +229,8 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
             idata = _dpadvi_route(model, the_plan, s, kwargs)
         elif route == "release_once":
             idata = _release_once_route(model, s, kwargs)
+        elif route == "release_once_linear":
+            idata = _release_once_linear_route(model, s, kwargs)
         else:
             passed = (*_SAMPLER_SETTINGS, "epsilon", "delta", "tune", "chains", "budget", "var_names", "on_poor_mixing")
             idata = sample_with_step(
@@ -465,6 +481,23 @@ def _release_once_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -
     if on_poor_mixing == "raise" and diagnostics.get("usable") is False:
         raise PoorMixingError(str(diagnostics["reasons"][0]), idata)
     return idata
+
+
+def _release_once_linear_route(model: Any, s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """:func:`pymc_dp.release_once_linear.release_once_linear` at its defaults with the call's ``x_bounds``, draws,
+    tuning, chains, ``target_accept``, budget and seed; every release priced before any row is read. Flagged (a
+    warning, or with ``on_poor_mixing="raise"`` a PoorMixingError carrying the result) as its checks say."""
+    from pymc_dp.release_once_linear import release_once_linear
+
+    seed = kwargs.get("random_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+        raise TypeError(f"`random_seed` must be an int or None on the release-once route. Found {type(seed).__name__}.")
+    nuts = {"target_accept": kwargs["target_accept"]} if "target_accept" in kwargs else {}
+    return release_once_linear(
+        model, epsilon=s["epsilon"], delta=s["delta"], x_bounds=s["x_bounds"], draws=s["draws"] or 1000,
+        tune=1000 if s["tune"] is None else s["tune"], chains=s["chains"], budget=s["budget"],
+        on_poor_mixing=s["on_poor_mixing"], random_seed=None if seed is None else int(seed), **nuts,
+    )  # fmt: skip
 
 
 def _dpadvi_backend(s: dict[str, Any]) -> Any:
