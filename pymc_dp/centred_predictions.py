@@ -233,6 +233,7 @@ def centred_ess(
     dense_proposal: bool = False,
     dense_mass: bool = False,
     step_size_jitter: float = 0.0,
+    offset_distance: float | None = None,
 ) -> dict[str, Any]:
     """The predicted bulk ESS of the worst coordinate of one centred second-order chain (DPHMC with
     ``grad_noise_multiplier``, else DPPenaltyMH), from public quantities and released values only.
@@ -240,7 +241,14 @@ def centred_ess(
     The chain's draws sit about R from θ̂, R² = P s²(1 + e²) (s the posterior sd, e the
     anchor's offset from the posterior mean in sds per coordinate); with a shape, R is Euclidean:
     R² = Σⱼ sdⱼ²(1 + e²), and so is a whitened DPHMC trajectory's jump (s → the sds' RMS; on
-    ``randhie``'s NUTS posterior 1.4× their geometric mean). ``posterior_shape`` (the
+    ``randhie``'s NUTS posterior 1.4× their geometric mean). With ``offset_distance`` (the released
+    anchor's Euclidean distance from the mode it estimates, ‖(−Ĥ)⁻¹Ĝ‖: post-processing,
+    :func:`pymc_dp.step_methods.centred_plan.anchor_offset_distance`) R² = Σⱼ sdⱼ² + that distance²
+    instead (H36h): the offset is the anchor's score noise moved through Σ, so its covariance is
+    ∝ Σ² and it leans towards the widest directions, where e²·Σⱼ sdⱼ² (e the RMS of its coordinates
+    in sds) can undercount it. Measured (``benchmarks/centred_auto.py``, ``docs/centred.md``): the
+    chains' mean ‖θ − θ̂‖² was 1.9× the e-based R² in a DPPenaltyMH run on ``randhie`` at ε = 4,
+    0.8× on ``fair``; DPHMC's step settles where the noise, ∝ R², allows. ``posterior_shape`` (the
     posterior covariance up to a factor, e.g. (−Ĥ)⁻¹ of the released anchor; None: isotropic, what
     :func:`pymc_dp.plan` assumes) gives the directions each sampler's metric sees
     (:func:`metric_spectrum`); a coordinate's ESS mixes its directions' (:func:`worst_coordinate_ess`).
@@ -285,6 +293,8 @@ def centred_ess(
         variances = np.diag(np.asarray(posterior_shape, dtype=float))
         rms = s * math.sqrt(float(np.mean(variances) / np.exp(np.mean(np.log(variances)))))
     r2 = p * rms**2 * (1.0 + float(offset_sd) ** 2)
+    if offset_distance is not None:  # the released offset vector's own length: R² = Σⱼ sdⱼ² + ‖(−Ĥ)⁻¹Ĝ‖²
+        r2 = p * rms**2 + float(offset_distance) ** 2
     hmc = grad_noise_multiplier is not None
     whitened = posterior_shape is not None and ((dense_proposal and not hmc) or (dense_mass and hmc))
     values, weights = metric_spectrum(None if whitened else posterior_shape, p, diagonal_metric=hmc)
@@ -566,6 +576,7 @@ def centred_rows(
     tune_fraction: float,
     chains_mu: float | None = None,
     pilot: tuple[float, float] | None = None,
+    methods: tuple[str, ...] = ("DPHMC", "DPPenaltyMH"),
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """The planner's rows "DPHMC (centred)" and "DPPenaltyMH (centred)" (:class:`pymc_dp.planning.MethodPlan`'s
     fields), and the public settings they assume: what ``pmdp.sample(step=..., x_bounds=...)`` would run.
@@ -577,7 +588,8 @@ def centred_rows(
     planner's grid up to ``max_iterations`` (the noise grows with them). Usable: at least
     :data:`pymc_dp.usability.MIN_USEFUL_ESS` effective draws in all, predicted only where the Newton steps resolve
     the curvature (:func:`centring_curvature_noise`). ``chains_mu`` and ``pilot`` (the last pilot's τ_G, τ_H), if given,
-    replace :func:`centred_chains_mu`'s (``pmdp.sample(draws="auto")`` gives its own calibration's).
+    replace :func:`centred_chains_mu`'s (``pmdp.sample(draws="auto")`` gives its own calibration's). ``methods``: the
+    rows to compute, in this order (``draws="auto"`` asks for its step's only, at that step's cap).
     """
     if chains_mu is None or pilot is None:
         chains_mu, (_, pilot) = centred_chains_mu(epsilon, delta, n_rows, neighbouring)
@@ -588,7 +600,7 @@ def centred_rows(
     common = dict(n_params=n_params, posterior_sd=posterior_sd, offset_sd=offset, lipschitz=lipschitz)
     hmc = dict(n_leapfrog=n_leapfrog, grad_budget_share=grad_budget_share)
     rows = []
-    for method in ("DPHMC", "DPPenaltyMH"):
+    for method in methods:
         best = None
         for k in sorted({max(2, int(v)) for v in np.geomspace(20, max_iterations, 60)}):
             tune = max(1, round(tune_fraction * k))

@@ -134,3 +134,18 @@ def test_the_distance_from_the_anchor_is_euclidean():
     isotropic = centred_ess(**setting)["c"]
     shaped = centred_ess(**setting, posterior_shape=np.diag([1.0, 1.0, 9.0]))["c"]
     assert shaped == pytest.approx(isotropic * (11 / 3) / 9 ** (1 / 3))
+
+
+def test_the_released_offset_vector_sets_the_distance():
+    """With ``offset_distance`` d = ‖(−Ĥ)⁻¹Ĝ‖ the law's R² is Σⱼ sdⱼ² + d² (E‖θ − θ̂‖² for θ ~ N(θ̂ + offset, Σ)),
+    not Σⱼ sdⱼ²(1 + e²): the penalty chain's c (∝ R²) moves by their ratio exactly, and d² = e²·Σⱼ sdⱼ² gives the
+    e-based law back. An offset along the widest of sds s·(1, 1, 3) that is e = 1 in RMS sds has d² = 3·(3s)²."""
+    setting = {**COMMON, "llr_noise_multiplier": 50.0, "posterior_shape": np.diag([1.0, 1.0, 9.0])}
+    s = COMMON["posterior_sd"] / 9 ** (1 / 6)  # the shape's sds are s·(1, 1, 3): geometric mean COMMON's
+    trace = 11 * s**2
+    by_e = centred_ess(**setting)["c"]  # offset_sd e = 1: R² = 2·trace
+    assert centred_ess(**setting, offset_distance=math.sqrt(trace))["c"] == pytest.approx(by_e)
+    along_widest = math.sqrt(3 * (3 * s) ** 2)  # (0, 0, √3·3s): RMS over coordinates of offset/sd = 1
+    assert centred_ess(**setting, offset_distance=along_widest)["c"] == pytest.approx(
+        by_e * (trace + 27 * s**2) / (2 * trace)
+    )

@@ -74,20 +74,52 @@ from pymc_dp.mechanisms.clip_bound import NORM_GRID_EDGES, clipping_summary
 from pymc_dp.step_methods.centred import prior_hessian
 from pymc_dp.usability import CLIPPING_MARGIN_SDS
 
-#: The most iterations per chain (tune + draws) ``draws="auto"`` gives a centred run: pmdp.sample's default
-#: 1,000 + 1,000. A centred iteration reads every row's packed Hessian (about 10× a plain gradient's work at P = 21)
-#: and the centred row's ESS grows with the iterations where the noise is small (public constant).
+#: The most iterations per chain (tune + draws) ``draws="auto"`` gives a centred DPHMC run: pmdp.sample's default
+#: 1,000 + 1,000. A centred DPHMC iteration reads every row's packed Hessian at each of its L + 1 gradients (about
+#: 10× a plain gradient's work at P = 21): 2 × 2,000 iterations took 375-398 CPU s on ``randhie`` (N = 20,190,
+#: P = 7, L = 10) on the shared 2-core machine (``docs/centred.md``), so the cap stays (public constant).
 CENTRED_AUTO_MAX_ITERATIONS = 2000
+#: A centred DPPenaltyMH iteration releases one residual ratio (no gradient): it reads each row's log-likelihood and
+#: its packed Hessian, P(P + 1)/2 numbers. Measured (2 chains × 500 and × 2,500 iterations, the whole call's CPU s):
+#: ``randhie`` (N = 20,190, P = 7: 565,320 packed entries) 15.5 and 43.2 s, 6.9 ms per chain iteration and 8.6 s
+#: outside the chains; ``fair`` (N = 6,366, P = 5: 95,490) 7.2 and 9.9 s, 0.67 ms. ``draws="auto"`` gives it at
+#: most this many packed entries read per chain (iterations × N × P(P + 1)/2): 3,980 iterations on ``randhie``, so
+#: that pmdp.sample's default 4 chains stay within about 2 CPU minutes there (2 chains: about 1); 20,000 (the
+#: ceiling) on ``fair``, about 35 CPU s at 2 chains. A public constant: N and P are public under the substitute
+#: relation that ``draws="auto"`` needs.
+CENTRED_PENALTY_AUTO_WORK = 2.25e9
+#: The floor and ceiling of DPPenaltyMH's cap: DPHMC's, and :func:`pymc_dp.plan`'s default ``max_iterations``.
+CENTRED_PENALTY_AUTO_ITERATION_RANGE = (CENTRED_AUTO_MAX_ITERATIONS, 20000)
+
+
+def centred_auto_max_iterations(method: str, n_rows: int, n_params: int) -> int:
+    """The most iterations per chain ``draws="auto"`` gives a centred ``method`` run (public settings only).
+
+    DPHMC: :data:`CENTRED_AUTO_MAX_ITERATIONS`. DPPenaltyMH: :data:`CENTRED_PENALTY_AUTO_WORK` / (N P(P + 1)/2),
+    within :data:`CENTRED_PENALTY_AUTO_ITERATION_RANGE` (its iteration reads no gradient: about 15× cheaper than
+    DPHMC's at L = 10; its ESS grows with the draws where the noise is small: ``docs/centred.md``,
+    "draws='auto'").
+    """
+    if method == "DPHMC":
+        return CENTRED_AUTO_MAX_ITERATIONS
+    low, high = CENTRED_PENALTY_AUTO_ITERATION_RANGE
+    work = int(n_rows) * int(n_params) * (int(n_params) + 1) / 2.0
+    return int(min(max(CENTRED_PENALTY_AUTO_WORK / work, low), high))
+
 
 __all__ = [
     "CENTRED_AUTO_MAX_ITERATIONS",
+    "CENTRED_PENALTY_AUTO_ITERATION_RANGE",
+    "CENTRED_PENALTY_AUTO_WORK",
     "CENTRE_ANCHOR_SHARE",
     "CENTRE_HESSIAN_SHARE",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
     "CentringPlan",
+    "anchor_offset_distance",
     "anchor_posterior_scale",
     "anchor_posterior_shape",
+    "centred_auto_max_iterations",
     "centred_ess",
     "logistic_centring_bound",
     "newton_point",
@@ -150,10 +182,11 @@ class CentringPlan:
         whitened for DPPenaltyMH's dense walk along the anchor's shape);
         ``posterior_sd`` and ``offset_sd`` are the fallback (with an isotropic shape).
         """
-        shape = None
+        shape = distance = None
         if self.anchor is not None:
             posterior_sd, offset_sd = anchor_posterior_scale(self.anchor, posterior_sd, offset_sd)
             shape = anchor_posterior_shape(self.anchor)
+            distance = anchor_offset_distance(self.anchor)
         hmc = hasattr(step, "grad_noise_multiplier")
         dense_mass = hmc and self._dense_mass(step)
         self.prediction = centred_ess(
@@ -170,6 +203,7 @@ class CentringPlan:
             dense_proposal=not hmc and self._dense_walk(step),
             dense_mass=dense_mass,
             step_size_jitter=_hmc_jitter(step, dense_mass) if hmc else 0.0,
+            offset_distance=distance,
         )
         return self.prediction
 
@@ -200,8 +234,10 @@ class CentringPlan:
 
         :func:`pymc_dp.centred_predictions.centred_rows` on the run's own chains' μ (its
         calibration's), this plan's pilot noise, B and κ, s = 2/√N (the planner's logistic
-        guess) and at most :data:`CENTRED_AUTO_MAX_ITERATIONS` per chain. Public settings only:
-        the number of iterations reveals nothing about the rows.
+        guess) and at most :func:`centred_auto_max_iterations` per chain (DPHMC's 2,000; DPPenaltyMH's from
+        a budget of packed Hessian entries read, 3,980 on ``randhie``). Public settings only (N is public
+        under the substitute relation ``draws="auto"`` needs): the number of iterations reveals nothing
+        about the rows.
 
         Why the guess and not the DP start's scale: the iterations set each iteration's noise
         multiplier (the chains' μ split over them), which :func:`pymc_dp.sample` commits before
@@ -230,12 +266,15 @@ class CentringPlan:
             grad_budget_share=step.grad_budget_share if hmc else 0.5,
             bound=self.public_clips[0],
             lipschitz=self.lipschitz,
-            max_iterations=CENTRED_AUTO_MAX_ITERATIONS,
+            max_iterations=centred_auto_max_iterations(
+                "DPHMC" if hmc else "DPPenaltyMH", step.n_rows, step._prior.n_params
+            ),
             tune_fraction=TUNE_FRACTION,
             chains_mu=chains_mu,
             pilot=self.newton_noise_multipliers,
+            methods=("DPHMC",) if hmc else ("DPPenaltyMH",),
         )
-        return MethodPlan(**rows[0 if hmc else 1])
+        return MethodPlan(**rows[0])
 
     def clip(self, grad_clip: float, hessian_clip: float) -> None:
         """Clip the anchor at released bounds where they are below the public ones (post-processing)."""
@@ -418,6 +457,16 @@ def anchor_posterior_scale(anchor: Any, fallback_sd: float, fallback_offset: flo
     sds = np.sqrt(np.diag(covariance))
     step = covariance @ np.asarray(anchor.gradient, dtype=float)
     return float(np.exp(np.mean(np.log(sds)))), float(np.sqrt(np.mean((step / sds) ** 2)))
+
+
+def anchor_offset_distance(anchor: Any) -> float | None:
+    """‖(−Ĥ)⁻¹Ĝ‖ of a released second-order anchor: its Euclidean distance from the mode it estimates (the
+    chains sit about that far from θ̂, plus their spread), or None where −Ĥ is not positive definite.
+    Post-processing of released values (:func:`pymc_dp.centred_predictions.centred_ess`'s ``offset_distance``)."""
+    shape = anchor_posterior_shape(anchor)
+    if shape is None:
+        return None
+    return float(np.linalg.norm(shape @ np.asarray(anchor.gradient, dtype=float)))
 
 
 def anchor_posterior_shape(anchor: Any) -> np.ndarray | None:

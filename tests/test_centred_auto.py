@@ -1,0 +1,74 @@
+"""``draws="auto"`` on a centred run (issue 36, H36h): the iterations per sampler, from public settings only.
+
+Cheap: pmdp.sample's plan (sample_plan.plan_sample: checked and priced, no row read, no chain run) on 300-row
+logistic regressions, and the cap's arithmetic.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_dp as pmdp
+from pymc_dp.sample_plan import plan_sample
+from pymc_dp.step_methods.centred_plan import (
+    CENTRED_AUTO_MAX_ITERATIONS,
+    CENTRED_PENALTY_AUTO_ITERATION_RANGE,
+    CENTRED_PENALTY_AUTO_WORK,
+    centred_auto_max_iterations,
+)
+
+BOUND = 2.0
+N_ROWS = 300
+
+
+def _logistic(seed: int) -> pm.Model:
+    """A logistic regression of the same public shape (N, P, x_bounds) whatever the seed: only the rows differ."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-BOUND, BOUND, size=(N_ROWS, 2))
+    truth = rng.normal(size=2)
+    y = (rng.random(N_ROWS) < 1 / (1 + np.exp(-(0.3 + x @ truth)))).astype("int64")
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        pm.Bernoulli("y", logit_p=alpha + pm.Data("x", x) @ beta, observed=y)
+    return model
+
+
+def _auto_plan(model, step_class):
+    """pmdp.sample's plan with draws="auto", centred (x_bounds), ε = 4, 2 chains: nothing read, nothing run."""
+    defaults = {k: v.default for k, v in inspect.signature(pmdp.sample).parameters.items()}
+    defaults = {k: v for k, v in defaults.items() if k not in ("step", "model", "kwargs")}
+    settings = dict(epsilon=4.0, delta=1e-5, draws="auto", chains=2, x_bounds=(-BOUND, BOUND))
+    with model:
+        step = step_class()
+        with pytest.warns(pmdp.diagnostics.PoorMixingWarning):  # 300 rows: the centred row is not usable
+            return plan_sample(step, model, {}, **{**defaults, **settings})
+
+
+def test_auto_iterations_are_the_same_on_two_data_sets_of_the_same_public_shape():
+    """The iterations and the chains' noise depend on N, P, x_bounds, ε, δ and the chains only (the rows differ).
+
+    DPPenaltyMH (the new cap's path; DPHMC's centred row is test_one_call_centred's auto_plan). About 5 CPU s: the
+    two plans' calibration (PLD composition) is most of it."""
+    step_class = pmdp.DPPenaltyMH
+    plans = [_auto_plan(_logistic(seed), step_class) for seed in (1, 2)]
+    assert all(p.centring is not None for p in plans)  # both centred
+    first, second = ((p.tune, p.draws, p.iterations_plan["iterations"]) for p in plans)
+    assert first == second
+    assert plans[0].planned[0].noise_multiplier == plans[1].planned[0].noise_multiplier
+    assert first[2] <= centred_auto_max_iterations("DPPenaltyMH", N_ROWS, 3) == 20000
+    assert plans[0].iterations_plan["method"] == "DPPenaltyMH (centred)"
+
+
+def test_the_cap_per_sampler():
+    """DPHMC keeps 2,000; DPPenaltyMH's is the packed-entry budget over N·P(P + 1)/2, within its range."""
+    low, high = CENTRED_PENALTY_AUTO_ITERATION_RANGE
+    assert centred_auto_max_iterations("DPHMC", 20190, 7) == CENTRED_AUTO_MAX_ITERATIONS == low == 2000
+    randhie = centred_auto_max_iterations("DPPenaltyMH", 20190, 7)  # N = 20,190, P = 7: 565,320 packed entries
+    assert randhie == int(CENTRED_PENALTY_AUTO_WORK / (20190 * 28)) == 3980
+    assert centred_auto_max_iterations("DPPenaltyMH", 6366, 5) == high  # fair: 23,563 before the ceiling
+    assert centred_auto_max_iterations("DPPenaltyMH", 10**6, 21) == low  # large data: DPHMC's floor
