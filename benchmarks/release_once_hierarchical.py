@@ -32,6 +32,14 @@ the Σ zzᵀ release, the score releases with noisy bounds, then NUTS on the mod
 the released Gaussian), 4.6–6.3 CPU s per run; its release checks and NUTS's diagnostics are
 ``release_reasons`` and ``flagged`` (docs/release_once.md, the measured table).
 
+``--variant one_call`` runs the one call, ``pmdp.sample(epsilon=..., delta=0.1/N, x_bounds=(-1, 1),
+y_bounds=(-1, 1))`` without a step, on ``--datasets`` (``fair_hierarchical``, ``diamonds_hierarchical``
+of :mod:`utility`, σ ~ HalfNormal(``--sigma-prior``): the residual scale the model states in public,
+which the plan's choice reads) and records the route it took (the grouped release or
+release_once_linear, :func:`pymc_dp.route_predictions.linear_route_row`), the plan's prediction, and
+the global parameters against NUTS on the grid's model (HalfNormal(1); at these N the σ prior moves
+σ's posterior by far less than its sd); ``cpu_s`` is this process's CPU time, NUTS's chains included.
+
 Privacy: the release is :func:`pymc_dp.release_once`'s (substitute neighbours, N public, its
 ``"auto"`` clip bounds priced inside ε); the likelihood model's priors and the hierarchical prior
 read no data. Run: ``python benchmarks/release_once_hierarchical.py --epsilons 4 1 --repeats 2
@@ -54,12 +62,17 @@ import pytensor.tensor as pt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from utility import (
+    DATASETS,
     DIAMONDS_CLARITY,
     DIAMONDS_RANGES,
     DIAMONDS_ROWS,
     DIAMONDS_SUBSAMPLE_SEED,
+    GROUP_EFFECTS,
     _flat,
+    _free_names,
+    _nuts_reference,
     _scale,
+    compare,
     diamonds_hierarchical,
 )
 
@@ -197,6 +210,54 @@ def compare_global(idata, reference: dict[str, np.ndarray]) -> dict:
     return out
 
 
+#: The one call's public bounds on the grouped linear models (covariates and outcome scaled to [−1, 1]).
+ONE_CALL_BOUNDS = {"x_bounds": (-1.0, 1.0), "y_bounds": (-1.0, 1.0)}
+
+
+def one_call_cell(name: str, epsilon: float, seed: int, args: argparse.Namespace, reference: dict) -> dict:
+    """``--variant one_call``: ``pmdp.sample`` without a step on ``name`` (σ ~ HalfNormal(``--sigma-prior``)), the
+    route it takes and the plan's prediction, against NUTS on the grid's model on the global parameters."""
+    model, _ = DATASETS[name](None, sigma_prior=args.sigma_prior)
+    names = _free_names(model)
+    delta = 0.1 / pmdp.plan(model, epsilon=1.0, delta=1e-6).n_rows
+    plan = pmdp.plan(model, epsilon=epsilon, delta=delta, chains=2, **ONE_CALL_BOUNDS)
+    start = time.process_time()
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PoorMixingWarning)
+        idata = pmdp.sample(
+            epsilon=epsilon, delta=delta, draws=args.draws, tune=args.draws, chains=2, random_seed=seed,
+            progressbar=False, **ONE_CALL_BOUNDS,
+        )  # fmt: skip
+    cpu = time.process_time() - start
+    keep = [n for n in names if n not in GROUP_EFFECTS[name]]
+    glob = compare(idata, {k: v for k, v in reference.items() if k.split("[")[0] in keep}, keep)
+    diagnostics = json.loads(idata.posterior.attrs["dp_diagnostics"])
+    return {
+        "dataset": name, "epsilon": epsilon, "seed": seed, "sigma_prior": args.sigma_prior,
+        "route": str(idata.posterior.attrs["dp_route"]), "planned_route": plan.one_call_route,
+        "predicted_once_sd_ratio": plan.method("release_once_linear").sd_ratio,
+        "reason_tail": plan.one_call_reason[-300:], "max_z": glob["max_z"],
+        "sd_ratio": [glob["min_sd_ratio"], glob["max_sd_ratio"]], "covered": glob["all_covered"],
+        "dp_epsilon": float(idata.posterior.attrs["dp_epsilon"]),
+        "flagged": any(issubclass(w.category, PoorMixingWarning) for w in caught),
+        "problems": list(diagnostics.get("problems", diagnostics.get("reasons", []))), "cpu_s": round(cpu, 1),
+    }  # fmt: skip
+
+
+def one_call_main(args: argparse.Namespace) -> list[dict]:
+    """``--variant one_call`` over ``--datasets``, ``--epsilons`` and ``--repeats`` (NUTS's reference cached)."""
+    cells = []
+    for name in args.datasets:
+        model, _ = DATASETS[name](None)  # the grid's model (σ ~ HalfNormal(1)): NUTS's reference
+        reference, _ = _nuts_reference(model, _free_names(model), False, args.reference_cache, name)
+        for epsilon in args.epsilons:
+            for repeat in range(args.repeats):
+                cell = one_call_cell(name, epsilon, 100 + repeat, args, reference)
+                print(json.dumps(cell), flush=True)
+                cells.append(cell)
+    return cells
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[4.0, 1.0])
@@ -204,7 +265,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument(
         "--variant",
-        choices=["release_once", "covariate_curvature", "library"],
+        choices=["release_once", "covariate_curvature", "library", "one_call"],
         default="release_once",
         help="release_once: the library's release; covariate_curvature: the simulated design of the note "
         "(covariate_curvature_fit); library: that design as the library ships it, pmdp.release_once(model, "
@@ -219,7 +280,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "whose first Newton steps are shortened for several anchors",
     )
     parser.add_argument("--reference-cache", type=Path, default=None)
+    parser.add_argument("--datasets", nargs="+", default=["fair_hierarchical", "diamonds_hierarchical"])
+    parser.add_argument(
+        "--sigma-prior", type=float, default=1.0, help="one_call: σ ~ HalfNormal(S) in the models (the grid's: 1)"
+    )
     args = parser.parse_args(argv)
+    if args.variant == "one_call":
+        return one_call_main(args)
     x, y, group = diamonds_rows()
     delta = 0.1 / len(y)
     path = None if args.reference_cache is None else args.reference_cache / "nuts_diamonds_hierarchical.npz"

