@@ -475,10 +475,16 @@ def residual_scale_guess(parts: Any, y_bounds: Any) -> tuple[float | None, str]:
 
     if parts is None or parts.sigma is None:
         return None, "no free σ"
-    inputs = [v for v in graph_inputs([parts.sigma]) if not isinstance(v.type, RandomType)]
-    if any(not isinstance(v, Constant) for v in inputs):
+    inputs = list(graph_inputs([parts.sigma]))
+    if any(not isinstance(v, Constant) for v in inputs if not isinstance(v.type, RandomType)):
         return None, "σ's prior reads a data container"
-    draws = np.asarray(pm.draw(parts.sigma, draws=_SIGMA_PRIOR_DRAWS, random_seed=_SIGMA_PRIOR_SEED), dtype=float)
+    generators = [v for v in inputs if isinstance(v.type, RandomType)]
+    states = [v.get_value(borrow=False) for v in generators]  # pm.draw reseeds the model's generators: put back
+    try:
+        draws = np.asarray(pm.draw(parts.sigma, draws=_SIGMA_PRIOR_DRAWS, random_seed=_SIGMA_PRIOR_SEED), dtype=float)
+    finally:
+        for generator, state in zip(generators, states, strict=True):
+            generator.set_value(state, borrow=True)
     guess, source = float(np.median(draws)), "the median of σ's prior"
     if y_bounds is not None:
         half_range = 0.5 * float(np.subtract(*np.asarray(y_bounds, dtype=float)[::-1]))

@@ -126,3 +126,22 @@ def test_bad_bounds_and_settings_the_route_ignores_are_refused_before_any_charge
     with _grouped_linear(0.1), pytest.raises(ValueError, match=message):
         pmdp.sample(epsilon=2.0, delta=DELTA, budget=budget, progressbar=False, **kwargs)
     assert budget.spent().epsilon == 0.0 and budget.labels == ()
+
+
+def test_the_residual_scale_is_read_from_the_prior_alone_and_leaves_the_models_generators_as_they_were():
+    """σ̃ is the median of σ's prior (HalfNormal(s): 0.674 s), capped at half the outcome's public range; drawing it
+    does not reseed the model's generators. (≈ 0.5 s: σ's prior drawn.)"""
+    from pytensor.graph.traversal import graph_inputs
+    from pytensor.tensor.random.type import RandomType
+
+    from pymc_dp.regression_graph import regression_parts
+    from pymc_dp.route_predictions import residual_scale_guess
+
+    parts = regression_parts(_grouped_linear(0.5))
+    generators = [v for v in graph_inputs([parts.sigma]) if isinstance(v.type, RandomType)]
+    before = [repr(g.get_value().bit_generator.state) for g in generators]
+    guess, source = residual_scale_guess(parts, (-2, 2))
+    assert guess == pytest.approx(0.674 * 0.5, rel=0.05) and "median of σ's prior" in source
+    assert [repr(g.get_value().bit_generator.state) for g in generators] == before
+    capped, source = residual_scale_guess(parts, (-0.1, 0.1))
+    assert capped == pytest.approx(0.1) and "y_bounds" in source
