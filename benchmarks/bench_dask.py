@@ -28,6 +28,14 @@ the difference in iterations is the CPU per iteration. With ``--rows-on-workers`
 also fits a model of ``pmdp.row_placeholder`` stand-ins with ``DaskBackend(client, rows=...)``:
 the rows (the same N and P, drawn per partition, one per worker) are Dask arrays made where their
 tasks run and never sit on the client, computed anew by each fit after its charge.
+
+``--sampler`` instead times, on a ``LocalCluster`` of 2 worker processes, one clipped log-likelihood
+ratio release (DPPenaltyMH's iteration) and one clipped gradient release (DPHMC pays L + 1) per
+``--partitions`` count: on scattered rows and on the blocks of Dask arrays made where their tasks run
+(``DaskBackend(client, rows=...)`` with a step built in ``dask_sampler_rows.sampler_model``), each
+with the partition sums gathered to the client (what the backend does) and added on the workers in
+a tree of 4 (the alternative measured, patched in here only). CPU of this process (the scheduler's
+too) plus the workers', over ``--repeats`` × 10 releases.
 """
 
 from __future__ import annotations
@@ -163,6 +171,93 @@ def dpadvi_main(args) -> None:
     print(f"load average at end: {os.getloadavg()}", flush=True)
 
 
+def _added(*partials):
+    """Worker side of the tree reduction (``--sampler``): the sum of some partitions' partial sums."""
+    return np.sum(partials, axis=0)
+
+
+def _tree_map(self, task, per_part, what: str, split_every: int = 4) -> list:
+    """``ClusterRows._map`` with the partition sums added on the workers (tree of ``split_every``): one result back."""
+    from pymc_dp.backends.dask_cluster import _run_task
+
+    if not self._parts and hasattr(self, "_read_partitions"):
+        self._read_partitions()
+    client = self._client
+    futures = [
+        client.submit(_run_task, task, *per_part(k, f), workers=[w], allow_other_workers=False, pure=False)
+        for k, (f, w) in enumerate(self._parts)
+    ]
+    while len(futures) > 1:
+        groups = range(0, len(futures), split_every)
+        futures = [client.submit(_added, *futures[i : i + split_every], pure=False) for i in groups]
+    return [futures[0].result()]
+
+
+def sampler_main(args) -> None:
+    """CPU per release of DPPenaltyMH's ratio and DPHMC's gradient on 2 worker processes: scattered rows against
+    rows on the Dask arrays' blocks (``DaskBackend(client, rows=...)``), by number of partitions, with and without a
+    tree reduction of the partition sums on the workers (client + workers' CPU, ``--repeats`` × 10 releases)."""
+    import distributed
+
+    import pymc_dp as pmdp
+    from pymc_dp.backends.dask import DaskClippedGradient, DaskLogLikelihoodRatio
+    from pymc_dp.backends.dask_cluster import ClusterRows
+    from pymc_dp.backends.dask_sampler_rows import partitioned_cluster, sampler_model
+    from pymc_dp.mechanisms import model_access
+
+    print(environment(), f"| dask/distributed {distributed.__version__} | {os.cpu_count()} CPUs", flush=True)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    n, p = args.rows, args.features + 1
+    _, mechanisms = model_access(logistic_regression(n, args.features, use_data=False), None, None, None, None)
+    rng = np.random.default_rng(0)
+    theta = np.full(p, 0.05)
+    moves = [theta + 0.001 * rng.normal(size=p) for _ in range(64)]
+    cluster = distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
+    )
+    client = distributed.Client(cluster)
+    releases = 10 * args.repeats
+    original_map = ClusterRows._map
+    for parts in args.partitions:
+        placeholders, dask_rows = _placeholder_logistic(n, args.features, parts)
+        _, placed = model_access(sampler_model(placeholders, dask_rows), None, None, None, None)
+        makers = {
+            "scattered": lambda parts=parts: ClusterRows(client, mechanisms._rows, parts, None),
+            "rows=": lambda dask_rows=dask_rows, placed=placed: partitioned_cluster(
+                pmdp.DaskBackend(client, rows=dask_rows), placed._rows
+            ),
+        }
+        for label, make in makers.items():
+            for tree in (False, True):
+                ClusterRows._map = _tree_map if tree else original_map
+                remote = make()
+                remote.warm_up(gradient=True)
+                ratio = DaskLogLikelihoodRatio(remote, 0.5, 1.0, "substitute")
+                gradient = DaskClippedGradient(remote, 1.0, 1.0, "substitute")
+                ratio.release(theta, moves[0], rng), gradient.release(theta, rng)  # the blocks are computed here
+                cpu = {}
+                for name, release in (
+                    ("ratio", lambda k, ratio=ratio: ratio.release(moves[k % 64], moves[(k + 1) % 64], rng)),
+                    ("gradient", lambda k, gradient=gradient: gradient.release(moves[k % 64], rng)),
+                ):
+                    workers, here = sum(client.run(_cpu_seconds).values()), _cpu_seconds()
+                    for k in range(releases):
+                        release(k)
+                    here, workers = _cpu_seconds() - here, sum(client.run(_cpu_seconds).values()) - workers
+                    cpu[name] = (here + workers) / releases
+                    print(
+                        f"P = {p}, N = {n:,}, {parts:>3} partitions, {label:>9}, tree {tree!s:>5}: {name:>8} release "
+                        f"{cpu[name] * 1e3:6.1f} CPU ms (client {here / releases * 1e3:5.1f}, workers "
+                        f"{workers / releases * 1e3:5.1f})",
+                        flush=True,
+                    )
+                remote.close()
+    ClusterRows._map = original_map
+    client.close()
+    cluster.close()
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -174,7 +269,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--sampling-rate", type=float, default=0.01)
     parser.add_argument("--rows-on-workers", action="store_true", help="--dpadvi: also fit rows that stay on workers")
+    parser.add_argument("--sampler", action="store_true", help="time the samplers' releases on rows= (2 workers)")
+    parser.add_argument("--partitions", type=int, nargs="+", default=[8, 32], help="--sampler: partitions")
     args = parser.parse_args()
+    if args.sampler:
+        sampler_main(args)
+        return
     if args.dpadvi:
         dpadvi_main(args)
         return

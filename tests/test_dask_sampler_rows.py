@@ -25,7 +25,7 @@ import dask  # noqa: E402  (installed with distributed)
 import dask.array as da  # noqa: E402
 
 from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
-from pymc_dp.backends.dask_sampler_rows import sampler_model  # noqa: E402
+from pymc_dp.backends.dask_sampler_rows import reads_partitioned_rows, sampler_model  # noqa: E402
 
 N_ROWS = 600
 CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same sums' grouping
@@ -196,6 +196,9 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         owners = pmdp.DPMultiOwnerPenaltyMH(owners=np.repeat([0, 1], N_ROWS // 2), llr_clip=0.5, noise_multiplier=5.0)
     held = _model(x, y)
     held_step = _step("penalty", model=held)
+    # what pymc_dp.sample would call to refuse the copy without a backend holding the rows (graph names only)
+    assert reads_partitioned_rows(copy) and not reads_partitioned_rows(held)
+    assert not reads_partitioned_rows(_placeholder_model(rows))
     cases = [
         (copy, barker, rows, r"`backend` with `rows` \(Dask arrays\) runs the steps DPPenaltyMH, DPHMC.*DPBarkerMH"),
         (copy, owners, rows, r"runs the steps DPPenaltyMH, DPHMC and DPADVI. Found DPMultiOwnerPenaltyMH"),

@@ -31,7 +31,7 @@ from pymc_dp.backends.dask_blocks import (
     placeholder_model,
 )
 
-__all__ = ["SAMPLER_STEPS", "check_sampler_steps", "partitioned_cluster", "sampler_model"]
+__all__ = ["SAMPLER_STEPS", "check_sampler_steps", "partitioned_cluster", "reads_partitioned_rows", "sampler_model"]
 
 #: The steps whose releases run on Dask ``rows`` (by class name): full-data sums, no batch to draw.
 SAMPLER_STEPS = ("DPPenaltyMH", "DPHMC")
@@ -137,3 +137,15 @@ def partitioned_cluster(backend: Any, row_likelihood: Any) -> PartitionedCluster
     """The step's rows on ``backend``'s workers: the Dask arrays' blocks, computed at the first release (none read)."""
     arrays = step_arrays(backend.rows, row_likelihood)
     return PartitionedClusterRows(backend.client, row_likelihood, arrays, backend.timeout)
+
+
+def reads_partitioned_rows(model: Any) -> bool:
+    """Whether ``model`` is a :func:`sampler_model` copy: its likelihood reads stand-ins of Dask rows (names only).
+
+    Such a model holds zeros: a step built in it may run only on a ``DaskBackend`` holding the
+    rows. For :func:`pymc_dp.sample` to refuse it without one (graph metadata: nothing read).
+    """
+    from pytensor.graph.traversal import ancestors
+
+    observed = [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    return any(str(getattr(v, "name", None) or "").startswith(PARTITIONED_ROWS_NAME) for v in ancestors(observed))
