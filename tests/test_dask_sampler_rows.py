@@ -67,8 +67,9 @@ def _placeholder_model(rows: dict) -> pm.Model:
 
 
 def _step(method: str, **extra):
-    if method == "penalty":
-        return pmdp.DPPenaltyMH(llr_clip=0.5, reproducible_noise=True, **extra)
+    if method.startswith("penalty"):
+        clip = "auto" if method == "penalty_auto" else 0.5
+        return pmdp.DPPenaltyMH(llr_clip=clip, reproducible_noise=True, **extra)
     return pmdp.DPHMC(llr_clip=0.5, grad_clip=2.0, n_leapfrog=3, reproducible_noise=True, **extra)
 
 
@@ -218,3 +219,26 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         sampler_model(_model(pmdp.row_placeholder(other["X"]), y), other)  # the outcome held in this process
     with pytest.raises(TypeError, match=r"`rows` must be a non-empty dict of Dask arrays by role"):
         sampler_model(_placeholder_model(other), [other["X"], other["y"]])
+
+
+@pytest.mark.slow  # as the scattered rows' test of the private clip bound (test_dask_backend): about 5 CPU s
+def test_a_private_clip_bound_on_dask_rows_is_released_by_the_workers_at_the_same_price(client):
+    """llr_clip="auto": the score-norm histogram's counts come from the blocks; the run's ε and record are the
+    in-memory run's but the released bound (its histogram's noise is fresh in each run)."""
+    x, y = _rows()
+    rows = _dask_rows(x, y)
+    runs = [
+        _sample(_model(x, y), "penalty_auto"),
+        _sample(sampler_model(_placeholder_model(rows), rows), "penalty_auto", pmdp.DaskBackend(client, rows=rows)),
+    ]
+    local, remote = (run.posterior for run in runs)
+    assert remote.attrs["dp_epsilon"] == local.attrs["dp_epsilon"]
+    a, b = json.loads(remote.attrs["dp_accountant"]), json.loads(local.attrs["dp_accountant"])
+    assert a.pop("backend")["name"] == "dask"
+    for record in (a, b):
+        record.pop("centring", None)
+        bound = record.pop("clip_bound")
+        assert np.isfinite(bound["bounds"]["llr_clip"]) and bound["bounds"]["llr_clip"] > 0
+        for step in record["steps"]:
+            step.pop("llr_clip", None)
+    assert a == b
