@@ -224,10 +224,17 @@ def one_call_cell(name: str, epsilon: float, seed: int, args: argparse.Namespace
     start = time.process_time()
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PoorMixingWarning)
-        idata = pmdp.sample(
-            epsilon=epsilon, delta=delta, draws=args.draws, tune=args.draws, chains=2, random_seed=seed,
-            progressbar=False, **ONE_CALL_BOUNDS,
-        )  # fmt: skip
+        if args.by_hand:  # release_once_linear whatever the plan says: the other route, for comparison
+            idata = pmdp.release_once(
+                model, epsilon=epsilon, delta=delta, x_bounds=ONE_CALL_BOUNDS["x_bounds"], draws=args.draws,
+                chains=2, random_seed=seed,
+            )  # fmt: skip
+            idata.posterior.attrs["dp_route"] = "release_once_linear (by hand)"
+        else:
+            idata = pmdp.sample(
+                epsilon=epsilon, delta=delta, draws=args.draws, tune=args.draws, chains=2, random_seed=seed,
+                progressbar=False, **ONE_CALL_BOUNDS,
+            )  # fmt: skip
     cpu = time.process_time() - start
     keep = [n for n in names if n not in GROUP_EFFECTS[name]]
     glob = compare(idata, {k: v for k, v in reference.items() if k.split("[")[0] in keep}, keep)
@@ -283,6 +290,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--datasets", nargs="+", default=["fair_hierarchical", "diamonds_hierarchical"])
     parser.add_argument(
         "--sigma-prior", type=float, default=1.0, help="one_call: σ ~ HalfNormal(S) in the models (the grid's: 1)"
+    )
+    parser.add_argument(
+        "--by-hand", action="store_true", help="one_call: run pmdp.release_once(model, x_bounds=...) instead"
     )
     args = parser.parse_args(argv)
     if args.variant == "one_call":
