@@ -246,9 +246,11 @@ def centred_ess(
     :func:`pymc_dp.step_methods.centred_plan.anchor_offset_distance`) R² = Σⱼ sdⱼ² + that distance²
     instead (H36h): the offset is the anchor's score noise moved through Σ, so its covariance is
     ∝ Σ² and it leans towards the widest directions, where e²·Σⱼ sdⱼ² (e the RMS of its coordinates
-    in sds) can undercount it. Measured (``benchmarks/centred_auto.py``, ``docs/centred.md``): the
-    chains' mean ‖θ − θ̂‖² was 1.9× the e-based R² in a DPPenaltyMH run on ``randhie`` at ε = 4,
-    0.8× on ``fair``; DPHMC's step settles where the noise, ∝ R², allows. ``posterior_shape`` (the
+    in sds) can undercount it. Measured (``benchmarks/centred_auto.py``, ``docs/centred.md``): in a
+    DPHMC run on ``randhie`` at ε = 4 the chains' mean ‖θ − θ̂‖² was 1.89× the e-based R² (their
+    spread 1.02× Σⱼ sdⱼ², their offset² 2.29× e²·Σⱼ sdⱼ²) and 0.85× this one; DPHMC's step
+    settles where the noise, ∝ R², allows: 0.90× the law's whitened step with this R², where the
+    e-based one had 0.6×. ``posterior_shape`` (the
     posterior covariance up to a factor, e.g. (−Ĥ)⁻¹ of the released anchor; None: isotropic, what
     :func:`pymc_dp.plan` assumes) gives the directions each sampler's metric sees
     (:func:`metric_spectrum`); a coordinate's ESS mixes its directions' (:func:`worst_coordinate_ess`).
