@@ -290,16 +290,19 @@ def sample(
                 f"step's centring). Found centre={centre!r}, centre_lipschitz={centre_lipschitz!r}."
             )
         return sample_one_call(model, sample, {**kwargs, **({} if rows is None else {"rows": rows})}, **settings)
-    _refuse_rows_with_step(model, rows)
+    _refuse_rows_with_step(model, rows, backend)
     settings.update(centre=centre, centre_lipschitz=centre_lipschitz)
     the_plan = plan_sample(step, model, kwargs, **settings)  # validate and plan: nothing read or charged
     idata, clip_record, backend_details = _run(the_plan, step, model, kwargs)  # charge and run
     return _record(the_plan, idata, model, on_poor_mixing, clip_record, backend_details)
 
 
-def _refuse_rows_with_step(model: Any, rows: Any) -> None:
-    """Refuse Dask ``rows``, and a model built on row placeholders, with a step (from the graph: nothing read)."""
+def _refuse_rows_with_step(model: Any, rows: Any, backend: Any) -> None:
+    """Refuse Dask ``rows``, a model built on row placeholders, and a model of stand-ins of Dask rows
+    (``sampler_model``'s copy) without the backend that holds them, with a step (the graph, the backend: nothing read).
+    """
     from pymc_dp.backends.dask_rows import holds_row_placeholders
+    from pymc_dp.mechanisms.access import reads_partitioned_rows
 
     if rows is not None:
         raise ValueError(
@@ -312,6 +315,13 @@ def _refuse_rows_with_step(model: Any, rows: Any) -> None:
             "`model` must hold its own rows with `step`: it is built on pmdp.row_placeholder stand-ins (zeros), which "
             "the sampler would fit. Found a likelihood that reads a row placeholder; use pmdp.sample without a step "
             'and rows={"X": ..., "y": ...} for rows that stay on a Dask cluster.'
+        )
+    if reads_partitioned_rows(model) and getattr(backend, "rows", None) is None:
+        raise ValueError(
+            "`backend` must be a pmdp.DaskBackend holding the rows (rows={...}) for a model built by sampler_model: "
+            "its likelihood reads stand-ins of rows held in Dask partitions (zeros), which a run in this process would "
+            "fit. "
+            f"Found backend={backend!r}."
         )
 
 

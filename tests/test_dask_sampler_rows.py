@@ -221,6 +221,32 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         sampler_model(_placeholder_model(other), [other["X"], other["y"]])
 
 
+def test_a_step_built_in_the_copy_never_releases_from_this_process(client):
+    """A step of sampler_model's copy sampled anywhere but on the workers that hold the rows is refused: its zeros.
+
+    ``pm.sample`` (the first release refuses, naming ``backend``), ``pmdp.sample`` on the default
+    backend, on the JAX backend and on a DaskBackend without ``rows`` (which would scatter the zeros):
+    each would fit the copy's N rows of zeros, a confidently wrong posterior. pmdp.sample refuses
+    before the charge (the budget keeps no event). The arrays fail if a block is computed. About 2 CPU s.
+    """
+    budget = pmdp.PrivacyBudget(epsilon=5.0, delta=1e-5, n_rows=N_ROWS)
+    rows = _watched_rows(fail=True)
+    _WATCHED.clear()
+    copy = sampler_model(_placeholder_model(rows), rows)
+    match = r"`backend` must be a pmdp.DaskBackend holding the rows"
+    with copy:
+        step = pmdp.DPPenaltyMH(llr_clip=0.5, noise_multiplier=2.0, reproducible_noise=True)
+        with pytest.raises(ValueError, match=match):
+            pm.sample(
+                step=step, draws=2, tune=0, chains=1, cores=1, progressbar=False, compute_convergence_checks=False
+            )
+        for backend in ("default", "jax", pmdp.DaskBackend(client)):
+            with pytest.raises(ValueError, match=match):
+                pmdp.sample(step=_step("penalty"), budget=budget, delta=1e-5, draws=8, tune=4, chains=1, init="prior",
+                            backend=backend, progressbar=False)  # fmt: skip
+            assert not budget.events
+
+
 @pytest.mark.slow  # as the scattered rows' test of the private clip bound (test_dask_backend): about 5 CPU s
 def test_a_private_clip_bound_on_dask_rows_is_released_by_the_workers_at_the_same_price(client):
     """llr_clip="auto": the score-norm histogram's counts come from the blocks; the run's ε and record are the

@@ -171,6 +171,8 @@ class DaskRowMechanisms(RowMechanisms):
 
     def __init__(self, rows, cluster: ClusterRows, reproducible_noise: bool = False) -> None:
         super().__init__(rows)
+        if self.reads_partitioned_rows and not getattr(cluster, "holds_partitioned_rows", False):
+            self._rows_here()  # rows scattered from this process: the stand-ins' zeros; refused, naming `backend`
         self._cluster = cluster
         self._reproducible = bool(reproducible_noise)
 

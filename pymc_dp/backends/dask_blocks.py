@@ -28,13 +28,12 @@ import numpy as np
 from pymc_dp.backends.dask_cluster import ClusterRows, DaskBackendError, WorkerError, _run_task, _worker_function
 from pymc_dp.backends.dask_rows import ROW_PLACEHOLDER_NAME
 from pymc_dp.backends.dask_warmup import warm_up_partition, warm_up_refusal
+from pymc_dp.mechanisms.access import PARTITIONED_ROWS_NAME
 
 __all__ = ["PartitionedClusterRows", "placeholder_model"]
 
 #: The tag attribute in which :func:`pymc_dp.row_placeholder` records the Dask name of the array it stands for.
 DASK_NAME_TAG = "dask_name"
-#: The prefix of the inputs that replace the placeholders in the copy of the model's graph.
-PARTITIONED_ROWS_NAME = "pymc_dp.partitioned_rows"
 #: Rows of zeros the copy's inputs hold while the model is checked (its graph takes any number): the checks' synthetic
 #: rows are this long, whatever N, so the client's memory does not grow with N. Odd and prime, so that a parameter's
 #: length rarely equals it (an array of this length in the likelihood would be taken for rows: refused, never fitted).
@@ -194,6 +193,9 @@ class PartitionedClusterRows(ClusterRows):
     (metadata); each row sits in one partition, so the clipped sums and their sensitivity are
     those of scattered rows.
     """
+
+    #: Its releases read the Dask arrays' own blocks on the workers (never rows held in this process).
+    holds_partitioned_rows = True
 
     def __init__(self, client: Any, rows: Any, arrays: Sequence[Any], timeout: float | None) -> None:
         self._client, self._rows, self._timeout = client, rows, timeout

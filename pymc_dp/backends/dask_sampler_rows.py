@@ -30,6 +30,7 @@ from pymc_dp.backends.dask_blocks import (
     _refuse_in_process_rows,
     placeholder_model,
 )
+from pymc_dp.mechanisms.access import reads_partitioned_rows
 
 __all__ = ["SAMPLER_STEPS", "check_sampler_steps", "partitioned_cluster", "reads_partitioned_rows", "sampler_model"]
 
@@ -60,7 +61,8 @@ def sampler_model(model: Any, rows: dict[str, Any]) -> Any:
     -------
     pm.Model
         The copy. Its zeros are no data: a step built in it releases only on the workers of a
-        ``DaskBackend`` holding ``rows`` (sampled without one, it would fit the zeros).
+        ``DaskBackend`` holding ``rows``; sampled anywhere else (``pm.sample``, another backend) it
+        is refused, naming ``backend`` (it would fit the zeros).
 
     Notes
     -----
@@ -137,15 +139,3 @@ def partitioned_cluster(backend: Any, row_likelihood: Any) -> PartitionedCluster
     """The step's rows on ``backend``'s workers: the Dask arrays' blocks, computed at the first release (none read)."""
     arrays = step_arrays(backend.rows, row_likelihood)
     return PartitionedClusterRows(backend.client, row_likelihood, arrays, backend.timeout)
-
-
-def reads_partitioned_rows(model: Any) -> bool:
-    """Whether ``model`` is a :func:`sampler_model` copy: its likelihood reads stand-ins of Dask rows (names only).
-
-    Such a model holds zeros: a step built in it may run only on a ``DaskBackend`` holding the
-    rows. For :func:`pymc_dp.sample` to refuse it without one (graph metadata: nothing read).
-    """
-    from pytensor.graph.traversal import ancestors
-
-    observed = [model.rvs_to_values[rv] for rv in model.observed_RVs]
-    return any(str(getattr(v, "name", None) or "").startswith(PARTITIONED_ROWS_NAME) for v in ancestors(observed))

@@ -15,7 +15,26 @@ from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 
-__all__ = ["RowMechanisms", "model_access", "observed_array"]
+__all__ = ["PARTITIONED_ROWS_NAME", "RowMechanisms", "model_access", "observed_array", "reads_partitioned_rows"]
+
+#: The prefix of the inputs that stand in for rows held in Dask partitions in a copy of a model
+#: (:func:`pymc_dp.backends.dask_sampler_rows.sampler_model`): they hold zeros, never data.
+PARTITIONED_ROWS_NAME = "pymc_dp.partitioned_rows"
+
+
+def reads_partitioned_rows(model: Any) -> bool:
+    """Whether ``model``'s likelihood reads stand-ins of rows held in Dask partitions (graph names only: nothing read).
+
+    Such a model (:func:`pymc_dp.backends.dask_sampler_rows.sampler_model`'s copy) holds zeros in
+    place of its rows: its mechanisms may release only on the workers of a ``DaskBackend``
+    holding the rows, never on the zeros in this process.
+    """
+    from pytensor.graph.traversal import ancestors
+
+    if model is None:
+        return False
+    observed = [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    return any(str(getattr(v, "name", None) or "").startswith(PARTITIONED_ROWS_NAME) for v in ancestors(observed))
 
 
 class RowMechanisms:
@@ -31,52 +50,69 @@ class RowMechanisms:
         self._rows = rows
         self.n_rows = rows.n_rows
         self.n_params = rows.n_params
+        #: Whether the rows are stand-ins of rows held in Dask partitions (zeros: never released from here).
+        self.reads_partitioned_rows = reads_partitioned_rows(getattr(rows, "model", None))
+
+    def _rows_here(self) -> Any:
+        """The rows, for a mechanism that reads them in this process; refused for stand-ins of Dask rows (names only).
+
+        A step built in :func:`pymc_dp.backends.dask_sampler_rows.sampler_model`'s copy holds N
+        rows of zeros: released here (``pm.sample``, the default or JAX backend, Dask rows
+        scattered from this process) it would fit the zeros, a confidently wrong posterior.
+        """
+        if self.reads_partitioned_rows:
+            raise ValueError(
+                "`backend` must be a pmdp.DaskBackend holding the rows (rows={...}) for a step built in "
+                "sampler_model's copy: its likelihood reads stand-ins of rows held in Dask partitions (zeros), which "
+                "a release in this process would fit. Found a release asked of the rows in this process."
+            )
+        return self._rows
 
     def log_likelihood_ratio(
         self, llr_clip: float, noise_multiplier: float, neighbouring: str
     ) -> NoisyLogLikelihoodRatio:
         """A :class:`NoisyLogLikelihoodRatio` on every row."""
-        return NoisyLogLikelihoodRatio(self._rows, llr_clip, noise_multiplier, neighbouring)
+        return NoisyLogLikelihoodRatio(self._rows_here(), llr_clip, noise_multiplier, neighbouring)
 
     def clipped_gradient(self, grad_clip: float, noise_multiplier: float, neighbouring: str) -> NoisyClippedGradient:
         """A :class:`NoisyClippedGradient` on every row."""
-        return NoisyClippedGradient(self._rows, grad_clip, noise_multiplier, neighbouring)
+        return NoisyClippedGradient(self._rows_here(), grad_clip, noise_multiplier, neighbouring)
 
     def score_norm_histogram(self, noise_multiplier: float, neighbouring: str) -> NoisyScoreNormHistogram:
         """A :class:`NoisyScoreNormHistogram` on every row (the private clip bound)."""
-        return NoisyScoreNormHistogram(self._rows, noise_multiplier, neighbouring)
+        return NoisyScoreNormHistogram(self._rows_here(), noise_multiplier, neighbouring)
 
     def mapped_gradient_histogram(self, noise_multiplier: float, neighbouring: str) -> NoisyMappedGradientNormHistogram:
         """A :class:`NoisyMappedGradientNormHistogram` on every row (DPADVI's clipping check)."""
-        return NoisyMappedGradientNormHistogram(self._rows, noise_multiplier, neighbouring)
+        return NoisyMappedGradientNormHistogram(self._rows_here(), noise_multiplier, neighbouring)
 
     def barker_statistic(self, **settings: Any) -> NoisyBarkerStatistic:
         """A :class:`NoisyBarkerStatistic` (settings by name, as its constructor takes them)."""
-        return NoisyBarkerStatistic(self._rows, **settings)
+        return NoisyBarkerStatistic(self._rows_here(), **settings)
 
     def poisson_gradient_sum(
         self, grad_clip: float, noise_multiplier: float, sampling_rate: float, neighbouring: str
     ) -> NoisyPoissonGradientSum:
         """A :class:`NoisyPoissonGradientSum` on Poisson batches of the rows."""
-        return NoisyPoissonGradientSum(self._rows, grad_clip, noise_multiplier, sampling_rate, neighbouring)
+        return NoisyPoissonGradientSum(self._rows_here(), grad_clip, noise_multiplier, sampling_rate, neighbouring)
 
     def centred_log_likelihood_ratio(
         self, anchor: Any, lipschitz: float, noise_multiplier: float, neighbouring: str
     ) -> CentredLogLikelihoodRatio:
         """A :class:`CentredLogLikelihoodRatio` on every row, centred on a released anchor (issue 36)."""
-        return CentredLogLikelihoodRatio(self._rows, anchor, lipschitz, noise_multiplier, neighbouring)
+        return CentredLogLikelihoodRatio(self._rows_here(), anchor, lipschitz, noise_multiplier, neighbouring)
 
     def centred_gradient(
         self, anchor: Any, lipschitz: float, noise_multiplier: float, neighbouring: str
     ) -> CentredClippedGradient:
         """A :class:`CentredClippedGradient` on every row, centred on a released anchor (issue 36)."""
-        return CentredClippedGradient(self._rows, anchor, lipschitz, noise_multiplier, neighbouring)
+        return CentredClippedGradient(self._rows_here(), anchor, lipschitz, noise_multiplier, neighbouring)
 
     def owner_ratio(
         self, owner_rows: np.ndarray, llr_clip: float, noise_multiplier: float, rng: Any, neighbouring: str
     ) -> OwnerLogLikelihoodRatio:
         """One owner's :class:`OwnerLogLikelihoodRatio`, on that owner's rows alone."""
-        rows, index = self._rows, np.asarray(owner_rows, dtype=np.int64)
+        rows, index = self._rows_here(), np.asarray(owner_rows, dtype=np.int64)
         return OwnerLogLikelihoodRatio(
             lambda theta: rows.loglik_rows(theta, index), llr_clip, noise_multiplier, rng, neighbouring
         )
