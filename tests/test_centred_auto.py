@@ -1,7 +1,7 @@
 """``draws="auto"`` on a centred run (issue 36, H36h): the iterations per sampler, from public settings only.
 
-Cheap: pmdp.sample's plan (sample_plan.plan_sample: checked and priced, no row read, no chain run) on 300-row
-logistic regressions, and the cap's arithmetic.
+pmdp.sample's plan (sample_plan.plan_sample: checked and priced, no row read, no chain run) on two 300-row
+logistic regressions (slow: 11 CPU s, the calibration's PLD composition), and the cap's arithmetic (< 0.01 s).
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ def _auto_plan(model, step_class):
             return plan_sample(step, model, {}, **{**defaults, **settings})
 
 
+@pytest.mark.slow  # 11 CPU s on 3.12 (13.5 s wall on the shared machine): the two plans' calibration (PLD composition)
 def test_auto_iterations_are_the_same_on_two_data_sets_of_the_same_public_shape():
     """The iterations and the chains' noise depend on N, P, x_bounds, ε, δ and the chains only (the rows differ).
 
-    DPPenaltyMH (the new cap's path; DPHMC's centred row is test_one_call_centred's auto_plan). About 5 CPU s: the
-    two plans' calibration (PLD composition) is most of it."""
+    DPPenaltyMH (the new cap's path; DPHMC's centred row is test_one_call_centred's auto_plan)."""
     step_class = pmdp.DPPenaltyMH
     plans = [_auto_plan(_logistic(seed), step_class) for seed in (1, 2)]
     assert all(p.centring is not None for p in plans)  # both centred
