@@ -84,9 +84,9 @@ CENTRED_AUTO_MAX_ITERATIONS = 2000
 #: ``randhie`` (N = 20,190, P = 7: 565,320 packed entries) 15.5 and 43.2 s, 6.9 ms per chain iteration and 8.6 s
 #: outside the chains; ``fair`` (N = 6,366, P = 5: 95,490) 7.2 and 9.9 s, 0.67 ms. ``draws="auto"`` gives it at
 #: most this many packed entries read per chain (iterations × N × P(P + 1)/2): 3,980 iterations on ``randhie``, so
-#: that pmdp.sample's default 4 chains stay within about 2 CPU minutes there (2 chains: about 1); 20,000 (the
-#: ceiling) on ``fair``, about 35 CPU s at 2 chains. A public constant: N and P are public under the substitute
-#: relation that ``draws="auto"`` needs.
+#: that pmdp.sample's default 4 chains stay within about 2 CPU minutes there (2 chains: 62-80 CPU s measured, the
+#: whole call); 20,000 (the ceiling) on ``fair`` (2 chains: 44-47 CPU s). A public constant: N and P are public
+#: under the substitute relation that ``draws="auto"`` needs.
 CENTRED_PENALTY_AUTO_WORK = 2.25e9
 #: The floor and ceiling of DPPenaltyMH's cap: DPHMC's, and :func:`pymc_dp.plan`'s default ``max_iterations``.
 CENTRED_PENALTY_AUTO_ITERATION_RANGE = (CENTRED_AUTO_MAX_ITERATIONS, 20000)
