@@ -113,13 +113,14 @@ def _check_rows(model: Any, rows: Any) -> dict[str, Any] | None:
 
 def _refuse_rows_off_route(rows: dict[str, Any] | None, route: str, reason: str) -> None:
     """Refuse Dask ``rows`` on a route that would read them on the client (all but released statistics and DPADVI)."""
-    if rows is not None and route not in ("release_statistics", "DPADVI"):
+    if rows is not None and route not in ("release_statistics", "DPADVI", "DPPenaltyMH"):
         raise ValueError(
-            "`rows` (Dask arrays) can be used only on the released-statistics and DPADVI routes, whose sums are "
-            "computed on the workers: a linear, logistic, Poisson or negative-binomial regression the graph shows, "
-            f"with x_bounds (and y_bounds), or a model the plan fits with DPADVI. pmdp.sample without a step takes the "
-            f"{route} route here ({reason}), which reads every row in this process (the DP samplers and release-once "
-            f"do not run on partitions yet); hold the rows in the model to run it. Found rows for {sorted(rows)}."
+            "`rows` (Dask arrays) can be used only on the released-statistics, DPADVI and DPPenaltyMH routes, whose "
+            "sums are computed on the workers: a linear, logistic, Poisson or negative-binomial regression the graph "
+            "shows, with x_bounds (and y_bounds), or a model the plan fits with DPADVI or DPPenaltyMH. pmdp.sample "
+            f"without a step takes the {route} route here ({reason}), which reads every row in this process "
+            f"(release-once does not run on partitions yet); hold the rows in the model to run it. Found rows for "
+            f"{sorted(rows)}."
         )
 
 
@@ -232,15 +233,7 @@ def sample_one_call(model: Any, sample_with_step: Callable[..., Any], kwargs: di
         elif route == "release_once_linear":
             idata = _release_once_linear_route(model, s, kwargs)
         else:
-            passed = (*_SAMPLER_SETTINGS, "epsilon", "delta", "tune", "chains", "budget", "var_names", "on_poor_mixing")
-            idata = sample_with_step(
-                step=DPPenaltyMH(model=model),
-                draws="auto" if s["draws"] is None else s["draws"],
-                model=model,
-                backend=s["backend"],
-                **{k: s[k] for k in passed},
-                **kwargs,
-            )
+            idata = _penalty_route(model, sample_with_step, s, kwargs)
     except PoorMixingError as error:  # the priced result rides on the error: it says its route too
         _record_route(error.result, record)
         raise
@@ -500,8 +493,28 @@ def _release_once_linear_route(model: Any, s: dict[str, Any], kwargs: dict[str, 
     )  # fmt: skip
 
 
-def _dpadvi_backend(s: dict[str, Any]) -> Any:
-    """The DPADVI route's backend: the call's, or for Dask ``rows`` a DaskBackend holding them, on the call's client."""
+def _penalty_route(model: Any, sample_with_step: Callable[..., Any], s: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """DPPenaltyMH through :func:`pymc_dp.sample`; on Dask ``rows``, its step built in ``sampler_model``'s copy and run
+    on a DaskBackend holding them (every release on the workers' blocks, after the charge)."""
+    passed = (*_SAMPLER_SETTINGS, "epsilon", "delta", "tune", "chains", "budget", "var_names", "on_poor_mixing")
+    backend = s["backend"]
+    if s["rows"] is not None:
+        from pymc_dp.backends.dask_sampler_rows import sampler_model
+
+        backend = _rows_backend(s)  # a DaskBackend holding the rows, on the call's client or the open one
+        model = sampler_model(model, backend.rows)  # metadata only: nothing read or charged
+    return sample_with_step(
+        step=DPPenaltyMH(model=model),
+        draws="auto" if s["draws"] is None else s["draws"],
+        model=model,
+        backend=backend,
+        **{k: s[k] for k in passed},
+        **kwargs,
+    )
+
+
+def _rows_backend(s: dict[str, Any]) -> Any:
+    """The DPADVI and DPPenaltyMH routes' backend: the call's, or for Dask ``rows`` a DaskBackend holding them."""
     if s["rows"] is None:
         return "default" if s["backend"] is None else s["backend"]
     from pymc_dp.backends.dask_partitions import dpadvi_route_backend
@@ -523,7 +536,7 @@ def _dpadvi_route(model: Any, the_plan: Plan, s: dict[str, Any], kwargs: dict[st
         budget=s["budget"],
         model=model,
         random_seed=None if seed is None else int(seed),
-        backend=_dpadvi_backend(s),
+        backend=_rows_backend(s),
         **ONE_CALL_DPADVI,
     )
     fit.prepare(model)  # DPADVI's model checks: before the charge

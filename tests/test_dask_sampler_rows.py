@@ -268,3 +268,38 @@ def test_a_private_clip_bound_on_dask_rows_is_released_by_the_workers_at_the_sam
         for step in record["steps"]:
             step.pop("llr_clip", None)
     assert a == b
+
+
+def test_the_one_call_route_hands_dask_rows_to_its_penalty_step(client, monkeypatch):
+    """``pmdp.sample(epsilon=..., rows=...)`` where the plan runs DPPenaltyMH: its step is built in sampler_model's copy
+    and sampled on a DaskBackend holding the rows, on the open client. The run is stopped where pmdp.sample would
+    start it with the step (test_a_run_on_dask_rows_equals_the_in_memory_run_and_the_scattered_run runs such a step
+    on the cluster); nothing is charged before. About 2 CPU s (the step is built: its checks on the copy).
+    """
+    import pymc_dp.sampling
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def spy(**settings):  # pmdp.sample called again by the route, with the step
+        seen.update(settings)
+        raise Stop
+
+    n_rows = 20_000
+    y = da.from_array(np.random.default_rng(11).normal(0.5, 1.0, size=n_rows), chunks=5_000)
+    with pm.Model() as model:  # one parameter, many rows: the plan's route is DPPenaltyMH (tests/test_one_call.py)
+        mu = pm.Normal("mu", 0, 5)
+        pm.Normal("y", mu, 1.0, observed=pmdp.row_placeholder(y))
+    assert pmdp.plan(model, epsilon=4.0, delta=1e-6, chains=2).one_call_route == "DPPenaltyMH"
+    one_call = pmdp.sample
+    monkeypatch.setattr(pymc_dp.sampling, "sample", spy)
+    budget = pmdp.PrivacyBudget(epsilon=6.0, delta=1e-6, n_rows=n_rows)
+    with model, pytest.raises(Stop):
+        one_call(epsilon=4.0, delta=1e-6, chains=2, rows={"y": y}, budget=budget, progressbar=False)
+    backend, step = seen["backend"], seen["step"]
+    assert isinstance(backend, pmdp.DaskBackend) and backend.rows == {"y": y} and backend.client is client
+    assert isinstance(step, pmdp.DPPenaltyMH) and step.n_rows == n_rows
+    assert reads_partitioned_rows(seen["model"]) and not reads_partitioned_rows(model)
+    assert budget.spent().epsilon == 0.0 and list(budget.events) == []
