@@ -121,6 +121,8 @@ COSTLIEST_FILES_FIRST = (
     "test_barker.py",
     "test_count_release.py",
     "test_dask_dpadvi_rows.py",
+    "test_dask_sampler_rows.py",
+    "test_one_call_linear.py",
     "test_clipped_grad_sum.py",
     "test_row_independence.py",
     "test_one_call_centred.py",
