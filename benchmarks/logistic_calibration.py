@@ -61,12 +61,13 @@ def main() -> None:
                 release.noise_variance,
                 release.covariate_anchors[-1].likelihood_anchor(),
             )
+            error = centre - mle
+            distance = float(error @ np.linalg.solve(cov - mle_cov, error))
         except np.linalg.LinAlgError:  # Ĥ singular: infinitely wide along its null space (the prior decides)
             singular += 1
             continue
-        error = centre - mle
         sd = np.sqrt(np.diag(cov))
-        distances.append(float(error @ np.linalg.solve(cov - mle_cov, error)))
+        distances.append(distance)
         standardised.append(error / np.sqrt(np.maximum(sd**2 - se**2, 1e-300)))
         z.append(error / sd)
         widening.append(sd / se)
@@ -86,6 +87,7 @@ def main() -> None:
     print(f"  worst error in MLE ses per release, quantiles 50/90/100 %: {np.round(np.quantile(worst_se, levels), 1)}")
     largest = np.round(np.quantile(widening.max(axis=1), levels), 2)
     print(f"  largest sd / MLE se per release, quantiles 50/90/100 %: {largest}")
+    print(f"  releases whose largest sd / MLE se exceeds 5: {np.mean(widening.max(axis=1) > 5):.3f}")
 
 
 if __name__ == "__main__":
