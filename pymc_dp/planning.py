@@ -406,7 +406,8 @@ _CENTRED_UNPREDICTED = (
 #: Why the released-statistics row has no predicted error (the "?" of the printed plan).
 _RELEASED_UNPREDICTED = (
     "release_statistics' error and sd, as its noise relative to the posterior depends on the public bounds you "
-    "give (x_bounds, y_bounds), which the plan does not take (measured: docs/exponential_family.md)"
+    "give (x_bounds, y_bounds); the plan reads them only to weigh release_once_linear for a linear model "
+    "(measured: docs/exponential_family.md)"
 )
 
 
