@@ -87,7 +87,13 @@ def _check_rows(model: Any, rows: Any) -> dict[str, Any] | None:
     ``rows`` it would be fitted to the placeholders' zeros.
     """
     from pymc_dp.backends.dask_rows import holds_row_placeholders, is_partitioned, partitioned_n_rows
+    from pymc_dp.mechanisms.access import reads_partitioned_rows
 
+    if reads_partitioned_rows(model):  # sampler_model's copy: zeros; the one call builds its own from the placeholders
+        raise ValueError(
+            "`model` must be the model of row placeholders, not sampler_model's copy (its stand-ins hold zeros): "
+            'pmdp.sample(epsilon=..., rows={"X": X, "y": y}) on the original model. Found sampler_model\'s copy.'
+        )
     if rows is None:
         if holds_row_placeholders(model):
             raise ValueError(

@@ -247,6 +247,49 @@ def test_a_step_built_in_the_copy_never_releases_from_this_process(client):
             assert not budget.events
 
 
+def test_the_copy_is_refused_before_any_charge_by_every_other_entry_point(client):
+    """sampler_model's copy (zeros) passed to release_once, DPADVI, release_anchor or the one call: refused by name
+    before anything is spent (the review found each charged first, then refused at the first release). About 2 CPU s.
+    """
+    budget = pmdp.PrivacyBudget(epsilon=50.0, delta=1e-5, n_rows=N_ROWS)
+    rows = _watched_rows(fail=True)
+    _WATCHED.clear()
+    copy = sampler_model(_placeholder_model(rows), rows)
+    calls = [
+        lambda: pmdp.release_once(copy, epsilon=2.0, delta=1e-5, budget=budget, grad_clip=1.0, hessian_clip=1.0),
+        lambda: pmdp.DPADVI(epsilon=2.0, delta=1e-5, sampling_rate=0.1, model=copy, budget=budget, grad_clip=1.0).fit(
+            10
+        ),
+        lambda: pmdp.release_anchor(
+            {"beta": np.zeros(3)}, grad_clip=1.0, noise_multiplier=1.0, model=copy, budget=budget, delta=1e-5
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"`model` must hold its rows here: it is sampler_model's copy"):
+            call()
+        assert list(budget.events) == []
+    with copy, pytest.raises(ValueError, match=r"`model` must be the model of row placeholders, not sampler_model"):
+        pmdp.sample(epsilon=2.0, delta=1e-5, budget=budget, chains=2, progressbar=False)
+    assert list(budget.events) == []
+
+
+def test_a_worker_error_carries_no_link_to_the_exception_it_withholds():
+    """The error a worker task raises holds its exception's type only: no ``__context__`` or ``__cause__`` that pickles
+    the original message (which may quote row values) to the client. Pure Python, < 0.1 s."""
+    from pymc_dp.backends.dask_cluster import WorkerError, _run_task
+
+    def reads_a_row(value):
+        raise FloatingPointError(f"row value {value}")
+
+    with pytest.raises(WorkerError) as caught:
+        _run_task(reads_a_row, 1.25)
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    assert len(chain) == 1 and "FloatingPointError" in str(chain[0]) and "1.25" not in str(chain[0])
+
+
 @pytest.mark.slow  # as the scattered rows' test of the private clip bound (test_dask_backend): about 5 CPU s
 def test_a_private_clip_bound_on_dask_rows_is_released_by_the_workers_at_the_same_price(client):
     """llr_clip="auto": the score-norm histogram's counts come from the blocks; the run's ε and record are the

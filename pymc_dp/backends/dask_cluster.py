@@ -102,10 +102,14 @@ def _run_task(name: str | Callable, *args):
     """Run the worker task ``name`` (or a module-level task function); a failure carries its exception's type only."""
     function = _TASKS[name] if isinstance(name, str) else name
     name = name if isinstance(name, str) else name.__name__
+    failed = None
     try:
         return function(*(_aligned(a) for a in args))
     except Exception as error:
-        raise WorkerError(f"{type(error).__name__} in {name} (message withheld)") from None
+        failed = type(error).__name__
+    # Raised after the handler, not inside it (``from None`` only hides the chain from the printed traceback): the
+    # error pickled to the client then holds no link to the original exception, whose message may quote row values.
+    raise WorkerError(f"{failed} in {name} (message withheld)")
 
 
 def _ratio_partial(spec, part_key, partition, theta, theta_new, params, bound) -> float:

@@ -84,7 +84,9 @@ def placeholder_access(
     from pymc_dp.mechanisms import model_access
 
     copy, arrays = placeholder_model(model, rows)
-    prior, mechanisms = model_access(copy, None, None, None, compile_kwargs, neighbouring, reproducible=reproducible)
+    prior, mechanisms = model_access(
+        copy, None, None, None, compile_kwargs, neighbouring, reproducible=reproducible, partitioned_rows=True
+    )
     prior.n_rows = int(next(iter(arrays.values())).shape[0])  # N of the rows (metadata), not of the checks' copy
     from pytensor.graph.traversal import ancestors
 

@@ -139,6 +139,7 @@ def model_access(
     compile_kwargs,
     neighbouring: str = "substitute",
     reproducible: bool = False,
+    partitioned_rows: bool = False,
 ):
     """The data-free prior and the row mechanisms of ``model`` for the parameters ``value_vars``.
 
@@ -146,8 +147,19 @@ def model_access(
     :class:`pymc_dp.data.PriorDensity` (no row data) and a :class:`RowMechanisms`.
     ``neighbouring`` is the relation of the mechanisms: under add/remove N is private and a
     per-row log-likelihood that depends on it is refused (:func:`pymc_dp.data.row_loglik`).
+    A model of stand-ins of rows held in Dask partitions (:func:`reads_partitioned_rows`: zeros)
+    is refused, naming ``model``, unless ``partitioned_rows`` (the step constructors, whose
+    releases a ``DaskBackend`` holding the rows takes over, and DPADVI's own copy on them): every
+    other caller builds its mechanisms before its charge, so it refuses before anything is spent.
     """
     from pymc_dp.data import RowLikelihood
+
+    if not partitioned_rows and reads_partitioned_rows(model):
+        raise ValueError(
+            "`model` must hold its rows here: it is sampler_model's copy, whose likelihood reads stand-ins of rows "
+            "held in Dask partitions (zeros), and only DPPenaltyMH or DPHMC steps built in it and sampled by "
+            "pmdp.sample on a DaskBackend holding the rows release from them. Found a model of such stand-ins."
+        )
 
     rows = RowLikelihood(
         model,

@@ -190,7 +190,7 @@ def clipped_hessian(
     mechanisms of :func:`pymc_dp.mechanisms.model_access`, to this release: the rows stay in
     the mechanism layer.
     """
-    return NoisyClippedHessian(mechanisms._rows, hessian_clip, noise_multiplier, neighbouring)
+    return NoisyClippedHessian(mechanisms._rows_here(), hessian_clip, noise_multiplier, neighbouring)
 
 
 class NoisyHessianNormHistogram(_RowHessians, NoisyScoreNormHistogram):
@@ -243,4 +243,4 @@ class NoisyHessianNormHistogram(_RowHessians, NoisyScoreNormHistogram):
 def hessian_norm_histogram(mechanisms, noise_multiplier: float, neighbouring: str = "substitute"):
     """A :class:`NoisyHessianNormHistogram` on every row of a :class:`pymc_dp.mechanisms.RowMechanisms`
     (the private Hessian clip bound of :func:`pymc_dp.release_once`; the rows stay in this layer)."""
-    return NoisyHessianNormHistogram(mechanisms._rows, noise_multiplier, neighbouring)
+    return NoisyHessianNormHistogram(mechanisms._rows_here(), noise_multiplier, neighbouring)

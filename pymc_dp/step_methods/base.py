@@ -242,7 +242,14 @@ class DPStep(ArrayStepShared):
             raise ValueError(f"`vars` must be continuous for {step_name}. Found discrete variables: {discrete}.")
         shared = make_shared_replacements(initial_point, value_vars, model)
         prior, mechanisms = model_access(
-            model, value_vars, shared, initial_point, compile_kwargs, neighbouring, reproducible=reproducible_noise
+            model,
+            value_vars,
+            shared,
+            initial_point,
+            compile_kwargs,
+            neighbouring,
+            reproducible=reproducible_noise,
+            partitioned_rows=True,  # a step built in sampler_model's copy: its releases refuse but on the rows' workers
         )
         return value_vars, shared, prior, mechanisms
 
