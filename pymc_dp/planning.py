@@ -93,6 +93,7 @@ from scipy import special
 
 from pymc_dp._errors import withholds_chains
 from pymc_dp._validation import (
+    check_bounds_pair,
     check_finite_positive,
     check_neighbouring,
     check_positive_int,
@@ -752,6 +753,8 @@ def plan(model: Any = None, *, epsilon: float, delta: float, chains: int = 4, **
         raise TypeError(f"`{from_model[0]}` must be left unset: pmdp.plan reads it from the model. Found it given.")
     x_bounds, centre_lipschitz = settings.pop("x_bounds", None), settings.pop("centre_lipschitz", None)
     y_bounds = settings.pop("y_bounds", None)  # a linear regression's: the release_once_linear row's prediction
+    if y_bounds is not None:  # checked wherever given, also where no row reads it (contract 9)
+        check_bounds_pair("y_bounds", y_bounds, 1)
     if x_bounds is not None or centre_lipschitz is not None:  # the centred rows: a logistic regression only
         kappa = None if centre_lipschitz is None else check_finite_positive("centre_lipschitz", centre_lipschitz)
         bound, lipschitz, _ = centring_bound_and_lipschitz(model, x_bounds, kappa)

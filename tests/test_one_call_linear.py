@@ -145,3 +145,12 @@ def test_the_residual_scale_is_read_from_the_prior_alone_and_leaves_the_models_g
     assert [repr(g.get_value().bit_generator.state) for g in generators] == before
     capped, source = residual_scale_guess(parts, (-0.1, 0.1))
     assert capped == pytest.approx(0.1) and "y_bounds" in source
+
+
+def test_the_plan_checks_y_bounds_wherever_given():
+    """pmdp.plan refuses malformed ``y_bounds`` by name even where no row reads them (no ``x_bounds``; the review's
+    finding 4). Model building only: well under a second."""
+    model = _grouped_linear(1.0)
+    for bad in ("garbage", (5.0, -5.0), (0.0, np.inf)):
+        with pytest.raises(ValueError, match=r"`y_bounds` must"):
+            pmdp.plan(model, epsilon=4.0, delta=DELTA, y_bounds=bad)
