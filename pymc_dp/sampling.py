@@ -117,10 +117,13 @@ def sample(
         recommends for the step (DPPenaltyMH: the number at which the expected ESS reaches
         90 % of what the noise allows; DPHMC: the number that maximises the expected ESS),
         a quarter of them tuning unless ``tune`` is given. Needs ``epsilon`` and steps whose
-        noise is calibrated by this call. The plan is recorded in ``dp_accountant``.
+        noise is calibrated by this call. The plan is recorded in ``dp_accountant``. A run
+        that centres (``centre`` below) with ``draws`` and ``tune`` both left unset takes
+        ``"auto"``'s iterations (issue 36: its per-sampler cap, public settings only); an
+        explicit ``draws`` or ``tune`` is kept as given.
     tune : int, optional
-        Tuning iterations per chain (default 1000, or the plan's with ``draws="auto"``);
-        accounted like draws.
+        Tuning iterations per chain (default 1000, or the plan's with ``draws="auto"`` and on
+        a centred run with ``draws`` unset); accounted like draws.
     chains : int
         As for ``pm.sample``.
     budget : PrivacyBudget, optional
@@ -293,6 +296,9 @@ def sample(
     _refuse_rows_with_step(model, rows, backend)
     settings.update(centre=centre, centre_lipschitz=centre_lipschitz)
     the_plan = plan_sample(step, model, kwargs, **settings)  # validate and plan: nothing read or charged
+    if the_plan.centring is not None and draws is None and tune is None and epsilon is not None:
+        # A centred run at the default iterations takes draws="auto"'s (public settings only: they set the spend).
+        the_plan = plan_sample(step, model, kwargs, **{**settings, "draws": "auto"})
     idata, clip_record, backend_details = _run(the_plan, step, model, kwargs)  # charge and run
     return _record(the_plan, idata, model, on_poor_mixing, clip_record, backend_details)
 

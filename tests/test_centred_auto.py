@@ -1,12 +1,14 @@
 """``draws="auto"`` on a centred run (issue 36, H36h): the iterations per sampler, from public settings only.
 
 pmdp.sample's plan (sample_plan.plan_sample: checked and priced, no row read, no chain run) on two 300-row
-logistic regressions (slow: 11 CPU s, the calibration's PLD composition), and the cap's arithmetic (< 0.01 s).
+logistic regressions (slow: 11 CPU s, the calibration's PLD composition), the cap's arithmetic (< 0.01 s), and
+pmdp.sample's wiring of the default iterations on a centred run (the plan stubbed: < 0.1 s).
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 
 import numpy as np
 import pymc as pm
@@ -72,3 +74,39 @@ def test_the_cap_per_sampler():
     assert randhie == int(CENTRED_PENALTY_AUTO_WORK / (20190 * 28)) == 3980
     assert centred_auto_max_iterations("DPPenaltyMH", 6366, 5) == high  # fair: 23,563 before the ceiling
     assert centred_auto_max_iterations("DPPenaltyMH", 10**6, 21) == low  # large data: DPHMC's floor
+
+
+class _Charged(Exception):
+    """Raised where pmdp.sample would charge and run: the wiring test stops before any row is read."""
+
+
+@pytest.mark.parametrize(
+    ("centres", "given", "expected_draws"),
+    [
+        (True, {}, [None, "auto"]),  # a centred run at the defaults: planned again with draws="auto"
+        (True, {"draws": 50}, [50]),  # an explicit draws is kept
+        (True, {"tune": 20}, [None]),  # so is an explicit tune (draws then 1,000, as before)
+        (True, {"epsilon": None, "budget": "a budget"}, [None]),  # "auto" needs a target ε: kept as before
+        (False, {}, [None]),  # a plain run keeps pm.sample's 1,000 + 1,000
+    ],
+)
+def test_a_centred_run_at_the_default_iterations_takes_the_auto_plans(monkeypatch, centres, given, expected_draws):
+    """pmdp.sample(step=...) re-plans with draws="auto" only where the plan centres and draws and tune are unset.
+
+    plan_sample is replaced by a recorder (its draws="auto" centred path: test_one_call_centred's auto_plan), so
+    this checks the wiring alone (< 0.1 s); nothing is planned, charged or run."""
+    calls = []
+
+    def recorder(step, model, kwargs, **settings):
+        calls.append(settings["draws"])
+        return types.SimpleNamespace(centring=object() if centres else None)
+
+    def charge(*args):
+        raise _Charged
+
+    monkeypatch.setattr(pmdp.sampling, "plan_sample", recorder)
+    monkeypatch.setattr(pmdp.sampling, "_run", charge)
+    run = {"epsilon": 4.0, "delta": 1e-5, "x_bounds": (-BOUND, BOUND), **given}
+    with _logistic(1), pytest.raises(_Charged):
+        pmdp.sample(step=object(), **run)
+    assert calls == expected_draws
