@@ -31,6 +31,7 @@ __all__ = [
     "clip_weights_graph",
     "clipped_sum_l2",
     "clipped_sum_l2_linear",
+    "partitioned_cell_sensitivities",
     "row_chunks",
     "sensitivity_of_clipped_sum",
 ]
@@ -164,6 +165,36 @@ def sensitivity_of_clipped_sum(bound: float, neighbouring: str = "substitute") -
     bound = _check_bound("bound", bound)
     neighbouring = check_neighbouring("neighbouring", neighbouring)
     return (2.0 if neighbouring == "substitute" else 1.0) * bound
+
+
+def partitioned_cell_sensitivities(
+    lower: np.ndarray, upper: np.ndarray, neighbouring: str = "substitute"
+) -> tuple[float, float]:
+    """(Δ₁, Δ₂) of a release of G cells where each row adds its statistic to one cell only.
+
+    One row's statistic lies in the box [``lower``, ``upper``] (public bounds, one entry per
+    coordinate of a cell); rⱼ = max(|lowerⱼ|, |upperⱼ|) is coordinate j's reach. Whatever G is,
+    the cells are priced as one (:mod:`pymc_dp.exponential_family.grouped` derives it):
+
+    * add/remove one row: one cell moves by that row's statistic, Δ₁ = Σⱼ rⱼ, Δ₂ = (Σⱼ rⱼ²)^½;
+    * substitute: within one cell at most Σⱼ (upperⱼ − lowerⱼ) in L1 and (Σⱼ (upperⱼ − lowerⱼ)²)^½
+      in L2; a row that changes cell moves two cells, at most 2Σⱼ rⱼ and (2Σⱼ rⱼ²)^½. Δ is the
+      larger of the two.
+
+    Notes
+    -----
+    Neighbouring relation: ``"substitute"`` (one row replaced, N public) or ``"add_remove"``.
+    A pure function of the public bounds: no data, no noise, no ε.
+    """
+    neighbouring = check_neighbouring("neighbouring", neighbouring)
+    lower, upper = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
+    reach = np.maximum(np.abs(lower), np.abs(upper))
+    if neighbouring == "add_remove":
+        return float(np.sum(reach)), float(math.sqrt(np.sum(reach**2)))
+    widths = upper - lower
+    l1 = max(float(np.sum(widths)), 2.0 * float(np.sum(reach)))
+    l2 = math.sqrt(max(float(np.sum(widths**2)), 2.0 * float(np.sum(reach**2))))
+    return l1, l2
 
 
 def row_chunks(rows, batch: np.ndarray | None = None) -> list:

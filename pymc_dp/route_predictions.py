@@ -59,6 +59,7 @@ from scipy import special
 
 from pymc_dp._validation import check_bounds_pair
 from pymc_dp.accounting.calibrate import noise_multiplier_for_target
+from pymc_dp.clip_math import partitioned_cell_sensitivities
 from pymc_dp.mechanisms.clipping import sensitivity_of_clipped_sum
 from pymc_dp.usability import DPADVI_MAX_MEAN_ERROR, MIN_USEFUL_ESS
 
@@ -502,11 +503,8 @@ def _release_cell_noise(epsilon: float, delta: float, n_groups: int, x_bounds: t
 
     lower, upper = (np.concatenate([[1.0], np.asarray(side, dtype=float)]) for side in x_bounds)
     cell = get_family("linear_regression", n_features=lower.size, x_bounds=(lower, upper), y_bounds=tuple(y_bounds))
-    if n_groups:  # pymc_dp.exponential_family.grouped.GroupedRegression.sensitivities, substitute
-        lo, hi = cell.intervals()
-        reach = np.maximum(np.abs(lo), np.abs(hi))
-        l1 = float(max(np.sum(hi - lo), 2.0 * np.sum(reach)))
-        l2 = math.sqrt(float(max(np.sum((hi - lo) ** 2), 2.0 * np.sum(reach**2))))
+    if n_groups:  # as GroupedRegression.sensitivities (substitute)
+        l1, l2 = partitioned_cell_sensitivities(*cell.intervals(), "substitute")
     else:
         l1, l2 = cell.l1_sensitivity(), cell.l2_sensitivity()
     tau = noise_multiplier_for_target(epsilon, delta, 1)

@@ -36,14 +36,14 @@ So Δ₁ = 2Σⱼ rⱼ under substitution (hiⱼ − loⱼ ≤ 2rⱼ) and Δ₂ 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
 
-from pymc_dp._validation import check_neighbouring, check_positive_int
+from pymc_dp._validation import check_positive_int
+from pymc_dp.clip_math import partitioned_cell_sensitivities
 from pymc_dp.exponential_family.counts import PoissonRegression, _count_rows
 from pymc_dp.exponential_family.families import (
     ExponentialFamily,
@@ -237,13 +237,7 @@ class GroupedRegression(ExponentialFamily):
 
     def sensitivities(self, neighbouring: str = "substitute") -> tuple[float, float]:
         """(Δ₁, Δ₂) of the concatenated cells under ``neighbouring`` (module docstring; public settings only)."""
-        neighbouring = check_neighbouring("neighbouring", neighbouring)
-        lo, hi = self.cell.intervals()
-        reach = np.maximum(np.abs(lo), np.abs(hi))
-        if neighbouring == "add_remove":
-            return float(np.sum(reach)), float(np.sqrt(np.sum(reach**2)))
-        same = np.sum((hi - lo) ** 2)
-        return float(max(np.sum(hi - lo), 2.0 * np.sum(reach))), float(math.sqrt(max(same, 2.0 * np.sum(reach**2))))
+        return partitioned_cell_sensitivities(*self.cell.intervals(), neighbouring)
 
     def l1_sensitivity(self) -> float:
         """Δ₁ under substitution: 2Σⱼ rⱼ (a row moving between two groups)."""
