@@ -519,11 +519,9 @@ def _once_terms(epsilon: float, delta: float, x_bounds: tuple, indicator: bool, 
         epsilon, delta, LINEAR_NEWTON_STEPS, GRAM_SHARE, 0.5, RELEASE_ONCE_CLIP_SHARE
     )
     mean_square = float(indicator) + float(np.sum((lower**2 + lower * upper + upper**2) / 3.0))  # E‖z‖², uniform box
-    u2 = _NORMAL_QUANTILES**2
-    scaled_bound = LINEAR_CLIP_MARGIN * float(np.median(np.sqrt(u2 * mean_square + residual_sd**2 * (u2 - 1.0) ** 2)))
     row_bound_sq = float(indicator) + float(np.sum(np.maximum(lower**2, upper**2)))
     return {
-        "scaled_bound": scaled_bound,
+        "scaled_bound": _scaled_bound(mean_square, residual_sd),
         "tau_last": taus[-1],
         "tau_before": taus[-2] if len(taus) > 1 else taus[-1],
         "gram_noise_sd": tau_gram * math.sqrt(2.0) * row_bound_sq,
