@@ -353,40 +353,50 @@ def _synthetic_values(shared: Sequence[SharedVariable]) -> Iterator[None]:
             v.set_value(value, borrow=True)
 
 
-def _perturbation_probe(
-    inputs: Sequence[Variable], lik: Variable, values: Sequence[np.ndarray], row_data: Sequence[Variable], n_rows: int
-) -> None:
-    """Change one synthetic row and check no other row's log-likelihood moves.
+#: The most synthetic rows the perturbation probe evaluates (:func:`_perturbation_probe`): a graph whose row
+#: count is left open is probed on this many, whatever N, so that the probe's memory and time do not grow with N.
+#: Odd and prime, so that a parameter's length rarely equals it.
+PROBE_ROWS = 257
 
-    The probe never reads the real rows: every row-indexed array is replaced by data-free
-    synthetic rows of its shape and dtype (:func:`_synthetic_rows`), and row 0 of each is
-    changed (:func:`_perturbed_row`). Whether a model is refused therefore depends on the
-    model's graph alone, never on the data (privacy contract, rule 5). The check runs at
-    ``values`` and at a second, shifted point (:func:`_probe_points`): at a start where a
-    coefficient is zero, ``b * (x - x.mean())`` would not show that it mixes rows.
 
-    A graph that cannot be evaluated on the synthetic rows (an index computed from a row that
-    falls outside its array, say) is not probed: the same on every data set. At run time such
-    a row contributes its clipped bound or nothing (:func:`evaluate_rowwise`).
+def _probe_function(
+    inputs: Sequence[Variable], lik: Variable, row_data: Sequence[Variable], open_rows: bool
+) -> Callable[..., Any] | None:
+    """The probe's compiled graph of ``inputs`` and stand-ins of ``row_data`` (None: it cannot be rebuilt so).
+
+    With ``open_rows`` each stand-in leaves the number of rows open (a row array held as a
+    constant fixes it in its type), and the graph is rebuilt for it; otherwise the stand-ins
+    have the arrays' own types, as the rows have.
     """
-    if n_rows < 2 or not row_data:
-        return
-    placeholders = [d.type() for d in row_data]
-    probe_graph = graph_replace(lik, dict(zip(row_data, placeholders, strict=True)), strict=False)
-    fn = pytensor.function([*inputs, *placeholders], probe_graph, mode="FAST_COMPILE", on_unused_input="ignore")
-    synthetic = [_synthetic_rows(_array_shape(d), d.dtype) for d in row_data]
+    if open_rows:
+        placeholders = [pt.tensor(dtype=d.dtype, shape=(None, *d.type.shape[1:])) for d in row_data]
+        try:
+            graph = _retyped(lik, dict(zip(row_data, placeholders, strict=True)))
+        except Exception:  # a node that cannot take an open row count: probed on all N rows instead
+            return None
+    else:
+        placeholders = [d.type() for d in row_data]
+        graph = graph_replace(lik, dict(zip(row_data, placeholders, strict=True)), strict=False)
+    return pytensor.function([*inputs, *placeholders], graph, mode="FAST_COMPILE", on_unused_input="ignore")
+
+
+def _probe_moves(
+    fn: Callable[..., Any], values: Sequence[np.ndarray], row_data: Sequence[Variable], n_probe: int
+) -> bool | None:
+    """Whether changing synthetic row 0 moves another row's value (None: not evaluable on ``n_probe`` rows)."""
+    synthetic = [_synthetic_rows((n_probe, *_array_shape(d)[1:]), d.dtype) for d in row_data]
     # Every array with row 0 changed; if that cannot be evaluated (an integer code 1 out of range),
     # the floating-point arrays alone. Both choices depend on the graph only.
     candidates = [
         [_perturbed_row(s) for s in synthetic],
         [_perturbed_row(s) if np.issubdtype(s.dtype, np.inexact) else s for s in synthetic],
     ]
-    moved = False
+    moved, evaluated = False, False
     for point in _probe_points(values):
         try:
             with np.errstate(all="ignore"):
                 before = np.asarray(fn(*point, *synthetic), dtype=float)
-        except Exception:  # not evaluable on the synthetic rows here: nothing to compare (data-free)
+        except Exception:  # not evaluable on the synthetic rows here (data-free): nothing to compare
             continue
         for perturbed in candidates:
             try:
@@ -394,8 +404,42 @@ def _perturbation_probe(
                     after = np.asarray(fn(*point, *perturbed), dtype=float)
             except Exception:
                 continue
+            evaluated = True
             moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
             break
+    return moved if evaluated else None
+
+
+def _perturbation_probe(
+    inputs: Sequence[Variable], lik: Variable, values: Sequence[np.ndarray], row_data: Sequence[Variable], n_rows: int
+) -> None:
+    """Change one synthetic row and check no other row's log-likelihood moves.
+
+    The probe never reads the real rows: every row-indexed array is replaced by data-free
+    synthetic rows of its dtype and of its shape but the number of rows (:func:`_synthetic_rows`),
+    and row 0 of each is changed (:func:`_perturbed_row`). Whether a model is refused therefore
+    depends on the model's graph alone, never on the data (privacy contract, rule 5). The check
+    runs at ``values`` and at a second, shifted point (:func:`_probe_points`): at a start where a
+    coefficient is zero, ``b * (x - x.mean())`` would not show that it mixes rows.
+
+    The graph is probed on min(N, :data:`PROBE_ROWS`) rows, with the number of rows left open in
+    its types, so that its memory and time do not grow with N (a model of ``row_placeholder``
+    stand-ins of rows on a Dask cluster is checked on the client at N = 2·10⁷). Where that graph
+    cannot be evaluated on so few rows (it fixes N in a shape, or holds another array of length N
+    that is not row data: the allow-list walk, which runs first and reads the arrays' shapes,
+    decides whether that array mixes rows), it is probed on all N rows, as before. A graph that
+    cannot be evaluated on the synthetic rows at all (an index computed from a row that falls
+    outside its array, say) is not probed: the same on every data set. At run time such a row
+    contributes its clipped bound or nothing (:func:`evaluate_rowwise`).
+    """
+    if n_rows < 2 or not row_data:
+        return
+    moved = None
+    if n_rows > PROBE_ROWS:
+        fn = _probe_function(inputs, lik, row_data, open_rows=True)
+        moved = None if fn is None else _probe_moves(fn, values, row_data, PROBE_ROWS)
+    if moved is None:
+        moved = _probe_moves(_probe_function(inputs, lik, row_data, open_rows=False), values, row_data, n_rows)
     if moved:
         raise ModelStructureError(
             "Changing one row's data changed other rows' log-likelihoods: the likelihood is not computed row "

@@ -13,7 +13,6 @@ About 25 CPU s in all on Python 3.12 (mostly the compilation of each model's per
 """
 
 import json
-import logging
 
 import numpy as np
 import pymc as pm
@@ -24,23 +23,14 @@ import pymc_dp as pmdp
 distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
 import dask  # noqa: E402  (installed with distributed)
 import dask.array as da  # noqa: E402
+import dask_shared  # noqa: E402
+from dask_shared import N_ROWS, with_summed_array_in_logp  # noqa: E402
 
 from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
 
-N_ROWS = 600
+client = dask_shared.client  # the module-scoped LocalCluster fixture, shared with the other Dask row tests
 CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same seed per partition
 BETA = np.array([1.0, -0.5, 0.25])
-
-
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=logging.CRITICAL
-    )
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
 
 
 def _rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -176,22 +166,6 @@ def _with_summed_data(rows: dict) -> pm.Model:
     return model
 
 
-def _with_summed_array_in_logp(rows: dict) -> pm.Model:
-    """A ``pm.CustomDist`` whose log-density adds the sum of a shared array of the rows' length held in this process."""
-    import pytensor
-
-    summed = pytensor.shared(np.random.default_rng(2).normal(size=N_ROWS), name="W")
-
-    def logp(value, mu):
-        return pm.logp(pm.Normal.dist(mu + 1e-3 * summed.sum(), 1.0), value)
-
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
-        mu = pmdp.row_placeholder(rows["X"]) @ beta
-        pm.CustomDist("y", mu, logp=logp, observed=pmdp.row_placeholder(rows["y"]).astype("float64"))
-    return model
-
-
 def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
     """Each refusal comes from metadata or the graph (no block is computed) and leaves the budget without an event.
 
@@ -220,7 +194,7 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         (_with_summed_data(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found w with"),
         # The same, read only inside a distribution's log-density (the second review's case: not in the model's
         # graph, only in the per-row log-likelihood's)
-        (_with_summed_array_in_logp(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found W"),
+        (with_summed_array_in_logp(rows), rows, ValueError, r"`rows` must hold every row the model reads.*Found W"),
     ]
     for case_model, case_rows, error, match in cases:
         if case_rows is None:  # a model of placeholders on a backend without rows: it would be fitted to the zeros

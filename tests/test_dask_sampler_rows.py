@@ -12,7 +12,6 @@ processes with uneven chunks is in tests/test_dask_backend.py. Costs (CPU s, Pyt
 """
 
 import json
-import logging
 
 import numpy as np
 import pymc as pm
@@ -23,24 +22,15 @@ import pymc_dp as pmdp
 distributed = pytest.importorskip("distributed")  # the `dask` extra (in `test`); the rest of the suite runs without
 import dask  # noqa: E402  (installed with distributed)
 import dask.array as da  # noqa: E402
+import dask_shared  # noqa: E402
+from dask_shared import N_ROWS, with_summed_array_in_logp  # noqa: E402
 
 from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
 from pymc_dp.backends.dask_sampler_rows import reads_partitioned_rows, sampler_model  # noqa: E402
 
-N_ROWS = 600
+client = dask_shared.client  # the module-scoped LocalCluster fixture, shared with the other Dask row tests
 CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same sums' grouping
 BETA = np.array([1.0, -0.5, 0.25])
-
-
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=logging.CRITICAL
-    )
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
 
 
 def _rows(seed: int = 0, n_rows: int = N_ROWS) -> tuple[np.ndarray, np.ndarray]:
@@ -164,22 +154,6 @@ def test_the_run_is_charged_before_any_block_is_computed_and_a_failing_block_wit
     assert len(budget.events) > charged  # charged before the blocks were read: the charge stays
 
 
-def _with_summed_array_in_logp(rows: dict) -> pm.Model:
-    """A ``pm.CustomDist`` whose log-density adds the sum of a shared array of the rows' length held in this process."""
-    import pytensor
-
-    summed = pytensor.shared(np.random.default_rng(2).normal(size=N_ROWS), name="W")
-
-    def logp(value, mu):
-        return pm.logp(pm.Normal.dist(mu + 1e-3 * summed.sum(), 1.0), value)
-
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 2.0, shape=3)
-        mu = pmdp.row_placeholder(rows["X"]) @ beta
-        pm.CustomDist("y", mu, logp=logp, observed=pmdp.row_placeholder(rows["y"]).astype("float64"))
-    return model
-
-
 def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
     """Steps the rows cannot run, and steps on other rows, are refused from metadata and the graph alone.
 
@@ -213,7 +187,7 @@ def test_refusals_name_the_parameter_read_nothing_and_charge_nothing(client):
         assert not budget.events
     # An array of N values read only inside a distribution's log-density (its sum mixes every row's term): the copy
     # holds N rows, so the steps' row-wise checks refuse it as they do with rows held in the model
-    with sampler_model(_with_summed_array_in_logp(other), other), pytest.raises(ValueError, match="not computed row"):
+    with sampler_model(with_summed_array_in_logp(other), other), pytest.raises(ValueError, match="not computed row"):
         _step("penalty")
     with pytest.raises(ValueError, match=r"`rows` must give only the Dask arrays.*\['y'\]"):
         sampler_model(_model(pmdp.row_placeholder(other["X"]), y), other)  # the outcome held in this process

@@ -5,7 +5,8 @@
 lets the full-data samplers run on the same rows. A step is built on the model's data, which a
 model of placeholders does not hold, so the steps are built in :func:`sampler_model`'s copy of
 the model, whose placeholders are replaced by inputs of N rows of zeros (views that hold one
-element each): the steps pass every check a model of in-memory rows passes, and read N from it.
+element each): the steps pass every check a model of in-memory rows passes, and read N from it;
+the checks evaluate at most :data:`pymc_dp.row_graph.PROBE_ROWS` synthetic rows.
 Sampled with the backend that holds the rows, every release of the steps (the clipped
 log-likelihood ratios of DPPenaltyMH and of DPHMC's accept test, DPHMC's clipped gradients, the
 score-norm histogram of an ``"auto"`` clip bound) runs on the workers, on the blocks
@@ -69,8 +70,12 @@ def sampler_model(model: Any, rows: dict[str, Any]) -> Any:
     Metadata only (shapes, dtypes, chunk sizes, Dask names): no row is read and nothing is
     charged. Refused, naming ``rows``: rows that do not match the placeholders, and a model
     that holds another array with an axis of the rows' length in this process. The checks every
-    step runs on its model (row-wise terms, the allow-list walk, the perturbation probe) run on
-    the copy's N rows of zeros: O(N) memory on the client while the steps are built.
+    step runs on its model run on the copy as on a model of in-memory rows: the row-wise terms
+    and the allow-list walk read the stand-ins' public shape (N rows, a zero-stride view), so an
+    array of N values that a ``pm.CustomDist``'s logp reduces, or a product over the row axis, is
+    refused from the shapes; the perturbation probe evaluates
+    :data:`pymc_dp.row_graph.PROBE_ROWS` synthetic rows, whatever N. The client's memory while the
+    steps are built does not grow with N (measured: ``benchmarks/dask_client_memory.py``).
     """
     from pymc_dp.backends.dask_rows import check_rows
 
