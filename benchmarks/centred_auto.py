@@ -1,9 +1,10 @@
-"""Issue 36's target cells with ``draws="auto"``: ``pmdp.sample(step=..., draws="auto", x_bounds=(-1, 1))`` at defaults.
+"""Issue 36's target cells at the defaults: ``pmdp.sample(step=..., x_bounds=(-1, 1))``, draws and tune unset.
 
 On the utility grid's logistic data sets (``utility.fair_logistic``: 6,366 rows, P = 5;
 ``utility.randhie_logistic``: 20,190 rows, P = 7; covariates scaled by public ranges to [−1, 1])
 at ε and δ = 0.1/N, each step runs as a user would: DPADVI start, ``"auto"`` clips, the Newton
-pilots, the second-order anchor, 2 chains, and the iterations ``draws="auto"`` chooses (the
+pilots, the second-order anchor, 2 chains, and the iterations a centred run takes with ``draws`` and ``tune``
+unset since H36i, ``draws="auto"``'s (``--draws-auto`` passes it explicitly, as before H36i) (the
 centred row, capped per sampler: :data:`pymc_dp.step_methods.centred_plan.CENTRED_AUTO_MAX_ITERATIONS`
 for DPHMC, :data:`pymc_dp.step_methods.centred_plan.CENTRED_PENALTY_AUTO_MAX_ITERATIONS` for
 DPPenaltyMH). The reference is NUTS (2 × (1,000 + 1,000), ``utility.py``'s cache).
@@ -69,8 +70,10 @@ def law_inputs(centring: dict, draws: np.ndarray) -> dict:
     }
 
 
-def run(model, method: str, epsilon: float, delta: float, seed: int, ref_mean, ref_sd, save=None) -> dict:
-    """One ``pmdp.sample(step=method(), draws="auto", x_bounds=(-1, 1))`` call and its measurements."""
+def run(
+    model, method: str, epsilon: float, delta: float, seed: int, ref_mean, ref_sd, save=None, draws_auto=False
+) -> dict:
+    """One ``pmdp.sample(step=method(), x_bounds=(-1, 1))`` call (``draws="auto"`` if asked) and its measurements."""
     cpu = time.process_time()
     with model, warnings.catch_warnings(), RawDraws() as raw:
         warnings.simplefilter("ignore")  # a flagged run is a measurement here, not an error
@@ -78,7 +81,7 @@ def run(model, method: str, epsilon: float, delta: float, seed: int, ref_mean, r
             step=pmdp.DPHMC() if method == "DPHMC" else pmdp.DPPenaltyMH(),
             epsilon=epsilon,
             delta=delta,
-            draws="auto",
+            **({"draws": "auto"} if draws_auto else {}),
             chains=2,
             cores=1,
             random_seed=seed,
@@ -129,11 +132,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reference-cache", type=Path, default=None, help="utility.py's NUTS reference cache")
     parser.add_argument("--save", type=Path, default=None, help="an .npz for the chains' draws and the anchor")
+    parser.add_argument("--draws-auto", action="store_true", help='pass draws="auto" (the default since H36i)')
     args = parser.parse_args()
     model, _ = DATASETS[args.dataset]()
     n_rows = int(model.observed_RVs[0].shape.eval()[0])
     ref_mean, ref_sd, _ = nuts_reference(model, args.seed, args.reference_cache, args.dataset)
-    result = run(model, args.method, args.epsilon, 0.1 / n_rows, args.seed, ref_mean, ref_sd, args.save)
+    result = run(
+        model, args.method, args.epsilon, 0.1 / n_rows, args.seed, ref_mean, ref_sd, args.save, args.draws_auto
+    )
     print(json.dumps({"dataset": args.dataset, "eps": args.epsilon, **result}, default=float), flush=True)
 
 

@@ -70,8 +70,14 @@ __all__ = [
     "worst_coordinate_ess",
 ]
 
-#: The anchor's share of the μ left to the chains (the setting measured in ``docs/centred.md``).
-CENTRE_ANCHOR_SHARE = 0.5
+#: The anchor's share f of the μ left to the chains after the DP start and the clip bound (pilots and anchor
+#: together; was 0.5 until H36i). Derivation (``docs/centred.md``, "The anchor's share at a quantile of its
+#: offset"): the chains' noise variance per iteration is ∝ τ²R⁴ with τ² ∝ 1/((1 − f)μ) and R² ∝ 1 + e², and the
+#: anchor's offset e (its own score noise through Σ, mostly) has e² = a/f, so the noise is ∝ (1 + a/f)²/(1 − f),
+#: least at f² + 3af − 2a = 0: f = 0.5 at e = 1, 0.60–0.64 at the 80th percentile of e on issue 36's ε = 4 cells
+#: (e 2.0–3.2, ``benchmarks/centred_anchor_split.py``). Simulated there: the ESS law at that percentile 1.2–1.4×
+#: f = 0.5's (fair and randhie at ε = 4, both samplers), at the median 0.94–1.0×. A public constant.
+CENTRE_ANCHOR_SHARE = 0.65
 #: The Hessian release's share of the anchor's μ (``second_order_noise_multipliers``' default).
 CENTRE_HESSIAN_SHARE = 0.25
 #: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).

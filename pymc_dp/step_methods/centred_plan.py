@@ -43,6 +43,20 @@ DP start and the clip bound (of it ``newton_share`` to the pilots together, each
 and composed with the run's other releases in its one plan:
 a run over its target or the budget is refused before any row is read. The chains are then
 calibrated to what is left. Deciding to centre reads nothing (public quantities only).
+
+**The anchor's share** (:data:`CENTRE_ANCHOR_SHARE`, 0.65 since H36i). A run's fate follows the
+anchor's offset e from the mode in posterior sds (the chains sit about e from θ̂), and e is random:
+mostly the anchor's own score noise moved through Σ, e² ≈ a/f for a share f. The centred chains'
+noise variance per iteration is ∝ τ²R⁴, τ² ∝ 1/((1 − f)μ), R² ∝ 1 + e², so ∝ (1 + a/f)²/(1 − f),
+least where f² + 3af − 2a = 0. Chosen at the 80th percentile of e rather than its median (a run
+whose e lands in the tail is the one that fails): f = 0.60–0.64 on issue 36's ε = 4 cells, and in
+``benchmarks/centred_anchor_split.py``'s simulation of the releases the ESS law at that percentile
+is 1.2–1.4× f = 0.5's, 0.94–1.0× at the median. A constant: a function of no data, and of no
+setting but through the μ it splits; priced with the rest before any row is read.
+
+**With ``draws`` and ``tune`` unset** a centred :func:`pymc_dp.sample` run takes ``draws="auto"``'s
+iterations (:meth:`CentringPlan.auto_row`, capped by :func:`centred_auto_max_iterations`): public
+settings only, since they set each iteration's noise.
 """
 
 from __future__ import annotations
