@@ -71,7 +71,16 @@ def law_inputs(centring: dict, draws: np.ndarray) -> dict:
 
 
 def run(
-    model, method: str, epsilon: float, delta: float, seed: int, ref_mean, ref_sd, save=None, draws_auto=False
+    model,
+    method: str,
+    epsilon: float,
+    delta: float,
+    seed: int,
+    ref_mean,
+    ref_sd,
+    save=None,
+    draws_auto=False,
+    centre="auto",
 ) -> dict:
     """One ``pmdp.sample(step=method(), x_bounds=(-1, 1))`` call (``draws="auto"`` if asked) and its measurements."""
     cpu = time.process_time()
@@ -88,6 +97,7 @@ def run(
             progressbar=False,
             on_poor_mixing="ignore",
             x_bounds=(-1.0, 1.0),
+            centre=centre,
         )
     cpu = time.process_time() - cpu
     flat = stacked({name: idata.posterior[name].values for name in ("alpha", "beta")})
@@ -133,14 +143,15 @@ def main() -> None:
     parser.add_argument("--reference-cache", type=Path, default=None, help="utility.py's NUTS reference cache")
     parser.add_argument("--save", type=Path, default=None, help="an .npz for the chains' draws and the anchor")
     parser.add_argument("--draws-auto", action="store_true", help='pass draws="auto" (the default since H36i)')
+    parser.add_argument("--centre", default="auto", help='"recentre": the re-centring release (H36i)')
     args = parser.parse_args()
     model, _ = DATASETS[args.dataset]()
     n_rows = int(model.observed_RVs[0].shape.eval()[0])
     ref_mean, ref_sd, _ = nuts_reference(model, args.seed, args.reference_cache, args.dataset)
-    result = run(
-        model, args.method, args.epsilon, 0.1 / n_rows, args.seed, ref_mean, ref_sd, args.save, args.draws_auto
-    )
-    print(json.dumps({"dataset": args.dataset, "eps": args.epsilon, **result}, default=float), flush=True)
+    settings = (args.method, args.epsilon, 0.1 / n_rows, args.seed, ref_mean, ref_sd, args.save, args.draws_auto)
+    result = run(model, *settings, args.centre)
+    line = {"dataset": args.dataset, "eps": args.epsilon, "centre": args.centre, **result}
+    print(json.dumps(line, default=float), flush=True)
 
 
 if __name__ == "__main__":

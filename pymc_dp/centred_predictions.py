@@ -45,6 +45,7 @@ __all__ = [
     "CENTRE_NEWTON_GROWTH",
     "CENTRE_NEWTON_SHARE",
     "CENTRE_NEWTON_STEPS",
+    "CENTRE_RECENTRE_SHARE",
     "CENTRE_SD_SPREAD",
     "DPADVI_BATCH_ROWS",
     "DPHMC_TARGET_ACCEPT",
@@ -67,6 +68,7 @@ __all__ = [
     "metric_spectrum",
     "newton_weights",
     "random_phase_ess",
+    "recentring_noise_multipliers",
     "worst_coordinate_ess",
 ]
 
@@ -83,6 +85,10 @@ CENTRE_HESSIAN_SHARE = 0.25
 #: The share of the anchor's μ spent on the noisy Newton steps that move it from the DP start (pilot releases).
 #: 0.5 (was 0.6 with even pilots): measured in ``benchmarks/centred_anchor_landing.py`` (``docs/centred.md``).
 CENTRE_NEWTON_SHARE = 0.5
+#: With ``centre="recentre"`` (H36i, opt-in): the re-centring release's share of the anchor's μ, taken from the
+#: anchor proper (``docs/centred.md``, "Re-centring"; 0.05 and 0.15 simulated alike in
+#: ``benchmarks/centred_recentre.py``: its clips ½κd² and κd are small, so little μ buys a small noise).
+CENTRE_RECENTRE_SHARE = 0.05
 #: Noisy Newton steps from the DP start before the anchor is released.
 CENTRE_NEWTON_STEPS = 5
 #: Each pilot gets this many times the μ of the one before (weights 1, 3, 9, 27, 81 over 121): the early steps
@@ -125,7 +131,7 @@ def centring_pilot_schedule(epsilon: float, delta: float, chain_share: float) ->
 
 
 def centring_noise_multipliers(
-    epsilon: float, delta: float, chain_share: float, schedule: bool = False
+    epsilon: float, delta: float, chain_share: float, schedule: bool = False, recentre: bool = False
 ) -> tuple[tuple[float, float], Any]:
     """((τ_G, τ_H) of the anchor, (τ_G, τ_H) of the last pilot) of a centred ``pmdp.sample`` run (public settings
     only); with ``schedule`` every pilot's pair instead of the last's, first to last.
@@ -134,7 +140,9 @@ def centring_noise_multipliers(
     :data:`CENTRE_NEWTON_SHARE` pays for the :data:`CENTRE_NEWTON_STEPS` pilots (pilot k gets
     :func:`newton_weights`' share: each :data:`CENTRE_NEWTON_GROWTH` times the one before) and the rest for
     the anchor; each release pair gives :data:`CENTRE_HESSIAN_SHARE` of its μ to the Hessian, the last
-    pilot :data:`CENTRE_LAST_PILOT_HESSIAN_SHARE`. τ is rounded up (towards privacy) by 10⁻⁹ relative.
+    pilot :data:`CENTRE_LAST_PILOT_HESSIAN_SHARE`. τ is rounded up (towards privacy) by 10⁻⁹ relative. With
+    ``recentre`` the anchor proper gives :data:`CENTRE_RECENTRE_SHARE` of μ_anchor to the re-centring release
+    (:func:`recentring_noise_multipliers`).
     """
     mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
 
@@ -152,7 +160,19 @@ def centring_noise_multipliers(
         )
         for k, w in enumerate(weights)
     )
-    return pair((1.0 - CENTRE_NEWTON_SHARE) * mu_anchor), (pilots if schedule else pilots[-1])
+    anchor_share = 1.0 - CENTRE_NEWTON_SHARE - (CENTRE_RECENTRE_SHARE if recentre else 0.0)
+    return pair(anchor_share * mu_anchor), (pilots if schedule else pilots[-1])
+
+
+def recentring_noise_multipliers(epsilon: float, delta: float, chain_share: float) -> tuple[float, float]:
+    """(τ_r, τ_rH) of ``centre="recentre"``'s re-centring release: :data:`CENTRE_RECENTRE_SHARE` of μ_anchor (as
+    :func:`centring_noise_multipliers` computes it), :data:`CENTRE_HESSIAN_SHARE` of that to the Hessian change."""
+    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+    mu = CENTRE_RECENTRE_SHARE * mu_anchor
+    return (
+        math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9),
+        math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9),
+    )
 
 
 #: The random-walk law's constant: 0.331/P effective draws per iteration for a tuned isotropic random walk on a
@@ -464,7 +484,10 @@ def centring_bound_and_lipschitz(
 
 
 def centring_events(
-    anchor_taus: tuple[float, float], pilot_schedule: tuple[tuple[float, float], ...], who: str = "planned"
+    anchor_taus: tuple[float, float],
+    pilot_schedule: tuple[tuple[float, float], ...],
+    who: str = "planned",
+    recentring_taus: tuple[float, float] | None = None,
 ) -> tuple[Any, ...]:
     """The privacy events of a centred run's releases before its chains (public settings only).
 
@@ -481,11 +504,17 @@ def centring_events(
             *NoisyClippedHessian.events(pilot_taus[1], 1, f"{label} (Hessian)"),
         )
     label = f"{who} centring anchor"
-    return (
-        *events,
+    events += (
         *NoisyClippedGradient.events(anchor_taus[0], 1, label),
         *NoisyClippedHessian.events(anchor_taus[1], 1, f"{label} (Hessian)"),
     )
+    if recentring_taus is not None:  # centre="recentre": the expansion's move, after the anchor
+        label = f"{who} centring re-centring"
+        events += (
+            *NoisyClippedGradient.events(recentring_taus[0], 1, label),
+            *NoisyClippedHessian.events(recentring_taus[1], 1, f"{label} (Hessian)"),
+        )
+    return events
 
 
 class _ChainsMu:

@@ -95,7 +95,7 @@ from pymc_dp._validation import check_finite_positive
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.mechanisms.clipping import clip_l2, clipped_sum_l2, row_chunks, sensitivity_of_clipped_sum
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
-from pymc_dp.mechanisms.hessian import NoisyClippedHessian, packed_size
+from pymc_dp.mechanisms.hessian import NoisyClippedHessian, packed_size, symmetric_from_packed
 from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.noise import noisy_clipped_sum
 
@@ -103,6 +103,7 @@ __all__ = [
     "CentredClippedGradient",
     "CentredLogLikelihoodRatio",
     "CentringAnchor",
+    "Recentring",
     "anchor_noise_covariance",
     "anchor_release",
     "check_centre_lipschitz",
@@ -112,6 +113,7 @@ __all__ = [
     "first_order_ratio_bound",
     "gradient_residuals",
     "ratio_residuals",
+    "recentring_release",
     "second_order_gradient_bound",
     "second_order_ratio_bound",
     "widen_for_anchor_noise",
@@ -160,6 +162,8 @@ class CentringAnchor:
     hessian_clip: float | None = None
     hessian_noise_multiplier: float | None = None
     reproducible_noise: bool = False
+    #: The release that moved the expansion here from an earlier anchor (:func:`recentring_release`), or None.
+    recentring: Recentring | None = None
 
     @property
     def order(self) -> int:
@@ -168,29 +172,35 @@ class CentringAnchor:
 
     @property
     def std(self) -> float:
-        """σ_G, the standard deviation of each coordinate of the anchor's score noise η."""
-        return self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
+        """σ_G, the standard deviation of each coordinate of the anchor's score noise η (re-centred: with η₂'s)."""
+        std = self.noise_multiplier * sensitivity_of_clipped_sum(self.grad_clip, self.neighbouring)
+        return std if self.recentring is None else math.hypot(std, self.recentring.std)
 
     @property
     def hessian_std(self) -> float:
-        """σ_H, the standard deviation of each diagonal entry of the Hessian noise E (0 at first order)."""
+        """σ_H, the standard deviation of each diagonal entry of the Hessian noise E (0 at first order; re-centred:
+        of E + E₂, the noise of the Hessian sum the steps expand with)."""
         if self.hessian is None:
             return 0.0
-        return self.hessian_noise_multiplier * sensitivity_of_clipped_sum(self.hessian_clip, self.neighbouring)
+        std = self.hessian_noise_multiplier * sensitivity_of_clipped_sum(self.hessian_clip, self.neighbouring)
+        return std if self.recentring is None else math.hypot(std, self.recentring.hessian_std)
 
     @property
     def mu(self) -> float:
-        """μ of the anchor's release(s): 1/(2τ_G²), plus 1/(2τ_H²) at second order."""
+        """μ of the anchor's release(s): 1/(2τ_G²), plus 1/(2τ_H²) at second order, plus a re-centring's."""
         mu = 0.5 / self.noise_multiplier**2
         if self.hessian is not None:
             mu += 0.5 / self.hessian_noise_multiplier**2
-        return mu
+        return mu + (self.recentring.mu if self.recentring is not None else 0.0)
 
     def events(self, label: str = "centring anchor") -> list[PrivacyEvent]:
-        """The anchor's accounting: one Gaussian release at τ_G, and one at τ_H at second order."""
+        """The anchor's accounting: one Gaussian release at τ_G, and one at τ_H at second order (and a
+        re-centring's two)."""
         events = NoisyClippedGradient.events(self.noise_multiplier, 1, label)
         if self.hessian is not None:
             events += NoisyClippedHessian.events(self.hessian_noise_multiplier, 1, f"{label} (Hessian)")
+        if self.recentring is not None:
+            events += self.recentring.events(f"{label} re-centring")
         return events
 
     def record(self) -> dict[str, Any]:
@@ -212,7 +222,63 @@ class CentringAnchor:
                 hessian_noise_multiplier=self.hessian_noise_multiplier,
                 hessian_noise_std=self.hessian_std,
             )
+        if self.recentring is not None:
+            record["recentring"] = self.recentring.record()
         return record
+
+
+@dataclass(frozen=True, eq=False)
+class Recentring:
+    """The release that moved a second-order anchor's expansion from ``earlier.point`` to a new public point.
+
+    Attributes
+    ----------
+    earlier : CentringAnchor
+        The anchor re-centred (θ̂, its released Ĝ and Ĥ).
+    score_bound, hessian_bound : float
+        The per-row clips ½κd² (L2) and κd (Frobenius), d = ‖θ̂₂ − θ̂‖ (public).
+    noise_multiplier, hessian_noise_multiplier : float
+        τ_r and τ_rH: σ = τ·Δ with Δ = 2 × the clip (substitute) or the clip (add/remove).
+    """
+
+    earlier: CentringAnchor
+    score_bound: float
+    hessian_bound: float
+    noise_multiplier: float
+    hessian_noise_multiplier: float
+
+    @property
+    def std(self) -> float:
+        """σ_r of η₂, each coordinate of the score change's noise."""
+        return self.noise_multiplier * sensitivity_of_clipped_sum(self.score_bound, self.earlier.neighbouring)
+
+    @property
+    def hessian_std(self) -> float:
+        """σ_rH of E₂'s diagonal entries (N(0, σ_rH²/2) off it)."""
+        return self.hessian_noise_multiplier * sensitivity_of_clipped_sum(self.hessian_bound, self.earlier.neighbouring)
+
+    @property
+    def mu(self) -> float:
+        """μ = 1/(2τ_r²) + 1/(2τ_rH²), whatever d and the rows."""
+        return 0.5 / self.noise_multiplier**2 + 0.5 / self.hessian_noise_multiplier**2
+
+    def events(self, label: str) -> list[PrivacyEvent]:
+        """Two Gaussian releases, Δ/σ = 1/τ each (the bounds are public)."""
+        return NoisyClippedGradient.events(self.noise_multiplier, 1, label) + NoisyClippedHessian.events(
+            self.hessian_noise_multiplier, 1, f"{label} (Hessian)"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """Public settings and values for a run's record (the earlier anchor's included)."""
+        return {
+            "earlier": self.earlier.record(),
+            "score_bound": self.score_bound,
+            "hessian_bound": self.hessian_bound,
+            "noise_multiplier": self.noise_multiplier,
+            "hessian_noise_multiplier": self.hessian_noise_multiplier,
+            "noise_std": self.std,
+            "hessian_noise_std": self.hessian_std,
+        }
 
 
 def check_centre_lipschitz(value: Any) -> float:
@@ -572,6 +638,100 @@ def anchor_release(
     )
 
 
+def recentring_release(
+    mechanisms: Any,
+    anchor: CentringAnchor,
+    target: np.ndarray,
+    lipschitz: float,
+    noise_multiplier: float,
+    hessian_noise_multiplier: float,
+    rng: Any,
+) -> CentringAnchor:
+    """Move a second-order anchor's expansion from θ̂ to a public θ̂₂ by releasing each row's change of expansion.
+
+    With a = θ̂₂ − θ̂, d = ‖a‖ and g̃ᵢ, H̃ᵢ each row's clipped score and Hessian (at the anchor's
+    clips b_g, b_H) at θ̂ and, primed, at θ̂₂:
+
+        rᵢ = clip_L2(g̃ᵢ′ − g̃ᵢ − H̃ᵢa, ½κd²),   ΔHᵢ = clip_F(H̃ᵢ′ − H̃ᵢ, κd),
+        Ĝ₂ = Ĝ + Ĥa + Σᵢ rᵢ + η₂,   η₂ ~ N(0, σ_r² I),   σ_r = τ_r·Δ(½κd²),
+        Ĥ₂ = Ĥ + Σᵢ ΔHᵢ + E₂,   E₂ symmetric, N(0, σ_rH²) diagonal, N(0, σ_rH²/2) off it, σ_rH = τ_rH·Δ(κd).
+
+    Where κ bounds each row's Hessian's Lipschitz constant and no clip binds, rᵢ is the score's
+    Taylor residual, ‖gᵢ(θ̂₂) − gᵢ(θ̂) − Hᵢ(θ̂)a‖ = ‖∫₀¹ (Hᵢ(θ̂ + sa) − Hᵢ(θ̂))a ds‖ ≤ ½κd², and
+    ‖Hᵢ(θ̂₂) − Hᵢ(θ̂)‖ ≤ κd (Frobenius = operator norm for the rank-one logistic Hessian change;
+    packed L2 is Frobenius), so nothing is clipped and Ĝ₂, Ĥ₂ are the clipped sums at θ̂₂ plus the
+    anchor's noise carried along (η + Ea, E) and the new (η₂, E₂). The bounds are small where d is:
+    the release costs little of ε for a large move of the expansion point, which is what the centred
+    chains' noise (∝ their distance² from the expansion point) needs (``docs/centred.md``, "Re-centring").
+
+    Parameters
+    ----------
+    mechanisms : pymc_dp.mechanisms.RowMechanisms
+        The step's row mechanisms (the rows stay in this layer).
+    anchor : CentringAnchor
+        A released second-order anchor at θ̂.
+    target : numpy.ndarray
+        θ̂₂, public (e.g. the anchor's own Newton point: post-processing of Ĝ, Ĥ and the prior).
+    lipschitz : float
+        κ, the public per-row bound on the Hessian's Lipschitz constant.
+    noise_multiplier, hessian_noise_multiplier : float
+        τ_r and τ_rH (priced by the caller before any row is read).
+    rng : numpy.random.Generator or SecureNoise
+        The noise source.
+
+    Returns
+    -------
+    CentringAnchor
+        The anchor at θ̂₂ with Ĝ₂ and Ĥ₂, the same clips, and ``recentring`` recording the release.
+
+    Notes
+    -----
+    **Neighbouring relation:** the anchor's (substitute or add/remove). **Sensitivity:** each row's
+    rᵢ is clipped at ½κd² (L2) and ΔHᵢ at κd (Frobenius) and depends on that row alone; the bounds
+    are functions of θ̂, θ̂₂ and κ, all public; so Δ = 2 × the bound (substitute) or the bound
+    (add/remove), and σ = τΔ makes each sum a Gaussian mechanism of μ = 1/(2τ²) whatever d and the
+    rows: μ = 1/(2τ_r²) + 1/(2τ_rH²) in all. Adding Ĝ + Ĥa and Ĥ is post-processing. **What ε
+    covers:** these two releases; θ̂₂ must be public. A row that breaks κ, or whose anchor clip
+    binds at either point, is clipped: the expansion is biased for it, never less private.
+
+    References
+    ----------
+    .. [1] Bardenet, R., Doucet, A. and Holmes, C. (2017). On Markov chain Monte Carlo methods for
+       tall data. JMLR 18, §7 (control variates, and moving their reference point).
+    """
+    if anchor.hessian is None:
+        raise ValueError("`anchor` must be a second-order anchor (with a released Hessian) to be re-centred.")
+    target = np.asarray(target, dtype=float)
+    if target.shape != anchor.point.shape or not np.all(np.isfinite(target)):
+        raise ValueError(f"`target` must be {anchor.point.size} finite numbers. Found shape {target.shape}.")
+    kappa = check_centre_lipschitz(lipschitz)
+    move = target - anchor.point
+    distance = max(float(np.linalg.norm(move)), 1e-12)  # a zero move clips every row to ~0: nothing read
+    score_bound, hessian_bound = 0.5 * kappa * distance**2, kappa * distance
+    rows = mechanisms._rows_here()
+    scores, hessians = _clipped_anchor_rows(rows, anchor)
+    moved = CentringAnchor(
+        target, anchor.gradient, anchor.grad_clip, anchor.noise_multiplier, anchor.neighbouring, anchor.var_names,
+        anchor.hessian, anchor.hessian_clip, anchor.hessian_noise_multiplier,
+    )  # fmt: skip
+    scores_there, hessians_there = _clipped_anchor_rows(rows, moved)
+    residual = clipped_sum_l2(gradient_residuals(scores_there, scores, hessians, target, anchor.point), score_bound)
+    change = clipped_sum_l2(hessians_there - hessians, hessian_bound)
+    recentring = Recentring(
+        anchor, score_bound, hessian_bound,
+        check_finite_positive("noise_multiplier", noise_multiplier),
+        check_finite_positive("hessian_noise_multiplier", hessian_noise_multiplier),
+    )  # fmt: skip
+    gradient = anchor.gradient + anchor.hessian @ move + residual + rng.normal(0.0, recentring.std, move.size)
+    noisy_change = change + rng.normal(0.0, recentring.hessian_std, size=change.shape)
+    hessian = anchor.hessian + symmetric_from_packed(noisy_change, move.size)
+    return CentringAnchor(
+        target.copy(), np.asarray(gradient, dtype=float), anchor.grad_clip, anchor.noise_multiplier,
+        anchor.neighbouring, anchor.var_names, hessian, anchor.hessian_clip, anchor.hessian_noise_multiplier,
+        anchor.reproducible_noise, recentring,
+    )  # fmt: skip
+
+
 def anchor_noise_covariance(anchor: CentringAnchor, offset: np.ndarray) -> np.ndarray:
     """S = σ_G² I + (σ_H²/2)(‖v‖² I + vvᵀ): the covariance of η + E v, v = ``offset`` (m − θ̂).
 
@@ -579,11 +739,18 @@ def anchor_noise_covariance(anchor: CentringAnchor, offset: np.ndarray) -> np.nd
     Var((Ev)_j) = σ_H² v_j² + (σ_H²/2) Σ_{k≠j} v_k² and Cov((Ev)_j, (Ev)_l) = (σ_H²/2) v_j v_l.
     """
     offset = np.asarray(offset, dtype=float)
+    if anchor.recentring is not None:  # η + E(m − θ̂) + η₂ + E₂(m − θ̂₂): independent parts
+        moved = anchor.recentring
+        earlier = anchor_noise_covariance(moved.earlier, offset + anchor.point - moved.earlier.point)
+        return earlier + _gaussian_tilt_covariance(moved.std, moved.hessian_std, offset)
+    hessian_std = anchor.hessian_std if anchor.hessian is not None else 0.0
+    return _gaussian_tilt_covariance(anchor.std, hessian_std, offset)
+
+
+def _gaussian_tilt_covariance(std: float, hessian_std: float, offset: np.ndarray) -> np.ndarray:
+    """σ² I + (σ_H²/2)(‖v‖² I + vvᵀ): the covariance of η + E v for one release pair."""
     p = offset.size
-    cov = anchor.std**2 * np.eye(p)
-    if anchor.hessian is not None:
-        cov = cov + 0.5 * anchor.hessian_std**2 * (float(offset @ offset) * np.eye(p) + np.outer(offset, offset))
-    return cov
+    return std**2 * np.eye(p) + 0.5 * hessian_std**2 * (float(offset @ offset) * np.eye(p) + np.outer(offset, offset))
 
 
 def widen_for_anchor_noise(

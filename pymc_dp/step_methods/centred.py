@@ -31,7 +31,13 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
-from pymc_dp.mechanisms.centred import CentringAnchor, anchor_release, check_anchor, check_centre_lipschitz
+from pymc_dp.mechanisms.centred import (
+    CentringAnchor,
+    anchor_release,
+    check_anchor,
+    check_centre_lipschitz,
+    recentring_release,
+)
 from pymc_dp.mechanisms.gradient import NoisyClippedGradient
 from pymc_dp.mechanisms.hessian import NoisyClippedHessian, clipped_hessian, hessian_norm_histogram
 
@@ -212,6 +218,30 @@ class Centring:
             check_finite_positive("hessian_clip", hessian_clip),
             check_finite_positive("hessian_noise_multiplier", hessian_noise_multiplier),
             reproducible_noise=self.reproducible_noise,
+        )
+
+    def release_run_recentring(
+        self,
+        anchor: CentringAnchor,
+        target: np.ndarray,
+        lipschitz: float,
+        noise_multiplier: float,
+        hessian_noise_multiplier: float,
+    ) -> CentringAnchor:
+        """Move ``anchor``'s expansion to the public flat ``target`` through this step's rows (priced by the caller).
+
+        :func:`pymc_dp.mechanisms.centred.recentring_release`: each row's change of expansion, clipped at ½κd²
+        and κd, summed, Gaussian noise at τ_r and τ_rH; :func:`pymc_dp.sample` prices both releases in the run's
+        plan (``centre="recentre"``) and charges them with the run before calling this.
+        """
+        return recentring_release(
+            self._row_mechanisms,
+            anchor,
+            np.asarray(target, dtype=float),
+            lipschitz,
+            noise_multiplier,
+            hessian_noise_multiplier,
+            self.noise_rng,
         )
 
     def release_hessian_norm_counts(self, point: dict[str, Any], noise_multiplier: float) -> np.ndarray:
