@@ -45,6 +45,18 @@ __all__ = [
 #: Laplace, of ρ = 1/(2τ²) for Gaussian noise (whose compositions add 1/τ² exactly). The variance the
 #: likelihood sees on Σ s·x is the main release's plus the last anchor's, about τ²(Δ₂²/(1 − a) + Δₐ²/(a·p));
 #: for the regressions of the utility benchmark it is smallest near a = 0.4 (main noise sd × 1/√0.6).
+#: Derivation of why it is a constant: with ρ split as (1 − a)ρ and aρ both terms scale as 1/ρ, so the
+#: minimising a = √B/(√A + √B) (A = Δ₂², B = Δₐ²/p) depends on the public bounds and P only, never on ε
+#: or N. Measured (issue 34, ``benchmarks/anchor_share.py``, 60 releases per cell, no sampler; the widest
+#: sd / MLE se per release, median and 90 % quantile; the Mahalanobis statistic's mean against χ²_P):
+#: ``randhie`` logistic (P = 7) at ε = 1: a = 0.4 3.87 / 7.15, calibrated (6.9); 0.55 3.76 / 6.30 (7.8);
+#: 0.7 4.38 / 6.49 (6.9); at ε = 4: 0.4 1.41 / 1.51; 0.55 1.44 / 1.54. ``fair`` logistic (P = 5) at ε = 1:
+#: 0.4 5.25 / 17.4, calibrated (4.8, 5 % below p = 0.05); 0.55 5.46 / 26.2 and miscalibrated (6.4, 13 %);
+#: 0.7 5.37 / 46.4 (5.8, 13 %); at ε = 4: 0.4 1.58 / 1.97; 0.55 1.53 / 1.81; 0.7 1.67 / 1.91 (``randhie``
+#: at ε = 4, 0.7: 1.56 / 1.65).
+#: So 0.55 narrows ``randhie``'s ε = 1 tail a little (7.15 → 6.30, within the noise of 60 releases; an
+#: earlier 60 gave 7.9 → 5.6) and widens and miscalibrates ``fair``'s (17.4 → 26.2, 13 % of releases
+#: below p = 0.05): 0.4 stays, for the count families too (their widths not re-measured).
 ANCHOR_SHARE = 0.4
 
 #: The last anchor's part of :data:`ANCHOR_SHARE` (its noise enters the likelihood; the earlier ones only
