@@ -6,8 +6,10 @@ by), and the pricing's arithmetic. About 9 CPU s on 3.12 with the imports (two m
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from unittest import mock
 
 import numpy as np
 import pymc as pm
@@ -20,8 +22,10 @@ from pymc_dp.centred_predictions import (
     centring_noise_multipliers,
     recentring_noise_multipliers,
 )
+from pymc_dp.mechanisms import centred as centred_module
 from pymc_dp.mechanisms.centred import anchor_noise_covariance, anchor_release, recentring_release
 from pymc_dp.mechanisms.hessian import clipped_hessian
+from pymc_dp.testing.audit import AuditScenario, _gaussian_claim, audit
 
 BOUND = 1.0
 N_ROWS = 300
@@ -118,3 +122,59 @@ def test_recentre_is_priced_from_the_anchors_share():
     moved = [e for e in events["recentre"] if "re-centring" in e.label]
     moved_mu = sum(1 / (2 * e.noise_multiplier**2) for e in moved)
     assert len(moved) == 2 and moved_mu == pytest.approx(CENTRE_RECENTRE_SHARE * mu["auto"], rel=1e-7)
+
+
+# -- privacy audit, with broken variants (slow: about 18 CPU s each, 20,000 runs per data set) ----------------------
+class _Held:
+    """RowMechanisms' access, held by the mechanism layer: the table of one data set."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def _rows_here(self):
+        return self.table
+
+
+def _recentring_scenario(tau=1.0, released_tau=None, output="score", context=contextlib.nullcontext):
+    """Ĝ₂₀ (or Ĥ₂₀₀) on the cubic neighbours of test_centred (one row's third derivative ±100, far beyond κ), at a
+    public anchor released on D (θ̂ = 1) moved to θ̂₂ = 0.5. ``released_tau``: the noise actually used (broken)."""
+    from test_centred import _cubic_anchor, _cubic_neighbours
+
+    tables = _cubic_neighbours()
+    anchor = _cubic_anchor(tables[0])
+    used = tau if released_tau is None else released_tau
+
+    def make(rng):
+        def release(dataset):
+            moved = recentring_release(_Held(tables[dataset]), anchor, np.full(1, 0.5), 0.3, used, used, rng)
+            return float(moved.gradient[0] if output == "score" else moved.hessian[0, 0])
+
+        return release
+
+    broken = " [broken]" if released_tau is not None or context is not contextlib.nullcontext else ""
+    return AuditScenario(f"re-centring ({output}){broken}", make, _gaussian_claim(tau), context)
+
+
+def _no_clip():
+    """Broken: the rows' changes summed unclipped (the clip is what bounds an outlier beyond κ)."""
+    return mock.patch.object(centred_module, "clipped_sum_l2", lambda rows, bound: np.asarray(rows).sum(axis=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", ["score", "hessian"])
+def test_audit_of_the_recentring_stays_below_the_claim(output):
+    result = audit(_recentring_scenario(output=output), runs=20_000, seed=1)
+    assert result.epsilon_lower_bound <= result.claimed_epsilon
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(_recentring_scenario(tau=2.0, released_tau=1.0), id="noise_halved"),
+        pytest.param(_recentring_scenario(context=_no_clip), id="no_clip"),
+    ],
+)
+def test_audit_catches_broken_recentring(scenario):
+    result = audit(scenario, runs=20_000, seed=1)
+    assert result.epsilon_lower_bound > result.claimed_epsilon
