@@ -62,6 +62,7 @@ from pymc_dp.row_graph import (
     _synthetic_values,
     evaluate_rowwise,
     forward_jacobian,
+    probe_row_count,
     reverse_jacobian,
     row_loglik,
 )
@@ -354,13 +355,13 @@ class RowLikelihood:
             if lenient:
                 return
             raise self._not_indexable(failure)
-        probe = np.array([0, self.n_rows - 1], dtype=np.int64)
-        everything = np.arange(self.n_rows, dtype=np.int64)
+        points = _probe_points([self._flat_initial(public_initial_point(self.model))])
+        n_probe = probe_row_count(self._row_index_vars, self.n_rows, f_idx if lenient else self._f_lik, points, lenient)
+        probe, everything = np.array([0, n_probe - 1], dtype=np.int64), np.arange(n_probe, dtype=np.int64)
         fixed_length = False
-        # Evaluated on synthetic rows (the shared arrays hold them for the probe, then the data again):
-        # whether the index path is used, or the model refused, depends on the graph, never on the data.
-        with _synthetic_values(self._row_index_vars), np.errstate(all="ignore"):
-            for [theta] in _probe_points([self._flat_initial(public_initial_point(self.model))]):
+        # On synthetic rows (probe_row_count): the index path's use or refusal depends on the graph, never the data.
+        with _synthetic_values(self._row_index_vars, n_probe), np.errstate(all="ignore"):
+            for [theta] in points:
                 theta = np.asarray(theta, dtype=np.float64)
                 try:
                     # With numpy rows the full graph holds the data as constants: the index path on all

@@ -37,7 +37,14 @@ from pymc_dp.model_structure import (
     _row_structure,
 )
 
-__all__ = ["ROW_PLACEHOLDER_NAME", "evaluate_rowwise", "reads_row_placeholder", "row_loglik"]
+__all__ = [
+    "PROBE_ROWS",
+    "ROW_PLACEHOLDER_NAME",
+    "evaluate_rowwise",
+    "probe_row_count",
+    "reads_row_placeholder",
+    "row_loglik",
+]
 
 #: The name every :func:`pymc_dp.row_placeholder` constant carries, so that a model built on placeholders is recognised.
 ROW_PLACEHOLDER_NAME = "pymc_dp.row_placeholder"
@@ -341,12 +348,17 @@ def _perturbed_row(rows: np.ndarray) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _synthetic_values(shared: Sequence[SharedVariable]) -> Iterator[None]:
-    """Hold synthetic rows (:func:`_synthetic_rows`) in ``shared`` for the body, then the data again."""
+def _synthetic_values(shared: Sequence[SharedVariable], n_rows: int | None = None) -> Iterator[None]:
+    """Hold synthetic rows (:func:`_synthetic_rows`) in ``shared`` for the body, then the data again.
+
+    ``n_rows`` rows each (default: as many as each holds); the variables' types must then leave
+    the number of rows open.
+    """
     saved = [v.get_value(borrow=True) for v in shared]
     try:
         for v, value in zip(shared, saved, strict=True):
-            v.set_value(_synthetic_rows(np.shape(value), np.asarray(value).dtype), borrow=True)
+            shape = np.shape(value) if n_rows is None else (n_rows, *np.shape(value)[1:])
+            v.set_value(_synthetic_rows(shape, np.asarray(value).dtype), borrow=True)
         yield
     finally:
         for v, value in zip(shared, saved, strict=True):
@@ -408,6 +420,31 @@ def _probe_moves(
             moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
             break
     return moved if evaluated else None
+
+
+def probe_row_count(
+    shared: Sequence[SharedVariable], n_rows: int, full_vector: Callable[..., Any], points: Sequence, indexed: bool
+) -> int:
+    """How many synthetic rows a construction probe of ``shared`` runs on: min(N, :data:`PROBE_ROWS`) or all N.
+
+    The bounded count where ``full_vector`` (compiled on the rows ``shared`` holds: called with
+    θ, and with ``indexed`` the indices of all rows too) evaluates on that many synthetic rows at
+    one of ``points`` (:func:`_probe_points`); else N (the graph fixes N in a shape, or reads
+    another array of N values). Data-free: the rows are :func:`_synthetic_rows`, so the count
+    depends on the graph alone. Used by :meth:`pymc_dp.data.RowLikelihood._build_index_mode`.
+    """
+    bounded = min(n_rows, PROBE_ROWS)
+    if bounded == n_rows or any(v.type.shape[0] is not None for v in shared):
+        return n_rows
+    with _synthetic_values(shared, bounded), np.errstate(all="ignore"):
+        for [theta] in points:
+            theta = np.asarray(theta, dtype=np.float64)
+            try:
+                full_vector(theta, np.arange(bounded, dtype=np.int64)) if indexed else full_vector(theta)
+            except Exception:  # not evaluable on so few rows (data-free): try the next point, then all N rows
+                continue
+            return bounded
+    return n_rows
 
 
 def _perturbation_probe(

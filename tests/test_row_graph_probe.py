@@ -134,3 +134,42 @@ def test_the_copy_accepts_rowwise_models_probing_a_bounded_number_of_rows(build,
     _, n_rows, _, _ = row_graph.row_loglik(_copy(build))
     assert n_rows == N_COPY
     assert probed_rows and max(probed_rows) == row_graph.PROBE_ROWS
+
+
+# -- RowLikelihood's index-mode probe: bounded too, all N rows where the graph fixes N ------------------------------
+
+
+def _model(kind: str) -> pm.Model:
+    rng = np.random.default_rng(4)
+    x_values, y_values = rng.normal(size=N), rng.normal(size=N)
+    with pm.Model(coords={"obs": range(N)}) as model:
+        numpy_rows = kind == "numpy"
+        x = x_values if numpy_rows else pm.Data("x", x_values, dims="obs")
+        y = y_values if numpy_rows else pm.Data("y_obs", y_values, dims="obs")
+        b = pm.Normal("b", 0, 1)
+        mean = {"fixed": b * pt.specify_shape(x, (N,)), "count": b * x / x.shape[0]}.get(kind, b * x)
+        pm.Normal("y", mean, 1.0, observed=y, **({} if numpy_rows else {"dims": "obs"}))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["data", "numpy"])
+def test_the_index_mode_probe_runs_on_a_bounded_number_of_rows(kind, probed_rows):
+    from pymc_dp.data import RowLikelihood
+
+    rows = RowLikelihood(_model(kind))
+    probed_rows.clear()  # the perturbation probe's, above
+    assert rows.subset_mode == "index"
+    assert probed_rows and max(probed_rows) == row_graph.PROBE_ROWS
+
+
+def test_the_index_mode_probe_falls_back_to_all_rows_and_keeps_its_verdicts(probed_rows):
+    """A shape fixed to N: not evaluable on fewer rows, probed on all N (the documented slice mode); a value read
+    from the row count: refused on the bounded rows as on all of them."""
+    from pymc_dp.data import RowLikelihood
+
+    rows = RowLikelihood(_model("fixed"))
+    probed_rows.clear()
+    assert rows.subset_mode == "slice" and max(probed_rows) == N
+    rows = RowLikelihood(_model("count"))
+    with pytest.raises(ModelStructureError, match="number of rows from a shape"):
+        _ = rows.subset_mode
