@@ -114,7 +114,7 @@ def _release(name: str, epsilon: float):
     return release, x
 
 
-def one_run(name: str, epsilon: float, seed: int, cache: Path | None) -> dict:
+def one_run(name: str, epsilon: float, seed: int, cache: Path | None, draws: int = 500) -> dict:
     """One release and NUTS on its noise-aware likelihood (the one call's settings), measured."""
     model, _ = DATASETS[name]()
     names = _free_names(model)
@@ -124,15 +124,15 @@ def one_run(name: str, epsilon: float, seed: int, cache: Path | None) -> dict:
     with _model(name, release, x), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(
-            draws=500,
-            tune=500,
+            draws=draws,
+            tune=draws,
             chains=2,
             target_accept=0.95,
             random_seed=seed,
             progressbar=False,
             compute_convergence_checks=False,
         )
-    cell = {"dataset": name, "epsilon": epsilon, "seed": seed, "mechanism": release.mechanism}
+    cell = {"dataset": name, "epsilon": epsilon, "seed": seed, "draws": draws, "mechanism": release.mechanism}
     cell["cpu_s"], cell["wall_s"] = round(_cpu() - cpu, 1), round(time.perf_counter() - start, 1)
     cell["divergences"] = int(np.asarray(idata.sample_stats["diverging"]).sum())
     summary = mixing(idata)
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--reference-cache", type=Path, default=None)
+    parser.add_argument("--draws", type=int, default=500, help="draws and tuning steps per chain (the grid's 500)")
     parser.add_argument(
         "--sizes",
         choices=["default", "latent"],
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.sizes == "latent":
         grouped_likelihood.MARGINAL_SIZE_UNITS = float("inf")
     for run in range(args.runs):
-        cell = one_run(args.dataset, args.epsilon, args.seed + run, args.reference_cache)
+        cell = one_run(args.dataset, args.epsilon, args.seed + run, args.reference_cache, args.draws)
         print(json.dumps({"sizes": args.sizes, **cell}), flush=True)
 
 

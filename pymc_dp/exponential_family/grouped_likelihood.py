@@ -85,6 +85,7 @@ from pymc_dp.exponential_family.regression_likelihoods import (
 
 __all__ = [
     "MARGINAL_SIZE_UNITS",
+    "MARGINAL_SIZE_UNITS_DEFAULT",
     "batched_gaussian_logpdf",
     "group_sizes",
     "grouped_cell_moments",
@@ -100,6 +101,8 @@ __all__ = [
 #: part (less against the release noise), and the cut at n_g > 0 lies 10 units away. Public: s is the release
 #: noise's, n̄_g a released value.
 MARGINAL_SIZE_UNITS = 10.0
+#: The default of :data:`MARGINAL_SIZE_UNITS` (benchmarks set the latter to ∞ to compare with every size latent).
+MARGINAL_SIZE_UNITS_DEFAULT = MARGINAL_SIZE_UNITS
 
 
 def _diagonal(matrices: Any, unit: np.ndarray | None) -> Any:
