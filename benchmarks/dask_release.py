@@ -43,6 +43,11 @@ process); at the 5.1-7.8 µs per row measured for it at N = 10⁶ it would take 
 written in a child process, so that the client's peak is the release's (the first run's writer, in the
 client's process, had taken it to 509 MiB).
 
+Measured again 2026-11-29 (Parquet, load average 6-8): ``--rows 1000000 --repeats 2``: cluster 9.13 CPU s (client
+0.70, workers 8.44), 9.96 s wall; in memory 5.70 CPU s, 8.51 s wall: ratio 1.60 (CPU), 1.17 (wall). With
+``--partitions 100``: cluster 12.70 CPU s (1.86 + 10.85), 14.0 s wall; in memory 5.51 CPU s: 2.31 (CPU), 1.66
+(wall). One partition costs about 14.5 CPU ms on the client and 30 on the workers (docs/dask.md).
+
 With ``--format npy``, measured 2026-11-28 on the same machine with four other jobs (load average 10-14):
 
 ``--rows 1000000`` (20 partitions of 50,000 rows; X and y 160 MiB on disk), 3 releases after a warm-up:
