@@ -45,7 +45,13 @@ scale (:func:`latent_group_sizes`, ``{name}_group_size_shift``: n_g ≈ n̄_g + 
 unit), so that their width does not vanish with the noise: the count's noise alone determines
 them for a large group; for a small one the sizes, the statistics and the group effects are
 uncertain together, and a group whose cell is mostly noise gives a group effect near its prior —
-a wide interval, not a confident wrong one. The central-limit normal is an approximation for
+a wide interval, not a confident wrong one. With Gaussian noise, a group whose released size is at
+least :data:`MARGINAL_SIZE_UNITS` noise units above 0 has its size integrated out in closed form
+instead (:func:`group_sizes`, :func:`marginal_group_sizes`, :func:`integrated_size_covariance`: its
+sums' covariance gains (σ²/k)·m_g m_gᵀ, the CLT part read at the size's conditional mean n_*), one
+latent variable fewer per large group and no size–effect correlation for NUTS (issue 34: 0
+divergences in 10 runs against 11 in 9 with every size latent); Laplace copies stay latent. The
+central-limit normal is an approximation for
 groups of a handful of rows; there the noise, whose variance is the same for every cell,
 dominates it.
 
