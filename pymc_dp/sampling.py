@@ -202,7 +202,7 @@ def sample(
         Without ``step``, for the DPADVI route only: its per-row gradient bound (default
         1.0, the planner's assumption); its clipping check flags the result when too many
         rows exceed it. Give it from public knowledge of the per-row score's scale.
-    centre : {"auto", True, False}, default "auto"
+    centre : {"auto", True, False, "recentre"}, default "auto"
         With a DPHMC or DPPenaltyMH ``step`` (issue 36, ``docs/centred.md``): centre every
         release on a second-order anchor released at the DP start. ``"auto"`` does so where it
         applies — one such step whose noise this call calibrates, covering every variable, the
@@ -210,7 +210,9 @@ def sample(
         regression the graph shows (η = intercept + X @ coefficients, free variables on their
         own scale) with ``x_bounds`` or ``centre_lipschitz`` giving κ — and records why not
         elsewhere (``dp_accountant["centring"]``). ``True`` refuses a run where it does not
-        apply; ``False`` runs the plain step. The anchor gets
+        apply; ``False`` runs the plain step; ``"recentre"`` is ``True`` plus one more release
+        that moves the expansion to the anchor's own Newton point, where the chains sit, paid
+        from the anchor's share (the run's ε unchanged; ``docs/centred.md``). The anchor gets
         :data:`pymc_dp.step_methods.centred_plan.CENTRE_ANCHOR_SHARE` of the chains' share of
         ``epsilon``, priced with the run before any row is read
         (:func:`pymc_dp.step_methods.centred_plan.plan_centring`). For a plain ``pm.sample``,

@@ -367,6 +367,20 @@ def _newton_clips_text(run_centring: dict[str, Any]) -> str:
     return text
 
 
+def _recentring_text(recentring: dict[str, Any] | None) -> str:
+    """The release that moved a centred run's expansion point (``centre="recentre"``; empty without it)."""
+    if not recentring:
+        return ""
+    return (
+        f"; then the expansion point θ̂ moved to the anchor's own Newton point θ̂₂ by one more release of the "
+        f"clipped sums of each row's change of score and of Hessian between the two points (score changes "
+        f"clipped to L2 norm {_g(recentring['score_bound'])}, Hessian changes to Frobenius norm "
+        f"{_g(recentring['hessian_bound'])}, public bounds from κ and ‖θ̂₂ − θ̂‖), with Gaussian noise of noise "
+        f"multipliers {_g(recentring['noise_multiplier'])} (scores) and "
+        f"{_g(recentring['hessian_noise_multiplier'])} (Hessians), whose noise the result's widening also covers"
+    )
+
+
 def _centred_step_text(
     name: str, on: str, step: dict[str, Any], factor: str, cite: _Citations, run_centring: dict[str, Any]
 ) -> str:
@@ -389,6 +403,7 @@ def _centred_step_text(
             f"{_g(centring['hessian_clip'])}, released once each with Gaussian noise of noise multipliers "
             f"{_g(centring['noise_multiplier'])} (scores) and {_g(centring['hessian_noise_multiplier'])} (Hessians)"
         )
+        anchor += _recentring_text(centring.get("recentring"))
         bound = (
             "its second-order expansion at θ̂ and clipped at ½κ‖θ′ − θ‖·((‖θ − θ̂‖² + ‖θ′ − θ̂‖²)/2 − ‖θ′ − θ‖²/6) "
             "(ratios) or ½κ‖θ − θ̂‖² (gradients)"

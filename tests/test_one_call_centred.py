@@ -142,6 +142,28 @@ def test_one_accountant_covers_the_anchor_and_the_chains(centred_run):
     assert budget.spent().epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-9)
 
 
+def test_the_recentred_run_prices_the_same_epsilon_records_and_states_the_second_release(logistic, step, centred_run):
+    """centre="recentre" end to end (the same step, about 2 CPU s): its re-centring release is priced inside the
+    anchor's μ (the run's ε equals the plain centred run's), recorded with its public bounds, and named in the
+    privacy statement; the anchor's noise the result is widened by includes it."""
+    budget = pmdp.PrivacyBudget(epsilon=10.0, delta=1e-5, n_rows=400)
+    with logistic:
+        idata = pmdp.sample(step=step, x_bounds=(-BOUND, BOUND), budget=budget, centre="recentre", **RUN, **QUIET)
+    plain = centred_run[0]
+    assert idata.posterior.attrs["dp_epsilon"] == pytest.approx(plain.posterior.attrs["dp_epsilon"], rel=1e-9)
+    assert budget.spent().epsilon == pytest.approx(idata.posterior.attrs["dp_epsilon"], rel=1e-9)
+    record = _record(idata)
+    recentring = [e for e in record["events"] if "re-centring" in e.get("label", "")]
+    assert len(recentring) == 2 and all(e["type"] == GaussianReleases.kind for e in recentring)
+    centring = record["steps"][0]["centring"]
+    moved = centring["recentring"]
+    assert moved["score_bound"] > 0 and moved["hessian_bound"] > 0
+    assert centring["noise_std"] == pytest.approx(math.hypot(moved["earlier"]["noise_std"], moved["noise_std"]))
+    text = pmdp.privacy_statement(idata).text
+    assert "the anchor's own Newton point" in text and statement_number(moved["score_bound"]) in text
+    assert "anchor's own Newton point" not in pmdp.privacy_statement(plain).text
+
+
 def test_events_are_gaussian_releases_at_the_recorded_noise(centred_run):
     idata, _, _ = centred_run
     record = _record(idata)
