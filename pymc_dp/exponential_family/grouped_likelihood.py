@@ -50,7 +50,7 @@ least :data:`MARGINAL_SIZE_UNITS` noise units above 0 has its size integrated ou
 instead (:func:`group_sizes`, :func:`marginal_group_sizes`, :func:`integrated_size_covariance`: its
 sums' covariance gains (σ²/k)·m_g m_gᵀ, the CLT part read at the size's conditional mean n_*), one
 latent variable fewer per large group and no size–effect correlation for NUTS (issue 34: 0
-divergences in 10 runs against 11 in 9 with every size latent); Laplace copies stay latent. The
+divergences in 11 runs against 11 in 10 with every size latent); Laplace copies stay latent. The
 central-limit normal is an approximation for
 groups of a handful of rows; there the noise, whose variance is the same for every cell,
 dominates it.
