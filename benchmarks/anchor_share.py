@@ -14,47 +14,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 
 import numpy as np
 import statsmodels.api as sm
+from logistic_calibration import one_call_release_gaussian
 from scipy import stats
 from utility import LOGISTIC_DATA
 
-import pymc_dp as pmdp
 import pymc_dp.exponential_family.release as release_module
-from pymc_dp.exponential_family.regression_likelihoods import logistic_anchored_gaussian
 
 
 def measure(design: np.ndarray, y: np.ndarray, epsilon: float, share: float, releases: int) -> dict:
     """The width and calibration of ``releases`` logistic releases with the anchors' share ``share``."""
-    n, d = design.shape
+    d = design.shape[1]
     fit = sm.Logit(y, design).fit(disp=0)
     mle, mle_cov = np.asarray(fit.params), np.asarray(fit.cov_params())
     se = np.sqrt(np.diag(mle_cov))
     release_module.ANCHOR_SHARE = share  # read by release_statistics at each call (this process only)
     widest, distances, missed, singular = [], [], [], 0
     for _ in range(releases):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the release's advice (e.g. clipped rows) is not measured here
-            release = pmdp.release_statistics(
-                "logistic_regression",
-                (design, y),
-                epsilon=epsilon,
-                delta=0.1 / n,
-                mechanism="gaussian",
-                n_features=d,
-                x_bounds=([1.0] + [-1.0] * (d - 1), [1.0] * d),
-                covariate_anchors=2,
-            )
         try:
-            centre, cov = logistic_anchored_gaussian(
-                release.family,
-                release.noisy_statistics,
-                n,
-                release.noise_variance,
-                release.covariate_anchors[-1].likelihood_anchor(),
-            )
+            centre, cov = one_call_release_gaussian(design, y, epsilon)
             error = centre - mle
             distances.append(float(error @ np.linalg.solve(cov - mle_cov, error)))
         except np.linalg.LinAlgError:  # Ĥ singular: infinitely wide along its null space

@@ -27,6 +27,35 @@ import pymc_dp as pmdp
 from pymc_dp.exponential_family.regression_likelihoods import logistic_anchored_gaussian
 
 
+def one_call_release_gaussian(design: np.ndarray, y: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """One release as the one call makes it, read as the Gaussian its anchored likelihood is close to: (centre, cov).
+
+    The Gaussian mechanism at δ = 0.1/N, two covariate anchors, covariates in [−1, 1] after the intercept column
+    (``utility.py``'s public bounds); noise from OS entropy. Raises ``np.linalg.LinAlgError`` where the released
+    Ĥ is singular.
+    """
+    n, d = design.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the release's advice (e.g. clipped rows) is not measured here
+        release = pmdp.release_statistics(
+            "logistic_regression",
+            (design, y),
+            epsilon=epsilon,
+            delta=0.1 / n,
+            mechanism="gaussian",
+            n_features=d,
+            x_bounds=([1.0] + [-1.0] * (d - 1), [1.0] * d),
+            covariate_anchors=2,
+        )
+    return logistic_anchored_gaussian(
+        release.family,
+        release.noisy_statistics,
+        n,
+        release.noise_variance,
+        release.covariate_anchors[-1].likelihood_anchor(),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=sorted(LOGISTIC_DATA), default="randhie_logistic")
@@ -35,32 +64,14 @@ def main() -> None:
     args = parser.parse_args()
     x, y = LOGISTIC_DATA[args.data](None)
     design = np.column_stack([np.ones(len(y)), x])
-    n, d = design.shape
+    d = design.shape[1]
     fit = sm.Logit(y, design).fit(disp=0)
     mle, mle_cov = np.asarray(fit.params), np.asarray(fit.cov_params())
     se = np.sqrt(np.diag(mle_cov))
     distances, standardised, z, widening, singular = [], [], [], [], 0
     for _ in range(args.releases):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the release's advice (e.g. clipped rows) is not measured here
-            release = pmdp.release_statistics(
-                "logistic_regression",
-                (design, y),
-                epsilon=args.epsilon,
-                delta=0.1 / n,
-                mechanism="gaussian",
-                n_features=d,
-                x_bounds=([1.0] + [-1.0] * (d - 1), [1.0] * d),
-                covariate_anchors=2,
-            )
         try:
-            centre, cov = logistic_anchored_gaussian(
-                release.family,
-                release.noisy_statistics,
-                n,
-                release.noise_variance,
-                release.covariate_anchors[-1].likelihood_anchor(),
-            )
+            centre, cov = one_call_release_gaussian(design, y, args.epsilon)
             error = centre - mle
             distance = float(error @ np.linalg.solve(cov - mle_cov, error))
         except np.linalg.LinAlgError:  # Ĥ singular: infinitely wide along its null space (the prior decides)
