@@ -30,23 +30,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from dask_release import P, lazy_parquet, write_parquet
+from dask_release import P, _own_cpu, _worker_cpu, lazy_parquet, write_parquet
 
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kB on Linux
-
-
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _worker_cpu() -> float:
-    import psutil
-
-    times = psutil.Process().cpu_times()
-    return times.user + times.system
 
 
 def _files(folder: Path, n_rows: int, partitions: int) -> None:
