@@ -333,17 +333,18 @@ def _synthetic_rows(shape: Sequence[int], dtype: Any) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def _perturbed_row(rows: np.ndarray) -> np.ndarray:
-    """A copy of synthetic ``rows`` with row 0 changed (integers to 1, booleans negated, floats to row 1's value)."""
+def _perturbed_row(rows: np.ndarray, row: int = 0) -> np.ndarray:
+    """A copy of synthetic ``rows`` with ``row`` (0 or −1) changed (integers to 1, booleans negated, floats to the
+    neighbouring row's value)."""
     copy = np.array(rows, copy=True)
     if copy.shape[0] < 2:
         return copy
     if np.issubdtype(copy.dtype, np.bool_):
-        copy[0] = ~copy[0]
+        copy[row] = ~copy[row]
     elif np.issubdtype(copy.dtype, np.integer):
-        copy[0] = 1
+        copy[row] = 1
     else:
-        copy[0] = copy[1]
+        copy[row] = copy[1 if row == 0 else -2]
     return copy
 
 
@@ -395,14 +396,9 @@ def _probe_function(
 def _probe_moves(
     fn: Callable[..., Any], values: Sequence[np.ndarray], row_data: Sequence[Variable], n_probe: int
 ) -> bool | None:
-    """Whether changing synthetic row 0 moves another row's value (None: not evaluable on ``n_probe`` rows)."""
+    """Whether changing synthetic row 0, or the last row, moves another row's value (None: not evaluable on
+    ``n_probe`` rows, or not finite on any row at any point, where a comparison would show nothing)."""
     synthetic = [_synthetic_rows((n_probe, *_array_shape(d)[1:]), d.dtype) for d in row_data]
-    # Every array with row 0 changed; if that cannot be evaluated (an integer code 1 out of range),
-    # the floating-point arrays alone. Both choices depend on the graph only.
-    candidates = [
-        [_perturbed_row(s) for s in synthetic],
-        [_perturbed_row(s) if np.issubdtype(s.dtype, np.inexact) else s for s in synthetic],
-    ]
     moved, evaluated = False, False
     for point in _probe_points(values):
         try:
@@ -410,15 +406,27 @@ def _probe_moves(
                 before = np.asarray(fn(*point, *synthetic), dtype=float)
         except Exception:  # not evaluable on the synthetic rows here (data-free): nothing to compare
             continue
-        for perturbed in candidates:
-            try:
-                with np.errstate(all="ignore"):
-                    after = np.asarray(fn(*point, *perturbed), dtype=float)
-            except Exception:
-                continue
-            evaluated = True
-            moved = moved or not np.allclose(before[1:], after[1:], rtol=1e-12, atol=1e-12, equal_nan=True)
-            break
+        if not np.any(np.isfinite(before)):  # NaN or ±∞ on every row: equal_nan would hide any mixing
+            continue
+        for row in (0, -1):  # the first and the last row: a graph may mix only the rows past some index
+            others = np.ones(before.shape[0], dtype=bool)
+            others[row] = False
+            # Every array with the row changed; if that cannot be evaluated (an integer code 1 out of range),
+            # the floating-point arrays alone. Both choices depend on the graph only.
+            candidates = [
+                [_perturbed_row(s, row) for s in synthetic],
+                [_perturbed_row(s, row) if np.issubdtype(s.dtype, np.inexact) else s for s in synthetic],
+            ]
+            for perturbed in candidates:
+                try:
+                    with np.errstate(all="ignore"):
+                        after = np.asarray(fn(*point, *perturbed), dtype=float)
+                except Exception:
+                    continue
+                evaluated = True
+                same = np.allclose(before[others], after[others], rtol=1e-12, atol=1e-12, equal_nan=True)
+                moved = moved or not same
+                break
     return moved if evaluated else None
 
 
@@ -454,7 +462,7 @@ def _perturbation_probe(
 
     The probe never reads the real rows: every row-indexed array is replaced by data-free
     synthetic rows of its dtype and of its shape but the number of rows (:func:`_synthetic_rows`),
-    and row 0 of each is changed (:func:`_perturbed_row`). Whether a model is refused therefore
+    and row 0 of each is changed, then the last row (:func:`_perturbed_row`). Whether a model is refused therefore
     depends on the model's graph alone, never on the data (privacy contract, rule 5). The check
     runs at ``values`` and at a second, shifted point (:func:`_probe_points`): at a start where a
     coefficient is zero, ``b * (x - x.mean())`` would not show that it mixes rows.
@@ -467,7 +475,10 @@ def _perturbation_probe(
     decides whether that array mixes rows), it is probed on all N rows, as before. A graph that
     cannot be evaluated on the synthetic rows at all (an index computed from a row that falls
     outside its array, say) is not probed: the same on every data set. At run time such a row
-    contributes its clipped bound or nothing (:func:`evaluate_rowwise`).
+    contributes its clipped bound or nothing (:func:`evaluate_rowwise`). The bounded probe cannot
+    see index arithmetic that depends on N (``pt.roll(x, N - 1)`` with N ≡ 1 mod 257, the rows
+    past row 257 reading row 0): the allow-list walk refuses those ops (Subtensor, Join, roll's
+    concatenation) before the probe runs; the probe is the last line of defence, not the first.
     """
     if n_rows < 2 or not row_data:
         return

@@ -297,10 +297,15 @@ def sample(
         return sample_one_call(model, sample, {**kwargs, **({} if rows is None else {"rows": rows})}, **settings)
     _refuse_rows_with_step(model, rows, backend)
     settings.update(centre=centre, centre_lipschitz=centre_lipschitz)
-    the_plan = plan_sample(step, model, kwargs, **settings)  # validate and plan: nothing read or charged
+    # Validate and plan: nothing read or charged. Each plan gets its own copy of kwargs, so that nothing a first plan
+    # writes there carries into the second (review 9); the run takes the copy of the plan it runs.
+    planned_kwargs = dict(kwargs)
+    the_plan = plan_sample(step, model, planned_kwargs, **settings)
     if the_plan.centring is not None and draws is None and tune is None and epsilon is not None:
         # A centred run at the default iterations takes draws="auto"'s (public settings only: they set the spend).
-        the_plan = plan_sample(step, model, kwargs, **{**settings, "draws": "auto"})
+        planned_kwargs = dict(kwargs)
+        the_plan = plan_sample(step, model, planned_kwargs, **{**settings, "draws": "auto"})
+    kwargs = planned_kwargs
     idata, clip_record, backend_details = _run(the_plan, step, model, kwargs)  # charge and run
     return _record(the_plan, idata, model, on_poor_mixing, clip_record, backend_details)
 

@@ -27,6 +27,7 @@ from dask_shared import N_ROWS, with_summed_array_in_logp  # noqa: E402
 
 from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
 from pymc_dp.backends.dask_sampler_rows import reads_partitioned_rows, sampler_model  # noqa: E402
+from pymc_dp.exponential_family.ops import tempered_model  # noqa: E402
 
 client = dask_shared.client  # the module-scoped LocalCluster fixture, shared with the other Dask row tests
 CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same sums' grouping
@@ -222,8 +223,9 @@ def test_a_step_built_in_the_copy_never_releases_from_this_process(client):
 
 
 def test_the_copy_is_refused_before_any_charge_by_every_other_entry_point(client):
-    """sampler_model's copy (zeros) passed to release_once, DPADVI, release_anchor or the one call: refused by name
-    before anything is spent (the review found each charged first, then refused at the first release). About 2 CPU s.
+    """sampler_model's copy (zeros) passed to release_once, DPADVI, release_anchor, one_posterior_sample (and its
+    tempered model) or the one call: refused by name before anything is spent (reviews found each charged first, then
+    refused at the first release, or, for one_posterior_sample, a draw fitted to the zeros). About 2 CPU s.
     """
     budget = pmdp.PrivacyBudget(epsilon=50.0, delta=1e-5, n_rows=N_ROWS)
     rows = _watched_rows(fail=True)
@@ -237,6 +239,9 @@ def test_the_copy_is_refused_before_any_charge_by_every_other_entry_point(client
         lambda: pmdp.release_anchor(
             {"beta": np.zeros(3)}, grad_clip=1.0, noise_multiplier=1.0, model=copy, budget=budget, delta=1e-5
         ),
+        # the exponential mechanism ran on the zeros and charged ε (review 9, finding 1)
+        lambda: pmdp.one_posterior_sample(epsilon=1.0, loglik_bounds=(-5.0, 0.0), model=copy, budget=budget),
+        lambda: tempered_model(copy, 0.5, (-5.0, 0.0)),
     ]
     for call in calls:
         with pytest.raises(ValueError, match=r"`model` must hold its rows here: it is sampler_model's copy"):

@@ -62,6 +62,21 @@ def test_a_graph_not_evaluable_on_fewer_rows_is_probed_on_all_rows(probed_rows):
         row_graph._perturbation_probe([b], b * (x - x.mean()) + positions, [np.array(1.0)], [x], N)
 
 
+def test_the_probe_changes_the_last_row_too_and_does_not_trust_a_graph_that_is_nan_everywhere(probed_rows):
+    """Review 9: row i reading row i + 1 (a forward shift: nobody reads row 0) and a mixing graph that is NaN on
+    every synthetic row (``equal_nan`` would call it unmoved) were passed by the probe alone."""
+    x = pytensor.shared(np.random.default_rng(5).normal(size=N), name="x")
+    b = pt.scalar("b")
+    forward = pt.concatenate([x[1:], x[-1:]])  # row i reads x[i + 1]
+    with pytest.raises(ModelStructureError, match="Changing one row"):
+        row_graph._perturbation_probe([b], b * forward, [np.array(1.0)], [x], N)
+    probed_rows.clear()
+    nan_on_the_probed_rows = b * (x - x.mean()) + pt.log(x.shape[0] - 300.0)  # NaN while fewer than 300 rows
+    with pytest.raises(ModelStructureError, match="Changing one row"):
+        row_graph._perturbation_probe([b], nan_on_the_probed_rows, [np.array(1.0)], [x], N)
+    assert probed_rows == [row_graph.PROBE_ROWS, N]  # nothing finite on 257 rows: probed on all N
+
+
 # -- sampler_model's copy: N public (a zero-stride view), the walk refuses from shapes ------------------------------
 
 

@@ -20,6 +20,7 @@ from pymc_dp.accounting.budget import PrivacyBudget
 from pymc_dp.accounting.events import PureDPReleases
 from pymc_dp.data import check_prior_reads_no_data, data_dependent_deterministics, observed_rows, row_loglik
 from pymc_dp.mechanisms import mechanism_rng
+from pymc_dp.mechanisms.access import refuse_partitioned_rows
 from pymc_dp.results import PrivateStart, group_names, note_dropped_deterministics, posterior_attrs
 from pymc_dp.run import PrivateRun
 
@@ -126,6 +127,7 @@ def tempered_model(model: Any, temperature: float, loglik_bounds: tuple[float, f
     """
     low, high = _check_loglik_bounds(loglik_bounds)
     temperature = check_finite_positive("temperature", temperature)
+    refuse_partitioned_rows(model)  # sampler_model's copy holds zeros, not rows
     # Row-wise parameter checks, the allow-list walk and the perturbation probe: one row can
     # move only its own term.
     rows, n_rows, _, _ = row_loglik(model)
@@ -298,6 +300,7 @@ def one_posterior_sample(
     tune = check_positive_int("tune", tune)
     reproducible_noise = check_bool("reproducible_noise", reproducible_noise)
     start = _check_ops_kwargs(kwargs)  # before anything is read or charged
+    refuse_partitioned_rows(model)  # sampler_model's copy holds zeros, not rows: refused before the charge
     n_rows = observed_rows(model, neighbouring)
     # Refuses likelihoods that mix rows (walk and one-row perturbation probe), before anything is charged.
     rows = row_loglik(model, neighbouring=neighbouring)[0]

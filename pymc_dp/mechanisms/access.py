@@ -15,7 +15,14 @@ from pymc_dp.mechanisms.log_likelihood_ratio import NoisyLogLikelihoodRatio
 from pymc_dp.mechanisms.owners import OwnerLogLikelihoodRatio
 from pymc_dp.mechanisms.poisson_gradient import NoisyPoissonGradientSum
 
-__all__ = ["PARTITIONED_ROWS_NAME", "RowMechanisms", "model_access", "observed_array", "reads_partitioned_rows"]
+__all__ = [
+    "PARTITIONED_ROWS_NAME",
+    "RowMechanisms",
+    "model_access",
+    "observed_array",
+    "reads_partitioned_rows",
+    "refuse_partitioned_rows",
+]
 
 #: The prefix of the inputs that stand in for rows held in Dask partitions in a copy of a model
 #: (:func:`pymc_dp.backends.dask_sampler_rows.sampler_model`): they hold zeros, never data.
@@ -35,6 +42,21 @@ def reads_partitioned_rows(model: Any) -> bool:
         return False
     observed = [model.rvs_to_values[rv] for rv in model.observed_RVs]
     return any(str(getattr(v, "name", None) or "").startswith(PARTITIONED_ROWS_NAME) for v in ancestors(observed))
+
+
+def refuse_partitioned_rows(model: Any) -> None:
+    """Refuse, naming ``model``, a model whose likelihood reads stand-ins of rows held in Dask partitions.
+
+    Such a model (:func:`pymc_dp.backends.dask_sampler_rows.sampler_model`'s copy) holds zeros in
+    place of its rows; a route that reads rows in this process would fit them. Decided from the
+    graph's names only, before anything is read or charged.
+    """
+    if reads_partitioned_rows(model):
+        raise ValueError(
+            "`model` must hold its rows here: it is sampler_model's copy, whose likelihood reads stand-ins of rows "
+            "held in Dask partitions (zeros), and only DPPenaltyMH or DPHMC steps built in it and sampled by "
+            "pmdp.sample on a DaskBackend holding the rows release from them. Found a model of such stand-ins."
+        )
 
 
 class RowMechanisms:
@@ -154,12 +176,8 @@ def model_access(
     """
     from pymc_dp.data import RowLikelihood
 
-    if not partitioned_rows and reads_partitioned_rows(model):
-        raise ValueError(
-            "`model` must hold its rows here: it is sampler_model's copy, whose likelihood reads stand-ins of rows "
-            "held in Dask partitions (zeros), and only DPPenaltyMH or DPHMC steps built in it and sampled by "
-            "pmdp.sample on a DaskBackend holding the rows release from them. Found a model of such stand-ins."
-        )
+    if not partitioned_rows:
+        refuse_partitioned_rows(model)
 
     rows = RowLikelihood(
         model,
