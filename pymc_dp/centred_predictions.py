@@ -69,6 +69,7 @@ __all__ = [
     "newton_weights",
     "random_phase_ess",
     "recentring_noise_multipliers",
+    "score_and_hessian_noise_multipliers",
     "worst_coordinate_ess",
 ]
 
@@ -130,6 +131,20 @@ def centring_pilot_schedule(epsilon: float, delta: float, chain_share: float) ->
     return centring_noise_multipliers(epsilon, delta, chain_share, schedule=True)[1]
 
 
+def score_and_hessian_noise_multipliers(mu: float, hessian_share: float = CENTRE_HESSIAN_SHARE) -> tuple[float, float]:
+    """(τ_G, τ_H) of one score and Hessian release pair that spends ``mu`` (zCDP), ``hessian_share`` of it on the
+    Hessian: τ = √(1/(2μ_part)), each rounded up (towards privacy) by 10⁻⁹ relative."""
+    return (
+        math.sqrt(0.5 / ((1.0 - hessian_share) * mu)) * (1 + 1e-9),
+        math.sqrt(0.5 / (hessian_share * mu)) * (1 + 1e-9),
+    )
+
+
+def _centring_mu_anchor(epsilon: float, delta: float, chain_share: float) -> float:
+    """μ_anchor = :data:`CENTRE_ANCHOR_SHARE` × μ(``chain_share`` × ε) at δ (pilots, anchor and any re-centring)."""
+    return CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
+
+
 def centring_noise_multipliers(
     epsilon: float, delta: float, chain_share: float, schedule: bool = False, recentre: bool = False
 ) -> tuple[tuple[float, float], Any]:
@@ -144,35 +159,23 @@ def centring_noise_multipliers(
     ``recentre`` the anchor proper gives :data:`CENTRE_RECENTRE_SHARE` of μ_anchor to the re-centring release
     (:func:`recentring_noise_multipliers`).
     """
-    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-
-    def pair(mu: float, hessian_share: float = CENTRE_HESSIAN_SHARE) -> tuple[float, float]:
-        return (
-            math.sqrt(0.5 / ((1.0 - hessian_share) * mu)) * (1 + 1e-9),
-            math.sqrt(0.5 / (hessian_share * mu)) * (1 + 1e-9),
-        )
-
+    mu_anchor = _centring_mu_anchor(epsilon, delta, chain_share)
     weights = newton_weights()
     pilots = tuple(
-        pair(
+        score_and_hessian_noise_multipliers(
             CENTRE_NEWTON_SHARE * mu_anchor * w,
             CENTRE_LAST_PILOT_HESSIAN_SHARE if k == len(weights) - 1 else CENTRE_HESSIAN_SHARE,
         )
         for k, w in enumerate(weights)
     )
     anchor_share = 1.0 - CENTRE_NEWTON_SHARE - (CENTRE_RECENTRE_SHARE if recentre else 0.0)
-    return pair(anchor_share * mu_anchor), (pilots if schedule else pilots[-1])
+    return score_and_hessian_noise_multipliers(anchor_share * mu_anchor), (pilots if schedule else pilots[-1])
 
 
 def recentring_noise_multipliers(epsilon: float, delta: float, chain_share: float) -> tuple[float, float]:
     """(τ_r, τ_rH) of ``centre="recentre"``'s re-centring release: :data:`CENTRE_RECENTRE_SHARE` of μ_anchor (as
     :func:`centring_noise_multipliers` computes it), :data:`CENTRE_HESSIAN_SHARE` of that to the Hessian change."""
-    mu_anchor = CENTRE_ANCHOR_SHARE * gaussian_mu_for_target(chain_share * epsilon * (1.0 - CALIBRATION_MARGIN), delta)
-    mu = CENTRE_RECENTRE_SHARE * mu_anchor
-    return (
-        math.sqrt(0.5 / ((1.0 - CENTRE_HESSIAN_SHARE) * mu)) * (1 + 1e-9),
-        math.sqrt(0.5 / (CENTRE_HESSIAN_SHARE * mu)) * (1 + 1e-9),
-    )
+    return score_and_hessian_noise_multipliers(CENTRE_RECENTRE_SHARE * _centring_mu_anchor(epsilon, delta, chain_share))
 
 
 #: The random-walk law's constant: 0.331/P effective draws per iteration for a tuned isotropic random walk on a

@@ -31,6 +31,7 @@ import numpy as np
 from pymc_dp._validation import check_finite_positive, check_neighbouring, check_positive_int
 from pymc_dp.accounting.events import PrivacyEvent
 from pymc_dp.accounting.gaussian import gaussian_mu_for_target
+from pymc_dp.centred_predictions import score_and_hessian_noise_multipliers
 from pymc_dp.mechanisms.centred import (
     CentringAnchor,
     anchor_release,
@@ -97,8 +98,7 @@ def second_order_noise_multipliers(
         raise ValueError(f"`hessian_share` must be in (0, 1). Found {hessian_share!r}.")
     anchor_tau, tau = centred_noise_multipliers(epsilon, delta, iterations, anchor_share, releases_per_iteration)
     mu_anchor = 0.5 / anchor_tau**2  # = anchor_share·μ (rounded towards privacy)
-    score_tau = math.sqrt(0.5 / ((1 - share) * mu_anchor)) * (1 + 1e-9)
-    hessian_tau = math.sqrt(0.5 / (share * mu_anchor)) * (1 + 1e-9)
+    score_tau, hessian_tau = score_and_hessian_noise_multipliers(mu_anchor, share)
     return score_tau, hessian_tau, tau
 
 
