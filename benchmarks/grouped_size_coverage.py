@@ -23,6 +23,8 @@ import pymc_dp.exponential_family.grouped_likelihood as grouped_likelihood
 from pymc_dp import release_statistics
 
 SIZES = np.array([5, 10, 20, 50, 100, 200, 300, 500])
+#: The package's setting, read before this script sets it per fit.
+INTEGRATED_UNITS = grouped_likelihood.MARGINAL_SIZE_UNITS
 
 
 def _cpu() -> float:
@@ -63,7 +65,7 @@ def main() -> None:
             "linear_regression", (x, y, groups), epsilon=args.epsilon, delta=1e-6, mechanism="gaussian",
             n_groups=SIZES.size, n_features=1, x_bounds=(-1.0, 1.0), y_bounds=(-4.0, 4.0),
         )  # fmt: skip
-        for variant, units in (("latent", np.inf), ("integrated", grouped_likelihood.MARGINAL_SIZE_UNITS_DEFAULT)):
+        for variant, units in (("latent", np.inf), ("integrated", INTEGRATED_UNITS)):
             cpu = _cpu()
             idata = _fit(release, units, 700 + replicate)
             draws = np.column_stack([idata.posterior["alpha"].values.reshape(-1, SIZES.size),

@@ -91,7 +91,6 @@ from pymc_dp.exponential_family.regression_likelihoods import (
 
 __all__ = [
     "MARGINAL_SIZE_UNITS",
-    "MARGINAL_SIZE_UNITS_DEFAULT",
     "batched_gaussian_logpdf",
     "group_sizes",
     "grouped_cell_moments",
@@ -103,12 +102,11 @@ __all__ = [
 
 #: A group whose released size (the mean of its copies) is at least this many noise units s above 0 has its size
 #: integrated out (:func:`marginal_group_sizes`) instead of sampled (:func:`latent_group_sizes`). The one
-#: approximation, n_g·V_g read as n̄_g·V_g, moves the covariance of the group's sums by s/n̄_g ≤ 10 % of its CLT
-#: part (less against the release noise), and the cut at n_g > 0 lies 10 units away. Public: s is the release
-#: noise's, n̄_g a released value.
+#: approximation, the covariance's n_g held at one value over the integral (n̄_g, then n_* in
+#: :func:`integrated_size_covariance`), is of order s/n̄_g ≤ 10 % of the CLT part (less against the release
+#: noise), and the cut at n_g > 0 lies 10 units away. Public: s is the release noise's, n̄_g a released value.
+#: (Benchmarks set it to ∞ to compare with every size latent.)
 MARGINAL_SIZE_UNITS = 10.0
-#: The default of :data:`MARGINAL_SIZE_UNITS` (benchmarks set the latter to ∞ to compare with every size latent).
-MARGINAL_SIZE_UNITS_DEFAULT = MARGINAL_SIZE_UNITS
 
 
 def _diagonal(matrices: Any, unit: np.ndarray | None) -> Any:
