@@ -5,6 +5,8 @@ Cost: about 6 CPU s in all (one small model compiled; one 2 × (5 + 5) pmdp.samp
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -77,6 +79,31 @@ def test_dense_momenta_have_covariance_m_and_the_mass_is_the_anchors():
     assert np.max(np.abs(_covariance_z(momenta, diagonal))) > Z_CRIT
     # no mass window adapts it while tuning
     assert step._tuned_settings_fixed_for() == np.inf
+
+
+def test_the_mass_keeps_a_curvature_below_the_noise_edge_and_raises_only_a_negative_one():
+    """H36j: the target's own curvature K = −Ĥ + prior precision whitens it, whatever the noise: an eigenvalue
+    of K below the edge σ_H√(2P) (11.8 < 25 here) is kept, not raised to 25 (the mass was then 2.1× narrower than
+    the target along its widest direction); an eigenvalue ≤ 0 (the quadratic part improper) is raised to the edge."""
+    model = _model()
+    edge = 25.0
+    noisy = CentringAnchor(
+        np.zeros(3), np.zeros(3), 2.0, 1.0, "substitute", ("b",), hessian=_HESSIAN, hessian_clip=1.0,
+        hessian_noise_multiplier=edge / (2.0 * np.sqrt(6.0)),  # σ_H = τ_H·2b_H, so σ_H√(2P) = 25
+    )  # fmt: skip
+    step = _step(model, anchor=noisy)
+    precision = -_HESSIAN + _PRIOR_PRECISION
+    assert np.linalg.eigvalsh(precision)[0] < edge < np.linalg.eigvalsh(precision)[1]
+    covariance = np.linalg.inv(precision)
+    inv_mass, _, rms = step.dense_mass()
+    np.testing.assert_allclose(inv_mass * rms**2, covariance, rtol=1e-8, atol=1e-12)
+    improper = _HESSIAN.copy()
+    improper[2, 2] = 5.0  # K's smallest eigenvalue −11.9
+    step = _step(model, anchor=dataclasses.replace(noisy, hessian=improper))
+    values, vectors = np.linalg.eigh(-improper + _PRIOR_PRECISION)
+    expected = (vectors / np.maximum(values, edge)) @ vectors.T
+    inv_mass, _, rms = step.dense_mass()
+    np.testing.assert_allclose(inv_mass * rms**2, expected, rtol=1e-8, atol=1e-12)
 
 
 def test_non_centred_and_first_order_steps_are_unchanged():

@@ -11,7 +11,7 @@ import pytest
 
 import pymc_dp as pmdp
 from pymc_dp.mechanisms.centred import CentringAnchor
-from pymc_dp.step_methods.penalty import dense_proposal_factor
+from pymc_dp.step_methods.penalty import dense_proposal_factor, target_metric_factor
 
 #: Two-sided z-test level per entry: six covariance entries at 1e-5 each (Bonferroni: 6e-5 in all).
 Z_CRIT = 4.42
@@ -99,6 +99,25 @@ def test_projection_raises_noisy_directions_to_the_noise_edge_and_gives_up_on_pu
     factor = dense_proposal_factor(hessian, hessian_std=2.0)  # edge 2√6 ≈ 4.9
     np.testing.assert_allclose(np.sort(np.diag(factor @ factor.T)), np.sort([0.01, 1 / (2 * 6**0.5), 1 / (2 * 6**0.5)]))
     assert dense_proposal_factor(-np.eye(3), hessian_std=1.0) is None
+
+
+def test_the_walk_keeps_a_curvature_below_the_noise_edge_and_raises_only_a_negative_one():
+    """H36j: the step whitens its target, whose curvature at θ̂ is −Ĥ however noisy: 1.0 < edge 2√6 is kept (the
+    old projection raised it to 4.9: a walk 2.2× too short along the target's widest direction); −5 is raised."""
+    hessian = -np.diag([100.0, 1.0, -5.0])
+    edge = 2.0 * np.sqrt(6.0)
+    np.testing.assert_allclose(np.sort(np.diag(_outer(target_metric_factor(hessian, 2.0)))), [0.01, 1 / edge, 1.0])
+    assert target_metric_factor(-np.eye(3), hessian_std=1.0) is None  # nothing above the edge: no shape
+    anchor = CentringAnchor(
+        np.zeros(3), np.zeros(3), 2.0, 1.0, "substitute", ("b",), hessian=hessian, hessian_clip=1.0,
+        hessian_noise_multiplier=1.0,  # σ_H = τ_H·2b_H = 2
+    )  # fmt: skip
+    factor = _step(_model(), anchor=anchor).dense_proposal_factor
+    np.testing.assert_allclose(_outer(factor), np.diag([0.01, 1.0, 1 / edge]), rtol=1e-10, atol=1e-14)
+
+
+def _outer(factor):
+    return factor @ factor.T
 
 
 def test_centred_epsilon_is_the_same_with_and_without_the_dense_walk():

@@ -235,24 +235,24 @@ class CentringPlan:
     def _dense_mass(self, step: Any) -> bool:
         """Whether the run's DPHMC uses this anchor's dense mass (``step`` may be the calibrated copy, which carries
         no anchor): :meth:`pymc_dp.step_methods.hmc.DPHMC.dense_mass`'s rule on the released Ĥ and the prior."""
-        from pymc_dp.step_methods.penalty import dense_proposal_factor
+        from pymc_dp.step_methods.penalty import target_metric_factor
 
         anchor = self.anchor
         if anchor is None or anchor.hessian is None:
             return False
         curvature = step.temperature * np.asarray(anchor.hessian, dtype=float)
         curvature = curvature + prior_hessian(step._prior, np.asarray(anchor.point, dtype=float))
-        return dense_proposal_factor(curvature, step.temperature * anchor.hessian_std) is not None
+        return target_metric_factor(curvature, step.temperature * anchor.hessian_std) is not None
 
     def _dense_walk(self, step: Any) -> bool:
         """Whether the run's DPPenaltyMH walks along this anchor's shape (``step`` may be the calibrated copy, which
         carries no anchor): second order, ``proposal_scale`` unset and a Hessian above its noise's edge."""
-        from pymc_dp.step_methods.penalty import dense_proposal_factor
+        from pymc_dp.step_methods.penalty import target_metric_factor
 
         anchor = self.anchor
         if anchor is None or anchor.hessian is None or getattr(step, "_proposal_scale_user_set", True):
             return False
-        return dense_proposal_factor(anchor.hessian, anchor.hessian_std) is not None
+        return target_metric_factor(anchor.hessian, anchor.hessian_std) is not None
 
     def auto_row(self, step: Any, chains: int, chains_mu: float, epsilon: float, delta: float) -> Any:
         """The centred row (:class:`pymc_dp.planning.MethodPlan`) whose iterations ``draws="auto"`` takes.

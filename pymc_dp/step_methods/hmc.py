@@ -173,7 +173,7 @@ class DPHMC(Centring, DPStep):
         :func:`pymc_dp.sample`), a window ending fewer than this many iterations before the
         end of tuning does not update M. 0 disables mass adaptation. A step centred at second
         order instead fixes M at the anchor's dense mass (:meth:`DPHMC.dense_mass`: M⁻¹ ∝
-        (−TĤ − ∇²log p(θ̂))⁻¹ projected to positive definite, unit mean variance; momenta p = Fz ~
+        (−TĤ − ∇²log p(θ̂))⁻¹, eigenvalues ≤ 0 raised to the noise's edge, unit mean variance; momenta p = Fz ~
         N(0, M)) and adapts only η, from a whitened quarter period unless ``step_size`` is given.
     temperature : float, default 1.0
         T > 0: target p(θ) p(X | θ)^T.
@@ -488,9 +488,11 @@ class DPHMC(Centring, DPStep):
         """(M⁻¹, F, r) of the dense mass of a step centred at second order, or None where M stays diagonal.
 
         M⁻¹ = C/r², C = (−TĤ − ∇²log p(θ̂))⁻¹ from the anchor's released Hessian sum Ĥ and the
-        data-free prior's curvature at θ̂, projected to positive definite as
-        :func:`pymc_dp.step_methods.penalty.dense_proposal_factor` does (eigenvalues raised to the
-        noise's spectral edge Tσ_H√(2P)), and r² = tr C / P (the sds' RMS, squared), so that M⁻¹
+        data-free prior's curvature at θ̂: the centred target's own covariance (its quadratic part at
+        θ̂), so every positive eigenvalue is kept however noisy, and only eigenvalues ≤ 0 are raised to
+        the noise's spectral edge Tσ_H√(2P) (:func:`pymc_dp.step_methods.penalty.target_metric_factor`;
+        until H36j eigenvalues below the edge were raised too, which left the mass narrower than the
+        target along its widest direction), and r² = tr C / P (the sds' RMS, squared), so that M⁻¹
         has unit mean variance like the identity it replaces and η keeps its units (a whitened
         step is η/r). F = (L⁻¹)ᵀ with LLᵀ = M⁻¹, so that p = Fz (z ~ N(0, I)) has covariance M.
         None without a second-order anchor, or where every eigenvalue is below that edge (the
@@ -506,11 +508,11 @@ class DPHMC(Centring, DPStep):
         if anchor is None or anchor.hessian is None:
             return None
         if self._dense_mass_cache[0] is not anchor:
-            from pymc_dp.step_methods.penalty import dense_proposal_factor
+            from pymc_dp.step_methods.penalty import target_metric_factor
 
             curvature = self.temperature * np.asarray(anchor.hessian, dtype=float)
             curvature = curvature + prior_hessian(self._prior, np.asarray(anchor.point, dtype=float))
-            factor = dense_proposal_factor(curvature, self.temperature * anchor.hessian_std)
+            factor = target_metric_factor(curvature, self.temperature * anchor.hessian_std)
             dense = None
             if factor is not None:  # scaled to unit mean variance, as the identity it replaces: η keeps its units
                 rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])

@@ -26,7 +26,7 @@ from pymc_dp.step_methods.base import (
 from pymc_dp.step_methods.centred import Centring
 from pymc_dp.step_methods.kernels import penalty_log_acceptance
 
-__all__ = ["DPPenaltyMH", "dense_proposal_factor", "penalty_log_acceptance"]
+__all__ = ["DPPenaltyMH", "dense_proposal_factor", "penalty_log_acceptance", "target_metric_factor"]
 
 
 def dense_proposal_factor(hessian: np.ndarray, hessian_std: float) -> np.ndarray | None:
@@ -64,6 +64,45 @@ def dense_proposal_factor(hessian: np.ndarray, hessian_std: float) -> np.ndarray
     if not np.isfinite(edge) or float(values.max()) <= edge:
         return None
     return vectors / np.sqrt(np.maximum(values, edge))
+
+
+def target_metric_factor(curvature: np.ndarray, hessian_std: float) -> np.ndarray | None:
+    """A factor L (LLᵀ = C) of the centred target's own covariance C = K⁻¹, K = −``curvature``, where K is positive.
+
+    The centred chains sample the posterior tilted by the anchor's noise, whose quadratic part at
+    θ̂ is exactly K = −TĤ − ∇²log p(θ̂) (the rows' residuals have no second-order term there). So the
+    metric that whitens the target keeps every positive eigenvalue of K, however far the noise
+    moved it: unlike :func:`dense_proposal_factor`, an eigenvalue below the noise's spectral edge
+    σ_H√(2P) is not raised to it (that made the metric narrower than the target along its widest
+    direction, by λ/edge: on ``fair`` at ε = 4 in most runs, ``docs/centred.md``, "H36j"). Only
+    eigenvalues ≤ 0 (the quadratic part improper there) are raised to the edge. None where every
+    eigenvalue is below the edge (the release says nothing about the shape), as
+    :func:`dense_proposal_factor`.
+
+    Parameters
+    ----------
+    curvature : numpy.ndarray
+        TĤ + ∇²log p(θ̂), P × P: the target's Hessian at θ̂ from released values and the data-free prior.
+    hessian_std : float
+        Tσ_H, the sd of its diagonal noise (public).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        L = V Λ^(-1/2), or None.
+
+    Notes
+    -----
+    Post-processing of a released value and the prior (neighbouring relation: the anchor's,
+    substitute or add/remove): no privacy cost, and the centred bounds read only θ, θ′ and θ̂, so
+    no noise multiplier and no ε changes.
+    """
+    symmetric = -0.5 * (np.asarray(curvature, dtype=float) + np.asarray(curvature, dtype=float).T)
+    values, vectors = np.linalg.eigh(symmetric)
+    edge = max(float(hessian_std) * math.sqrt(2.0 * symmetric.shape[0]), 1e-8 * float(np.max(np.abs(values))))
+    if not np.isfinite(edge) or float(values.max()) <= edge:
+        return None
+    return vectors / np.sqrt(np.where(values > 0, values, edge))
 
 
 class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
@@ -163,9 +202,10 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
     target's perturbation then has a quadratic part ½T(θ − θ̂)ᵀE(θ − θ̂) too.
 
     **Dense proposal** (second-order anchor, ``proposal_scale`` unset; issue 36). The increments
-    are s·L z, z ~ N(0, I) from the chain's data-free generator, L = :func:`dense_proposal_factor`
-    of the released Ĥ scaled to unit mean variance (C = LLᵀ, projected to positive definite at
-    the Hessian noise's spectral edge): post-processing of a released value, no privacy cost.
+    are s·L z, z ~ N(0, I) from the chain's data-free generator, L = :func:`target_metric_factor`
+    of the released Ĥ scaled to unit mean variance (C = LLᵀ = (−Ĥ)⁻¹, the target's own shape: only
+    eigenvalues ≤ 0 raised to the Hessian noise's spectral edge; until H36j those below the edge
+    were raised too): post-processing of a released value, no privacy cost.
     The proposal stays symmetric, so the penalty test is unchanged; the centred bound (and so
     the sensitivity, σ and every price) reads only ‖θ′ − θ‖ and the distances to θ̂, so ε is the
     same as with the isotropic walk and is still computed from public settings before sampling.
@@ -298,7 +338,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
 
         Only a step centred at second order (an anchor with a released Hessian Ĥ) whose
         ``proposal_scale`` was not given proposes along the anchor's shape:
-        :func:`dense_proposal_factor` of Ĥ (post-processing of a released value; no privacy cost).
+        :func:`target_metric_factor` of Ĥ (post-processing of a released value; no privacy cost).
         """
         anchor = self.anchor
         if anchor is None or anchor.hessian is None or self._proposal_scale_user_set:
@@ -310,7 +350,7 @@ class DPPenaltyMH(Centring, GaussianNoiseMultiplier, RandomWalkTuning, DPStep):
         """L and its unit-mean-variance form for ``anchor``, computed once per anchor (not at every transition)."""
         if self._dense_cache[0] is anchor:
             return
-        factor = dense_proposal_factor(anchor.hessian, anchor.hessian_std)
+        factor = target_metric_factor(anchor.hessian, anchor.hessian_std)
         unit = None
         if factor is not None:
             rms = math.sqrt(float(np.sum(factor**2)) / factor.shape[0])
