@@ -46,12 +46,15 @@ def _files(folder: Path, n_rows: int, partitions: int) -> None:
 
 
 def child(n_rows: int, partitions: int, args: argparse.Namespace) -> None:
+    if args.without_jax:  # as in an environment without JAX (the `dask` extra alone): `import jax` fails
+        sys.modules["jax"] = None
     import dask
     import distributed
     import pymc as pm
 
     import pymc_dp as pmdp
     from pymc_dp.backends.dask_sampler_rows import sampler_model
+    from pymc_dp.results import group_names
 
     line = [f"N = {n_rows:,}, P = {P}, {partitions} partitions ({8 * n_rows * (P + 1) / 2**20:,.0f} MiB of rows)"]
     line.append(f"client peak RSS after imports {_peak_rss_mib():.0f} MiB")
@@ -105,7 +108,8 @@ def child(n_rows: int, partitions: int, args: argparse.Namespace) -> None:
                 f"after the run {_peak_rss_mib():.0f} MiB (run: client {_own_cpu() - own:.1f} CPU s, workers "
                 f"{spent:.1f} CPU s, {time.perf_counter() - start:.0f} s wall, {args.draws + args.tune} iterations; "
                 f"workers {', '.join(f'{v:.0f}' for v in worker_rss.values())} MiB; "
-                f"eps {idata.posterior.attrs['dp_epsilon']:.2f})"
+                f"eps {idata.posterior.attrs['dp_epsilon']:.2f}; JAX imported: {'jax._src' in sys.modules}; "
+                f"groups {sorted(group_names(idata))})"
             )
     print("\n    ".join(line), flush=True)
 
@@ -118,6 +122,12 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=2)
     parser.add_argument("--memory-limit", default="4GiB", help="each worker's (LocalCluster's memory_limit)")
     parser.add_argument("--keep", type=Path, help="write the Parquet files below this folder and reuse them")
+    parser.add_argument(
+        "--without-jax",
+        action="store_true",
+        help="block `import jax` in the client, as where JAX is not installed (with JAX but not NumPyro, arviz_base, "
+        "which PyMC 6 converts the trace with, imports JAX: about 130 MiB)",
+    )
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:

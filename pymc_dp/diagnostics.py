@@ -43,6 +43,7 @@ One rule per kind of result, and one verdict shown for each:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -119,9 +120,27 @@ def thresholds(method: str, chains: int) -> dict[str, Any]:
     }
 
 
-def _ess(x: np.ndarray, method: str) -> float:
-    import arviz as az
+@functools.cache
+def _arviz_stats() -> Any:
+    """ArviZ's R-hat, ESS and MCSE: ``arviz_stats`` on the ArviZ 1.x line, ``arviz`` on 0.x.
 
+    On 1.x ``arviz.ess`` (``rhat``, ``mcse``) is ``arviz_stats.ess``; importing ``arviz`` itself
+    also imports its plotting and matplotlib (about 28 MiB), which the diagnostics do not use. On
+    0.x the statistics are ``arviz``'s own (and PyMC 5 imports ``arviz`` anyway).
+    """
+    from importlib.metadata import version
+
+    if int(version("arviz").split(".")[0]) >= 1:
+        import arviz_stats
+
+        return arviz_stats
+    import arviz
+
+    return arviz
+
+
+def _ess(x: np.ndarray, method: str) -> float:
+    az = _arviz_stats()
     if method == "tail":
         try:  # ArviZ 1.x asks for the tail probabilities; 0.x fixes them at 5 % and 95 %
             return float(az.ess(x, method="tail", prob=(0.05, 0.95)))
@@ -132,7 +151,7 @@ def _ess(x: np.ndarray, method: str) -> float:
 
 def _component_diagnostics(x: np.ndarray) -> dict[str, float]:
     """R-hat, bulk/tail ESS and MCSE/SD of one scalar's draws, shape (chains, draws)."""
-    import arviz as az
+    az = _arviz_stats()
 
     chains, draws = x.shape
     sd = float(np.std(x, ddof=1)) if x.size > 1 else 0.0

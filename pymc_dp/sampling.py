@@ -383,6 +383,10 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 seed = _start_seed(kwargs.get("random_seed"))
                 kwargs["initvals"] = p.centring.starts(reference, names, p.chains, seed)
                 p.start["centring"] = "starts drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ of the released anchor"
+            if getattr(dask_backend, "rows", None) is not None:  # Dask rows: no O(N) data groups built, then deleted
+                from pymc_dp.backends.dask_sampler_rows import result_idata_kwargs
+
+                kwargs["idata_kwargs"] = result_idata_kwargs(model, kwargs.get("idata_kwargs"))
             with pymc_convergence_check_replaced():  # the result's own verdict instead (pymc_dp.diagnostics)
                 idata = pm.sample(
                     draws=p.draws,

@@ -28,6 +28,7 @@ from dask_shared import N_ROWS, with_summed_array_in_logp  # noqa: E402
 from pymc_dp.backends.dask import DaskBackendError  # noqa: E402
 from pymc_dp.backends.dask_sampler_rows import reads_partitioned_rows, sampler_model  # noqa: E402
 from pymc_dp.exponential_family.ops import tempered_model  # noqa: E402
+from pymc_dp.results import group, group_names  # noqa: E402
 
 client = dask_shared.client  # the module-scoped LocalCluster fixture, shared with the other Dask row tests
 CHUNKS = (200, 200, 200)  # the scattered path's 3 partitions of 600 rows (np.linspace): the same sums' grouping
@@ -96,19 +97,33 @@ def _same_run(remote, local) -> None:
 
 
 @pytest.mark.parametrize("method", ["penalty", "hmc"])
-def test_a_run_on_dask_rows_equals_the_in_memory_run_and_the_scattered_run(client, method):
+def test_a_run_on_dask_rows_equals_the_in_memory_run_and_the_scattered_run(client, method, monkeypatch):
     """DPPenaltyMH (every ratio) and DPHMC (3 leapfrog gradients and the ratio) on the blocks of Dask arrays.
 
     Three runs of 12 iterations with the same seed: rows held in the model, rows scattered into 3
     partitions, rows on the Dask arrays' 3 blocks. About 4 CPU s (penalty) and 6 (HMC): each run
-    compiles its graphs.
+    compiles its graphs. The run on the blocks converts its trace without the copy's observed
+    stand-in (PyMC's ``extract_obs_data`` would copy its N zeros for ``observed_data``, a group then
+    deleted), and its result has the groups, variables, dimensions and attributes of the in-memory run's.
     """
+    import pymc.backends.arviz
+
     x, y = _rows()
     rows = _dask_rows(x, y)
     held = _model(x, y)
     local = _sample(held, method)
+    extracted = []
+    real_extract = pymc.backends.arviz.extract_obs_data
+    monkeypatch.setattr(pymc.backends.arviz, "extract_obs_data", lambda v: extracted.append(v) or real_extract(v))
     partitioned = _sample(sampler_model(_placeholder_model(rows), rows), method, pmdp.DaskBackend(client, rows=rows))
+    monkeypatch.undo()
+    assert extracted == []
     _same_run(partitioned, local)
+    assert sorted(group_names(partitioned)) == sorted(group_names(local)) == ["posterior", "sample_stats"]
+    for name in ("posterior", "sample_stats"):
+        mine, theirs = group(partitioned, name), group(local, name)
+        assert dict(mine.sizes) == dict(theirs.sizes) and sorted(mine.data_vars) == sorted(theirs.data_vars)
+        assert sorted(mine.attrs) == sorted(theirs.attrs)
     if method == "penalty":  # the scattered path's gradients are tested in test_dask_backend
         _same_run(partitioned, _sample(held, method, pmdp.DaskBackend(client, partitions=3)))
 

@@ -33,7 +33,14 @@ from pymc_dp.backends.dask_blocks import (
 )
 from pymc_dp.mechanisms.access import reads_partitioned_rows
 
-__all__ = ["SAMPLER_STEPS", "check_sampler_steps", "partitioned_cluster", "reads_partitioned_rows", "sampler_model"]
+__all__ = [
+    "SAMPLER_STEPS",
+    "check_sampler_steps",
+    "partitioned_cluster",
+    "reads_partitioned_rows",
+    "result_idata_kwargs",
+    "sampler_model",
+]
 
 #: The steps whose releases run on Dask ``rows`` (by class name): full-data sums, no batch to draw.
 SAMPLER_STEPS = ("DPPenaltyMH", "DPHMC")
@@ -144,3 +151,34 @@ def partitioned_cluster(backend: Any, row_likelihood: Any) -> PartitionedCluster
     """The step's rows on ``backend``'s workers: the Dask arrays' blocks, computed at the first release (none read)."""
     arrays = step_arrays(backend.rows, row_likelihood)
     return PartitionedClusterRows(backend.client, row_likelihood, arrays, backend.timeout)
+
+
+def result_idata_kwargs(model: Any, idata_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``pm.sample``'s ``idata_kwargs`` for a run in :func:`sampler_model`'s copy: the result without its data groups.
+
+    PyMC converts the trace with the model it sampled (``pm.to_inference_data(trace, model=model,
+    **idata_kwargs)``, on PyMC 5 and 6 alike), which builds ``observed_data`` from the copy's
+    observed stand-in (a dense copy of N zeros, and an index of its N coordinates) and
+    ``constant_data``: O(N) memory on the client, for groups that :func:`pymc_dp.sample` deletes
+    (they would read the data). This converts it with an empty model instead (no observed or
+    constant variables: nothing of N rows is built) and the copy's coordinates and dimensions,
+    which name the variables' axes as the copy would; the caller's own ``coords`` and ``dims``
+    still take precedence, as in PyMC. The posterior and sample statistics, PyMC's attributes and
+    the warm-up groups (``discard_tuned_samples=False``) are those of the conversion with the copy.
+
+    Notes
+    -----
+    Post-processing of the released draws: nothing is read. Neighbouring relation: that of the
+    steps, unchanged.
+    """
+    import pymc as pm
+    from pymc.backends.arviz import coords_and_dims_for_inferencedata
+
+    coords, dims = coords_and_dims_for_inferencedata(model)
+    given = dict(idata_kwargs or {})
+    return {
+        **given,
+        "model": pm.Model(model=None),  # no parent, no variables: no observed or constant data to convert
+        "coords": {**coords, **(given.get("coords") or {})},
+        "dims": {**dims, **(given.get("dims") or {})},
+    }
