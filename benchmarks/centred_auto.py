@@ -127,7 +127,17 @@ def run(
     out.update(law_inputs(record["steps"][0]["centring"], chains))
     if save is not None:  # the chains' own draws and the released anchor, for reading the law's inputs again
         anchor = record["steps"][0]["centring"]
-        np.savez(save, chains=chains, **{k: np.asarray(anchor[k]) for k in ("point", "gradient", "hessian")})
+        scalars = ("grad_clip", "hessian_clip", "noise_std", "hessian_noise_std", "lipschitz")
+        kept = ("dp_accept", "dp_accepted", "dp_proposal_scale", "dp_step_size")
+        stats = {f"stat_{k}": np.asarray(idata.sample_stats[k]) for k in kept if k in idata.sample_stats}
+        np.savez(
+            save,
+            chains=chains,
+            **{k: np.asarray(anchor[k]) for k in ("point", "gradient", "hessian")},
+            **{k: np.asarray(float(anchor[k])) for k in scalars if anchor.get(k) is not None},
+            **stats,
+            record=np.asarray(json.dumps(anchor)),
+        )
     if method == "DPHMC" and "rms_sd" in out:
         out["whitened_step"] = float(idata.sample_stats["dp_step_size"].mean()) / out["rms_sd"]
         out["law_whitened_step"] = prediction.get("step_size")

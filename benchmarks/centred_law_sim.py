@@ -26,14 +26,20 @@ import numpy as np
 from pymc_dp.centred_predictions import centred_ess
 
 
-def simulate(cov, offset, kappa, tau_l, tau_g, n_leapfrog=10, tune=500, draws=1500, chains=20, seed=0) -> dict:
-    """Run ``chains`` independent centred DPHMC chains (vectorised); returns the settled whitened steps and ESS."""
+def simulate(
+    cov, offset, kappa, tau_l, tau_g, n_leapfrog=10, tune=500, draws=1500, chains=20, seed=0, metric=None
+) -> dict:
+    """Run ``chains`` independent centred DPHMC chains (vectorised); returns the settled whitened steps and ESS.
+
+    ``metric``: the mass's covariance M⁻¹ ∝ ``metric`` (default ``cov``: the shape exact), e.g. a metric whose
+    widest eigenvalue was raised to the Hessian noise's edge (H36j)."""
     rng = np.random.default_rng(seed)
     size = cov.shape[0]
     direction = rng.standard_normal(size)
     mean = offset * math.sqrt(np.trace(cov)) * direction / np.linalg.norm(direction)
-    precision, r = np.linalg.inv(cov), math.sqrt(np.trace(cov) / size)
-    inv_mass = cov / r**2
+    metric = cov if metric is None else metric
+    precision, r = np.linalg.inv(cov), math.sqrt(np.trace(metric) / size)
+    inv_mass = metric / r**2
     momentum_factor = np.linalg.inv(np.linalg.cholesky(inv_mass)).T
     theta = 2.0 * rng.standard_normal((chains, size)) @ np.linalg.cholesky(cov).T
     mu = math.log(10 * r * 0.5 * math.pi / n_leapfrog)
@@ -76,6 +82,62 @@ def simulate(cov, offset, kappa, tau_l, tau_g, n_leapfrog=10, tune=500, draws=15
         min(float(az.ess(np.ascontiguousarray(pair[..., j]), method="bulk")) for j in range(size)) / 2 for pair in pairs
     ]
     return {"whitened_step": float(np.median(final / r)), "ess_per_chain": float(np.median(ess))}
+
+
+def simulate_penalty(
+    precision, mean, metric, kappa, tau, iterations=20000, tune=5000, chains=20, start_cov=None, seed=0
+) -> dict:
+    """``chains`` centred DPPenaltyMH chains (vectorised) on N(``mean``, ``precision``⁻¹), θ̂ = 0 (H36j).
+
+    The walk θ′ = θ + s·(L/r)z with LLᵀ = ``metric`` and r² = tr(metric)/P, s from 2.38 r/√P tuned by PyMC's
+    Metropolis rule every 100 iterations (as :class:`pymc_dp.DPPenaltyMH`'s dense walk); the ratio's noise
+    σ = 2τ·½κ‖Δθ‖((‖a‖² + ‖a′‖²)/2 − ‖Δθ‖²/6) and the penalty test's −σ²/2; starts from N(0, 4·``start_cov``).
+    Returns the ESS per chain (minimum over coordinates of ArviZ's bulk ESS of 2 chains, halved; median over
+    pairs), the acceptance, and the chains' variance along the target's widest direction over the target's.
+    """
+    from pymc.step_methods.metropolis import tune as tune_scaling
+
+    rng = np.random.default_rng(seed)
+    size = precision.shape[0]
+    unit = np.linalg.cholesky(metric)
+    r = math.sqrt(np.trace(metric) / size)
+    unit = unit / r
+    start = precision if start_cov is None else np.linalg.inv(start_cov)
+    theta = 2.0 * rng.standard_normal((chains, size)) @ np.linalg.cholesky(np.linalg.inv(start)).T
+    scale = np.full(chains, 2.38 * r / math.sqrt(size))
+    accepted = np.zeros(chains)
+    out = np.empty((chains, iterations - tune, size))
+
+    def logp(x):
+        d = x - mean
+        return -0.5 * np.einsum("ci,ij,cj->c", d, precision, d)
+
+    total_accept = 0.0
+    for it in range(iterations):
+        if it < tune and it > 0 and it % 100 == 0:
+            scale = tune_scaling(scale, accepted / 100.0)
+            accepted[:] = 0
+        proposal = theta + scale[:, None] * (rng.standard_normal((chains, size)) @ unit.T)
+        na, nb, nd = (np.sum(v**2, axis=1) for v in (theta, proposal, proposal - theta))
+        sigma = 2.0 * tau * 0.5 * kappa * np.sqrt(nd) * np.maximum((na + nb) / 2 - nd / 6, 0.0)
+        log_alpha = logp(proposal) - logp(theta) + sigma * rng.standard_normal(chains) - 0.5 * sigma**2
+        take = np.log(rng.uniform(size=chains)) < log_alpha
+        theta = np.where(take[:, None], proposal, theta)
+        accepted += take
+        if it >= tune:
+            out[:, it - tune] = theta
+            total_accept += float(np.mean(take))
+    pairs = [out[k : k + 2] for k in range(0, chains - 1, 2)]
+    ess = [
+        min(float(az.ess(np.ascontiguousarray(pair[..., j]), method="bulk")) for j in range(size)) / 2 for pair in pairs
+    ]
+    values, vectors = np.linalg.eigh(np.linalg.inv(precision))
+    wide = (out - mean) @ vectors[:, -1]
+    return {
+        "ess_per_chain": float(np.median(ess)),
+        "acceptance": total_accept / (iterations - tune),
+        "wide_variance_ratio": float(np.var(wide) / values[-1]),
+    }
 
 
 @np.errstate(all="ignore")  # a diverged trajectory overflows: rejected (NaN → −∞)

@@ -77,8 +77,21 @@ def clip_rows(values: np.ndarray, norms: np.ndarray, bound: float) -> np.ndarray
     return values * (scale[:, None] if values.ndim == 2 else scale)
 
 
-def one_run(x, y, best, sd, mu_anchor, share, start, kappa, rng):
-    """(e, e₂, d) of one simulated run: pilots, anchor (at 1 − newton share − ``share`` of μ_anchor), re-centring."""
+def curvature_error(hessian_sum, cov) -> tuple[float, float]:
+    """(the largest generalised eigenvalue of the released C = (−Ĥ + prior)⁻¹ against the exact Laplace C₀, the
+    smallest eigenvalue of −Ĥ + prior over the released Hessian noise's spectral edge σ√(2P)); (inf, ·) where −Ĥ
+    + prior is not positive definite."""
+    precision = -0.5 * (hessian_sum + hessian_sum.T) + PRIOR_PRECISION * np.eye(cov.shape[0])
+    values, vectors = np.linalg.eigh(cov)
+    root = vectors * np.sqrt(values)
+    whitened = np.linalg.eigvalsh(root.T @ precision @ root)  # C₀^½ (−Ĥ) C₀^½: 1 where the release is exact
+    return (math.inf if whitened.min() <= 0 else float(1.0 / whitened.min())), float(np.linalg.eigvalsh(precision)[0])
+
+
+def one_run(x, y, best, sd, mu_anchor, share, start, kappa, rng, recentre_hessian_share=CENTRE_HESSIAN_SHARE,
+            public_clips=False, cov=None):  # fmt: skip
+    """(e, e₂, d, the widest direction's C/C₀ before and after, λ_min/edge after) of one simulated run: pilots,
+    anchor (at 1 − newton share − ``share`` of μ_anchor), re-centring (``recentre_hessian_share`` of it to ΔH)."""
     size = x.shape[1]
     direction = rng.normal(size=size)
     theta = best + start * sd * math.sqrt(size) * direction / np.linalg.norm(direction)
@@ -90,13 +103,16 @@ def one_run(x, y, best, sd, mu_anchor, share, start, kappa, rng):
     scores, w = rows_at(x, y, theta)
     score_norms, hessian_norms = np.linalg.norm(scores, axis=1), w * np.sum(x**2, axis=1)
     b_g, b_h = 2 * np.quantile(score_norms, 0.95), 2 * np.quantile(hessian_norms, 0.95)
+    if public_clips:  # the runs' anchors kept the public worst cases B and B²/4 (their released clips were above)
+        b_g, b_h = math.sqrt(size), size / 4.0
     scores, w = clip_rows(scores, score_norms, b_g), clip_rows(w, hessian_norms, b_h)
     tau_g, tau_h = taus((1 - CENTRE_NEWTON_SHARE - share) * mu_anchor, CENTRE_HESSIAN_SHARE)
     score_sum = scores.sum(0) + rng.normal(0, 2 * tau_g * b_g, size)
     hessian_sum = -(x * w[:, None]).T @ x + symmetric_noise(rng, 2 * tau_h * b_h, size)
     e, step = newton_offset(theta, score_sum, hessian_sum)
+    wide = curvature_error(hessian_sum, cov)[0]
     if e is None or share <= 0:
-        return e, None, None
+        return e, None, None, wide, None, None
     d = float(np.linalg.norm(step))
     moved = theta + step
     scores2, w2 = rows_at(x, y, moved)
@@ -104,11 +120,13 @@ def one_run(x, y, best, sd, mu_anchor, share, start, kappa, rng):
     residual = clip_rows(residual, np.linalg.norm(residual, axis=1), 0.5 * kappa * d**2)
     change = -(w2 - w)  # Hᵢ(θ̂₂) − H̃ᵢ = −(w₂ − w̃)x̃x̃ᵀ: Frobenius |Δw|‖x̃‖²
     change = clip_rows(change, np.abs(change) * np.sum(x**2, axis=1), kappa * d)
-    tau_r, tau_rh = taus(share * mu_anchor, CENTRE_HESSIAN_SHARE)
+    tau_r, tau_rh = taus(share * mu_anchor, recentre_hessian_share)
     score_sum2 = score_sum + hessian_sum @ step + residual.sum(0) + rng.normal(0, 2 * tau_r * 0.5 * kappa * d**2, size)
     hessian_sum2 = hessian_sum + (x * change[:, None]).T @ x + symmetric_noise(rng, 2 * tau_rh * kappa * d, size)
     e2, _ = newton_offset(moved, score_sum2, hessian_sum2)
-    return e, (math.inf if e2 is None else e2), d
+    wide2, smallest = curvature_error(hessian_sum2, cov)
+    edge = math.hypot(2 * tau_h * b_h, 2 * tau_rh * kappa * d) * math.sqrt(2 * size)
+    return e, (math.inf if e2 is None else e2), d, wide, wide2, smallest / edge
 
 
 def main() -> None:
@@ -116,33 +134,44 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--start", type=float, default=2.0)
     parser.add_argument("--shares", nargs="*", type=float, default=[0.0, 0.05, 0.15])
+    parser.add_argument("--recentre-hessian-shares", nargs="*", type=float, default=[CENTRE_HESSIAN_SHARE])
+    parser.add_argument("--public-clips", action="store_true", help="the anchor at B and B²/4 (as the runs had)")
+    parser.add_argument("--cells", nargs="*", default=["fair:4", "randhie:4", "randhie:1"])
     args = parser.parse_args()
-    for name, epsilons in (("fair", (4.0,)), ("randhie", (4.0, 1.0))):
+    for cell in args.cells:
+        name, epsilon = cell.split(":")[0], float(cell.split(":")[1])
         x, y = design(name)
         best, cov = mode(x, y)
         sd = np.sqrt(np.diag(cov))
         kappa = math.sqrt(x.shape[1]) ** 3 * LOGISTIC_THIRD  # x_bounds=(-1, 1): B = √P
-        for epsilon in epsilons:
-            mu = gaussian_mu_for_target(CHAIN_SHARE * epsilon * (1 - CALIBRATION_MARGIN), 0.1 / len(y))
-            for share in args.shares:
+        mu = gaussian_mu_for_target(CHAIN_SHARE * epsilon * (1 - CALIBRATION_MARGIN), 0.1 / len(y))
+        for share in args.shares:
+            for hessian_share in args.recentre_hessian_shares if share > 0 else [None]:
                 rng = np.random.default_rng(5)
-                runs = [one_run(x, y, best, sd, CENTRE_ANCHOR_SHARE * mu, share, args.start, kappa, rng)]
-                runs += [
-                    one_run(x, y, best, sd, CENTRE_ANCHOR_SHARE * mu, share, args.start, kappa, rng)
-                    for _ in range(args.draws - 1)
-                ]
+                settings = (best, sd, CENTRE_ANCHOR_SHARE * mu, share, args.start, kappa)
+                options = {"public_clips": args.public_clips, "cov": cov}
+                if hessian_share is not None:
+                    options["recentre_hessian_share"] = hessian_share
+                runs = [one_run(x, y, *settings, rng, **options) for _ in range(args.draws)]
                 e = np.array([r[0] if r[0] is not None else math.inf for r in runs])
-                text = f"{name} eps {epsilon:g} share {share:.2f} | e {summary(e)}"
+                wide = np.array([r[3] for r in runs])
+                text = f"{name} eps {epsilon:g} share {share:.2f} | e {summary(e)} | widest C/C0 {summary(wide, 1.5)}"
                 if share > 0:
                     e2 = np.array([r[1] if r[1] is not None else math.inf for r in runs])
+                    wide2 = np.array([r[4] if r[4] is not None else math.inf for r in runs])
+                    below = np.array([r[5] is not None and r[5] < 1 for r in runs])
                     d = np.array([r[2] for r in runs if r[2] is not None]) / math.sqrt(np.trace(cov))
-                    text += f" | e2 {summary(e2)} | d/sqrt(tr C) median {np.median(d):.2f}"
+                    text += (
+                        f" || recentre hessian share {hessian_share:.2f} | e2 {summary(e2)} | widest C2/C0 "
+                        f"{summary(wide2, 1.5)} | lambda_min below edge {np.mean(below):.2f}"
+                        f" | d/sqrt(tr C) median {np.median(d):.2f}"
+                    )
                 print(text, flush=True)
 
 
-def summary(values: np.ndarray) -> str:
+def summary(values: np.ndarray, limit: float = 1.07) -> str:
     q50, q80, q95 = np.quantile(values, [0.5, 0.8, 0.95], method="inverted_cdf")
-    return f"median {q50:.2f}, q80 {q80:.2f}, q95 {q95:.2f}, share <= 1.07: {np.mean(values <= 1.07):.2f}"
+    return f"median {q50:.2f}, q80 {q80:.2f}, q95 {q95:.2f}, share <= {limit:g}: {np.mean(values <= limit):.2f}"
 
 
 if __name__ == "__main__":
