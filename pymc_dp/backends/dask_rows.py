@@ -22,6 +22,14 @@ and dtype (the model holds no row; the rows replace the placeholders at the rele
 clipping check's weighted count of clipped rows is summed per partition the same way
 (:func:`partitioned_clipped_count`).
 
+On a ``distributed`` cluster the decoded blocks are kept on the workers between releases
+(:func:`_kept_arrays`): the first release of a pair of arrays (after its charge) computes their
+blocks where Dask places them and keeps them there (``Client.persist``), so that the covariate
+anchors, the clipping check and later releases of the same array objects read them from the
+workers' memory instead of decoding the files again. They are kept only while the arrays given are
+alive and while they fit in :data:`KEEP_SHARE` of the workers' memory limits; nothing of them is
+sent to the client.
+
 Dask is imported only when Dask collections are given (the ``dask`` extra); this module imports
 nothing of it at import time.
 
@@ -32,6 +40,8 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +62,7 @@ from pymc_dp.mechanisms.sufficient_statistics import (
 from pymc_dp.row_graph import ROW_PLACEHOLDER_NAME, reads_row_placeholder
 
 __all__ = [
+    "KEEP_SHARE",
     "ROW_PLACEHOLDER_NAME",
     "PartitionError",
     "check_partitioned_release",
@@ -240,6 +251,84 @@ def _add_sums(values: Any, axis: Any = None, keepdims: bool = False) -> np.ndarr
     return out
 
 
+#: The share of a cluster's worker memory (the sum of its workers' memory limits) that the decoded blocks of released
+#: rows may hold between releases: the rest is left to the releases' own work and to Dask's spilling, which starts
+#: at 60 % of a worker's limit. Rows that do not fit are decoded at every release, as without keeping them.
+KEEP_SHARE = 0.25
+
+
+@dataclass
+class _Kept:
+    """Arrays' decoded blocks kept on a cluster's workers (futures: the client holds their keys, not their rows)."""
+
+    client: Any
+    arrays: tuple
+    nbytes: int
+
+
+#: Kept blocks by the ids of the arrays given (each entry is dropped when one of those arrays is garbage-collected).
+_KEPT: dict[tuple[int, ...], _Kept] = {}
+
+
+def _owned(block: np.ndarray) -> np.ndarray:
+    """``block`` as an array that owns its memory (a view would keep its whole base alive: a frame's other columns)."""
+    block = np.asarray(block)
+    return block if block.base is None else block.copy()
+
+
+def _distributed_client(arrays: tuple) -> Any:
+    """The ``distributed.Client`` that computes ``arrays`` (Dask's default scheduler), or None (threads, processes)."""
+    import dask.base
+
+    client = getattr(dask.base.get_scheduler(collections=list(arrays)), "__self__", None)
+    kind = type(client)
+    return client if kind.__name__ == "Client" and kind.__module__.startswith("distributed") else None
+
+
+def _forget(key: tuple[int, ...]) -> None:
+    """Drop the kept blocks of ``key``: their futures are released, and the workers free the blocks."""
+    _KEPT.pop(key, None)
+
+
+def _kept_arrays(arrays: tuple) -> tuple[tuple, tuple[int, ...] | None]:
+    """``arrays`` to compute a release on, with their decoded blocks kept on the workers; and the cache key (or None).
+
+    Called inside a release, after its charge. With a ``distributed.Client`` as the scheduler and
+    every worker given a memory limit, the arrays' blocks (made owning, so that a view keeps no
+    other column alive) are persisted where Dask computes them, at most :data:`KEEP_SHARE` of the
+    workers' memory limits in all (least recently used blocks are released first; arrays that do
+    not fit are returned as they are); later releases of the same array objects on the same
+    client compute on the kept blocks. Only futures reach the client, never a block. The
+    decision reads metadata only (the arrays' shapes and dtypes, the workers' memory limits).
+    Under Dask's local schedulers nothing is kept (the blocks would sit in this process).
+    """
+    key = tuple(id(array) for array in arrays)
+    client = _distributed_client(arrays)
+    entry = _KEPT.get(key)
+    if entry is not None and entry.client is client and getattr(client, "status", None) == "running":
+        _KEPT[key] = _KEPT.pop(key)  # the most recently used last
+        return entry.arrays, key
+    _forget(key)
+    if client is None:
+        return arrays, None
+    limits = [int(worker.get("memory_limit") or 0) for worker in client.scheduler_info()["workers"].values()]
+    nbytes = int(sum(array.nbytes for array in arrays))
+    room = KEEP_SHARE * sum(limits)
+    if not limits or min(limits) <= 0 or nbytes > room:
+        return arrays, None
+    while True:
+        held = sum(e.nbytes for e in _KEPT.values() if e.client is client)
+        oldest = next((k for k, e in _KEPT.items() if e.client is client), None)
+        if held + nbytes <= room or oldest is None:
+            break
+        _forget(oldest)
+    owned = [array.map_blocks(_owned, dtype=array.dtype) for array in arrays]
+    _KEPT[key] = _Kept(client, tuple(client.persist(owned)), nbytes)
+    for array in arrays:
+        weakref.finalize(array, _forget, key)
+    return _KEPT[key].arrays, key
+
+
 def _tree_total(leaf: Any, data: Any, split_every: Any, name: str) -> Any:
     """Σ over the partitions of ``leaf(partition, length)``: each on its worker, added by Dask's tree on the workers.
 
@@ -250,7 +339,7 @@ def _tree_total(leaf: Any, data: Any, split_every: Any, name: str) -> Any:
     """
     import dask.array as da
 
-    arrays = _arrays(data)
+    arrays, kept = _kept_arrays(_arrays(data))
     indexed = []
     for array in arrays:
         index = ("i", *(f"k{position}" for position in range(1, array.ndim)))
@@ -278,7 +367,12 @@ def _tree_total(leaf: Any, data: Any, split_every: Any, name: str) -> Any:
         meta=np.empty((), dtype=object),
         name=name,
     )
-    return np.asarray(total.compute(), dtype=object).reshape(()).item()
+    try:
+        return np.asarray(total.compute(), dtype=object).reshape(()).item()
+    except BaseException:
+        if kept is not None:
+            _forget(kept)  # a block that failed stays failed in the cluster: a later release computes them again
+        raise
 
 
 def _row_sums_leaf(family: Any, out_of_bounds: str, exponent: int | None, data: Any, length: int) -> RowSums:
