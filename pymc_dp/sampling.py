@@ -382,7 +382,7 @@ def _run(the_plan: SamplePlan, step: Any, model: Any, kwargs: dict[str, Any]) ->
                 names = [v.name for v in steps[0].vars]  # the chains start near the anchor (post-processing)
                 seed = _start_seed(kwargs.get("random_seed"))
                 kwargs["initvals"] = p.centring.starts(reference, names, p.chains, seed)
-                p.start["centring"] = "starts drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ of the released anchor"
+                p.start["centring"] = "starts drawn from N(m̂, Σ̂), Σ̂ = (−Ĥ)⁻¹, m̂ = θ̂ + Σ̂Ĝ of the released anchor"
             if getattr(dask_backend, "rows", None) is not None:  # Dask rows: no O(N) data groups built, then deleted
                 from pymc_dp.backends.dask_sampler_rows import result_idata_kwargs
 

@@ -346,16 +346,28 @@ class CentringPlan:
         return restore
 
     def starts(self, point: dict[str, Any], names: list[str], chains: int, rng: Any) -> list[dict[str, Any]]:
-        """One start per chain drawn from N(θ̂, 4Σ̂), Σ̂ = (−Ĥ)⁻¹ (released): near the anchor, over-dispersed.
+        """One start per chain drawn from N(m̂, Σ̂), Σ̂ = (−Ĥ)⁻¹, m̂ = θ̂ + Σ̂Ĝ (released): the target's Laplace draws.
 
         The centred releases' noise grows like ‖θ − θ̂‖², so chains started far from θ̂ (at a
-        DPADVI fit's widened draws) may never reach it; these starts are post-processing of the
-        released anchor and data-free randomness. θ̂ itself where −Ĥ is not positive definite.
+        DPADVI fit's widened draws) may never reach it. Until H36j the starts were N(θ̂, 4Σ̂), two
+        sds out in every direction (R² ≈ 4 tr Σ̂, the noise's variance ≈ 16× the stationary one):
+        in the kernel simulation on ``fair`` (``benchmarks/centred_law_sim.py``, 80 chains, e =
+        0.5) 2 of 40 chain pairs stuck there (ESS ≤ 1.7 per chain, both seeds) and none from
+        N(m̂, Σ̂), the medians unchanged (``docs/centred.md``, "What limits `fair`"). m̂ is the
+        centred target's mode (its quadratic part at θ̂: the anchor's expansion), where the chains
+        sit; the draws keep the chains apart by the target's own spread, so R-hat still compares
+        them. Post-processing of the released anchor and data-free randomness (the prior's
+        curvature, small at the sample sizes a centred run plans for, is left out, as in
+        Σ̂). θ̂ itself where −Ĥ is not positive definite.
         """
         hessian = np.asarray(self.anchor.hessian, dtype=float)
         eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
-        scale = (vectors / np.sqrt(eigenvalues)) if np.all(eigenvalues > 0) else np.zeros_like(hessian)
-        flats = self.anchor.point + 2.0 * rng.standard_normal((chains, self.anchor.point.size)) @ scale.T
+        centre = np.asarray(self.anchor.point, dtype=float)
+        scale = np.zeros_like(hessian)
+        if np.all(eigenvalues > 0):
+            scale = vectors / np.sqrt(eigenvalues)
+            centre = centre + (vectors / eigenvalues) @ (vectors.T @ np.asarray(self.anchor.gradient, dtype=float))
+        flats = centre + rng.standard_normal((chains, centre.size)) @ scale.T
         return [_unflatten(flat, point, names) for flat in flats]
 
     def clipping(self, clip_plan: Any) -> dict[str, Any]:
