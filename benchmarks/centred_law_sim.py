@@ -27,7 +27,21 @@ from pymc_dp.centred_predictions import centred_ess
 
 
 def simulate(
-    cov, offset, kappa, tau_l, tau_g, n_leapfrog=10, tune=500, draws=1500, chains=20, seed=0, metric=None
+    cov,
+    offset,
+    kappa,
+    tau_l,
+    tau_g,
+    n_leapfrog=10,
+    tune=500,
+    draws=1500,
+    chains=20,
+    seed=0,
+    metric=None,
+    restarts=(),
+    start_sd=2.0,
+    fixed_step=None,
+    start_at_mean=False,
 ) -> dict:
     """Run ``chains`` independent centred DPHMC chains (vectorised); returns the settled whitened steps and ESS.
 
@@ -41,10 +55,14 @@ def simulate(
     precision, r = np.linalg.inv(cov), math.sqrt(np.trace(metric) / size)
     inv_mass = metric / r**2
     momentum_factor = np.linalg.inv(np.linalg.cholesky(inv_mass)).T
-    theta = 2.0 * rng.standard_normal((chains, size)) @ np.linalg.cholesky(cov).T
+    theta = start_sd * rng.standard_normal((chains, size)) @ np.linalg.cholesky(cov).T + (
+        mean if start_at_mean else 0.0
+    )
     mu = math.log(10 * r * 0.5 * math.pi / n_leapfrog)
     log_step = np.full(chains, mu - math.log(10))
+    mu = np.full(chains, mu)
     log_bar, hbar, out = log_step.copy(), np.zeros(chains), np.empty((chains, draws, size))
+    start_count = 0  # the dual averaging's t restarts at each of ``restarts`` (H36j), from the current η
     final = np.exp(log_step)  # η̄: the dual averaging's average, fixed when tuning ends
 
     def logp(x):
@@ -57,6 +75,9 @@ def simulate(
 
     for it in range(tune + draws):
         eta = (np.exp(log_step) if it < tune else final) * (1 + 0.5 * (2 * rng.uniform(size=chains) - 1))
+        if fixed_step is not None:  # a whitened step fixed in advance (no dual averaging)
+            eta = fixed_step * r * (1 + 0.5 * (2 * rng.uniform(size=chains) - 1))
+            final = np.full(chains, fixed_step * r)
         p0 = rng.standard_normal((chains, size)) @ momentum_factor.T
         x, p = theta.copy(), p0 + 0.5 * eta[:, None] * gradient(theta)
         for i in range(n_leapfrog):
@@ -69,8 +90,10 @@ def simulate(
             log_alpha = logp(x) - logp(theta) + sigma * rng.standard_normal(chains) - 0.5 * sigma**2
             log_alpha = np.nan_to_num(log_alpha + kinetic[0] - kinetic[1], nan=-np.inf)
         theta = np.where((np.log(rng.uniform(size=chains)) < log_alpha)[:, None], x, theta)
+        if it in restarts:  # restart from the current iterate: μ = log(10 η), H̄ = 0 (Stan's windows)
+            mu, log_bar, hbar, start_count = log_step + math.log(10), log_step.copy(), np.zeros(chains), it
         if it < tune:  # dual averaging (Hoffman & Gelman 2014; PyMC's constants)
-            count = it + 1
+            count = it + 1 - start_count
             hbar += (0.65 - np.exp(np.minimum(0, log_alpha)) - hbar) / (count + 10)
             log_step = mu - hbar * math.sqrt(count) / 0.05
             log_bar = count**-0.75 * log_step + (1 - count**-0.75) * log_bar
@@ -81,7 +104,14 @@ def simulate(
     ess = [
         min(float(az.ess(np.ascontiguousarray(pair[..., j]), method="bulk")) for j in range(size)) / 2 for pair in pairs
     ]
-    return {"whitened_step": float(np.median(final / r)), "ess_per_chain": float(np.median(ess))}
+    steps = np.sort(final / r)
+    return {
+        "whitened_step": float(np.median(final / r)),
+        "ess_per_chain": float(np.median(ess)),
+        "whitened_step_min_max": [float(steps[0]), float(steps[-1])],
+        "ess_per_chain_min": float(np.min(ess)),
+        "ess_per_chain_pairs": sorted(round(v, 1) for v in ess),
+    }
 
 
 def simulate_penalty(
