@@ -48,6 +48,15 @@ Measured again 2026-11-29 (Parquet, load average 6-8): ``--rows 1000000 --repeat
 ``--partitions 100``: cluster 12.70 CPU s (1.86 + 10.85), 14.0 s wall; in memory 5.51 CPU s: 2.31 (CPU), 1.66
 (wall). One partition costs about 14.5 CPU ms on the client and 30 on the workers (docs/dask.md).
 
+Measured 2026-11-29 later, with the decoded blocks kept on the workers between releases (the default now;
+``--no-keep`` decodes at every release, as before), on files written once (``--data-dir``), load average 8-10
+(the in-memory pass took 7.2-8.7 CPU s: every figure inflated against the runs above). Median CPU of the
+later releases (client + workers) and the ratio to the in-memory pass of the same run: 20 partitions, 3
+releases: kept 14.68 s (1.75 + 12.93), 2.03× CPU, 1.42× wall; decoded 22.32 s (3.35 + 18.97), 2.58×, 2.03×.
+100 partitions, 2 releases: kept 17.09 s (2.29 + 14.81), 2.29×, 1.41×; decoded 23.43 s (4.35 + 19.09), 3.12×,
+1.98×. Releases equal exactly, records equal. The first release (not in the median) decodes either way:
+21.1-26.8 CPU s (docs/dask.md).
+
 With ``--format npy``, measured 2026-11-28 on the same machine with four other jobs (load average 10-14):
 
 ``--rows 1000000`` (20 partitions of 50,000 rows; X and y 160 MiB on disk), 3 releases after a warm-up:
@@ -233,7 +242,8 @@ def main() -> None:
                 pmdp.release_statistics("logistic_regression", data, **SETTINGS)  # first: decodes the files, keeps them
                 spent = sum(v - workers[k] for k, v in client.run(_worker_cpu).items())
                 print(
-                    f"first cluster release (not in the median: ships the functions, decodes and keeps the blocks): "
+                    "first cluster release (not in the median: ships the functions, decodes the files"
+                    f"{'' if args.no_keep else ', keeps the blocks'}): "
                     f"{time.perf_counter() - start:.2f} s, CPU {_own_cpu() - own:.2f} + {spent:.2f} s"
                 )
             times, cpus = [], []
