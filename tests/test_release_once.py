@@ -157,8 +157,12 @@ def _normal(n=400, seed=6):
 
 
 def _exact_laplace(model):
-    """The MAP and the inverse negative Hessian of the log posterior on the unconstrained scale (test reference)."""
-    logp, dlogp = model.compile_logp(), model.compile_dlogp()
+    """The MAP and the inverse negative Hessian of the log posterior on the unconstrained scale (test reference).
+
+    Compiled in PyTensor's FAST_COMPILE build (few rewrites, per-op thunks: no Numba compile of the whole graph):
+    a reference evaluated a few dozen times, where compiling the two graphs cost more than the evaluations (issue 38).
+    """
+    logp, dlogp = model.compile_logp(mode="FAST_COMPILE"), model.compile_dlogp(mode="FAST_COMPILE")
     start = model.initial_point()
     names = [v.name for v in model.value_vars]
     sizes = [np.asarray(start[n]).size for n in names]
