@@ -59,3 +59,17 @@ def test_starts_sit_at_the_anchor_where_its_hessian_is_not_positive_definite():
     improper = _HESSIAN.copy()
     improper[2, 2] = 5.0  # −Ĥ's smallest eigenvalue < 0: no Laplace draws to take
     np.testing.assert_array_equal(_starts(improper, chains=3), np.tile(_POINT, (3, 1)))
+
+
+def test_starts_stay_within_the_resolved_curvature_where_an_eigenvalue_is_near_zero():
+    """−Ĥ positive definite but one eigenvalue (1e-6) far below the Hessian noise's edge σ_H√(2P): read as the edge,
+    so the starts' shift Σ̂Ĝ along it is at most |Ĝ|/edge, not 4·10⁶ (review 10)."""
+    nearly_flat = -np.diag([400.0, 100.0, 1e-6])
+    draws = _starts(nearly_flat, chains=200)
+    anchor = CentringAnchor(_POINT, _GRADIENT, 2.0, 1.0, "substitute", ("b",), hessian=nearly_flat, hessian_clip=1.0,
+                            hessian_noise_multiplier=1.0)  # fmt: skip
+    edge = anchor.hessian_std * np.sqrt(6.0)
+    assert 1e-6 < edge < 100.0
+    shift = abs(_GRADIENT[2]) / edge
+    assert np.all(np.abs(draws[:, 2] - _POINT[2]) < shift + 6.0 / np.sqrt(edge))
+    assert abs(draws[:, 2].mean() - _POINT[2] - _GRADIENT[2] / edge) < 4.42 / np.sqrt(edge * 200)

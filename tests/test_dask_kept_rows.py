@@ -131,3 +131,18 @@ def test_nothing_is_kept_under_a_local_scheduler(client):
         _same(_release(data), local)
     assert not dask_rows._KEPT and len(_MADE) == 2 * 4 * len(SIZES)
     _MADE.clear()
+
+
+def test_a_release_refused_by_its_budget_decodes_and_keeps_nothing(client):
+    """The charge comes before any block is kept or made: a release over its budget persists nothing (``persist`` is
+    asynchronous, so a persist issued before the charge would make the blocks on the workers after the refusal; the
+    wait lets such blocks appear). Review 10's mutant, ``_kept_arrays`` called before the charge, fails this."""
+    import time
+
+    _MADE.clear()
+    data = _arrays()
+    budget = pmdp.PrivacyBudget(epsilon=0.5, delta=1e-6, n_rows=sum(SIZES))  # the release asks for ε = 1
+    with pytest.raises(pmdp.PrivacyBudgetExceededError):
+        _release(data, budget)
+    time.sleep(1.0)
+    assert not budget.events and _MADE == [] and not dask_rows._KEPT

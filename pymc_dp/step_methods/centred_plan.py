@@ -358,13 +358,16 @@ class CentringPlan:
         sit; the draws keep the chains apart by the target's own spread, so R-hat still compares
         them. Post-processing of the released anchor and data-free randomness (the prior's
         curvature, small at the sample sizes a centred run plans for, is left out, as in
-        Σ̂). θ̂ itself where −Ĥ is not positive definite.
+        Σ̂). θ̂ itself where −Ĥ is not positive definite. Eigenvalues of −Ĥ below the Hessian noise's
+        spectral edge σ_H√(2P) are read as the edge here (the release does not resolve them): a
+        positive eigenvalue near 0 would otherwise put m̂ = θ̂ + Σ̂Ĝ millions of sds out (review 10).
         """
         hessian = np.asarray(self.anchor.hessian, dtype=float)
         eigenvalues, vectors = np.linalg.eigh(-0.5 * (hessian + hessian.T))
         centre = np.asarray(self.anchor.point, dtype=float)
         scale = np.zeros_like(hessian)
         if np.all(eigenvalues > 0):
+            eigenvalues = np.maximum(eigenvalues, float(self.anchor.hessian_std) * math.sqrt(2.0 * hessian.shape[0]))
             scale = vectors / np.sqrt(eigenvalues)
             centre = centre + (vectors / eigenvalues) @ (vectors.T @ np.asarray(self.anchor.gradient, dtype=float))
         flats = centre + rng.standard_normal((chains, centre.size)) @ scale.T
