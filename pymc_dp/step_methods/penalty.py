@@ -58,12 +58,22 @@ def dense_proposal_factor(hessian: np.ndarray, hessian_std: float) -> np.ndarray
     privacy cost. The centred ratio's bound and sensitivity read only ‖θ′ − θ‖ and the distances
     to θ̂, whatever the proposal, so L changes no noise multiplier and no ε.
     """
-    curvature = -0.5 * (np.asarray(hessian, dtype=float) + np.asarray(hessian, dtype=float).T)
-    values, vectors = np.linalg.eigh(curvature)
-    edge = max(float(hessian_std) * math.sqrt(2.0 * curvature.shape[0]), 1e-8 * float(np.max(np.abs(values))))
+    spectrum = _resolved_spectrum(hessian, hessian_std)
+    if spectrum is None:
+        return None
+    values, vectors, edge = spectrum
+    return vectors / np.sqrt(np.maximum(values, edge))
+
+
+def _resolved_spectrum(curvature: np.ndarray, hessian_std: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(eigenvalues, eigenvectors, edge) of −``curvature`` symmetrised, edge = max(σ_H√(2P), 1e-8·max|λ|) the noise's
+    spectral edge; None where no eigenvalue is above it (the release resolves no direction)."""
+    symmetric = -0.5 * (np.asarray(curvature, dtype=float) + np.asarray(curvature, dtype=float).T)
+    values, vectors = np.linalg.eigh(symmetric)
+    edge = max(float(hessian_std) * math.sqrt(2.0 * symmetric.shape[0]), 1e-8 * float(np.max(np.abs(values))))
     if not np.isfinite(edge) or float(values.max()) <= edge:
         return None
-    return vectors / np.sqrt(np.maximum(values, edge))
+    return values, vectors, edge
 
 
 def target_metric_factor(curvature: np.ndarray, hessian_std: float) -> np.ndarray | None:
@@ -97,11 +107,10 @@ def target_metric_factor(curvature: np.ndarray, hessian_std: float) -> np.ndarra
     substitute or add/remove): no privacy cost, and the centred bounds read only θ, θ′ and θ̂, so
     no noise multiplier and no ε changes.
     """
-    symmetric = -0.5 * (np.asarray(curvature, dtype=float) + np.asarray(curvature, dtype=float).T)
-    values, vectors = np.linalg.eigh(symmetric)
-    edge = max(float(hessian_std) * math.sqrt(2.0 * symmetric.shape[0]), 1e-8 * float(np.max(np.abs(values))))
-    if not np.isfinite(edge) or float(values.max()) <= edge:
+    spectrum = _resolved_spectrum(curvature, hessian_std)
+    if spectrum is None:
         return None
+    values, vectors, edge = spectrum
     return vectors / np.sqrt(np.where(values > 0, values, edge))
 
 
